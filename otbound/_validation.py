@@ -1,0 +1,85 @@
+"""Input checking shared by every public function.
+
+Every bound and verifier takes probability vectors (the target law ``p`` and the draft law ``q``)
+along the last axis. Bad input raises :class:`InvalidInputError` (a ``ValueError``) naming what is
+wrong, never a silent wrong number.
+
+Tolerance: a law must sum to 1 within ``LAW_ATOL = 1e-6`` (absolute, float64). Laws within the
+tolerance are renormalised exactly so that bound arithmetic sees a law summing to 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LAW_ATOL = 1e-6
+SAMPLINGS = ("with_replacement", "without_replacement", "greedy")
+
+
+class InvalidInputError(ValueError):
+    """Raised for malformed laws, shapes, draft counts or sampling names."""
+
+
+def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
+    """Return ``x`` as a float64 array of laws along the last axis, checked and renormalised.
+
+    Checks: at least 1-D, non-empty last axis, finite, non-negative, each row summing to 1 within
+    ``LAW_ATOL``. ``ndim`` (if given) demands an exact number of dimensions.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 0:
+        raise InvalidInputError(f"{name} must be an array of probabilities, got a scalar")
+    if ndim is not None and a.ndim != ndim:
+        raise InvalidInputError(f"{name} must be {ndim}-D, got shape {a.shape}")
+    if a.shape[-1] == 0:
+        raise InvalidInputError(f"{name} has an empty vocabulary axis (shape {a.shape})")
+    if not np.all(np.isfinite(a)):
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise InvalidInputError(f"{name} has a NaN or infinite entry at index {tuple(bad)}")
+    if np.any(a < 0):
+        bad = np.argwhere(a < 0)[0]
+        raise InvalidInputError(f"{name} has a negative entry {a[tuple(bad)]!r} at index {tuple(bad)}")
+    s = a.sum(axis=-1, keepdims=True)
+    err = np.abs(s - 1.0)
+    if np.any(err > LAW_ATOL):
+        idx = np.unravel_index(int(np.argmax(err)), err.shape)[:-1]
+        raise InvalidInputError(
+            f"{name} does not sum to 1 (row {idx} sums to {float(s[idx + (0,)]):.9g}; "
+            f"tolerance {LAW_ATOL:g})"
+        )
+    return a / s
+
+
+def as_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
+    """Check a target/draft pair: both laws, identical shapes."""
+    p = as_law(p, "p")
+    q = as_law(q, "q")
+    if p.shape != q.shape:
+        raise InvalidInputError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    return p, q
+
+
+def check_sampling(sampling: str) -> str:
+    if sampling not in SAMPLINGS:
+        raise InvalidInputError(f"unknown sampling {sampling!r}; expected one of {SAMPLINGS}")
+    return sampling
+
+
+def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "with_replacement") -> int:
+    """Check ``num_drafts`` is an integer >= 1 and, without replacement, at most the support of q."""
+    if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)):
+        raise InvalidInputError(f"num_drafts must be an integer, got {num_drafts!r}")
+    k = int(num_drafts)
+    if k < 1:
+        raise InvalidInputError(f"num_drafts must be at least 1, got {k}")
+    check_sampling(sampling)
+    if q is not None and sampling != "with_replacement":
+        # without replacement needs K distinct tokens of positive mass; the greedy law needs mass
+        # left outside its K - 1 deterministic tokens for the random last draft.
+        support = int(np.min(np.count_nonzero(q > 0, axis=-1)))
+        if k > support:
+            raise InvalidInputError(
+                f"num_drafts={k} exceeds the support of q ({support} tokens with q > 0): "
+                f"the {sampling} law needs K distinct tokens of positive draft mass"
+            )
+    return k

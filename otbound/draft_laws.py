@@ -1,0 +1,146 @@
+"""Draft laws: the joint law Q of the K-draft tuple x̄ = (x_1..x_K) built from the draft model's q.
+
+Laws (theory.md §2):
+
+* ``with_replacement`` — x_k ~ q i.i.d. (SpecInfer 2305.09781, SpecTr 2310.15141).
+  Q(H) = q(H)^K.
+* ``without_replacement`` — sequential draws renormalised after removing drawn tokens, i.e. the
+  Gumbel-top-K of log q (Jeon et al. 2402.14160). Q(H) by exponential clocks, see
+  :mod:`otbound._wor`.
+* ``greedy`` — G = the K−1 most likely tokens of q (ties broken by lower index), deterministic, and a
+  last draft x_K ~ q' = q|_{V∖G} / (1 − q(G)) (Hu et al. 2502.18779; SpecHub 2411.05289 is K = 2).
+  Q(H) = 1[G ⊆ H] · q'(H ∖ G).
+
+All functions take a 1-D law ``q`` over the vocabulary ``V``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from otbound._validation import InvalidInputError, as_law, check_num_drafts, check_sampling
+
+
+def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(G, q_prime)`` for the greedy law: the K−1 top tokens of q and the last draft's law.
+
+    ``G`` lists the tokens by decreasing q (ties: lower index first); ``q_prime`` is q with G zeroed,
+    renormalised. Needs at least K tokens with q > 0.
+    """
+    q = as_law(q, "q", ndim=1)
+    k = check_num_drafts(num_drafts, q, "greedy")
+    order = np.argsort(-q, kind="stable")
+    g = order[: k - 1].astype(np.int64)
+    rest = q.copy()
+    rest[g] = 0.0
+    return g, rest / rest.sum()
+
+
+def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: int = 1, rng=None) -> np.ndarray:
+    """Draw ``size`` draft tuples from the law; returns int64 array of shape ``(size, K)``."""
+    q = as_law(q, "q", ndim=1)
+    check_sampling(sampling)
+    k = check_num_drafts(num_drafts, q, sampling)
+    rng = np.random.default_rng(rng)
+    n = int(size)
+    if sampling == "with_replacement":
+        return _inverse_cdf(q, rng.random((n, k)))
+    if sampling == "greedy":
+        g, qp = greedy_split(q, k)
+        out = np.empty((n, k), dtype=np.int64)
+        out[:, : k - 1] = g
+        out[:, k - 1] = _inverse_cdf(qp, rng.random(n))
+        return out
+    # without replacement: Gumbel-top-K of log q; tokens with q = 0 are never drawn.
+    with np.errstate(divide="ignore"):
+        logq = np.log(q)
+    keys = logq + rng.gumbel(size=(n, q.size))
+    top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1)
+    return np.take_along_axis(top, order, axis=1).astype(np.int64)
+
+
+def _inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    cdf = np.cumsum(q)
+    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
+    last = int(np.flatnonzero(q > 0)[-1])
+    return np.minimum(idx, last).astype(np.int64)
+
+
+def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:
+    """The joint law Q(x̄) of the ordered draft tuple as a float64 array of shape ``(V,)*K``.
+
+    Memory is V^K: for small vocabularies (the primal LP, brute force, exact enumeration).
+    """
+    q = as_law(q, "q", ndim=1)
+    check_sampling(sampling)
+    k = check_num_drafts(num_drafts, q, sampling)
+    v = q.size
+    if v**k > 5e7:
+        raise InvalidInputError(f"draft_joint would need V^K = {v}^{k} entries; too large to enumerate")
+    if sampling == "with_replacement":
+        joint = q
+        for _ in range(k - 1):
+            joint = np.multiply.outer(joint, q)
+        return joint
+    if sampling == "greedy":
+        g, qp = greedy_split(q, k)
+        joint = np.zeros((v,) * k)
+        joint[tuple(g) + (slice(None),)] = qp
+        return joint
+    joint = np.zeros((v,) * k)
+    support = np.flatnonzero(q > 0)
+    for tup in itertools.permutations(support.tolist(), k):
+        prob, removed = 1.0, 0.0
+        for x in tup:
+            prob *= q[x] / (1.0 - removed)
+            removed += q[x]
+        joint[tup] = prob
+    return joint
+
+
+def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") -> float:
+    """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V."""
+    q = as_law(q, "q", ndim=1)
+    k = check_num_drafts(num_drafts, q, sampling)
+    mask = np.zeros(q.size, dtype=bool)
+    sub = np.asarray(subset)
+    if sub.dtype == bool:
+        if sub.shape != q.shape:
+            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected {q.shape}")
+        mask = sub
+    else:
+        mask[sub.astype(np.int64)] = True
+    if sampling == "with_replacement":
+        return float(q[mask].sum() ** k)
+    if sampling == "greedy":
+        g, qp = greedy_split(q, k)
+        return float(qp[mask].sum()) if mask[g].all() else 0.0
+    from otbound._wor import wor_prefix_mass
+
+    idx = np.flatnonzero(mask)
+    if idx.size == 0:
+        return 0.0
+    return float(wor_prefix_mass(q, idx, k)[-1])
+
+
+def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:
+    """P(y ∈ x̄) for every token y (exact).
+
+    with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; without replacement
+    1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token with q > 0).
+    """
+    q = as_law(q, "q", ndim=1)
+    k = check_num_drafts(num_drafts, q, sampling)
+    if sampling == "with_replacement":
+        return 1.0 - (1.0 - q) ** k
+    if sampling == "greedy":
+        g, qp = greedy_split(q, k)
+        out = qp.copy()
+        out[g] = 1.0
+        return out
+    from otbound._wor import wor_exclusion_mass
+
+    return 1.0 - wor_exclusion_mass(q, k)
