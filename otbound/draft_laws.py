@@ -93,10 +93,12 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
     joint = np.zeros((v,) * k)
     support = np.flatnonzero(q > 0)
     for tup in itertools.permutations(support.tolist(), k):
-        prob, removed = 1.0, 0.0
+        prob, left = 1.0, np.ones(v, dtype=bool)
         for x in tup:
-            prob *= q[x] / (1.0 - removed)
-            removed += q[x]
+            # the mass still undrawn is summed directly, never as 1 − drawn: no cancellation when
+            # the drawn tokens hold almost all of q
+            prob *= q[x] / q[left].sum()
+            left[x] = False
         joint[tup] = prob
     return joint
 

@@ -1,0 +1,253 @@
+"""α* by the dual prefix form == primal LP == brute force over all 2^V subsets, for every law."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import otbound as ob
+from otbound.draft_laws import inclusion_probabilities
+
+LAWS = ("with_replacement", "without_replacement", "greedy")
+AGREE = 1e-9  # dual vs LP vs brute force (HiGHS tolerances 1e-10; quadrature < 1e-12)
+
+
+def _law(draw, v, kind):
+    if kind == "dirichlet":
+        alpha = draw(st.sampled_from([0.05, 0.3, 1.0, 10.0]))
+        seed = draw(st.integers(0, 2**31 - 1))
+        x = np.random.default_rng(seed).dirichlet(np.full(v, alpha))
+    elif kind == "sparse":
+        raw = draw(st.lists(st.sampled_from([0.0, 0.0, 1e-9, 0.1, 1.0, 3.0]), min_size=v, max_size=v))
+        x = np.asarray(raw, dtype=float)
+        if x.sum() == 0:
+            x[0] = 1.0
+    elif kind == "near_deterministic":
+        x = np.full(v, 1e-7)
+        x[draw(st.integers(0, v - 1))] = 1.0
+    else:  # uniform
+        x = np.ones(v)
+    return x / x.sum()
+
+
+@st.composite
+def instances(draw, max_v=6, max_k=3):
+    v = draw(st.integers(2, max_v))
+    kinds = ["dirichlet", "sparse", "near_deterministic", "uniform"]
+    p = _law(draw, v, draw(st.sampled_from(kinds)))
+    q = _law(draw, v, draw(st.sampled_from(kinds)))
+    if draw(st.booleans()) and v >= 4:  # disjoint supports
+        low = np.arange(v) < v // 2
+        p = np.where(low, 0.0, p)
+        q = np.where(low, q, 0.0)
+        p = p / p.sum() if p.sum() > 0 else (~low) / (~low).sum()
+        q = q / q.sum() if q.sum() > 0 else low / low.sum()
+    k = draw(st.integers(1, max_k))
+    return p, q, k
+
+
+def _supported(q, k, law):
+    return law == "with_replacement" or np.count_nonzero(q > 0) >= k
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.sampled_from(LAWS))
+def test_dual_equals_lp_equals_brute_force(inst, law):
+    p, q, k = inst
+    if not _supported(q, k, law):
+        with pytest.raises(ob.InvalidInputError, match="support"):
+            ob.optimal_acceptance(p, q, k, law)
+        return
+    joint = ob.draft_joint(q, k, law)
+    dual = ob.optimal_acceptance(p, q, k, law, return_certificate=True)
+    lp = ob.optimal_acceptance_lp(p, joint)
+    brute = ob.optimal_acceptance_brute_force(p, joint)
+    assert abs(dual.value - brute.value) < AGREE
+    assert abs(lp - brute.value) < AGREE
+    # the certificate is a real minimiser: 1 + p(H*) − Q(H*) reproduces α*
+    h = dual.binding_set
+    assert abs(1 + p[h].sum() - ob.subset_mass(q, h, k, law) - brute.value) < AGREE
+
+
+@settings(max_examples=40, deadline=None)
+@given(instances(max_v=5, max_k=3))
+def test_lp_solvers_agree(inst):
+    p, q, k = inst
+    joint = ob.draft_joint(q, k, "with_replacement")
+    ref = ob.optimal_acceptance_brute_force(p, joint).value
+    for method, tol in (("highs", AGREE), ("pot", AGREE), ("cvxpy", 1e-7)):  # cvxpy: solver defaults
+        assert abs(ob.optimal_acceptance_lp(p, joint, method=method) - ref) < tol, method
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances(max_v=7, max_k=4))
+def test_prefix_theorem_without_replacement(inst):
+    """Brute-force minimum over all subsets equals the minimum over ratio-sorted prefixes."""
+    p, q, k = inst
+    if np.count_nonzero(q > 0) < k:
+        return
+    joint = ob.draft_joint(q, k, "without_replacement")
+    brute = ob.optimal_acceptance_brute_force(p, joint).value
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, p / q, np.inf)
+    order = np.argsort(ratio, kind="stable")
+    prefix_min = min(
+        p[order[:m]].sum() - _enumerated_mass(joint, order[:m]) for m in range(p.size + 1)
+    )
+    assert abs(1 + min(0.0, prefix_min) - brute) < AGREE
+
+
+def _enumerated_mass(joint, subset):
+    inside = np.zeros(joint.shape[0], dtype=bool)
+    inside[subset] = True
+    mask = inside
+    for _ in range(joint.ndim - 1):
+        mask = np.logical_and.outer(mask, inside)
+    return joint[mask].sum()
+
+
+def test_lp_plan_is_a_coupling_with_the_optimal_acceptance():
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+    joint = ob.draft_joint(q, 2, "without_replacement")
+    res = ob.optimal_acceptance_lp(p, joint, return_plan=True)
+    plan = res.plan
+    assert plan.shape == (4, 4, 4) and plan.min() >= 0
+    np.testing.assert_allclose(plan.sum(axis=-1), joint, atol=1e-12)
+    np.testing.assert_allclose(plan.sum(axis=(0, 1)), p, atol=1e-12)
+    accepted = sum(plan[a, b, y] for a, b, y in itertools.product(range(4), repeat=3) if y in (a, b))
+    assert abs(accepted - res.value) < 1e-12
+    assert abs(res.value - ob.optimal_acceptance(p, q, 2, "without_replacement")) < AGREE
+    # LP duals certify optimality: Σ Q u + Σ p v == α*, u + v >= 1 on every accepting pair
+    u, v = res.dual["drafts"], res.dual["tokens"]
+    support = res.dual["support"]
+    assert abs(joint[tuple(support.T)] @ u + p @ v - res.value) < 1e-8
+    for a, tup in enumerate(support):
+        for y in set(tup.tolist()):
+            assert u[a] + v[y] >= 1 - 1e-8
+
+
+@pytest.mark.parametrize("law", LAWS)
+def test_single_draft_is_one_minus_tv(law):
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        p, q = rng.dirichlet(np.ones(9) * 0.5), rng.dirichlet(np.ones(9) * 0.5)
+        assert abs(ob.optimal_acceptance(p, q, 1, law) - np.minimum(p, q).sum()) < 1e-12
+
+
+def test_greedy_closed_form_and_known_vectors():
+    p = np.array([0.3, 0.4, 0.3])
+    q = np.array([0.6, 0.3, 0.1])
+    # G = {a}; q' = [0, 3/4, 1/4]; α* = p(a) + min(.4, .75) + min(.3, .25) = 0.95
+    assert abs(ob.optimal_acceptance(p, q, 2, "greedy") - 0.95) < 1e-15
+    # i.i.d., K = 2: ratios a .5, b 4/3, c 3; H* = {a, b}: 1 + 0.7 − 0.9² = 0.89 (H = {a}: 0.94)
+    res = ob.optimal_acceptance(p, q, 2, return_certificate=True)
+    assert abs(res.value - 0.89) < 1e-15 and res.binding_set.tolist() == [True, True, False]
+    assert ob.optimal_acceptance(p, p, 3) == 1.0
+
+
+def test_more_drafts_never_hurt_and_without_replacement_dominates():
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        p, q = rng.dirichlet(np.ones(12) * 0.3), rng.dirichlet(np.ones(12) * 0.3)
+        wr = [ob.optimal_acceptance(p, q, k) for k in range(1, 6)]
+        wor = [ob.optimal_acceptance(p, q, k, "without_replacement") for k in range(1, 6)]
+        assert np.all(np.diff(wr) >= -1e-12) and np.all(np.diff(wor) >= -1e-12)
+        # drawing without replacement is a (coarser) garbling-free improvement on i.i.d. drafts
+        assert all(b >= a - 1e-9 for a, b in zip(wr, wor))
+
+
+def test_relaxations_bracket_the_optimum():
+    rng = np.random.default_rng(2)
+    for law in LAWS:
+        for _ in range(10):
+            p, q = rng.dirichlet(np.ones(6) * 0.4), rng.dirichlet(np.ones(6) * 0.4)
+            q = np.maximum(q, 1e-3)
+            q /= q.sum()
+            r = ob.relaxation_bounds(p, q, 3, law)
+            a = ob.optimal_acceptance(p, q, 3, law)
+            assert r.lower - 1e-12 <= a <= r.upper + 1e-12
+    incl = inclusion_probabilities(q, 3, "without_replacement")
+    joint = ob.draft_joint(q, 3, "without_replacement")
+    marg = [sum(joint[t] for t in itertools.product(range(6), repeat=3) if y in t) for y in range(6)]
+    np.testing.assert_allclose(incl, marg, atol=1e-12)
+
+
+def test_wor_mass_near_complete_sets():
+    """Q(H) when 1 − q(H) is tiny: the regime where naive quadrature returned 0 instead of 1."""
+    q = np.array([0.5, 0.3, 0.2 - 1e-13, 1e-13])
+    joint = ob.draft_joint(q, 2, "without_replacement")
+    for h in ([0, 1, 2], [0, 1], [1, 2]):
+        assert abs(ob.subset_mass(q, h, 2, "without_replacement") - _enumerated_mass(joint, h)) < 1e-12
+
+
+@pytest.mark.parametrize("law", LAWS)
+def test_batches_and_torch(law):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.ones(50) * 0.2, size=(2, 3))
+    q = rng.dirichlet(np.ones(50) * 0.2, size=(2, 3))
+    batch = ob.optimal_acceptance(p, q, 3, law)
+    assert batch.shape == (2, 3)
+    rows = [[ob.optimal_acceptance(p[i, j], q[i, j], 3, law) for j in range(3)] for i in range(2)]
+    np.testing.assert_allclose(batch, rows, atol=1e-14)
+    t = ob.optimal_acceptance(torch.tensor(p, dtype=torch.float32), torch.tensor(q, dtype=torch.float32), 3, law)
+    assert isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.shape == (2, 3)
+    np.testing.assert_allclose(t.numpy(), batch, atol=1e-6)  # float32 inputs: rows renormalised
+
+
+def test_with_replacement_matches_plain_sort_at_lm_scale():
+    from otbound.token_bounds import _with_replacement_sorted
+
+    rng = np.random.default_rng(7)
+    z = rng.standard_normal((3, 151_936)) * 2.5
+    def softmax(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    p, q = softmax(z + rng.standard_normal(z.shape)), softmax(z)
+    for k in (1, 2, 4, 8):
+        np.testing.assert_allclose(ob.optimal_acceptance(p, q, k), _with_replacement_sorted(p, q, k), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "p, q, k, law, message",
+    [
+        ([0.5, 0.6], [0.5, 0.5], 2, "with_replacement", "does not sum to 1"),
+        ([1.2, -0.2], [0.5, 0.5], 2, "with_replacement", "negative"),
+        ([np.nan, 1.0], [0.5, 0.5], 2, "with_replacement", "NaN"),
+        ([0.5, 0.5], [0.2, 0.3, 0.5], 2, "with_replacement", "same shape"),
+        ([0.5, 0.5], [0.5, 0.5], 0, "with_replacement", "at least 1"),
+        ([0.5, 0.5], [0.5, 0.5], 2.0, "with_replacement", "integer"),
+        ([0.3, 0.3, 0.4], [0.5, 0.5, 0.0], 3, "without_replacement", "exceeds the support"),
+        ([0.3, 0.3, 0.4], [1.0, 0.0, 0.0], 2, "greedy", "exceeds the support"),
+        ([0.5, 0.5], [0.5, 0.5], 2, "top_k", "unknown sampling"),
+        ([], [], 1, "with_replacement", "empty"),
+    ],
+)
+def test_bad_input_is_named(p, q, k, law, message):
+    with pytest.raises(ob.InvalidInputError, match=message):
+        ob.optimal_acceptance(np.asarray(p), np.asarray(q), k, law)
+
+
+def test_bad_joint_law():
+    with pytest.raises(ob.InvalidInputError, match="shape"):
+        ob.optimal_acceptance_lp([0.5, 0.5], np.ones((3, 3)) / 9)
+    with pytest.raises(ob.InvalidInputError, match="does not sum to 1"):
+        ob.optimal_acceptance_lp([0.5, 0.5], np.ones((2, 2)))
+    with pytest.raises(ob.InvalidInputError, match="V <= 20"):
+        ob.optimal_acceptance_brute_force(np.ones(21) / 21, np.ones(21) / 21)
+
+
+def test_sampled_drafts_follow_their_law():
+    from scipy.stats import chisquare
+
+    q = np.array([0.4, 0.3, 0.2, 0.1])
+    for law in LAWS:
+        joint = ob.draft_joint(q, 2, law)
+        drafts = ob.sample_drafts(q, 2, law, size=200_000, rng=11)
+        counts = np.bincount(drafts[:, 0] * 4 + drafts[:, 1], minlength=16)
+        keep = joint.ravel() > 0
+        assert counts[~keep].sum() == 0
+        assert chisquare(counts[keep], joint.ravel()[keep] * counts.sum()).pvalue > 1e-3
