@@ -16,6 +16,7 @@ from otbound.token_bounds import (
 )
 
 # --- verifiers (token level) ---
+from otbound.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 # --- end verifiers ---
 
 # --- block level ---

@@ -240,14 +240,17 @@ def test_bad_joint_law():
         ob.optimal_acceptance_brute_force(np.ones(21) / 21, np.ones(21) / 21)
 
 
-def test_sampled_drafts_follow_their_law():
+@pytest.mark.parametrize("q, k", [([0.4, 0.3, 0.2, 0.1], 2), ([0.97, 0.01, 0.01, 0.01], 3)])
+def test_sampled_drafts_follow_their_law(q, k):
+    """Chi-square of 2e5 sampled tuples against draft_joint (the peaked q exercises the fallback
+    of the rejection sampler without replacement)."""
     from scipy.stats import chisquare
 
-    q = np.array([0.4, 0.3, 0.2, 0.1])
+    q = np.asarray(q)
     for law in LAWS:
-        joint = ob.draft_joint(q, 2, law)
-        drafts = ob.sample_drafts(q, 2, law, size=200_000, rng=11)
-        counts = np.bincount(drafts[:, 0] * 4 + drafts[:, 1], minlength=16)
-        keep = joint.ravel() > 0
+        joint = ob.draft_joint(q, k, law).ravel()
+        drafts = ob.sample_drafts(q, k, law, size=200_000, rng=11)
+        counts = np.bincount(np.ravel_multi_index(drafts.T, (4,) * k), minlength=4**k)
+        keep = joint > 0
         assert counts[~keep].sum() == 0
-        assert chisquare(counts[keep], joint.ravel()[keep] * counts.sum()).pvalue > 1e-3
+        assert chisquare(counts[keep], joint[keep] * counts.sum()).pvalue > 1e-3, law

@@ -1,0 +1,188 @@
+"""Token-level verifiers: registry, public API, input validation, and an adversarial property test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import otbound
+from otbound import InvalidInputError, VERIFIERS, draft_joint, optimal_acceptance, sample_drafts
+from otbound.verifiers import NaiveVerifier, OTVerifier, run
+from otbound.verifiers import _ot
+
+P = np.array([0.1, 0.2, 0.3, 0.4])
+Q = np.array([0.4, 0.3, 0.2, 0.1])
+
+
+def test_registry():
+    assert set(VERIFIERS) == {"nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is", "ot"}
+    assert otbound.VERIFIERS is otbound.verifiers.VERIFIERS
+    assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
+    laws = {k: v.sampling for k, v in VERIFIERS.items()}
+    assert laws["rrs_wor"] == "without_replacement"
+    assert laws["greedy"] == laws["spechub"] == "greedy"
+    assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "ot")} == {"with_replacement"}
+    assert VERIFIERS["spechub"].max_drafts == 2
+    assert all(v.max_drafts is None for k, v in VERIFIERS.items() if k != "spechub")
+
+
+def test_sample_result_and_reproducibility():
+    for name, v in VERIFIERS.items():
+        drafts = sample_drafts(Q, 2, v.sampling, 1000, 0)
+        a = v.sample(P, Q, drafts, 5)
+        b = v.sample(P, Q, drafts, np.random.default_rng(5))
+        assert isinstance(a, otbound.VerifierSample)
+        assert a.tokens.dtype == np.int64 and a.tokens.shape == (1000,)
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.accepted, (a.tokens[:, None] == drafts).any(axis=1))
+        empty = v.sample(P, Q, drafts[:0], 0)
+        assert empty.tokens.shape == (0,) and empty.accepted.shape == (0,)
+
+
+def test_conditional_law_single_row_and_batch():
+    for v in VERIFIERS.values():
+        drafts = sample_drafts(Q, 2, v.sampling, 5, 1)
+        batch = v.conditional_law(P, Q, drafts)
+        assert batch.shape == (5, 4)
+        for i in range(5):
+            np.testing.assert_allclose(v.conditional_law(P, Q, drafts[i]), batch[i], atol=0)
+
+
+def test_run_result():
+    res = run("kseq", P, Q, 3, 5000, 0)
+    assert isinstance(res, otbound.VerifierRun)
+    assert res.num_samples == 5000 and res.drafts.shape == (5000, 3)
+    assert res.ci_low <= res.acceptance <= res.ci_high and res.confidence == 0.95
+    res2 = run(VERIFIERS["kseq"], P, Q, 3, 5000, 0)
+    np.testing.assert_array_equal(res.sample.tokens, res2.sample.tokens)
+
+
+def test_torch_inputs():
+    v = VERIFIERS["rrs"]
+    drafts = sample_drafts(Q, 2, "with_replacement", 50, 0)
+    a = v.sample(torch.tensor(P), torch.tensor(Q), torch.tensor(drafts), 3)
+    b = v.sample(P, Q, drafts, 3)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert v.acceptance(torch.tensor(P), torch.tensor(Q), 2) == v.acceptance(P, Q, 2)
+
+
+def test_other_draft_laws_for_nss_and_ot():
+    for sampling in ("without_replacement", "greedy"):
+        for v in (NaiveVerifier(sampling), OTVerifier(sampling)):
+            assert v.sampling == sampling
+            res = run(v, P, Q, 2, 2000, 0)
+            assert res.drafts.shape == (2000, 2)
+    with pytest.raises(InvalidInputError, match="unknown sampling"):
+        NaiveVerifier("top_k")
+
+
+def test_acceptance_none_or_error_when_too_large():
+    r = np.random.default_rng(0)
+    p, q = r.dirichlet(np.ones(100)), r.dirichlet(np.ones(100))
+    assert VERIFIERS["rrs_wor"].acceptance(p, q, 3) is None  # 100^3 tuples: not enumerated
+    assert VERIFIERS["rrs"].acceptance(p, q, 3) is not None  # closed form at any size
+    with pytest.raises(InvalidInputError, match="LP plan"):
+        VERIFIERS["ot"].acceptance(p, q, 3)
+    p, q = r.dirichlet(np.ones(1000)), r.dirichlet(np.ones(1000))
+    with pytest.raises(InvalidInputError, match="selected-token law"):
+        VERIFIERS["khisti_is"].acceptance(p, q, 3)
+
+
+def test_ot_plan_cache():
+    v = OTVerifier()
+    p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+    assert v._prepare(p, q, 2) is v._prepare(p, q, 2)
+    for i in range(_ot.CACHE_SIZE + 3):
+        pp = np.array([i + 1.0, 1.0]) / (i + 2.0)
+        v._prepare(pp, q, 1)
+    assert len(v._cache) == _ot.CACHE_SIZE
+
+
+@pytest.mark.parametrize(
+    "p, q, match",
+    [
+        ([0.5, 0.6, -0.1, 0.0], Q, "negative"),
+        ([0.5, 0.6, 0.1, 0.0], Q, "sum to 1"),
+        (P, [0.5, 0.5], "same shape"),
+        (np.tile(P, (2, 1)), np.tile(Q, (2, 1)), "1-D"),
+        ([np.nan, 0.5, 0.5, 0.0], Q, "NaN"),
+    ],
+)
+def test_bad_laws(p, q, match):
+    for v in VERIFIERS.values():
+        with pytest.raises(InvalidInputError, match=match):
+            v.sample(p, q, np.zeros((1, 1), dtype=np.int64), 0)
+        with pytest.raises(InvalidInputError, match=match):
+            v.acceptance(p, q, 1)
+
+
+@pytest.mark.parametrize(
+    "name, drafts, match",
+    [
+        ("rrs", np.array([[0.0, 1.0]]), "integer"),
+        ("rrs", np.array([0, 1]), r"shape \(n, K\)"),
+        ("rrs", np.array([[0, 4]]), "not a token id"),
+        ("rrs", np.array([[-1, 0]]), "not a token id"),
+        ("rrs", np.zeros((3, 0), dtype=np.int64), "at least 1"),
+        ("rrs_wor", np.array([[2, 2]]), "repeats a token"),
+        ("greedy", np.array([[1, 2]]), "greedy-law tuple"),
+        ("greedy", np.array([[0, 0]]), "greedy-law tuple"),
+        ("spechub", np.array([[0, 1, 2]]), "at most 2 drafts"),
+        ("rrs_wor", np.array([[0, 1, 2, 3, 0]]), "exceeds the support"),
+    ],
+)
+def test_bad_drafts(name, drafts, match):
+    with pytest.raises(InvalidInputError, match=match):
+        VERIFIERS[name].sample(P, Q, drafts, 0)
+
+
+def test_drafts_outside_the_draft_law():
+    q0 = np.array([0.5, 0.5, 0.0, 0.0])
+    for name in ("rrs", "kseq", "khisti_is", "ot", "nss"):
+        with pytest.raises(InvalidInputError, match="q = 0"):
+            VERIFIERS[name].conditional_law(P, q0, [0, 2])
+
+
+def test_bad_num_drafts_and_run_arguments():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InvalidInputError, match="num_drafts"):
+            VERIFIERS["rrs"].acceptance(P, Q, bad)
+    with pytest.raises(InvalidInputError, match="at most 2 drafts"):
+        VERIFIERS["spechub"].acceptance(P, Q, 3)
+    with pytest.raises(InvalidInputError, match="exceeds the support"):
+        VERIFIERS["greedy"].acceptance(P, np.array([1.0, 0, 0, 0]), 2)
+    with pytest.raises(InvalidInputError, match="unknown verifier"):
+        run("specinfer", P, Q, 2, 10)
+    with pytest.raises(InvalidInputError, match="positive integer"):
+        run("rrs", P, Q, 2, 0)
+    with pytest.raises(InvalidInputError, match="confidence"):
+        run("rrs", P, Q, 2, 10, confidence=1.5)
+    with pytest.raises(InvalidInputError, match="Verifier"):
+        run(object(), P, Q, 2, 10)
+
+
+@st.composite
+def _pair(draw):
+    v = draw(st.integers(2, 5))
+    raw = st.lists(st.sampled_from([0.0, 0.0, 1e-9, 0.01, 0.3, 1.0, 5.0]), min_size=v, max_size=v)
+    p = np.array(draw(raw.filter(lambda x: sum(x) > 0)))
+    q = np.array(draw(raw.filter(lambda x: sum(x) > 0)))
+    return p / p.sum(), q / q.sum(), draw(st.integers(1, 3))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(_pair())
+def test_property_exact_losslessness_and_bound(case):
+    """Adversarial small laws (zeros, 1e-9 masses): every verifier is exactly lossless and stays ≤ α*."""
+    p, q, k = case
+    for v in VERIFIERS.values():
+        if (v.max_drafts and k > v.max_drafts) or (v.sampling != "with_replacement" and k > np.count_nonzero(q)):
+            continue
+        joint = draft_joint(q, k, v.sampling)
+        idx = np.argwhere(joint > 0)
+        laws = v.conditional_law(p, q, idx)
+        np.testing.assert_allclose(joint[tuple(idx.T)] @ laws, p, atol=1e-12)
+        assert v.acceptance(p, q, k) <= optimal_acceptance(p, q, k, v.sampling) + 1e-9
