@@ -20,9 +20,25 @@ from otbound.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 # --- end verifiers ---
 
 # --- block level ---
+from otbound.block_bounds import BlockBound, BlockBracket, block_bound, block_bound_bracket
+from otbound.block_models import (
+    BlockModel,
+    context_free_model,
+    dirichlet_model,
+    mixture_model,
+    prefix_law,
+    sample_blocks,
+    sequence_probability,
+    shifted_model,
+    tabulated_model,
+    zipf_model,
+)
+from otbound.block_verifiers import BLOCK_VERIFIERS, BlockSample
 # --- end block level ---
 
 # --- objectives ---
+from otbound import objectives
+from otbound.objectives import DrafterObjective, expected_accepted_length
 # --- end objectives ---
 
 __version__ = "0.1.0"

@@ -149,6 +149,9 @@ def parse_args(argv=None):
     ap.add_argument("--vocab-size", type=int, default=24, help="synthetic vocabulary size")
     ap.add_argument("--instances", type=int, default=16, help="synthetic (p, q) pairs per (family, T)")
     ap.add_argument("--mc-samples", type=int, default=20_000, help="Monte Carlo samples where no exact acceptance exists")
+    ap.add_argument("--block-drafts", type=int, nargs="+", default=[1, 2, 3], help="K values of the block section")
+    ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
+    ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -165,7 +168,7 @@ def main(argv=None) -> Path:
     if args.block:
         from otbound._report_block import block_section
 
-        block_rows, fig = block_section(seed=args.seed)
+        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed)
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows
         sections.append(_block_markdown(block_rows))
