@@ -1,9 +1,9 @@
 """Report rows, tables (Hu et al. 2502.18779 Table 1 layout) and the report.md / report.json writer.
 
 A *row* is a dict with at least ``dataset``, ``temperature``, ``num_drafts``, ``sampling``,
-``verifier`` (``"optimal"`` for the bound α* of that law), ``acceptance``, ``optimal`` (α* of the
-verifier's law), ``positions`` (how many (p, q) pairs were averaged); optional ``ci`` (half width of
-the 95% interval over positions), ``efficiency`` (acceptance / optimal), ``method`` ("exact" or
+``verifier`` (``"optimal"`` for the bound α* of that law), ``acceptance`` (None: skipped),
+``optimal`` (α* of the verifier's law), ``positions`` (how many (p, q) pairs were averaged);
+optional ``ci`` or ``acceptance_ci`` (half width of the 95% interval), ``efficiency`` (acceptance / optimal), ``method`` ("exact" or
 "monte-carlo (n samples)").
 """
 
@@ -26,9 +26,12 @@ def mean_ci(values) -> tuple[float, float]:
 
 
 def _cell(row) -> str:
+    if row["acceptance"] is None:
+        return "n/a"
     s = f"{row['acceptance']:.4f}"
-    if row.get("ci"):
-        s += f" ± {row['ci']:.4f}"
+    ci = row.get("ci", row.get("acceptance_ci"))
+    if ci:
+        s += f" ± {ci:.4f}"
     if row["verifier"] != "optimal" and row.get("optimal"):
         s += f" ({100 * row['acceptance'] / row['optimal']:.1f}%)"
     return s
