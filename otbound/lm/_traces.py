@@ -1,0 +1,215 @@
+"""Token-level traces: target-sampled continuations with the target's and draft's laws at every
+position, stored so that every bound and verifier reruns exactly without the models.
+
+Collection, per prompt and temperature ``T`` (theory.md §0: T applies to both models):
+
+1. sample a continuation ``y_1..y_n`` from the target at ``T`` (batched over prompts, KV cache;
+   stops at an end-of-sequence token, which is kept, or after ``max_new_tokens``). The target's
+   logits ``ℓ^p_t`` at each step, the very logits ``y_t`` was drawn from, are kept: they are the
+   target's conditional given the prefix, as a teacher-forced pass would give (up to float
+   rounding of the two computation orders, ~1e-6 in fp32), without paying for that pass;
+2. one teacher-forced forward of the draft over prompt + continuation (batched) gives the draft
+   logits ``ℓ^q_t`` at the same positions.
+
+Format ``otbound-trace-1``: one safetensors file per (prompt, T) at
+``<out>/<dataset>/T<T>/<prompt id>.safetensors`` holding
+
+=================  ==========================  =============================================
+tensor             shape, dtype                meaning
+=================  ==========================  =============================================
+``tokens``         (prompt_length + n,) int32  prompt ids then the sampled continuation
+``target_logits``  (n, V) float32 or float16   target logits at each continuation position
+``draft_logits``   (n, V) float32 or float16   draft logits at the same positions
+=================  ==========================  =============================================
+
+and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
+SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
+logits divided by T (:func:`otbound.lm.laws64`), computed identically on every read, so each row
+sums to 1 up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``); storing float32
+softmax rows instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
+(float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
+float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from otbound._validation import InvalidInputError
+from otbound.lm import _store
+from otbound.lm._decode import laws64, sample_continuations, stop_token_ids, teacher_forced_logits
+from otbound.lm._prompts import encode_prompt
+
+TRACE_FORMAT = "otbound-trace-1"
+
+
+@dataclass
+class TraceRecord:
+    """One stored trace. ``p``/``q``: float64 laws (positions × V) of target and draft."""
+
+    prompt_id: str
+    dataset: str
+    temperature: float
+    tokens: np.ndarray
+    prompt_length: int
+    target_logits: np.ndarray = field(repr=False)
+    draft_logits: np.ndarray = field(repr=False)
+    meta: dict = field(default_factory=dict, repr=False)
+    path: Path | None = None
+
+    @property
+    def positions(self) -> int:
+        return int(self.target_logits.shape[0])
+
+    @property
+    def continuation(self) -> np.ndarray:
+        return self.tokens[self.prompt_length:]
+
+    @cached_property
+    def p(self) -> np.ndarray:
+        return laws64(self.target_logits, self.temperature)
+
+    @cached_property
+    def q(self) -> np.ndarray:
+        return laws64(self.draft_logits, self.temperature)
+
+
+def _check_temperatures(temperatures) -> list[float]:
+    ts = [float(t) for t in np.atleast_1d(temperatures)]
+    bad = [t for t in ts if not (np.isfinite(t) and t > 0)]
+    if bad or not ts:
+        raise InvalidInputError(
+            f"temperatures must be finite and > 0 (greedy is not a law), got {np.atleast_1d(temperatures).tolist()}"
+        )
+    return ts
+
+
+def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
+    return {"pair": pair.name, "sources": pair.sources, "model_dtype": str(pair.dtype).removeprefix("torch."),
+            "max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype,
+            "vocab_size": int(pair.vocab_size)}
+
+
+def trace_path(out, prompt, temperature) -> Path:
+    return Path(out) / _store.safe_name(prompt.dataset) / _store.temperature_dir(temperature) / (
+        _store.safe_name(prompt.id) + ".safetensors")
+
+
+def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: int = 64,
+                   batch_size: int | None = None, seed: int = 0, logits_dtype: str = "float32",
+                   progress: bool = True) -> list[Path]:
+    """Collect (or resume) the traces of ``prompts`` for each temperature into folder ``out``.
+
+    ``pair``: a :class:`ModelPair` (or a callable returning one, called only if some trace is
+    missing, so a finished run needs no model). Existing trace files are kept and their
+    configuration checked against this call: a different seed, ``max_new_tokens`` or
+    ``logits_dtype`` raises instead of mixing runs, and so do a different pair or model dtype
+    whenever the pair is loaded (some trace missing). ``batch_size``: prompts per batch (default
+    4 on CPU, 32 on CUDA). Returns the paths of all requested traces, in (temperature, prompt)
+    order.
+    """
+    import torch
+
+    temps = _check_temperatures(temperatures)
+    if logits_dtype not in _store.STORE_DTYPES:
+        raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES}, got {logits_dtype!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InvalidInputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    ids = [p.id for p in prompts]
+    if len(set((p.dataset, p.id) for p in prompts)) != len(prompts):
+        raise InvalidInputError(f"prompt ids must be unique within a dataset, got {ids}")
+    paths = [[trace_path(out, p, t) for p in prompts] for t in temps]
+    todo = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if not path.exists()]
+    config = {"max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype}
+    if todo:
+        pair = pair() if callable(pair) else pair
+        config = _config(pair, max_new_tokens, seed, logits_dtype)
+    for row in paths:
+        for path in row:
+            if path.exists():
+                _check_config(path, config)
+    if not todo:
+        return [path for row in paths for path in row]
+    bs = batch_size or (32 if pair.device.type == "cuda" else 4)
+    stops = stop_token_ids(pair.tokenizer, pair.target)
+    bar = _bar(len(todo), "traces", progress)
+    n_pos, t0 = 0, time.perf_counter()
+    for temp in temps:
+        # batches of similar prompt lengths: left padding then wastes little compute
+        mine = sorted(((p, path, encode_prompt(pair.tokenizer, p)) for t, p, path in todo if t == temp),
+                      key=lambda item: len(item[2]))
+        for start in range(0, len(mine), bs):
+            chunk = [(p, path) for p, path, _ in mine[start:start + bs]]
+            encoded = [enc for _, _, enc in mine[start:start + bs]]
+            batch_seed = zlib.crc32(f"{seed}|{temp!r}|{chunk[0][0].dataset}|{chunk[0][0].id}".encode())
+            gen = torch.Generator(device=pair.device).manual_seed(batch_seed)
+            conts, tl = sample_continuations(pair.target, encoded, temperature=temp, max_new_tokens=max_new_tokens,
+                                             vocab_size=pair.vocab_size, stop_ids=stops, generator=gen)
+            dl = teacher_forced_logits(pair.draft, encoded, conts, vocab_size=pair.vocab_size)
+            for (prompt, path), enc, cont, lt, ld in zip(chunk, encoded, conts, tl, dl):
+                meta = dict(config, format=TRACE_FORMAT, prompt_id=prompt.id, dataset=prompt.dataset,
+                            temperature=temp, prompt_length=len(enc), batch_seed=batch_seed,
+                            stopped=bool(cont and cont[-1] in stops))
+                _store.write_atomic(path, {
+                    "tokens": np.asarray(enc + cont, dtype=np.int32),
+                    "target_logits": _store.to_store(lt, logits_dtype),
+                    "draft_logits": _store.to_store(ld, logits_dtype),
+                }, meta)
+                n_pos += len(cont)
+            bar.update(len(chunk))
+            bar.set_postfix(pos_per_s=f"{n_pos / (time.perf_counter() - t0):.1f}")
+    bar.close()
+    return [path for row in paths for path in row]
+
+
+def _check_config(path: Path, config: dict) -> None:
+    meta = _store.read_meta(path)
+    diff = {k: (meta.get(k), v) for k, v in config.items() if meta.get(k) != v}
+    if diff:
+        raise InvalidInputError(
+            f"{path} was collected with a different configuration {diff} (stored, requested); "
+            f"write to another folder or delete it"
+        )
+
+
+def _bar(total, desc, progress):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="prompt", disable=not progress, file=sys.stderr)
+
+
+def load_traces(path, *, dataset: str | None = None, temperature: float | None = None):
+    """Yield the :class:`TraceRecord` of a trace file, or of every trace under a folder (sorted by
+    path), optionally only those of ``dataset`` / ``temperature``."""
+    for file in _files(path, TRACE_FORMAT):
+        tensors, meta = _store.read(file)
+        if dataset is not None and meta["dataset"] != dataset:
+            continue
+        if temperature is not None and float(meta["temperature"]) != float(temperature):
+            continue
+        yield TraceRecord(meta["prompt_id"], meta["dataset"], float(meta["temperature"]),
+                          tensors["tokens"].astype(np.int64), int(meta["prompt_length"]),
+                          tensors["target_logits"], tensors["draft_logits"], meta, file)
+
+
+def _files(path, fmt: str):
+    path = Path(path)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(path.rglob("*.safetensors"))
+    else:
+        raise InvalidInputError(f"no trace file or folder at {path}")
+    for f in files:
+        meta = _store.read_meta(f)
+        if meta.get("format") == fmt:
+            yield f
+        elif path.is_file():
+            raise InvalidInputError(f"{f} is not an {fmt} file (format {meta.get('format')!r})")
