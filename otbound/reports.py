@@ -46,7 +46,8 @@ def main_table(rows, temperature, num_drafts) -> str:
     datasets = list(dict.fromkeys(r["dataset"] for r in sel))
     names = []
     for law in dict.fromkeys(r["sampling"] for r in sel):
-        names.append((law, "optimal"))
+        if law is not None:  # law None: verifiers skipped at this K (acceptance None)
+            names.append((law, "optimal"))
         names += [(law, v) for v in dict.fromkeys(r["verifier"] for r in sel if r["sampling"] == law) if v != "optimal"]
     lookup = {(r["sampling"], r["verifier"], r["dataset"]): r for r in sel}
     lines = [
@@ -54,7 +55,7 @@ def main_table(rows, temperature, num_drafts) -> str:
         "|---" * (len(datasets) + 1) + "|",
     ]
     for law, v in names:
-        label = f"**optimal ({law})**" if v == "optimal" else f"{v} ({law})"
+        label = f"**optimal ({law})**" if v == "optimal" else f"{v} ({law or 'skipped'})"
         cells = [_cell(lookup[(law, v, d)]) if (law, v, d) in lookup else "—" for d in datasets]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
