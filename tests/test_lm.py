@@ -90,7 +90,8 @@ def chi2_pvalue(tokens, law):
 
 def unpadded_logits(model, tokens, start):
     """Logits at positions start-1 .. len-2 of one unpadded forward (the reference)."""
-    return model(torch.as_tensor(tokens)[None]).logits[0, start - 1:-1].numpy()
+    with torch.no_grad():
+        return model(torch.as_tensor(tokens)[None]).logits[0, start - 1:-1].numpy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +191,9 @@ def test_load_pair_bad_input(tmp_path):
         load_pair("no-such-pair")
     with pytest.raises(InvalidInputError, match="dtype"):
         load_pair("qwen2.5-coder", dtype="int8")
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidInputError, match="no CUDA device"):
+            load_pair("qwen2.5-coder", device="cuda")
     with pytest.raises(ModelUnavailableError, match="neither a local folder"):
         load_pair((tmp_path / "missing-a", tmp_path / "missing-b"), device="cpu", progress=False)
 
@@ -476,6 +480,8 @@ def test_aggregate_rows():
 
 
 def test_run_real_report_end_to_end_and_resume(pair, tmp_path):
+    import shutil
+
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in ["def f(", "hello", "x = 1", "abc"]))
     kwargs = dict(datasets=[data], num_prompts=3, max_new_tokens=5, temperatures=(0.8,), num_drafts=(3,),
@@ -485,11 +491,12 @@ def test_run_real_report_end_to_end_and_resume(pair, tmp_path):
     for r in rows:
         assert {"dataset", "temperature", "num_drafts", "sampling", "verifier", "acceptance", "optimal",
                 "positions", "acceptance_ci", "efficiency"} <= set(r)
-        assert r["dataset"] == "mine" and r["prompts"] == 3
+        assert r["dataset"] == "mine" and r["prompts"] == 3 and r["model_dtype"] == "float32"
     assert json.loads((tmp_path / "out" / "rows.json").read_text()) == json.loads(json.dumps(rows))
 
     def never():
         raise AssertionError("resume must not load models")
 
+    shutil.rmtree(tmp_path / "out" / "measure")  # recompute in this process, from the stored traces
     again = run_real_report(never, **kwargs)
     assert json.loads(json.dumps(again)) == json.loads(json.dumps(rows))

@@ -148,8 +148,9 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
         key = f"{record.dataset}|{record.prompt_id}|{record.temperature!r}"
         rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
         ts = np.sort(rng.choice(record.positions, size=m, replace=False))
-        layers_d = prefix_cache(pair.draft, record.tokens[:-1])
-        layers_t = prefix_cache(pair.target, record.tokens[:-1])
+        upto = record.prompt_length + int(ts[-1])  # the caches need tokens[:prompt_length + t - 1]
+        layers_d = prefix_cache(pair.draft, record.tokens[:upto])
+        layers_t = prefix_cache(pair.target, record.tokens[:upto])
         drafts, dl, tl = [], [], []
         for t in ts:
             d, q_logits = _draw_blocks(pair, record, int(t), layers_d, k, block_length, logits_dtype, rng)

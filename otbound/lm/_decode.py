@@ -11,9 +11,12 @@ import numpy as np
 
 
 def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
-    """``model(...)`` logits. The cache goes in as the 4th positional argument, which is
-    ``past_key_values`` in transformers 4.x and ``cache`` in 5.x; it is updated in place."""
-    return model(ids, mask, pos, cache, use_cache=cache is not None, logits_to_keep=keep).logits
+    """``model(...)`` logits, without autograd. The cache goes in as the 4th positional argument,
+    which is ``past_key_values`` in transformers 4.x and ``cache`` in 5.x; it is updated in place."""
+    import torch
+
+    with torch.no_grad():
+        return model(ids, mask, pos, cache, use_cache=cache is not None, logits_to_keep=keep).logits
 
 
 def left_pad(seqs, device, pad_id: int = 0):

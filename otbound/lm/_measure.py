@@ -9,8 +9,9 @@ Per position ``t`` (laws ``p_t``, ``q_t`` of a trace, temperature already applie
   (``verifier.acceptance``) when it has one, else a Monte Carlo estimate from ``mc_samples`` draft
   tuples (:func:`otbound.sample_drafts`) run through ``verifier.sample``. (Averaging the exact
   conditional acceptance ``P(Y ∈ x̄ | x̄)`` of ``verifier.conditional_law`` instead cost twice as
-  much per draw on the real pair, for estimates about as spread.) A verifier that refuses the input (e.g. K above its ``max_drafts``, or V too large for an
-  LP-based one) is skipped with its reason recorded.
+  much per draw on the real pair, for estimates about as spread.) A verifier that refuses the
+  input (e.g. K above its ``max_drafts``, or V too large for an LP-based one) is skipped with
+  its reason recorded.
 
 Aggregation (:func:`aggregate`): means over all positions of a (dataset, T, K) cell. Positions of
 one prompt are correlated, so the 95% CI is cluster-robust with prompts as clusters:

@@ -42,9 +42,12 @@ def resolve_device(device="auto"):
     if device == "auto" or device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InvalidInputError(f"device must be 'auto', 'cpu', 'cuda[:n]' or a torch.device, got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError(f"device {device!r} asked for, but torch sees no CUDA device here")
+    return dev
 
 
 def cpu_has_bf16() -> bool:
@@ -91,8 +94,6 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
     Errors: :class:`ModelUnavailableError` (missing offline, download impossible),
     :class:`HashMismatchError` (reassembled GGUF with the wrong SHA-256), InvalidInputError.
     """
-    import torch
-
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if isinstance(name_or_ids, str):
@@ -129,7 +130,6 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
         raise TokenizerMismatchError(
             f"logit widths {widths} (draft, target) do not cover the tokenizer's {len(tok_t)} tokens"
         )
-    torch.set_grad_enabled(False)
     return ModelPair(pair_name, draft, target, tok_t, dev, dt, vocab, sources, seconds)
 
 
@@ -196,9 +196,9 @@ def random_pair(draft="qwen2.5-coder-0.5b", target="qwen2.5-coder-1.5b", *, voca
         fields = QWEN_SHAPES[shape] if isinstance(shape, str) else dict(shape)
         cfg = Qwen2Config(vocab_size=vocab_size, rope_theta=1e6, tie_word_embeddings=False,
                           max_position_embeddings=32768, bos_token_id=None, eos_token_id=None, **fields)
-        torch.manual_seed(seed + i)
-        models.append(AutoModelForCausalLM.from_config(cfg, dtype=dt).to(dev).eval())
-    torch.set_grad_enabled(False)
+        with torch.random.fork_rng(devices=[]):  # seeded init, caller's RNG state untouched
+            torch.manual_seed(seed + i)
+            models.append(AutoModelForCausalLM.from_config(cfg, dtype=dt).to(dev).eval())
     names = [d if isinstance(d, str) else "custom" for d in (draft, target)]
     return ModelPair(f"random:{names[0]}->{names[1]}", models[0], models[1], None, dev, dt, vocab_size,
                      {"draft": {"id": f"random:{names[0]}", "seed": seed},

@@ -22,11 +22,12 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     ``<out>/measure``) and return the rows of :func:`otbound.lm.aggregate` (also written to
     ``<out>/rows.json``).
 
-    ``pair``: a registered pair name, a ``(draft, target)`` pair of ids/paths, or a loaded
-    :class:`ModelPair`; it is loaded only if some trace is missing, so a rerun over finished traces
-    needs no model. ``datasets``: shipped names or JSONL paths; the first ``num_prompts`` of each.
-    ``mc_samples``: draft tuples per position for verifiers without an exact acceptance (their
-    per-position noise averages out over the positions and is inside the CI).
+    ``pair``: a registered pair name, a ``(draft, target)`` pair of ids/paths, a loaded
+    :class:`ModelPair` or a callable returning one; it is loaded only if some trace is missing, so
+    a rerun over finished traces needs no model. ``datasets``: shipped names or JSONL paths; the
+    first ``num_prompts`` of each. ``mc_samples``: draft tuples per position for verifiers without
+    an exact acceptance (their per-position noise averages out over the positions and is inside
+    the CI).
     ``dtype``: model dtype; ``"auto"`` is bfloat16 on CUDA and on CPUs with native bfloat16, else
     float32 (see :func:`otbound.lm._models.resolve_dtype`). Each row records it as ``model_dtype``.
     """
@@ -39,8 +40,8 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
             return load_pair(pair, device=device, dtype=dtype, progress=progress)
     paths = collect_traces(loader, prompts, out / "traces", temperatures=temperatures, max_new_tokens=max_new_tokens,
                            batch_size=batch_size, seed=seed, progress=progress)
-    results = []
     bar = _bar(len(paths), "measure", progress)
+    results = []
     for path in paths:
         (record,) = load_traces(path)
         results.append(measure_trace(record, num_drafts, verifiers=verifiers, samplings=samplings,
@@ -52,6 +53,6 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     tmp.write_text(json.dumps(rows, indent=1))
     os.replace(tmp, out / "rows.json")
     if progress:
-        print(f"otbound: {len(rows)} rows from {sum(r['positions'] for r in results)} positions -> {out / 'rows.json'}",
-              file=sys.stderr)
+        n = sum(r["positions"] for r in results)
+        print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
     return rows

@@ -112,7 +112,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     configuration checked against this call: a different seed, ``max_new_tokens`` or
     ``logits_dtype`` raises instead of mixing runs, and so do a different pair or model dtype
     whenever the pair is loaded (some trace missing). ``batch_size``: prompts per batch (default
-    4 on CPU, 32 on CUDA). Returns the paths of all requested traces, in (temperature, prompt)
+    8 on CPU, 32 on CUDA). Returns the paths of all requested traces, in (temperature, prompt)
     order.
     """
     import torch
@@ -137,7 +137,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
                 _check_config(path, config)
     if not todo:
         return [path for row in paths for path in row]
-    bs = batch_size or (32 if pair.device.type == "cuda" else 4)
+    bs = batch_size or (32 if pair.device.type == "cuda" else 8)
     stops = stop_token_ids(pair.tokenizer, pair.target)
     bar = _bar(len(todo), "traces", progress)
     n_pos, t0 = 0, time.perf_counter()
