@@ -22,6 +22,7 @@ import scipy.sparse
 
 from otbound._block_lp import solve_lp
 from otbound._block_tree import BlockTree
+from otbound._ot import emd
 from otbound._validation import InvalidInputError
 
 MAX_PLAIN_VARIABLES = 30_000_000
@@ -107,8 +108,6 @@ def lcp_matrix(tree: BlockTree) -> np.ndarray:
 
 def joint_ot_emd(tree: BlockTree, num_drafts: int, *, return_plan: bool = False):
     """U_joint by network simplex between multisets of K draft blocks and target blocks."""
-    import ot
-
     tuples, probs = draft_tuples(tree, num_drafts, exchangeable=True)
     p = tree.p_path[tree.level(tree.block_len)]
     if tuples.shape[0] * p.size > MAX_EMD_ENTRIES:
@@ -117,6 +116,6 @@ def joint_ot_emd(tree: BlockTree, num_drafts: int, *, return_plan: bool = False)
     reward = lcp[tuples[:, 0]]
     for j in range(1, tuples.shape[1]):
         reward = np.maximum(reward, lcp[tuples[:, j]])
-    plan = ot.emd(probs / probs.sum(), p / p.sum(), -reward.astype(np.float64), numItermax=10_000_000)
+    plan = emd(probs / probs.sum(), p / p.sum(), -reward.astype(np.float64))
     value = float((plan * reward).sum())
     return (value, tuples, plan) if return_plan else value

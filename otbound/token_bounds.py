@@ -34,6 +34,7 @@ import scipy.sparse
 
 from otbound import _wor
 from otbound._backend import to_numpy, wrap_like
+from otbound._ot import EMD_MAX_ITER, emd
 from otbound._validation import (
     InvalidInputError,
     as_law,
@@ -595,13 +596,14 @@ def _membership_edges(joint: np.ndarray):
 _HIGHS_TOL = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
-def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: str = "highs"):
+def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: str = "highs", max_iter: int = EMD_MAX_ITER):
     """α*(p, Q) by the primal LP for an explicit joint draft law ``draft_joint`` of shape (V,)*K.
 
     Only accepting pairs (x̄, y ∈ x̄) are variables (the rest of the plan is slack):
     max Σ π_e s.t. Σ_{y∈x̄} π(x̄, y) ≤ Q(x̄), Σ_{x̄∋y} π(x̄, y) ≤ p(y), π ≥ 0 — a bipartite
     max-flow. ``method``: "highs" (scipy.optimize.linprog, sparse), "cvxpy", or "pot" (network
-    simplex ``ot.emd`` on the dense cost 1[y ∉ x̄]). With ``return_plan=True`` a
+    simplex ``ot.emd`` on the dense cost 1[y ∉ x̄], at most ``max_iter`` pivots: a non-optimal exit
+    raises ``RuntimeError`` rather than returning a low value). With ``return_plan=True`` a
     :class:`TokenBound` with the full plan π*(x̄, y) (accepting part plus an independent coupling
     of the leftover masses) and, for "highs", the LP duals.
     """
@@ -611,11 +613,9 @@ def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: 
     qa = joint.ravel()[support]
     dual = None
     if method == "pot":
-        import ot
-
         cost = np.ones((support.size, v))
         cost[src, dst] = 0.0
-        plan_s = ot.emd(qa, p, cost)
+        plan_s = emd(qa, p, cost, max_iter=max_iter)
         flow = plan_s[src, dst]
     elif method in ("highs", "cvxpy"):
         ne = src.size

@@ -81,6 +81,16 @@ def test_lp_solvers_agree(inst):
         assert abs(ob.optimal_acceptance_lp(p, joint, method=method) - ref) < AGREE, method
 
 
+def test_pot_stopped_early_is_an_error_not_a_low_value():
+    """ot.emd stops at its pivot limit with only a warning and a non-optimal plan; otbound raises."""
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    joint = ob.draft_joint(q, 2)
+    with pytest.raises(RuntimeError, match="max_iter=5"):
+        ob.optimal_acceptance_lp(p, joint, method="pot", max_iter=5)
+    assert abs(ob.optimal_acceptance_lp(p, joint, method="pot") - ob.optimal_acceptance(p, q, 2)) < AGREE
+
+
 @settings(max_examples=80, deadline=None)
 @given(instances(max_v=7, max_k=4))
 def test_prefix_theorem_without_replacement(inst):
