@@ -28,7 +28,14 @@ stochastic target, ``E_y[C] = Σ_k Π_{j≤k} ⟨p_j, q_j⟩`` is the accepted l
 verification (sample from the target, accept on equality), a lower bound on speculative
 sampling's (``⟨p, q⟩ ≤ Σ min(p, q)``) maximised by a one-hot ``q`` at the target's mode, whereas the
 exact objectives below are maximised by ``q = p``: the chain term is the right objective for
-greedy verification and a mode-seeking surrogate for sampled verification.
+greedy verification and a mode-seeking surrogate for sampled verification. The right chain for
+speculative sampling with context-free laws has ``a_j = Σ_x min(p_j(x), q_j(x)) = 1 − TV(p_j, q_j)``:
+that is the exact token-level ``E[τ]``; block verification's exact value is larger (below).
+
+**First-error term.** With greedy labels it adds CE where greedy verification stops. With labels
+sampled from a stochastic target it is not a proper scoring rule: the extra weight falls on
+tokens that differ from the drafter's argmax, so its minimiser is flatter than ``p`` (in the
+synthetic ablation it lowered temperature-1 ``E[τ]``).
 
 All losses take logits ``(..., L, V)`` and a target as ids ``(..., L)`` (integer tensor) or laws
 ``(..., L, V)`` (float tensor, CE then ``−Σ_x p log q``), and return one value per block ``(...)``.
