@@ -112,6 +112,26 @@ def test_exact_expectation_matches_monte_carlo(name):
     assert abs(tau.mean() - value) < 5 * tau.std() / np.sqrt(n) + 1e-3
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_conditional_accepted_averages_to_the_exact_value(name):
+    """E[τ | tuple] weighted by each tuple's draft probability sums to E[τ] exactly (all V^(KL) tuples)."""
+    import itertools
+
+    from otbound.block_models import sequence_probability
+
+    tg, dr = random_pair(3, 5)
+    v, k, length = 3, 2, 2
+    blocks = list(itertools.product(range(v), repeat=length))
+    tuples = np.array(list(itertools.product(blocks, repeat=k)))  # (V^(KL), K, L)
+    prob = np.array([np.prod([sequence_probability(dr, b) for b in t]) for t in tuples])
+    ver = BLOCK_VERIFIERS[name]
+    cond = ver.conditional_accepted(tg, dr, tuples[prob > 0])
+    assert cond.shape == (int((prob > 0).sum()),) and np.all((cond >= 0) & (cond <= length))
+    assert abs(prob[prob > 0] @ cond - exact(name, tg, dr, v, k, length)) < 1e-12
+    one = ver.conditional_accepted(tg, dr, tuples[np.argmax(prob)])
+    assert np.ndim(one) == 0 and one == cond[np.argmax(prob[prob > 0])]
+
+
 def g_test_pvalue(sequences, target, length):
     v = target.vocab_size
     counts = np.bincount(np.ravel_multi_index(sequences.T, (v,) * length), minlength=v**length)

@@ -341,6 +341,27 @@ def test_block_traces(pair, tmp_path):
             np.testing.assert_allclose(b.draft_logits[k], unpadded_logits(pair.draft, seq, len(b.prefix)), atol=2e-5)
 
 
+def test_block_verifiers_run_on_stored_trees(pair, tmp_path):
+    """E[τ | drafts] of every block verifier from a stored tree equals the value from the live models."""
+    from otbound.block_verifiers import BLOCK_VERIFIERS
+    from otbound.lm import lm_block_models
+
+    collect_traces(pair, toy_prompts(2), tmp_path / "t", temperatures=(0.9,), max_new_tokens=6, progress=False)
+    collect_block_traces(pair, tmp_path / "t", tmp_path / "b", num_drafts=2, block_length=3,
+                         positions_per_trace=1, progress=False)
+    for rec in load_block_traces(tmp_path / "b"):
+        stored = rec.block_models()
+        live = lm_block_models(pair, rec.prefix.tolist(), rec.temperature)
+        for name in ("token", "block", "multipath_rrs", "multipath_kseq", "traversal", "spectr_gbv"):
+            ver = BLOCK_VERIFIERS[name]
+            a = ver.conditional_accepted(*stored, rec.drafts)
+            assert 0.0 <= a <= rec.block_length
+            assert a == pytest.approx(ver.conditional_accepted(*live, rec.drafts), abs=1e-4), name
+        off_tree = next(t for t in range(V) if t not in rec.drafts[:, 0])
+        with pytest.raises(InvalidInputError, match="no law for prefix"):
+            stored[0]((off_tree,))
+
+
 def test_block_drafts_are_drawn_from_the_draft(pair, tmp_path):
     """2000 i.i.d. blocks of length 2: first tokens ~ q_0, second tokens given a first token ~ q_1."""
     collect_traces(pair, toy_prompts(1, seed=2), tmp_path / "t", temperatures=(0.8,), max_new_tokens=3, progress=False)

@@ -175,6 +175,31 @@ class BlockVerifier:
             total += prob * sum(w * len(prefix) for w, prefix, _ in outcomes)
         return total
 
+    def conditional_accepted(self, target, draft, drafts) -> np.ndarray:
+        """Exact ``E[τ | drafts]`` (bonus excluded) for each ``(K, L)`` tuple of ``drafts``
+        (``(n, K, L)``; a single ``(K, L)`` tuple gives a scalar), over the verifier's own randomness.
+
+        Its mean over tuples drawn from the draft model is an unbiased, Rao-Blackwellised estimate
+        of :meth:`expected_accepted` that only queries the models along the drawn tuples — the way
+        to measure a verifier on a real language model, whose ``V^{KL}`` tuples cannot be
+        enumerated.
+        """
+        batch, single = _check_drafts(drafts, _vocab(target))
+        target, draft = _models(target, draft)
+        n, k, length = batch.shape
+        keys, inverse = np.unique(batch.reshape(n, -1), axis=0, return_inverse=True)
+        cache: dict = {}
+        values = np.empty(keys.shape[0])
+        for g, key in enumerate(keys):
+            tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in key.reshape(k, length)))
+            values[g] = self._conditional_value(self.prepare(target, draft, tup, cache))
+        out = values[inverse.reshape(-1)]
+        return out[0] if single else out
+
+    def _conditional_value(self, inst) -> float:
+        """``E[τ | drafts]`` of one prepared tuple; by default from every outcome of :meth:`walk`."""
+        return sum(w * len(prefix) for w, prefix, _ in self._outcomes(inst))
+
     def _all_tuples(self, target, draft, vocab_size, num_drafts, block_len):
         target, draft = _models(target, draft, vocab_size)
         k = check_num_drafts(num_drafts)

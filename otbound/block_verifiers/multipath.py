@@ -58,6 +58,26 @@ class MultiPathVerifier(BlockVerifier):
             node = node + (y,)
         return node, target(node)
 
+    def _conditional_value(self, inst) -> float:
+        """``E[τ | drafts]`` by recursion over the draft tree: at a node, the emitted token moves to
+        a child only if it equals one of the row's tokens, so only those branches are followed
+        (the walk's replay would enumerate all V outcomes of every node)."""
+        drafts, target, draft, laws = inst
+        verifier = self._verifier()
+
+        def value(node: tuple, members: np.ndarray) -> float:
+            depth = len(node)
+            if depth == drafts.shape[1]:
+                return 0.0
+            row = drafts[members, depth]
+            key = (node, row.tobytes())
+            law = laws.get(key)
+            if law is None:
+                law = laws[key] = verifier.conditional_law(target(node), draft(node), row)
+            return sum(law[y] * (1.0 + value(node + (y,), members[row == y])) for y in np.unique(row).tolist() if law[y] > 0)
+
+        return value((), np.arange(drafts.shape[0]))
+
     def _sample_group(self, inst, rows, tokens, accepted, rng):
         """Breadth-first over the draft tree, one batched token-level call per (node, group)."""
         drafts, target, draft, _ = inst

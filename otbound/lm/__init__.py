@@ -12,7 +12,9 @@ Traces
     :func:`collect_traces` / :func:`load_traces` — per prompt and temperature, a target-sampled
     continuation with the target's and the draft's laws at every position (format in
     ``otbound/lm/_traces.py``); :func:`collect_block_traces` / :func:`load_block_traces` — K draft
-    blocks of length L with both models' laws along them.
+    blocks of length L with both models' laws along them; ``BlockRecord.block_models()`` turns a
+    stored tree into block models for the block verifiers, :func:`lm_block_models` wraps the live
+    pair at a context.
 Measurements
     :func:`measure_laws`, :func:`measure_trace`, :func:`aggregate` — α* per draft law and K, each
     verifier's acceptance (exact or Monte Carlo), mean ± 95% CI per (dataset, T, K);
@@ -20,7 +22,7 @@ Measurements
     without speculative verification.
 """
 
-from otbound.lm._blocks import BLOCKS_FORMAT, BlockRecord, collect_block_traces, load_block_traces
+from otbound.lm._blocks import BLOCKS_FORMAT, BlockRecord, collect_block_traces, lm_block_models, load_block_traces
 from otbound.lm._decode import laws64
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
 from otbound.lm._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
@@ -39,7 +41,7 @@ __all__ = [
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "aggregate", "build_prompt_files", "cache_root",
     "check_same_tokenizer", "cluster_mean_ci", "collect_block_traces", "collect_traces", "encode_prompt",
-    "greedy_decode", "laws64", "load_block_traces", "load_pair", "load_prompts", "load_traces",
+    "greedy_decode", "laws64", "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces",
     "measure_laws", "measure_trace", "random_pair", "repo_prompts_dir", "run_real_report", "trace_path",
     "verify_offline_model",
 ]

@@ -81,6 +81,43 @@ class BlockRecord:
     def q(self) -> np.ndarray:
         return laws64(self.draft_logits, self.temperature)
 
+    def block_models(self):
+        """``(target, draft)`` as :func:`otbound.block_models.tabulated_model` block models over the
+        prefixes of the stored draft tree (relative to ``prefix``): block verifiers'
+        ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
+        models. A prefix off the tree is an error naming it."""
+        from otbound.block_models import tabulated_model
+
+        target, draft = {}, {}
+        for k, block in enumerate(self.drafts.tolist()):
+            for ell in range(self.block_length + 1):
+                target[tuple(block[:ell])] = self.p[k, ell]
+                if ell < self.block_length:
+                    draft[tuple(block[:ell])] = self.q[k, ell]
+        v = self.p.shape[-1]
+        return tabulated_model(target, v, name="target"), tabulated_model(draft, v, name="draft")
+
+
+def lm_block_models(pair, context, temperature):
+    """A loaded pair's target and draft as block models (:mod:`otbound.block_models`) at a fixed
+    ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64, one
+    forward pass per new prefix (cached by :class:`~otbound.block_models.BlockModel`). For block
+    bounds, truncated-tree brackets and block verifiers on the live models."""
+    import torch
+
+    from otbound.block_models import BlockModel
+
+    def make(model, name):
+        def fn(prefix):
+            ids = torch.tensor([list(context) + list(prefix)], device=pair.device)
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, -1, : pair.vocab_size].float().cpu().numpy()
+            return laws64(logits, temperature)
+
+        return BlockModel(pair.vocab_size, fn, name=name)
+
+    return make(pair.target, "target"), make(pair.draft, "draft")
+
 
 def _draw_blocks(pair, record, t, layers_d, k, length, dtype_name, rng):
     """Draw K blocks at continuation position t; return (drafts (K, L), draft logits (K, L, V))."""
