@@ -1,0 +1,236 @@
+"""The figure scripts (experiments/fig_*.py, make_figures.py) in quick mode: files written, numbers sane.
+
+One quick ``make_figures`` run (tiny sizes, synthetic stand-in for the real pair) writes every
+figure and result into a temporary folder; the tests then check the files and the numbers:
+optimum ≥ every verifier, agreement of independent solvers, the block-bound hierarchy, and the
+stored full-size results in data/results/ where they exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+make_figures = importlib.import_module("make_figures")
+_common = importlib.import_module("_common")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("figures")
+    report = make_figures.main(["--quick", "--out", str(out), "--formats", "png", "pdf"])
+    return out, report
+
+
+def _results(out, name):
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def test_every_script_produces_png_and_pdf(quick):
+    out, report = quick
+    assert report["skipped"] == {}
+    assert set(report["produced"]) == set(make_figures.SCRIPTS)
+    for name in make_figures.SCRIPTS:
+        for fmt in ("png", "pdf"):
+            f = out / f"{name}.{fmt}"
+            assert f.is_file() and f.stat().st_size > 1000, f
+    assert sorted(p.stem for p in EXPERIMENTS.glob("fig_*.py")) == sorted(make_figures.SCRIPTS)
+
+
+def _check_khisti(res):
+    from otbound import draft_joint, optimal_acceptance_brute_force
+
+    fig = importlib.import_module("fig_khisti_toy")
+    assert set(res["results"]) == {f"{r}/{f}" for r in fig.READINGS for f in fig.FAMILIES}
+    for case, c in res["results"].items():
+        opt = np.array(c["optimal"])
+        for name in fig.VERIFIER_LABELS:
+            assert np.all(np.array(c[name]) <= opt + 1e-9), (case, name)
+        # the optimum against an independent method (all 2^V subsets of the explicit joint law)
+        for q2, a in list(zip(c["q2"], opt))[:: max(1, len(opt) // 7)]:
+            p, q = fig.laws(case, q2)
+            assert a == pytest.approx(optimal_acceptance_brute_force(p, draft_joint(q, 2)).value, abs=1e-12)
+    # family A at q2 = 1/3 is draft = target (uniform): every verifier accepts surely
+    for reading in fig.READINGS:
+        c = res["results"][f"{reading}/A"]
+        i = int(np.argmin(np.abs(np.array(c["q2"]) - 1 / 3)))
+        if abs(c["q2"][i] - 1 / 3) < 1e-12:
+            assert all(c[n][i] == pytest.approx(1.0, abs=1e-12) for n in ("optimal", "kseq", "rrs", "khisti_is"))
+    # draft uniform on 3 symbols and K = 2: the optimum accepts surely iff no target mass exceeds 5/9
+    # (P(y in drafts) = 1 - (2/3)^2 = 5/9 for every y), i.e. α* = Σ_y min(p(y), 5/9) here
+    c = res["results"]["paper/A"]
+    for q2, a in zip(c["q2"], c["optimal"]):
+        p, _ = fig.laws("paper/A", q2)
+        assert a == pytest.approx(np.minimum(p, 5 / 9).sum(), abs=1e-12)
+
+
+def test_khisti_toy(quick):
+    _check_khisti(_results(quick[0], "fig_khisti_toy"))
+
+
+def test_solve_time_methods_agree(quick):
+    fig = importlib.import_module("fig_solve_time")
+    cells = _results(quick[0], "fig_solve_time")["results"]["cells"]
+    assert cells
+    for c in cells:
+        assert set(c["median_s"]) == set(fig.METHODS), c  # quick sizes are small enough for every method
+        assert all(t > 0 for t in c["median_s"].values())
+        assert not any(fig.inaccurate(c, m) for m in fig.METHODS), c
+    assert (quick[0] / "fig_solve_time.md").read_text().count("\n") >= len(cells) + 2
+
+
+def test_maxflow_matches_dual_on_adversarial_laws():
+    from otbound import draft_joint, optimal_acceptance
+
+    fig = importlib.import_module("fig_solve_time")
+    cases = [
+        (np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.0, 0.0, 0.5, 0.5])),  # disjoint supports: α* = 0
+        (np.array([1.0, 0.0, 0.0]), np.array([0.2, 0.3, 0.5])),
+        (np.array([1 - 1e-9, 1e-9, 0.0]), np.array([1 / 3, 1 / 3, 1 / 3])),
+        (np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])),
+    ]
+    for p, q in cases:
+        for k in (1, 2, 3):
+            value, err = fig.maxflow_acceptance(p, draft_joint(q, k))
+            assert abs(value - optimal_acceptance(p, q, k)) <= err + 1e-15
+
+
+def test_alpha_vs_k(quick):
+    cells = _results(quick[0], "fig_alpha_vs_k")["results"]["cells"]
+    by = {}
+    for c in cells:
+        assert 0.0 <= c["mean"] <= 1.0
+        by.setdefault((c["dataset"], c["temperature"], c["sampling"]), {})[c["num_drafts"]] = c["mean"]
+    for curve in by.values():
+        ks = sorted(curve)
+        assert all(curve[a] <= curve[b] + 1e-12 for a, b in zip(ks, ks[1:]))  # more drafts never hurt the optimum
+    for (ds, t, _), curve in by.items():  # with one draft the three laws coincide (1 − TV)
+        if 1 in curve:
+            assert curve[1] == pytest.approx(by[(ds, t, "with_replacement")][1], abs=1e-12)
+
+
+def test_verifier_table(quick):
+    out = quick[0]
+    rows = _results(out, "fig_verifier_table")["results"]["rows"]
+    assert {r["verifier"] for r in rows} >= {"optimal", "nss", "rrs", "kseq", "rrs_wor", "greedy"}
+    for r in rows:
+        if r["method"] == "exact":
+            assert r["acceptance"] <= r["optimal"] + 1e-9, r
+        else:  # Monte Carlo estimate: within its interval of the bound
+            assert r["acceptance"] <= r["optimal"] + 3 * r["ci"] + 1e-9, r
+        if r["verifier"] in ("greedy", "spechub", "ot", "optimal"):
+            assert r["acceptance"] == pytest.approx(r["optimal"], abs=1e-8), r
+    text = (out / "fig_verifier_table.md").read_text()
+    assert "**optimal (with_replacement)**" in text and "| K = 2, T = 1.0 |" in text
+    assert (out / "fig_temperature_sweep.md").is_file()
+
+
+def test_block_bounds(quick):
+    fig = importlib.import_module("fig_block_bounds")
+    res = _results(quick[0], "fig_block_bounds")["results"]
+    assert res["random"] and all(c["verifiers"] for c in res["random"])
+    for c in res["random"] + [res["sun_toy"]]:
+        b = c["bounds"]
+        assert b["causal"] <= b["joint"] + 1e-7 <= b["per_level"] + 2e-7, c
+        for name, v in c["verifiers"].items():
+            # a lossless verifier never beats U_causal; one that does must be measured as lossy
+            assert v <= b["causal"] + 1e-7 or c["lossless_error"][name] > fig.LOSSLESS_TOL, (name, c)
+    toy = res["sun_toy"]
+    assert toy["bounds"]["causal"] == pytest.approx(11 / 9, abs=1e-9)
+    assert toy["bounds"]["joint"] == pytest.approx(12 / 9, abs=1e-9)
+    assert toy["bounds"]["per_level"] == pytest.approx(12 / 9, abs=1e-9)
+    assert toy["verifiers"]["token"] == pytest.approx(10 / 9, abs=1e-9)  # token-level verification
+    assert toy["verifiers"]["block"] == pytest.approx(11 / 9, abs=1e-9)  # block verification reaches U_causal
+    for br in res["brackets"]:
+        assert br["lower"] <= br["upper"] + 1e-9, br
+    _check_tree_verifiers(res, fig)
+
+
+def _check_tree_verifiers(res, fig):
+    """Verifiers measured by Monte Carlo on the truncated trees: every one that needs only the draft
+    tree ran, and each lossless one stays below every upper bracket of U_causal on its tree (within
+    twice its 95% CI half width)."""
+    tree = res["tree_verifiers"]
+    sources = {b["source"] for b in res["brackets"]}
+    assert {r["source"] for r in tree} == sources
+    lossy = fig.not_lossless(res)
+    for src in sources:
+        rows = {r["verifier"]: r for r in tree if r["source"] == src}
+        assert set(rows) >= {"token", "block", "multipath_rrs", "multipath_kseq", "traversal"}, src
+        upper = min(b["upper"] for b in res["brackets"] if b["source"] == src and b["kind"] == "causal")
+        for name, r in rows.items():
+            assert 0 <= r["mean"] <= r["block_len"] and r["ci"] >= 0
+            if name not in lossy:
+                assert r["mean"] <= upper + 2 * r["ci"], (src, name, r, upper)
+
+
+def test_stored_results_are_read_not_recomputed(tmp_path, quick):
+    """A results file computed with the script's current parameters is read as is; other parameters recompute."""
+    src = quick[0] / "fig_khisti_toy.json"
+    stored = json.loads(src.read_text())
+    stored["meta"]["created"] = "sentinel"
+    (tmp_path / "fig_khisti_toy.json").write_text(json.dumps(stored))
+    fig = importlib.import_module("fig_khisti_toy")
+    paths = fig.main(["--quick", "--results", str(tmp_path), "--out", str(tmp_path), "--formats", "png"])
+    assert json.loads((tmp_path / "fig_khisti_toy.json").read_text())["meta"]["created"] == "sentinel"
+    assert [p.name for p in paths] == ["fig_khisti_toy.png", "fig_khisti_toy.md"]
+    stored["params"]["points"] += 1
+    (tmp_path / "fig_khisti_toy.json").write_text(json.dumps(stored))
+    fig.main(["--quick", "--results", str(tmp_path), "--out", str(tmp_path), "--formats", "png"])
+    assert json.loads((tmp_path / "fig_khisti_toy.json").read_text())["meta"]["created"] != "sentinel"
+
+
+def test_real_pair_without_traces_or_results_says_how(tmp_path):
+    fig = importlib.import_module("fig_alpha_vs_k")
+    with pytest.raises(_common.MissingResultsError, match="--recompute"):
+        fig.main(["--results", str(tmp_path), "--out", str(tmp_path), "--traces", str(tmp_path / "none")])
+
+
+def test_command_line(tmp_path):
+    cmd = [sys.executable, str(EXPERIMENTS / "fig_khisti_toy.py"), "--quick", "--out", str(tmp_path), "--formats", "png"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "fig_khisti_toy.png").is_file() and "max(α* − α)" in done.stdout
+
+
+@pytest.mark.parametrize("name", ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table"])
+def test_stored_full_results_are_sane(name):
+    """The committed data/results/<name>.json (when present) passes the same checks as the quick run."""
+    path = _common.RESULTS / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} not stored (real-pair results need the model pair)")
+    res = json.loads(path.read_text())
+    assert res["meta"]["quick"] is False
+    if name == "fig_khisti_toy":
+        _check_khisti(res)
+    elif name == "fig_solve_time":
+        fig = importlib.import_module("fig_solve_time")
+        for c in res["results"]["cells"]:
+            for m in ("dual", "highs", "maxflow"):  # POT / cvxpy may miss α* on large LPs: marked † in the table
+                assert m not in c["median_s"] or not fig.inaccurate(c, m), (m, c)
+    elif name == "fig_block_bounds":
+        fig = importlib.import_module("fig_block_bounds")
+        for c in res["results"]["random"]:
+            b = c["bounds"]
+            assert b["causal"] <= b["joint"] + 1e-7 <= b["per_level"] + 2e-7
+            for n, v in c["verifiers"].items():
+                assert v <= b["causal"] + 1e-7 or c["lossless_error"][n] > fig.LOSSLESS_TOL, (n, c)
+        for br in res["results"]["brackets"]:
+            assert br["lower"] <= br["upper"] + 1e-9
+        _check_tree_verifiers(res["results"], fig)
+    elif name == "fig_alpha_vs_k":
+        assert all(0 <= c["mean"] <= 1 for c in res["results"]["cells"])
+    else:
+        for r in res["results"]["rows"]:
+            if r["method"] == "exact":
+                assert r["acceptance"] <= r["optimal"] + 1e-9
