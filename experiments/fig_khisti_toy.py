@@ -14,7 +14,8 @@ Every value is exact: the optimum α* by the dual prefix form (:func:`otbound.op
 each verifier by its exact acceptance (``VERIFIERS[name].acceptance``): SpecTr = ``kseq`` (K-SEQ at
 ρ*), SpecInfer = ``rrs`` (recursive rejection sampling), IS = ``khisti_is`` (self-normalised
 importance-sampling selection with weights target/draft, then speculative sampling — the plain-IS
-rule, not the paper's LP-fitted weights; the paper's figure has no IS curve).
+rule) and IS with the LP-optimal selection weights = ``khisti_lp`` (the paper's optimised
+selection; markers every few points). The paper's figure has no IS curve.
 
 Usage: ``python experiments/fig_khisti_toy.py [--recompute] [--quick] [--out figures/]``.
 """
@@ -30,7 +31,8 @@ import _common
 NAME = "fig_khisti_toy"
 FAMILIES = {"A": (1 / 3, 2 / 3), "B": (1 / 6, 5 / 6)}  # law = [first, q2, total - q2]
 READINGS = ("paper", "swapped")
-VERIFIER_LABELS = {"kseq": "SpecTr (K-SEQ)", "rrs": "SpecInfer (RRS)", "khisti_is": "IS (weights target/draft)"}
+VERIFIER_LABELS = {"kseq": "SpecTr (K-SEQ)", "rrs": "SpecInfer (RRS)", "khisti_is": "IS (weights target/draft)",
+                   "khisti_lp": "IS, LP-optimal weights"}
 
 
 def laws(case: str, q2: float) -> tuple[np.ndarray, np.ndarray]:
@@ -67,14 +69,16 @@ def draw(results, out, formats) -> list:
 
     res = results["results"]
     fig, axes = plots.figure(nrows=len(READINGS), ncols=len(FAMILIES), sharey=True)
-    styles = {"optimal": ("k-", "optimum α*"), "khisti_is": ("C2-.", None), "kseq": ("C0--", None), "rrs": ("C3:", None)}
+    styles = {"optimal": ("k-", "optimum α*"), "khisti_is": ("C2-.", None), "kseq": ("C0--", None), "rrs": ("C3:", None),
+              "khisti_lp": ("C1o", None)}
     k = results["params"]["num_drafts"]
     for i, reading in enumerate(READINGS):
         for j, fam in enumerate(FAMILIES):
             ax, c = axes[i, j], res[f"{reading}/{fam}"]
             for name in ["optimal"] + [n for n in c if n not in ("q2", "optimal")]:
                 style, label = styles.get(name, ("-", None))
-                ax.plot(c["q2"], c[name], style, label=label or VERIFIER_LABELS.get(name, name))
+                every = max(1, len(c["q2"]) // 12) if name == "khisti_lp" else 1  # markers on the optimum's line
+                ax.plot(c["q2"][::every], c[name][::every], style, markersize=3, label=label or VERIFIER_LABELS.get(name, name))
             first, total = FAMILIES[fam]
             varied = f"[{_frac(first)}, q₂, {_frac(total)} − q₂]"
             role = ("target", "draft") if reading == "paper" else ("draft", "target")

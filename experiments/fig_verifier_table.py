@@ -6,9 +6,10 @@ parentheses, its efficiency = acceptance / α* of its own law (:func:`otbound.re
 Columns are the prompt datasets (HumanEval, MT-Bench). Per position (:func:`otbound.lm.measure_laws`)
 acceptance is exact where the verifier has a closed form (``nss``, ``rrs``, ``kseq``, ``spechub``,
 ``greedy``); ``rrs_wor`` has none at V = 151,936, so it is a Monte Carlo estimate (``mc_samples``
-draft tuples per position). ``khisti_is`` (needs the |V|^K selection law) and ``ot`` (needs the
-V^(K+1) LP plan) refuse this vocabulary and are reported as not run. Means over positions with
-95% intervals cluster-robust over prompts (:func:`otbound.lm.aggregate`).
+draft tuples per position). ``khisti_is`` (needs the |V|^K selection law), ``khisti_lp`` (an LP in
+|V|²/2 selection weights) and ``ot`` (needs the V^(K+1) LP plan) refuse this vocabulary and are
+reported as not run. Means over positions with 95% intervals cluster-robust over prompts
+(:func:`otbound.lm.aggregate`).
 
 The same results draw the temperature sweep (``fig_temperature_sweep.py``).
 
@@ -34,8 +35,8 @@ def params_for(args) -> dict:
     return dict(_common.REAL_TRACES, temperatures=[0.5, 0.75, 1.0, 1.5], position_stride=4, num_drafts=[2, 4], mc_samples=64)
 
 
-#: verifiers measured; ``khisti_is`` and ``ot`` refuse V = 151,936 (recorded as skipped), but run in quick mode
-VERIFIER_NAMES = ("nss", "rrs", "kseq", "khisti_is", "ot", "rrs_wor", "spechub", "greedy")
+#: verifiers measured; ``khisti_is``, ``khisti_lp`` and ``ot`` refuse V = 151,936 (recorded as skipped), but run in quick mode
+VERIFIER_NAMES = ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot", "rrs_wor", "spechub", "greedy")
 
 
 def compute_for(args):

@@ -56,6 +56,8 @@ def _check_khisti(res):
         opt = np.array(c["optimal"])
         for name in fig.VERIFIER_LABELS:
             assert np.all(np.array(c[name]) <= opt + 1e-9), (case, name)
+        # Khisti et al.: IS with LP-optimal selection weights attains the optimum at K = 2
+        np.testing.assert_allclose(c["khisti_lp"], opt, atol=1e-8)
         # the optimum against an independent method (all 2^V subsets of the explicit joint law)
         for q2, a in list(zip(c["q2"], opt))[:: max(1, len(opt) // 7)]:
             p, q = fig.laws(case, q2)

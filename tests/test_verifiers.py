@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
+from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
 from otbound.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
 
 N = 200_000
@@ -388,6 +388,23 @@ def test_spechub_reaches_alpha_star_greedy():
         w, tuples = _enumerate(q, 2, "greedy")
         enum = float(w @ _mass_on_drafts(VERIFIERS["spechub"].conditional_law(p, q, tuples), tuples))
         assert abs(enum - optimal_acceptance(p, q, 2, "greedy")) < 1e-12
+
+
+def test_optimal_importance_selection_reaches_alpha_star_at_two_drafts():
+    """Khisti et al.'s canonical decomposition: with LP-optimal selection weights, IS + speculative
+    sampling attains α* for K = 2 i.i.d. drafts (plain IS weights do not: see khisti_is)."""
+    rng = np.random.default_rng(11)
+    cases = [(np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5])), (np.array([1.0, 0.0, 0.0]), np.array([0.2, 0.3, 0.5])),
+             (np.array([1 / 3] * 3), np.array([1 / 3, 0.05, 0.95 - 1 / 3]))]
+    cases += [(rng.dirichlet(np.full(v, c)), rng.dirichlet(np.full(v, c))) for v in (2, 4, 6, 9) for c in (0.2, 1.0, 5.0)]
+    gaps = []
+    for p, q in cases:
+        best = optimal_acceptance(p, q, 2)
+        assert VERIFIERS["khisti_lp"].acceptance(p, q, 2) == pytest.approx(best, abs=1e-8)
+        gaps.append(best - VERIFIERS["khisti_is"].acceptance(p, q, 2))
+    assert max(gaps) > 0.01  # the plain weights leave a real gap on some of these instances
+    with pytest.raises(InvalidInputError, match="at most 2 drafts"):
+        VERIFIERS["khisti_lp"].acceptance(cases[3][0], cases[3][1], 3)
 
 
 @pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement", "greedy"])

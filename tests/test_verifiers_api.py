@@ -18,15 +18,15 @@ Q = np.array([0.4, 0.3, 0.2, 0.1])
 
 
 def test_registry():
-    assert set(VERIFIERS) == {"nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is", "ot"}
+    assert set(VERIFIERS) == {"nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is", "khisti_lp", "ot"}
     assert otbound.VERIFIERS is otbound.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
     laws = {k: v.sampling for k, v in VERIFIERS.items()}
     assert laws["rrs_wor"] == "without_replacement"
     assert laws["greedy"] == laws["spechub"] == "greedy"
-    assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "ot")} == {"with_replacement"}
-    assert VERIFIERS["spechub"].max_drafts == 2
-    assert all(v.max_drafts is None for k, v in VERIFIERS.items() if k != "spechub")
+    assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot")} == {"with_replacement"}
+    assert VERIFIERS["spechub"].max_drafts == VERIFIERS["khisti_lp"].max_drafts == 2
+    assert all(v.max_drafts is None for k, v in VERIFIERS.items() if k not in ("spechub", "khisti_lp"))
 
 
 def test_sample_result_and_reproducibility():

@@ -12,6 +12,7 @@ kseq       with_replacement    SpecTr K-SEQ at ρ* (2310.15141)
 spechub    greedy (K ≤ 2)      SpecHub (2411.05289)
 greedy     greedy              greedy-law optimal verifier (theory.md §3), α = α*_greedy
 khisti_is  with_replacement    IS draft selection + speculative sampling (2410.18234)
+khisti_lp  with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
 ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
 ========== =================== ==============================================================
 
@@ -28,7 +29,7 @@ from otbound.verifiers._base import (
     support_tuples,
 )
 from otbound.verifiers._greedy import GreedyVerifier, SpecHubVerifier
-from otbound.verifiers._importance import ImportanceSamplingVerifier, selected_law
+from otbound.verifiers._importance import ImportanceSamplingVerifier, OptimalImportanceVerifier, optimal_selection, selected_law
 from otbound.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.verifiers._nss import NaiveVerifier
 from otbound.verifiers._ot import OTVerifier
@@ -44,6 +45,7 @@ VERIFIERS: dict[str, Verifier] = {
         SpecHubVerifier(),
         GreedyVerifier(),
         ImportanceSamplingVerifier(),
+        OptimalImportanceVerifier(),
         OTVerifier(),
     )
 }
@@ -65,5 +67,7 @@ __all__ = [
     "GreedyVerifier",
     "ImportanceSamplingVerifier",
     "selected_law",
+    "OptimalImportanceVerifier",
+    "optimal_selection",
     "OTVerifier",
 ]

@@ -15,20 +15,29 @@ i.i.d. drafts is, with ``S = Σ_{j≥2} w(x_j)`` over K − 1 further drafts,
     p_s(y) = K q(y) E[ sel(w(y), S) ],  sel(w, s) = w/(w + s)  (1/K when w + s = 0),
 
 computed exactly by enumerating the law of S (``|supp q|^(K−1)`` atoms; at most
-``MAX_SELECTION_CELLS`` atom × token pairs, e.g. K = 2 up to V ≈ 7000). The paper's experiments use
-*weighted* IS with weights fitted by a truncated LP; this module implements the plain IS weights
-(see the report: the LP-fitted variant is not implemented). Exact acceptance: enumeration (small V).
+``MAX_SELECTION_CELLS`` atom × token pairs, e.g. K = 2 up to V ≈ 7000) — ``khisti_is``.
+
+``khisti_lp`` (K = 2) selects with the *optimal* weights instead: ``W[i, j] = P(select i | drafts
+{i, j})`` maximising ``Σ_y min(p(y), p_s(y))`` with
+``p_s(y) = q(y)² + 2 q(y) Σ_{j≠y} q(j) W[y, j]``, ``W[i, j] + W[j, i] = 1`` — a linear program
+(HiGHS) in the ``|supp q|·(|supp q| − 1)/2`` pair weights, the paper's optimisation of the selection
+step for two identical drafts (their experiments solve it on a truncated alphabet). Exact
+acceptance: enumeration (small V).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.optimize
+import scipy.sparse
 
 from otbound._validation import InvalidInputError
 from otbound.verifiers._base import Verifier, draw, first_acceptance_sample, ratio_min1, residual
 
 #: atom × token pairs allowed when computing the exact selected-token law p_s.
 MAX_SELECTION_CELLS = 50_000_000
+#: pair weights allowed in the optimal-selection LP (|supp q| ≈ 630)
+MAX_SELECTION_PAIRS = 200_000
 
 
 def _weights(p, q):
@@ -94,3 +103,65 @@ class ImportanceSamplingVerifier(Verifier):
         pick = draw(sel, rng.random(drafts.shape[0]))
         chosen = drafts[np.arange(drafts.shape[0]), pick][:, None]
         return first_acceptance_sample(chosen, aux["accept"][chosen], aux["residual"], rng)
+
+
+def optimal_selection(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Optimal selection for K = 2 i.i.d. drafts from q (see the module docstring).
+
+    Returns ``(supp, W, p_s)``: the support of q, ``W[a, b] = P(select supp[a] | drafts {supp[a],
+    supp[b]})`` (``W + Wᵀ = 1`` off the diagonal) and the selected-token law ``p_s`` over all V
+    tokens. The LP is solved by HiGHS at feasibility tolerances 1e-10.
+    """
+    from otbound.token_bounds import _HIGHS_TOL
+
+    supp = np.flatnonzero(q > 0)
+    n = supp.size
+    if n * (n - 1) // 2 > MAX_SELECTION_PAIRS:
+        raise InvalidInputError(
+            f"khisti_lp solves an LP over |supp q|·(|supp q| − 1)/2 = {n * (n - 1) // 2:,} pair weights; "
+            f"at most {MAX_SELECTION_PAIRS:,} (|supp q| ≲ 630)"
+        )
+    qs = q[supp]
+    a, b = np.triu_indices(n, 1)
+    m = a.size
+    # variables: w (pairs, P(select a | {a, b})) then t (tokens); maximise Σ t, t_y ≤ p(y), t_y ≤ p_s(y):
+    # p_s(y) = q_y² + 2 q_y (Σ_{b>y} q_b w_yb + Σ_{a<y} q_a (1 − w_ay))
+    rows = np.concatenate([a, b, np.arange(n)])
+    cols = np.concatenate([np.arange(m), np.arange(m), m + np.arange(n)])
+    vals = np.concatenate([-2.0 * qs[a] * qs[b], 2.0 * qs[a] * qs[b], np.ones(n)])
+    a_ub = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, m + n))
+    b_ub = qs**2 + 2.0 * qs * (np.cumsum(qs) - qs)
+    bounds = [(0.0, 1.0)] * m + [(0.0, float(x)) for x in p[supp]]
+    c = np.concatenate([np.zeros(m), -np.ones(n)])
+    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs", options=_HIGHS_TOL)
+    if res.status != 0:
+        raise RuntimeError(f"HiGHS failed on the optimal-selection LP: {res.message}")
+    w = np.clip(res.x[:m], 0.0, 1.0)
+    big_w = np.full((n, n), 0.5)
+    big_w[a, b], big_w[b, a] = w, 1.0 - w
+    ps = np.zeros_like(q)
+    ps[supp] = qs**2 + 2.0 * qs * (np.bincount(a, qs[b] * w, n) + np.bincount(b, qs[a] * (1.0 - w), n))
+    return supp, big_w, ps
+
+
+class OptimalImportanceVerifier(ImportanceSamplingVerifier):
+    """Khisti et al. (2410.18234), K = 2: LP-optimal selection of one draft, then speculative sampling."""
+
+    name = "khisti_lp"
+    max_drafts = 2
+
+    def _prepare(self, p, q, k):
+        if k == 1:  # nothing to select: single-draft speculative sampling
+            return {"accept": ratio_min1(p, q), "residual": residual(p, q)}
+        supp, big_w, ps = optimal_selection(p, q)
+        index = np.full(q.size, -1)
+        index[supp] = np.arange(supp.size)
+        return {"index": index, "select": big_w, "accept": ratio_min1(p, ps), "residual": residual(p, ps)}
+
+    @staticmethod
+    def _selection(aux, drafts):
+        if drafts.shape[1] == 1:
+            return np.ones((drafts.shape[0], 1))
+        i, j = aux["index"][drafts[:, 0]], aux["index"][drafts[:, 1]]
+        first = np.where(i == j, 1.0, aux["select"][i, j])
+        return np.stack([first, 1.0 - first], axis=1)
