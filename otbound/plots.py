@@ -41,13 +41,16 @@ def figure(ncols: int = 1, nrows: int = 1, height: float = 2.4, **kwargs):
 
 
 def save(fig, path, formats=("png",)) -> list[Path]:
-    """Write ``fig`` as ``path.<fmt>`` for each format, close it, return the paths."""
+    """Write ``fig`` as ``path.<fmt>`` for each format, close it, return the paths.
+
+    PDFs are written without a creation date, so regenerating a figure from the same results gives
+    the same bytes (no spurious changes to committed figures)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for fmt in formats:
         target = path.with_suffix(f".{fmt}")
-        fig.savefig(target)
+        fig.savefig(target, metadata={"CreationDate": None} if fmt == "pdf" else None)
         out.append(target)
     plt.close(fig)
     return out
