@@ -55,7 +55,8 @@ def results_dir(args) -> Path:
     return Path(args.out) if args.quick else RESULTS
 
 
-def _atomic_json(path: Path, obj) -> None:
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=1, default=_jsonable) + "\n")
@@ -96,7 +97,7 @@ class Checkpoint:
 
     def put(self, key: str, value) -> None:
         self.cells[key] = json.loads(json.dumps(value, default=_jsonable))
-        _atomic_json(self.path, {"params": self.params, "cells": self.cells})
+        write_json(self.path, {"params": self.params, "cells": self.cells})
 
     def done(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -139,7 +140,7 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
         "params": params,
         "results": results,
     }
-    _atomic_json(path, stored)
+    write_json(path, stored)
     cp.done()
     return json.loads(json.dumps(stored, default=_jsonable))
 

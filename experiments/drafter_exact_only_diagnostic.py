@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _common  # noqa: E402
 import drafter_objectives_real as real  # noqa: E402
 
 from otbound.objectives import ABLATION  # noqa: E402
@@ -61,8 +62,8 @@ def main(argv=None) -> dict:
         heads, _ = real.train_heads(objective, data, out_weight, run_args, len(cand))
         res[f"lr={lr:g}, steps={steps}"] = dict(measure(heads, run_args), seconds=time.perf_counter() - t0)
         print(json.dumps(res, indent=1), flush=True)
-    out = real.RESULTS / "objectives_real_exact_only.json"
-    out.write_text(json.dumps(res, indent=1) + "\n")
+    out = _common.RESULTS / "objectives_real_exact_only.json"
+    _common.write_json(out, res)
     print(f"wrote {out}")
     return res
 

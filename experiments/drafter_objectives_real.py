@@ -51,10 +51,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from otbound.objectives import ABLATION, DrafterObjective, conditional_accepted_length, expected_accepted_length
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "data" / "results"
+import _common  # noqa: E402
+
+from otbound.objectives import ABLATION, DrafterObjective, conditional_accepted_length, expected_accepted_length  # noqa: E402
+
 TINY_DRAFT = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
 TINY_TARGET = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96)
 
@@ -119,9 +121,7 @@ def greedy_streams(model, split, new_tokens: int, stop, batch: int, path: Path) 
                     if tok in stop:
                         break
                 out.append(list(p) + cont)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(streams))
-            os.replace(tmp, path)
+            _common.write_json(path, streams)
     return streams
 
 
@@ -401,16 +401,15 @@ def parse(argv=None):
             if getattr(args, k) == ap.get_default(k):
                 setattr(args, k, v)
     tag = "objectives_real_tiny" if args.tiny else "objectives_real"
-    args.work = args.work or ROOT / "out" / tag
-    args.out = args.out or (args.work / f"{tag}.json" if args.tiny else RESULTS / f"{tag}.json")
+    args.work = args.work or _common.ROOT / "out" / tag
+    args.out = args.out or (args.work / f"{tag}.json" if args.tiny else _common.RESULTS / f"{tag}.json")
     return args
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
     res = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=2))
+    _common.write_json(args.out, res)
     print(table(res))
     print(f"wrote {args.out} ({res['seconds']:.0f} s)")
     return res

@@ -32,7 +32,6 @@ minute of CPU time (68 s measured), ``--quick`` a few seconds::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -40,10 +39,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import otbound
-from otbound.objectives import ABLATION, DrafterObjective, expected_accepted_length
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
+import _common  # noqa: E402
+
+import otbound  # noqa: E402
+from otbound.objectives import ABLATION, DrafterObjective, expected_accepted_length  # noqa: E402
 TARGETS = ("per-position", "markov")
 LABELS = ("soft", "sampled", "greedy")
 
@@ -258,7 +259,7 @@ def parse(argv=None):
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--bound-contexts", type=int, default=2, help="contexts (seed 0) checked against otbound.block_bound; 0: none")
     ap.add_argument("--quick", action="store_true", help="reduced run for tests (seconds)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "objectives_synthetic.json")
+    ap.add_argument("--out", type=Path, default=_common.RESULTS / "objectives_synthetic.json")
     args = ap.parse_args(argv)
     if args.quick:
         args.contexts, args.vocab, args.length, args.steps, args.seeds, args.per_context = 8, 4, 3, 60, 1, 16
@@ -269,8 +270,7 @@ def parse(argv=None):
 def main(argv=None) -> dict:
     args = parse(argv)
     results = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    _common.write_json(args.out, results)
     print(table(results))
     print(f"wrote {args.out} ({results['seconds']:.1f} s)")
     return results

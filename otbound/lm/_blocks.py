@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -42,13 +41,13 @@ from otbound._validation import InvalidInputError, check_num_drafts
 from otbound.draft_laws import sample_drafts
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
-from otbound.lm._traces import TRACE_FORMAT, _bar, _check_config, _files, load_traces
+from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _bar, _check_config, _files, load_traces
 
 BLOCKS_FORMAT = "otbound-blocks-1"
 
 
 @dataclass
-class BlockRecord:
+class BlockRecord(LogitLaws):
     """K draft blocks of length L at continuation position ``position`` of a trace.
 
     ``prefix``: token ids before the blocks. ``drafts``: (K, L). ``p``: (K, L+1, V) float64 target
@@ -72,14 +71,6 @@ class BlockRecord:
     @property
     def block_length(self) -> int:
         return int(self.drafts.shape[1])
-
-    @cached_property
-    def p(self) -> np.ndarray:
-        return laws64(self.target_logits, self.temperature)
-
-    @cached_property
-    def q(self) -> np.ndarray:
-        return laws64(self.draft_logits, self.temperature)
 
     def block_models(self):
         """``(target, draft)`` as :func:`otbound.block_models.tabulated_model` block models over the

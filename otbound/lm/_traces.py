@@ -50,8 +50,21 @@ from otbound.lm._prompts import encode_prompt
 TRACE_FORMAT = "otbound-trace-1"
 
 
+class LogitLaws:
+    """``p`` / ``q``: the float64 laws ``softmax(logits / T)`` of the stored ``target_logits`` /
+    ``draft_logits`` (last axis = vocabulary), computed once on first use."""
+
+    @cached_property
+    def p(self) -> np.ndarray:
+        return laws64(self.target_logits, self.temperature)
+
+    @cached_property
+    def q(self) -> np.ndarray:
+        return laws64(self.draft_logits, self.temperature)
+
+
 @dataclass
-class TraceRecord:
+class TraceRecord(LogitLaws):
     """One stored trace. ``p``/``q``: float64 laws (positions × V) of target and draft."""
 
     prompt_id: str
@@ -71,14 +84,6 @@ class TraceRecord:
     @property
     def continuation(self) -> np.ndarray:
         return self.tokens[self.prompt_length:]
-
-    @cached_property
-    def p(self) -> np.ndarray:
-        return laws64(self.target_logits, self.temperature)
-
-    @cached_property
-    def q(self) -> np.ndarray:
-        return laws64(self.draft_logits, self.temperature)
 
 
 def _check_temperatures(temperatures) -> list[float]:
