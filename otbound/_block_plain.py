@@ -95,7 +95,7 @@ def causal_lp_plain(tree: BlockTree, num_drafts: int, *, exchangeable: bool = Fa
     b_eq[:nt] = probs
     b_eq[nt + np.arange(v)] = tree.p_cond[0]  # children of the root: S(∅) = 1
     cost = np.zeros(nvar)
-    cost[:npi] = -(np.repeat(tree.depth[u], v) + 1 - 1).astype(np.float64)  # τ = |u| for emission at u
+    cost[:npi] = -np.repeat(tree.depth[u], v).astype(np.float64)  # τ = |u| for emission at u
     return float(-solve_lp(cost, None, None, a_eq, b_eq, (0, None), "plain causal LP").fun)
 
 

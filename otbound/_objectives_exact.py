@@ -109,7 +109,7 @@ def _levels(x, name: str, subset: bool) -> tuple[list[torch.Tensor], bool]:
 
 
 def prepare(draft, target, verification: str, subset: bool):
-    """Validate and return ``(draft_levels, target_levels, batch_shape, context_free)``."""
+    """Validate and return ``(draft_levels, target_levels, context_free)``."""
     check_verification(verification)
     q, q_cf = _levels(draft, "draft_probs", subset)
     p, p_cf = _levels(target, "target_probs", subset)
@@ -141,7 +141,7 @@ def prepare(draft, target, verification: str, subset: bool):
                 f"path entries, above MAX_PATHS = {MAX_PATHS:,}: restrict each position to its top-m tokens "
                 "(subset=True gives the resulting lower bound) or use smaller batches"
             )
-    return q, p, batch, context_free
+    return q, p, context_free
 
 
 def survival(q: list[torch.Tensor], p: list[torch.Tensor], verification: str, context_free: bool) -> torch.Tensor:

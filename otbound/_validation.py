@@ -65,6 +65,13 @@ def check_sampling(sampling: str) -> str:
     return sampling
 
 
+def check_positive_int(value, name: str) -> int:
+    """``value`` as an ``int`` if it is an integer (not a bool) ≥ 1, else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "with_replacement") -> int:
     """Check ``num_drafts`` is an integer >= 1 and, without replacement, at most the support of q."""
     if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._block_tree import build_tree
-from otbound._validation import InvalidInputError, check_num_drafts
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block_models import as_block_model
 from otbound.token_bounds import optimal_acceptance
 
@@ -72,8 +72,7 @@ def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
     if method not in _METHODS[kind]:
         raise InvalidInputError(f"method {method!r} is not available for kind {kind!r}; expected one of {_METHODS[kind]}")
     k = check_num_drafts(num_drafts)
-    if isinstance(block_len, bool) or not isinstance(block_len, (int, np.integer)) or int(block_len) < 1:
-        raise InvalidInputError(f"block_len must be a positive integer, got {block_len!r}")
+    block_len = check_positive_int(block_len, "block_len")
     target = as_block_model(target, vocab_size, "target")
     draft = as_block_model(draft, vocab_size, "draft")
     return target, draft, k, int(block_len), method
@@ -97,12 +96,13 @@ def block_bound(
     the module docstring for the methods and tolerances.
     """
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method)
-    tree = build_tree(target, draft, length)
+    tree = build_tree(target, draft, length, with_bonus=method.startswith("plain"))  # only the plain LPs read the bonus laws
     return bound_on_tree(tree, k, kind, method=method, return_certificate=return_certificate)
 
 
-def bound_on_tree(tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None, split_bottom=None) -> BlockBound:
-    """The bound on a built trie (``selectable`` / ``split_bottom``: lower side of a truncation bracket)."""
+def bound_on_tree(tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None) -> BlockBound:
+    """The bound on a built trie; ``selectable`` (mask over nodes): the lower side of a truncation
+    bracket, where no other node may be accepted."""
     v, length = tree.vocab_size, tree.block_len
     cert = None
     levels = None
@@ -112,8 +112,8 @@ def bound_on_tree(tree, k: int, kind: str, *, method: str, return_certificate: b
         for ell in range(1, length + 1):
             sl = tree.level(ell)
             p, q = tree.p_path[sl], tree.q_path[sl]
-            if split_bottom is not None:  # cells that may never be accepted: separate p and q copies
-                bad = split_bottom[sl]
+            if selectable is not None:  # cells that may never be accepted: separate p and q copies
+                bad = ~selectable[sl]
                 p = np.concatenate([np.where(bad, 0.0, p), p[bad], np.zeros(bad.sum())])
                 q = np.concatenate([np.where(bad, 0.0, q), np.zeros(bad.sum()), q[bad]])
             res = optimal_acceptance(p / p.sum(), q / q.sum(), k, "with_replacement", return_certificate=return_certificate)
@@ -199,15 +199,10 @@ def block_bound_bracket(
     from otbound._block_truncate import truncated_tree
 
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, None)
-    if isinstance(top_m, bool) or not isinstance(top_m, (int, np.integer)) or int(top_m) < 1:
-        raise InvalidInputError(f"top_m must be a positive integer, got {top_m!r}")
-    trunc = truncated_tree(target, draft, length, int(top_m))
+    trunc = truncated_tree(target, draft, length, check_positive_int(top_m, "top_m"))
     tree = trunc.tree
     upper = bound_on_tree(tree, k, kind, method=method).value
-    if kind == "per_level":
-        lower = bound_on_tree(tree, k, kind, method=method, split_bottom=~trunc.selectable).value
-    else:
-        lower = bound_on_tree(tree, k, kind, method=method, selectable=trunc.selectable).value
+    lower = bound_on_tree(tree, k, kind, method=method, selectable=trunc.selectable).value
     leaves = tree.level(length)
     kept = trunc.selectable[leaves]
     return BlockBracket(

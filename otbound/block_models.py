@@ -28,14 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otbound._validation import InvalidInputError, as_law
+from otbound._validation import InvalidInputError, as_law, check_positive_int
 from otbound.draft_laws import _inverse_cdf
-
-
-def _check_vocab_size(vocab_size) -> int:
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or int(vocab_size) < 1:
-        raise InvalidInputError(f"vocab_size must be a positive integer, got {vocab_size!r}")
-    return int(vocab_size)
 
 
 def _as_prefix(prefix, vocab_size: int) -> tuple:
@@ -64,7 +58,7 @@ class BlockModel:
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        self.vocab_size = _check_vocab_size(self.vocab_size)
+        self.vocab_size = check_positive_int(self.vocab_size, "vocab_size")
         if not callable(self.fn):
             raise InvalidInputError(f"a block model needs a callable prefix -> law, got {self.fn!r}")
 
@@ -85,7 +79,7 @@ class BlockModel:
 
 def as_block_model(model, vocab_size: int, name: str = "model") -> BlockModel:
     """``model`` itself if it is a :class:`BlockModel` of this vocabulary, else a checked wrapper."""
-    vocab_size = _check_vocab_size(vocab_size)
+    vocab_size = check_positive_int(vocab_size, "vocab_size")
     if isinstance(model, BlockModel):
         if model.vocab_size != vocab_size:
             raise InvalidInputError(f"{name} has vocab_size {model.vocab_size}, expected {vocab_size}")
@@ -105,7 +99,7 @@ def dirichlet_model(vocab_size: int, *, concentration: float = 1.0, seed: int = 
 
     Small ``concentration`` (≪ 1) gives near-deterministic laws, large gives near-uniform ones.
     """
-    v = _check_vocab_size(vocab_size)
+    v = check_positive_int(vocab_size, "vocab_size")
     if not np.isfinite(concentration) or concentration <= 0:
         raise InvalidInputError(f"concentration must be a positive number, got {concentration!r}")
 
@@ -119,7 +113,7 @@ def dirichlet_model(vocab_size: int, *, concentration: float = 1.0, seed: int = 
 
 def zipf_model(vocab_size: int, *, exponent: float = 1.0, seed: int = 0, name: str = "zipf") -> BlockModel:
     """Zipf-shaped laws ``∝ rank^{−exponent}`` with a random token permutation at every prefix."""
-    v = _check_vocab_size(vocab_size)
+    v = check_positive_int(vocab_size, "vocab_size")
     if not np.isfinite(exponent) or exponent < 0:
         raise InvalidInputError(f"exponent must be a non-negative number, got {exponent!r}")
     shape = np.arange(1, v + 1, dtype=np.float64) ** (-float(exponent))
@@ -145,7 +139,7 @@ def tabulated_model(table: Mapping, vocab_size: int, *, default=None, name: str 
     ``default``: None (a missing prefix is an error naming it), a law (used everywhere else), or a
     callable ``prefix -> law``.
     """
-    v = _check_vocab_size(vocab_size)
+    v = check_positive_int(vocab_size, "vocab_size")
     laws = {_as_prefix(k, v): as_law(val, f"table[{k}]", ndim=1) for k, val in table.items()}
     fallback = as_law(default, "default", ndim=1) if default is not None and not callable(default) else default
 

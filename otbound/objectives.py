@@ -82,7 +82,7 @@ __all__ = [
 def _survival(draft_probs, target_probs, verification: str, subset: bool):
     """``(P(τ ≥ i) as torch (..., L), whether to answer in numpy)``."""
     numpy_in = not any(isinstance(x, (torch.Tensor, list, tuple)) for x in (draft_probs, target_probs))
-    q, p, _, context_free = prepare(draft_probs, target_probs, verification, subset)
+    q, p, context_free = prepare(draft_probs, target_probs, verification, subset)
     return survival(q, p, verification, context_free), numpy_in
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound._validation import InvalidInputError, check_num_drafts
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block_models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
 from otbound.draft_laws import _inverse_cdf
 
@@ -158,7 +158,7 @@ class BlockVerifier:
         the target (theory.md §4); float64 round-off leaves ~1e-16.
         """
         target, draft = _models(target, draft, vocab_size)
-        length = _check_block_len(block_len)
+        length = check_positive_int(block_len, "block_len")
         v = target.vocab_size
         law = self.iteration_law(target, draft, vocab_size=v, num_drafts=num_drafts, block_len=length)
         full = np.zeros(v ** (length + 1))
@@ -203,9 +203,10 @@ class BlockVerifier:
     def _all_tuples(self, target, draft, vocab_size, num_drafts, block_len):
         target, draft = _models(target, draft, vocab_size)
         k = check_num_drafts(num_drafts)
-        length = _check_block_len(block_len)
+        length = check_positive_int(block_len, "block_len")
         v = target.vocab_size
-        blocks = [(pre, prob) for pre, prob in _block_probs(draft, length) if prob > 0]
+        law = prefix_law(draft, length)
+        blocks = [(pre, float(law[pre])) for pre in np.ndindex(law.shape) if law[pre] > 0]
         if len(blocks) ** k > MAX_EXACT_TUPLES:
             raise InvalidInputError(
                 f"exact enumeration needs {len(blocks)}^{k} draft tuples (V = {v}, L = {length}): too many; "
@@ -229,8 +230,8 @@ class BlockVerifier:
         keys, inverse = np.unique(batch.reshape(n, -1), axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         cache: dict = {}
-        for g in range(keys.shape[0]):
-            rows = np.flatnonzero(inverse == g)
+        order = np.argsort(inverse, kind="stable")  # rows grouped by draft tuple in one sort
+        for g, rows in enumerate(np.split(order, np.cumsum(np.bincount(inverse, minlength=keys.shape[0]))[:-1])):
             tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in keys[g].reshape(k, length)))
             inst = self.prepare(target, draft, tup, cache)
             self._sample_group(inst, rows, tokens, accepted, rng)
@@ -264,12 +265,6 @@ def _models(target, draft, vocab_size=None):
     return as_block_model(target, v, "target"), as_block_model(draft, v, "draft")
 
 
-def _check_block_len(block_len) -> int:
-    if isinstance(block_len, bool) or not isinstance(block_len, (int, np.integer)) or int(block_len) < 1:
-        raise InvalidInputError(f"block_len must be a positive integer, got {block_len!r}")
-    return int(block_len)
-
-
 def _check_drafts(drafts, vocab_size: int):
     a = np.asarray(drafts)
     if a.ndim not in (2, 3) or a.size == 0:
@@ -291,19 +286,6 @@ def _draftable(draft: BlockModel, drafts: tuple) -> tuple:
     return drafts
 
 
-def _block_probs(model: BlockModel, length: int):
-    """Every block of ``length`` tokens with its probability under ``model``."""
-    v = model.vocab_size
-    out = [((), 1.0)]
-    for _ in range(length):
-        nxt = []
-        for pre, prob in out:
-            law = model(pre)
-            nxt.extend((pre + (y,), prob * float(law[y])) for y in range(v))
-        out = nxt
-    return out
-
-
 def _emitted_law(outcomes) -> dict:
     law: dict = {}
     for w, prefix, corr in outcomes:
@@ -323,7 +305,7 @@ def generate(verifier: BlockVerifier, target, draft, *, num_drafts: int, block_l
     rng = np.random.default_rng(rng)
     target, draft = _models(target, draft)
     k = check_num_drafts(num_drafts)
-    blen = _check_block_len(block_len)
+    blen = check_positive_int(block_len, "block_len")
     n, total = int(num_samples), int(length)
     out = np.full((n, total + blen + 1), -1, dtype=np.int64)
     filled = np.zeros(n, dtype=np.int64)

@@ -40,18 +40,22 @@ class MultiPathVerifier(BlockVerifier):
         # token-level laws are shared by every draft tuple with the same (node, row): cache them
         return np.asarray(drafts, dtype=np.int64), target, draft, cache.setdefault("laws", {})
 
+    def _law(self, inst, node: tuple, row: np.ndarray) -> np.ndarray:
+        """The token-level verifier's exact law of the token emitted at ``node`` given ``row``."""
+        _, target, draft, laws = inst
+        key = (node, row.tobytes())
+        law = laws.get(key)
+        if law is None:
+            law = laws[key] = self._verifier().conditional_law(target(node), draft(node), row)
+        return law
+
     def walk(self, inst, oracle):
-        drafts, target, draft, laws = inst
-        verifier = self._verifier()
+        drafts, target = inst[0], inst[1]
         members = np.arange(drafts.shape[0])
         node: tuple = ()
         for depth in range(drafts.shape[1]):
             row = drafts[members, depth]
-            key = (node, row.tobytes())
-            law = laws.get(key)
-            if law is None:
-                law = laws[key] = verifier.conditional_law(target(node), draft(node), row)
-            y = oracle.categorical(law)
+            y = oracle.categorical(self._law(inst, node, row))
             if not np.any(row == y):
                 return node, np.eye(target.vocab_size)[y]
             members = members[row == y]
@@ -62,18 +66,14 @@ class MultiPathVerifier(BlockVerifier):
         """``E[τ | drafts]`` by recursion over the draft tree: at a node, the emitted token moves to
         a child only if it equals one of the row's tokens, so only those branches are followed
         (the walk's replay would enumerate all V outcomes of every node)."""
-        drafts, target, draft, laws = inst
-        verifier = self._verifier()
+        drafts = inst[0]
 
         def value(node: tuple, members: np.ndarray) -> float:
             depth = len(node)
             if depth == drafts.shape[1]:
                 return 0.0
             row = drafts[members, depth]
-            key = (node, row.tobytes())
-            law = laws.get(key)
-            if law is None:
-                law = laws[key] = verifier.conditional_law(target(node), draft(node), row)
+            law = self._law(inst, node, row)
             return sum(law[y] * (1.0 + value(node + (y,), members[row == y])) for y in np.unique(row).tolist() if law[y] > 0)
 
         return value((), np.arange(drafts.shape[0]))

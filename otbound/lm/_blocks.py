@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._validation import InvalidInputError, check_num_drafts
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.draft_laws import sample_drafts
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
@@ -151,8 +151,7 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     Resumable like :func:`collect_traces` (``pair`` may be a callable, called only if needed;
     existing files made with other settings raise instead of being mixed in)."""
     k = check_num_drafts(num_drafts)
-    if isinstance(block_length, bool) or not isinstance(block_length, int) or block_length < 1:
-        raise InvalidInputError(f"block_length must be a positive integer, got {block_length!r}")
+    block_length = check_positive_int(block_length, "block_length")
     if logits_dtype not in _store.STORE_DTYPES:
         raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES}, got {logits_dtype!r}")
     files = list(_files(traces, TRACE_FORMAT))

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._validation import InvalidInputError
+from otbound._validation import InvalidInputError, check_positive_int
 from otbound.lm import _store
 from otbound.lm._decode import laws64, sample_continuations, stop_token_ids, teacher_forced_logits
 from otbound.lm._prompts import encode_prompt
@@ -125,8 +125,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     temps = _check_temperatures(temperatures)
     if logits_dtype not in _store.STORE_DTYPES:
         raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES}, got {logits_dtype!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise InvalidInputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens")
     ids = [p.id for p in prompts]
     if len(set((p.dataset, p.id) for p in prompts)) != len(prompts):
         raise InvalidInputError(f"prompt ids must be unique within a dataset, got {ids}")

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.stats
 
 from otbound._backend import _is_torch, to_numpy
-from otbound._validation import InvalidInputError, as_pair, check_num_drafts
+from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
 from otbound.draft_laws import _inverse_cdf, draft_joint, greedy_split, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
@@ -341,8 +341,7 @@ def run(verifier, p, q, num_drafts: int, n: int, rng=None, *, confidence: float 
         verifier = VERIFIERS[verifier]
     if not isinstance(verifier, Verifier):
         raise InvalidInputError(f"verifier must be a Verifier or a registered name, got {verifier!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInputError(f"n must be a positive integer, got {n!r}")
+    n = check_positive_int(n, "n")
     if not 0.0 < confidence < 1.0:
         raise InvalidInputError(f"confidence must lie in (0, 1), got {confidence!r}")
     p, q = _check_laws(p, q)
