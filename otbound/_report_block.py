@@ -4,7 +4,9 @@
 prefix; draft = ``(1 − w)·target + w·independent Dirichlet``) and, for every ``K`` and ``L``,
 computes ``U_per-level ≥ U_joint ≥ U_causal`` (exact, :func:`otbound.block_bound`) and every
 verifier's ``E[τ]`` — exact by enumeration when ``(V^L)^K ≤ max_exact_tuples``, otherwise a Monte
-Carlo mean over ``mc_samples`` iterations (method and standard error in the row). ``E[τ]`` counts
+Carlo mean over ``mc_samples`` drawn draft tuples of the exact ``E[τ | drafts]``
+(``conditional_accepted``: Rao-Blackwellised over the verifier's own coins; method and standard
+error in the row). ``E[τ]`` counts
 accepted draft tokens; block efficiency is ``E[τ] + 1``.
 """
 
@@ -55,7 +57,7 @@ def block_section(
                 value = ver.expected_accepted(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length)
                 rows.append({"kind": "verifier", "name": name, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0})
             else:
-                tau = ver.sample(target, draft, drafts, rng).num_accepted
+                tau = ver.conditional_accepted(target, draft, drafts)
                 rows.append(
                     {
                         "kind": "verifier",

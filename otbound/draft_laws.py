@@ -65,11 +65,12 @@ def _sample_without_replacement(q: np.ndarray, k: int, n: int, rng) -> np.ndarra
     instead of the O(n·V) of a Gumbel-top-K over the whole vocabulary.
     """
     out = np.empty((n, k), dtype=np.int64)
-    out[:, 0] = _inverse_cdf(q, rng.random(n))
+    cdf = _cdf(q)  # O(V) once; every draw below is a binary search
+    out[:, 0] = _draw(cdf, rng.random(n))
     for r in range(1, k):
         todo = np.arange(n)
         for _ in range(_MAX_REJECTIONS):
-            cand = _inverse_cdf(q, rng.random(todo.size))
+            cand = _draw(cdf, rng.random(todo.size))
             clash = (cand[:, None] == out[todo, :r]).any(axis=1)
             out[todo[~clash], r] = cand[~clash]
             todo = todo[clash]
@@ -85,11 +86,19 @@ def _sample_without_replacement(q: np.ndarray, k: int, n: int, rng) -> np.ndarra
 _MAX_REJECTIONS = 16
 
 
+def _cdf(q: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(cumsum(q), last token with q > 0)``: what :func:`_draw` needs, computed once per law."""
+    return np.cumsum(q), int(np.flatnonzero(q > 0)[-1])
+
+
+def _draw(cdf: tuple[np.ndarray, int], u: np.ndarray) -> np.ndarray:
+    """Tokens at uniforms ``u`` by inverse CDF (never past the last token of positive mass)."""
+    cum, last = cdf
+    return np.minimum(np.searchsorted(cum, u * cum[-1], side="right"), last).astype(np.int64)
+
+
 def _inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
-    cdf = np.cumsum(q)
-    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
-    last = int(np.flatnonzero(q > 0)[-1])
-    return np.minimum(idx, last).astype(np.int64)
+    return _draw(_cdf(q), u)
 
 
 def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:

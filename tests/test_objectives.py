@@ -472,5 +472,5 @@ def test_block_value_equals_causal_bound_and_block_verifier():
             ours = expected_accepted_length(_t(q), _t(p), "block")
             bound = otbound.block_bound(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length, kind="causal")
             verifier = otbound.BLOCK_VERIFIERS["block"].expected_accepted(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length)
-            assert float(ours) == pytest.approx(bound.value, abs=1e-7)
+            assert float(ours) == pytest.approx(bound.value, abs=1e-8)  # the LP at HiGHS tolerances 1e-10
             assert float(ours) == pytest.approx(verifier, abs=1e-9)

@@ -56,6 +56,7 @@ def test_run_result():
     assert isinstance(res, otbound.VerifierRun)
     assert res.num_samples == 5000 and res.drafts.shape == (5000, 3)
     assert res.ci_low <= res.acceptance <= res.ci_high and res.confidence == 0.95
+    assert res.ci_low <= VERIFIERS["kseq"].acceptance(P, Q, 3) <= res.ci_high  # the exact value, independently
     res2 = run(VERIFIERS["kseq"], P, Q, 3, 5000, 0)
     np.testing.assert_array_equal(res.sample.tokens, res2.sample.tokens)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.verifiers._base import SequentialVerifier, ratio_min1
+from otbound.verifiers._base import SequentialVerifier, ratio_min1, residual
 
 
 def _beta(p, q, rho):
@@ -63,10 +63,7 @@ class KSeqVerifier(SequentialVerifier):
         beta = _beta(p, q, rho)
         p_acc = _p_acc(beta, k)
         gamma = p_acc / beta if beta > 0 else 0.0
-        res = np.maximum(p - gamma * np.minimum(p / rho, q), 0.0)
-        mass = res.sum()
-        res = res / mass if mass > 0 else p
-        return {"rho": rho, "beta": beta, "p_acc": p_acc, "residual": res}
+        return {"rho": rho, "beta": beta, "p_acc": p_acc, "residual": residual(p, gamma * np.minimum(p / rho, q))}
 
     def _rounds(self, p, q, aux, drafts):
         accept = ratio_min1(p[drafts], aux["rho"] * q[drafts])
