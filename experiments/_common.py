@@ -112,14 +112,23 @@ def _versions() -> dict:
     return {"python": platform.python_version(), "numpy": numpy.__version__, "scipy": scipy.__version__, "otbound": otbound.__version__}
 
 
+#: results computed in this process, by (results file, parameters)
+_COMPUTED: dict = {}
+
+
 def load_or_compute(args, name: str, params: dict, compute) -> dict:
     """``results_dir/<name>.json``: read it if it holds results for these ``params``, else (or with
     ``--recompute``) compute and store it.
 
     ``compute(params, checkpoint) -> dict``. The stored file is ``{"meta": ..., "params": ...,
-    "results": ...}``; ``meta`` records when and with which versions it was computed.
+    "results": ...}``; ``meta`` records when and with which versions it was computed. Results are
+    computed at most once per process: a second figure drawn from the same results (the
+    temperature sweep after the verifier table in ``make_figures --recompute``) reuses them.
     """
     path = results_dir(args) / f"{name}.json"
+    key = (str(path), json.dumps(params, sort_keys=True, default=_jsonable))
+    if key in _COMPUTED:  # recomputed already in this process (e.g. make_figures: two figures, one result)
+        return _COMPUTED[key]
     if not args.recompute and path.exists():
         stored = json.loads(path.read_text())
         if stored.get("params") == json.loads(json.dumps(params, default=_jsonable)) and stored["meta"]["quick"] == bool(args.quick):
@@ -142,7 +151,8 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
     }
     write_json(path, stored)
     cp.done()
-    return json.loads(json.dumps(stored, default=_jsonable))
+    _COMPUTED[key] = json.loads(json.dumps(stored, default=_jsonable))
+    return _COMPUTED[key]
 
 
 def save_real_pair_figure(fig, results: dict, out, name: str, formats) -> list:
@@ -161,9 +171,10 @@ def finish(name: str, results: dict, args, draw, table=None) -> list:
     paths = draw(results, args.out, args.formats)
     if table is None:
         return paths
+    text = table(results)
     md = Path(args.out) / f"{name}.md"
-    md.write_text(table(results) + "\n")
-    print(table(results))
+    md.write_text(text + "\n")
+    print(text)
     return paths + [md]
 
 
@@ -256,6 +267,9 @@ class SyntheticRecord:
         self.p = np.stack([a for a, _ in pairs])
         self.q = np.stack([b for _, b in pairs])
 
+    def laws_at(self, rows):
+        return self.p[rows], self.q[rows]
+
 
 def synthetic_records(params) -> list:
     return [
@@ -281,6 +295,7 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
 
     from otbound import SAMPLINGS
     from otbound.lm import aggregate, measure_laws
+    from otbound.lm._measure import _int_keys
 
     results = []
     for i, rec in enumerate(tqdm(records, desc="measure", file=sys.stderr)):
@@ -288,18 +303,10 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
         res = checkpoint.get(key)
         if res is None:
             sel = slice(None, None, params["position_stride"])
-            p, q = rec.p[sel], rec.q[sel]
+            p, q = rec.laws_at(sel)
             res = measure_laws(p, q, params["num_drafts"], verifiers=verifiers, samplings=SAMPLINGS,
                                mc_samples=params.get("mc_samples", 64), seed=[params["seed"], i])
             res.update(dataset=rec.dataset, temperature=rec.temperature, prompt_id=rec.prompt_id, positions=int(p.shape[0]))
             checkpoint.put(key, res)
-        results.append(_int_keys(res))
+        results.append(_int_keys(dict(res)))
     return aggregate(results)
-
-
-def _int_keys(res: dict) -> dict:
-    """JSON stores the K keys of a measurement as strings; make them ints again."""
-    res = dict(res)
-    for part in ("optimal", "verifiers", "skipped"):
-        res[part] = {name: {int(k): v for k, v in d.items()} for name, d in res[part].items()}
-    return res

@@ -56,13 +56,25 @@ def baseline(pair, encoded, temperature, max_new_tokens, seed) -> int:
     return positions
 
 
-def otbound_run(pair, prompts, temperature, max_new_tokens, batch_size, seed) -> int:
+def otbound_run(pair, prompts, temperature, max_new_tokens, batch_size, seed) -> tuple[int, float]:
+    """``(positions, seconds)``: only ``collect_traces`` is timed; the positions are counted
+    afterwards from the written traces."""
+    from otbound.lm import load_traces
+
     with tempfile.TemporaryDirectory() as d:
+        t = time.perf_counter()
         collect_traces(pair, prompts, d, temperatures=(temperature,), max_new_tokens=max_new_tokens,
                        batch_size=batch_size, seed=seed, progress=False)
-        from otbound.lm import load_traces
+        _sync(pair)
+        seconds = time.perf_counter() - t
+        return sum(r.positions for r in load_traces(d)), seconds
 
-        return sum(r.positions for r in load_traces(d))
+
+def _sync(pair) -> None:
+    if pair.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def main():
@@ -107,16 +119,14 @@ def main():
     rates = {"baseline": [], "otbound": []}
     for r in range(args.repeats):
         for label in ("baseline", "otbound"):
-            if pair.device.type == "cuda":
-                torch.cuda.synchronize()
-            t = time.perf_counter()
             if label == "baseline":
+                _sync(pair)
+                t = time.perf_counter()
                 n = baseline(pair, encoded, args.temperature, args.max_new_tokens, seed=r)
+                _sync(pair)
+                dt = time.perf_counter() - t
             else:
-                n = otbound_run(pair, prompts, args.temperature, args.max_new_tokens, bs, seed=r)
-            if pair.device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t
+                n, dt = otbound_run(pair, prompts, args.temperature, args.max_new_tokens, bs, seed=r)
             rates[label].append(n / dt)
             print(f"  run {r}: {label:8s} {n:5d} positions in {dt:7.2f} s = {n / dt:8.2f} positions/s", flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}

@@ -32,17 +32,8 @@ RUNS = ((1e-3, 300), (1e-2, 300), (1e-3, 1200))
 
 def main(argv=None) -> dict:
     args = real.parse(argv)
-    work = args.work
-    pair, split, stop = real.load_models_and_prompts(args)
-    streams = real.greedy_streams(pair.target, split, args.new_tokens, stop, args.gen_batch, work / "streams.json")
-    prompt_lens = {s: [len(p) for p in split[s]] for s in split}
-    feats = {s: real.features(pair, streams[s], work / f"features_{s}.pt", args.store_top) for s in ("train", "eval")}
-    cand = torch.unique(torch.cat([t.reshape(-1).long() for t in feats["train"]["top_idx"]]
-                                  + [torch.tensor(s) for s in streams["train"]]))
-    lookup = torch.full((pair.vocab_size,), -1, dtype=torch.long)
-    lookup[cand] = torch.arange(len(cand))
-    out_weight = pair.draft.get_output_embeddings().weight.detach()[cand].float().clone()
-    data = real.training_set(feats["train"], streams["train"], lookup, args.length, args.min_pos, args.exact_top)
+    st = real.prepare(args)
+    data, cand, lookup, feats, streams = st.data, st.cand, st.lookup, st.feats, st.streams
     objective = next(o for o in ABLATION if o.name == "exact only")
     probe = torch.randint(0, len(data["h"]), (512,), generator=torch.Generator().manual_seed(123))
     dense = torch.zeros(len(probe), args.length, len(cand)).scatter_(-1, data["idx"][probe], data["p"][probe])
@@ -51,18 +42,18 @@ def main(argv=None) -> dict:
         heads.eval()
         with torch.no_grad():
             train = objective(heads(data["h"][probe]), None, dense, subset=True, exact_ids=data["exact_idx"][probe]).exact
-        per_pos, _ = real.greedy_and_proxy({"x": heads}, feats["eval"], streams["eval"], prompt_lens["eval"], cand, lookup, run_args)
+        per_pos, _ = real.greedy_and_proxy({"x": heads}, feats["eval"], streams["eval"], st.prompt_lens["eval"], cand, lookup, run_args)
         return {"train_exact": float(train), "heldout_proxy_block": float(np.mean(per_pos["x"]["proxy_block"])),
                 "heldout_greedy": float(np.mean(per_pos["x"]["greedy"]))}
 
-    res = {"init": measure(real.ParallelHeads(out_weight, args.length, args.rank, args.seed), args)}
+    res = {"init": measure(real.ParallelHeads(st.out_weight, args.length, args.rank, args.seed), args)}
     for lr, steps in RUNS:
         run_args = real.parse([*(argv or []), "--lr", str(lr), "--steps", str(steps)])
         t0 = time.perf_counter()
-        heads, _ = real.train_heads(objective, data, out_weight, run_args, len(cand))
+        heads, _ = real.train_heads(objective, data, st.out_weight, run_args, len(cand))
         res[f"lr={lr:g}, steps={steps}"] = dict(measure(heads, run_args), seconds=time.perf_counter() - t0)
         print(json.dumps(res, indent=1), flush=True)
-    out = _common.RESULTS / "objectives_real_exact_only.json"
+    out = args.out.with_name(args.out.stem + "_exact_only.json")  # next to the ablation's results (--tiny: in its work folder)
     _common.write_json(out, res)
     print(f"wrote {out}")
     return res

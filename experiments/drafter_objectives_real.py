@@ -46,6 +46,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -295,21 +296,32 @@ def stats(values) -> dict:
     return {"mean": float(a.mean()), "se": float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0, "n": len(a)}
 
 
-def run(args) -> dict:
+def prepare(args) -> SimpleNamespace:
+    """Stages 1–2 (cached under ``args.work``) and the training set: ``pair``, ``streams``,
+    ``prompt_lens``, ``feats``, the candidate vocabulary ``cand`` with its ``lookup`` (token id →
+    candidate index, −1 outside), the heads' frozen ``out_weight`` and the training ``data``."""
     work = args.work
     (work / "heads").mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
     pair, split, stop = load_models_and_prompts(args)
     streams = greedy_streams(pair.target, split, args.new_tokens, stop, args.gen_batch, work / "streams.json")
     prompt_lens = {s: [len(p) for p in split[s]] for s in split}
     feats = {s: features(pair, streams[s], work / f"features_{s}.pt", args.store_top) for s in ("train", "eval")}
-
     cand = torch.unique(torch.cat([t.reshape(-1).long() for t in feats["train"]["top_idx"]]
                                   + [torch.tensor(s) for s in streams["train"]]))
     lookup = torch.full((pair.vocab_size,), -1, dtype=torch.long)
     lookup[cand] = torch.arange(len(cand))
     out_weight = pair.draft.get_output_embeddings().weight.detach()[cand].float().clone()
     data = training_set(feats["train"], streams["train"], lookup, args.length, args.min_pos, args.exact_top)
+    return SimpleNamespace(pair=pair, streams=streams, prompt_lens=prompt_lens, feats=feats, cand=cand, lookup=lookup,
+                           out_weight=out_weight, data=data)
+
+
+def run(args) -> dict:
+    work = args.work
+    t_start = time.perf_counter()
+    st = prepare(args)
+    pair, streams, prompt_lens, feats, cand, lookup, out_weight, data = (
+        st.pair, st.streams, st.prompt_lens, st.feats, st.cand, st.lookup, st.out_weight, st.data)
 
     heads_by_obj, train_info = {}, {}
     for k, obj in enumerate(ABLATION):

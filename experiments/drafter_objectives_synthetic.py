@@ -23,10 +23,10 @@ accepted length (drafter argmax vs the target's greedy block), and, for one draf
 causal bound ``U_causal`` of theory.md §4 from :func:`otbound.block_bound` (block verification
 reaches it for K = 1) and the per-level bound, on the first ``--bound-contexts`` contexts (one LP
 each). Figures are means over contexts, then mean ± std over seeds. The default run takes about a
-minute of CPU time (68 s measured), ``--quick`` a few seconds::
+minute (38 s measured on a quiet 2-core machine, 68 s under load), ``--quick`` a few seconds::
 
     python experiments/drafter_objectives_synthetic.py            # writes data/results/objectives_synthetic.json
-    python experiments/drafter_objectives_synthetic.py --quick    # reduced (used by the tests)
+    python experiments/drafter_objectives_synthetic.py --quick    # reduced (used by the tests), into out/
 """
 
 from __future__ import annotations
@@ -118,19 +118,15 @@ def greedy_block(levels) -> torch.Tensor:
     return torch.stack(out, -1)
 
 
-def block_bounds(q: torch.Tensor, levels, kind: str, contexts: int) -> float | None:
+def block_bounds(q: torch.Tensor, levels, kind: str, contexts: int) -> float:
     """Mean over the first ``contexts`` contexts of ``otbound.block_bound(..., num_drafts=1,
-    kind=kind)`` (an LP per context, hence only a few); None without the block-level module."""
-    if not hasattr(otbound, "block_bound"):
-        return None
+    kind=kind)`` (an LP per context, hence only a few)."""
     vocab, length = q.shape[-1], q.shape[-2]
     values = []
     for c in range(contexts):
         qc = q[c].numpy()
 
         def target(prefix, c=c):
-            if len(prefix) == length:  # the bonus token's law: E[τ] does not involve it
-                return np.full(vocab, 1.0 / vocab)
             row = 0
             for t in prefix:
                 row = row * vocab + t
@@ -138,10 +134,9 @@ def block_bounds(q: torch.Tensor, levels, kind: str, contexts: int) -> float | N
             return lv[row if lv.shape[0] > 1 else 0].numpy()
 
         def draft(prefix):
-            return qc[len(prefix)] if len(prefix) < length else np.full(vocab, 1.0 / vocab)
+            return qc[len(prefix)]
 
-        bound = otbound.block_bound(target, draft, vocab_size=vocab, num_drafts=1, block_len=length, kind=kind)
-        values.append(float(getattr(bound, "value", bound)))
+        values.append(otbound.block_bound(target, draft, vocab_size=vocab, num_drafts=1, block_len=length, kind=kind).value)
     return float(np.mean(values))
 
 
@@ -259,8 +254,11 @@ def parse(argv=None):
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--bound-contexts", type=int, default=2, help="contexts (seed 0) checked against otbound.block_bound; 0: none")
     ap.add_argument("--quick", action="store_true", help="reduced run for tests (seconds)")
-    ap.add_argument("--out", type=Path, default=_common.RESULTS / "objectives_synthetic.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results file (default: data/results/objectives_synthetic.json; with --quick out/objectives_synthetic_quick.json)")
     args = ap.parse_args(argv)
+    if args.out is None:  # a quick run never overwrites the stored full-size results
+        args.out = _common.ROOT / "out" / "objectives_synthetic_quick.json" if args.quick else _common.RESULTS / "objectives_synthetic.json"
     if args.quick:
         args.contexts, args.vocab, args.length, args.steps, args.seeds, args.per_context = 8, 4, 3, 60, 1, 16
         args.batch, args.bound_contexts = 64, min(args.bound_contexts, 1)

@@ -157,12 +157,12 @@ def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
         return rows, tree, "quick mode: no real-pair brackets"
     real, real_tree = checkpoint.get("brackets-real"), checkpoint.get("tree-verifiers-real")
     if real is None or real_tree is None:
+        from otbound.lm import ModelUnavailableError, lm_block_models, load_pair
+
         try:
             records = _common.real_records(args, dict(params, temperatures=[params["bracket_temperature"]]))
-            from otbound.lm import lm_block_models, load_pair
-
             pair = load_pair(_common.REAL_PAIR, device=args.device, dtype=params["model_dtype"])
-        except Exception as exc:  # no traces here, or the pair cannot be loaded: say so in the results
+        except (_common.MissingResultsError, ModelUnavailableError) as exc:  # no traces or no pair here: say so
             return rows, tree, f"real-pair brackets not computed: {type(exc).__name__}: {exc}"
         import torch
 

@@ -157,7 +157,9 @@ def parse_args(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=32, help="target-sampled continuation length per prompt")
     ap.add_argument("--vocab-size", type=int, default=24, help="synthetic vocabulary size")
     ap.add_argument("--instances", type=int, default=16, help="synthetic (p, q) pairs per (family, T)")
-    ap.add_argument("--mc-samples", type=int, default=20_000, help="Monte Carlo samples where no exact acceptance exists")
+    ap.add_argument("--mc-samples", type=int, default=None,
+                    help="Monte Carlo draft tuples where no exact acceptance exists (default: 20,000 per synthetic "
+                         "instance and block cell, 16 per real-trace position)")
     ap.add_argument("--block-drafts", type=int, nargs="+", default=[1, 2, 3], help="K values of the block section")
     ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
@@ -172,7 +174,7 @@ def main(argv=None) -> Path:
     if args.synthetic:
         ks = args.num_drafts or [1, 2, 4, 8]
         temps = args.temperature or [0.7, 1.0, 1.5]
-        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples, args.seed)
+        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed)
         meta = {"mode": "synthetic", "vocabulary": args.vocab_size, "instances per cell": args.instances, "seed": args.seed}
     else:
         from otbound.lm import run_real_report
@@ -186,6 +188,7 @@ def main(argv=None) -> Path:
             temperatures=args.temperature or [0.7, 1.0],
             num_drafts=args.num_drafts or [2, 3, 4],
             out=out,
+            mc_samples=args.mc_samples or 16,
             seed=args.seed,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
@@ -197,7 +200,7 @@ def main(argv=None) -> Path:
     if args.block:
         from otbound._report_block import block_section
 
-        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed)
+        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000)
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows
         sections.append(_block_markdown(block_rows))

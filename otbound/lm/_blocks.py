@@ -91,19 +91,24 @@ class BlockRecord(LogitLaws):
 
 def lm_block_models(pair, context, temperature):
     """A loaded pair's target and draft as block models (:mod:`otbound.block_models`) at a fixed
-    ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64, one
-    forward pass per new prefix (cached by :class:`~otbound.block_models.BlockModel`). For block
-    bounds, truncated-tree brackets and block verifiers on the live models."""
+    ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64. Each
+    model runs once over the context (KV cache); every new prefix is then one cached forward over
+    the last context token and the prefix, keeping only the last logits (results cached per
+    prefix by :class:`~otbound.block_models.BlockModel`). For block bounds, truncated-tree
+    brackets and block verifiers on the live models."""
     import torch
 
     from otbound.block_models import BlockModel
 
+    context = [int(t) for t in context]
+
     def make(model, name):
+        layers = prefix_cache(model, context)
+
         def fn(prefix):
-            ids = torch.tensor([list(context) + list(prefix)], device=pair.device)
-            with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, -1, : pair.vocab_size].float().cpu().numpy()
-            return laws64(logits, temperature)
+            cache = cache_prefix(model, layers, len(context) - 1, 1)
+            ids = torch.tensor([context[-1:] + list(prefix)], device=pair.device)
+            return laws64(forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature)
 
         return BlockModel(pair.vocab_size, fn, name=name)
 

@@ -62,6 +62,11 @@ class LogitLaws:
     def q(self) -> np.ndarray:
         return laws64(self.draft_logits, self.temperature)
 
+    def laws_at(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """``(p[rows], q[rows])`` computed for those rows only (nothing cached): a stride through a
+        long trace without the float64 laws of every position."""
+        return laws64(self.target_logits[rows], self.temperature), laws64(self.draft_logits[rows], self.temperature)
+
 
 @dataclass
 class TraceRecord(LogitLaws):
