@@ -45,7 +45,7 @@ def compute_for(args):
         rows = _common.measure_records(records, params, checkpoint, verifiers=list(VERIFIER_NAMES))
         skipped = {r["verifier"]: r["skipped"] for r in rows if r["method"] == "skipped"}
         order = ("optimal",) + VERIFIER_NAMES
-        rows = sorted((dict(r, ci=r["acceptance_ci"]) for r in rows if r["method"] != "skipped"),
+        rows = sorted((r for r in rows if r["method"] != "skipped"),
                       key=lambda r: (r["temperature"], r["num_drafts"], LAWS.index(r["sampling"]), order.index(r["verifier"]), r["dataset"]))
         return {"rows": rows, "skipped": skipped, "source": "synthetic stand-in (quick mode)" if args.quick else "real pair traces"}
 
@@ -87,7 +87,7 @@ def draw(results, out, formats) -> list:
             look = {(r["sampling"], r["verifier"]): r for r in sel if r["dataset"] == ds}
             x = np.arange(len(names)) + (j - (len(datasets) - 1) / 2) * width
             acc = [look[n]["acceptance"] if n in look else np.nan for n in names]
-            ci = [look[n]["ci"] if n in look else 0 for n in names]
+            ci = [look[n]["acceptance_ci"] if n in look else 0 for n in names]
             ax.bar(x, acc, width, yerr=ci, label=ds, color=f"C{j}", alpha=0.85, error_kw={"lw": 0.6})
         ax.set_xticks(np.arange(len(names)), [f"α* ({LAW_SHORT[law]})" if v == "optimal" else v for law, v in names], rotation=60, ha="right")
         for i, (law, v) in enumerate(names):

@@ -3,8 +3,8 @@
 A *row* is a dict with at least ``dataset``, ``temperature``, ``num_drafts``, ``sampling``,
 ``verifier`` (``"optimal"`` for the bound α* of that law), ``acceptance`` (None: skipped),
 ``optimal`` (α* of the verifier's law), ``positions`` (how many (p, q) pairs were averaged);
-optional ``ci`` or ``acceptance_ci`` (half width of the 95% interval), ``efficiency`` (acceptance / optimal), ``method`` ("exact" or
-"monte-carlo (n samples)").
+optional ``acceptance_ci`` (half width of the 95% interval), ``efficiency`` (acceptance / optimal),
+``method`` ("exact" or "monte_carlo").
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _cell(row) -> str:
     if row["acceptance"] is None:
         return "n/a"
     s = f"{row['acceptance']:.4f}"
-    ci = row.get("ci", row.get("acceptance_ci"))
+    ci = row.get("acceptance_ci")
     if ci:
         s += f" ± {ci:.4f}"
     if row["verifier"] != "optimal" and row.get("optimal"):

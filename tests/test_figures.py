@@ -129,7 +129,7 @@ def test_verifier_table(quick):
         if r["method"] == "exact":
             assert r["acceptance"] <= r["optimal"] + 1e-9, r
         else:  # Monte Carlo estimate: within its interval of the bound
-            assert r["acceptance"] <= r["optimal"] + 3 * r["ci"] + 1e-9, r
+            assert r["acceptance"] <= r["optimal"] + 3 * r["acceptance_ci"] + 1e-9, r
         if r["verifier"] in ("greedy", "spechub", "ot", "optimal"):
             assert r["acceptance"] == pytest.approx(r["optimal"], abs=1e-8), r
     text = (out / "fig_verifier_table.md").read_text()

@@ -452,14 +452,9 @@ def test_monte_carlo_matches_the_exact_value():
     p, q = random_laws(rng, 3, 10)
     v = _measure._verifier_registry()["rrs"]
 
-    class NoExact:
-        sampling = v.sampling
-
+    class NoExact(type(v)):  # the same verifier without its exact acceptance
         def acceptance(self, *a):
             return None
-
-        def sample(self, *a):
-            return v.sample(*a)
 
     est, method = _measure._verifier_values(NoExact(), p, q, 2, 20000, np.random.default_rng(0))
     exact = [v.acceptance(a, b, 2) for a, b in zip(p, q)]

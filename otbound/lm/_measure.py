@@ -33,7 +33,6 @@ import numpy as np
 import scipy.stats
 
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts
-from otbound.draft_laws import sample_drafts
 from otbound.token_bounds import optimal_acceptance
 
 MEASURE_VERSION = 1
@@ -89,11 +88,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
 def _verifier_values(v, p, q, k, mc_samples, rng):
     values, method = [], "exact"
     for pt, qt in zip(p, q):
-        a = v.acceptance(pt, qt, k)
-        if a is None:
-            method = "monte_carlo"
-            drafts = sample_drafts(qt, k, v.sampling, mc_samples, rng)
-            a = float(v.sample(pt, qt, drafts, rng).accepted.mean())
+        a, how = v.acceptance_or_estimate(pt, qt, k, mc_samples, rng)
+        method = "monte_carlo" if how == "monte_carlo" else method
         values.append(float(a))
     return values, method
 

@@ -125,6 +125,16 @@ class Verifier(ABC):
             value = self._enumerated_acceptance(p, q, aux, k)
         return None if value is None else float(min(1.0, max(0.0, value)))
 
+    def acceptance_or_estimate(self, p, q, num_drafts: int, mc_samples: int, rng) -> tuple[float, str]:
+        """``(acceptance, method)``: the exact :meth:`acceptance` (``"exact"``) where it is
+        computable, else the accepted fraction of ``mc_samples`` draft tuples drawn from the draft law
+        and verified (``"monte_carlo"``; standard error ≤ 0.5/√mc_samples)."""
+        exact = self.acceptance(p, q, num_drafts)
+        if exact is not None:
+            return exact, "exact"
+        drafts = sample_drafts(q, num_drafts, self.sampling, mc_samples, rng)
+        return float(self.sample(p, q, drafts, rng).accepted.mean()), "monte_carlo"
+
     # -- hooks --------------------------------------------------------------------------------
 
     def _prepare(self, p: np.ndarray, q: np.ndarray, k: int):

@@ -2,7 +2,8 @@
 plan of the membership-cost transport problem (SpecTr OTM 2310.15141; theory.md §2), solved by
 :func:`otbound.optimal_acceptance_lp`. Lossless by the plan's marginals; acceptance ``α*``.
 
-Small V only: the plan has ``|V|^K · |V|`` entries (at most ``MAX_PLAN_CELLS``). The LP's plan
+Small V only: the plan has ``|V|^K · |V|`` entries (at most ``max_plan_cells``, default
+``MAX_PLAN_CELLS``). The LP's plan
 satisfies its marginals to the solver tolerance (~1e-10); it is repaired to exact marginals (to
 float64 rounding) by the rounding step of Altschuler, Weed & Rigollet (1705.09634, Alg. 2): scale
 rows down to Q, columns down to p, and add the outer product of the deficits (normalised). This
@@ -46,8 +47,9 @@ class OTVerifier(Verifier):
 
     name = "ot"
 
-    def __init__(self, sampling: str = "with_replacement"):
+    def __init__(self, sampling: str = "with_replacement", max_plan_cells: int = MAX_PLAN_CELLS):
         self.sampling = check_sampling(sampling)
+        self.max_plan_cells = int(max_plan_cells)
         self._cache: OrderedDict = OrderedDict()
 
     def _prepare(self, p, q, k):
@@ -56,10 +58,10 @@ class OTVerifier(Verifier):
             self._cache.move_to_end(key)
             return self._cache[key]
         v = q.size
-        if v ** (k + 1) > MAX_PLAN_CELLS:
+        if v ** (k + 1) > self.max_plan_cells:
             raise InvalidInputError(
                 f"the ot verifier needs the full LP plan with |V|^(K+1) = {v}^{k + 1} entries "
-                f"(limit {MAX_PLAN_CELLS:.0e}); use a smaller vocabulary"
+                f"(limit {self.max_plan_cells:.0e}); use a smaller vocabulary"
             )
         joint = draft_joint(q, k, self.sampling)
         bound = optimal_acceptance_lp(p, joint, return_plan=True)
