@@ -57,11 +57,10 @@ def position_weights(length: int, gamma: float, like: torch.Tensor) -> torch.Ten
     return torch.exp(-gamma * k)
 
 
-def position_weighted_ce(draft_logits, target, gamma: float = 0.0) -> torch.Tensor:
-    z = check_logits(draft_logits)
-    t = check_target(target, z)
-    ce = per_position_ce(torch.log_softmax(z, -1), t)
-    w = position_weights(z.shape[-2], float(gamma), ce)
+def weighted_ce(logq: torch.Tensor, target: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``Σ_k w_k CE_k / Σ_k w_k`` from checked log-probabilities and target (no input checks)."""
+    ce = per_position_ce(logq, target)
+    w = position_weights(logq.shape[-2], float(gamma), ce)
     return (ce * w).sum(-1) / w.sum()
 
 
@@ -74,27 +73,27 @@ def first_error_index(draft_logits: torch.Tensor, target: torch.Tensor) -> tuple
     return first, has_error
 
 
-def first_error_focal(draft_logits, target, focal_gamma: float = 0.0) -> torch.Tensor:
-    z = check_logits(draft_logits)
-    t = check_target(target, z)
-    logq = torch.log_softmax(z, -1)
-    ce = per_position_ce(logq, t)
-    first, has_error = first_error_index(z, t)
+def focal(logq: torch.Tensor, target: torch.Tensor, focal_gamma: float) -> torch.Tensor:
+    """The first-error term from checked log-probabilities and target (no input checks)."""
+    ce = per_position_ce(logq, target)
+    first, has_error = first_error_index(logq, target)  # argmax of log q = argmax of the logits
     ce_first = ce.gather(-1, first.unsqueeze(-1)).squeeze(-1)
     if focal_gamma:
-        y = label_ids(t).gather(-1, first.unsqueeze(-1))
-        q_y = logq.gather(-2, first[..., None, None].expand(*first.shape, 1, z.shape[-1])).squeeze(-2)
+        y = label_ids(target).gather(-1, first.unsqueeze(-1))
+        q_y = logq.gather(-2, first[..., None, None].expand(*first.shape, 1, logq.shape[-1])).squeeze(-2)
         q_y = q_y.gather(-1, y).squeeze(-1).exp()
         ce_first = (1.0 - q_y).clamp_min(0.0) ** float(focal_gamma) * ce_first
     return torch.where(has_error, ce_first, torch.zeros_like(ce_first))
 
 
-def chain_term(draft_logits, target) -> torch.Tensor:
-    z = check_logits(draft_logits)
-    t = check_target(target, z)
-    q = torch.softmax(z, -1)
-    if t.is_floating_point():
-        a = (q * t).sum(-1)
-    else:
-        a = q.gather(-1, t.unsqueeze(-1)).squeeze(-1)
+def chain(logq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The chain term from checked log-probabilities and target (no input checks)."""
+    q = logq.exp()
+    a = (q * target).sum(-1) if target.is_floating_point() else q.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     return torch.cumprod(a, dim=-1).sum(-1)
+
+
+def checked(draft_logits, target) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log q, target)`` after the input checks shared by every loss."""
+    z = check_logits(draft_logits)
+    return torch.log_softmax(z, -1), check_target(target, z)

@@ -58,9 +58,7 @@ from otbound._objectives_exact import (
     survival,
 )
 from otbound._validation import InvalidInputError
-from otbound._objectives_losses import chain_term as _chain
-from otbound._objectives_losses import first_error_focal as _focal
-from otbound._objectives_losses import first_error_index, position_weighted_ce as _pos_ce
+from otbound._objectives_losses import chain, check_logits, checked, first_error_index, focal, weighted_ce
 
 __all__ = [
     "ABLATION",
@@ -201,7 +199,7 @@ def position_weighted_ce(draft_logits, target, gamma: float = 0.0) -> torch.Tens
     ``CE_k = −log q_k(y_k)`` for target ids, ``−Σ_x p_k(x) log q_k(x)`` for target laws; ``γ = 0``
     is the mean per-position CE. Returns shape ``(...)``.
     """
-    return _pos_ce(draft_logits, target, gamma)
+    return weighted_ce(*checked(draft_logits, target), gamma)
 
 
 def first_error_focal(draft_logits, target, focal_gamma: float = 0.0) -> torch.Tensor:
@@ -211,7 +209,7 @@ def first_error_focal(draft_logits, target, focal_gamma: float = 0.0) -> torch.T
     ``k*`` is piecewise constant (no gradient flows through the argmax); ``β = focal_gamma``
     (0: plain CE at the first error). Returns shape ``(...)``.
     """
-    return _focal(draft_logits, target, focal_gamma)
+    return focal(*checked(draft_logits, target), focal_gamma)
 
 
 def chain_term(draft_logits, target) -> torch.Tensor:
@@ -219,7 +217,7 @@ def chain_term(draft_logits, target) -> torch.Tensor:
     ``⟨p_j, q_j⟩`` for target laws. Equals :func:`expected_accepted_length` (token or block) for a
     one-hot target; see the module docstring for what it is otherwise. Returns shape ``(...)``.
     """
-    return _chain(draft_logits, target)
+    return chain(*checked(draft_logits, target))
 
 
 @dataclass(frozen=True)
@@ -266,17 +264,20 @@ class DrafterObjective:
             label = target_probs / target_probs.sum(-1, keepdim=True)  # soft labels: renormalised
         zero = draft_logits.new_zeros(())
         length = draft_logits.shape[-2]
-        ce = _pos_ce(draft_logits, label, self.gamma).mean() if self.ce_weight else zero
-        focal = _focal(draft_logits, label, self.focal_gamma).mean() if self.focal else zero
-        chain = _chain(draft_logits, label).mean() if self.chain else zero
+        needs_label = self.ce_weight or self.focal or self.chain
+        # inputs checked and log-probabilities computed once for every term
+        logq, t = checked(draft_logits, label) if needs_label else (torch.log_softmax(check_logits(draft_logits), -1), None)
+        ce = weighted_ce(logq, t, self.gamma).mean() if self.ce_weight else zero
+        first_error = focal(logq, t, self.focal_gamma).mean() if self.focal else zero
+        chained = chain(logq, t).mean() if self.chain else zero
         exact = zero
         if self.exact:
             q, p = torch.softmax(draft_logits, -1), target_probs
             if exact_ids is not None:
                 q, p = q.gather(-1, exact_ids), p.gather(-1, exact_ids)
             exact = expected_accepted_length(q, p, self.verification, subset=subset or exact_ids is not None).mean()
-        total = self.ce_weight * ce + self.focal * focal - self.chain * chain / length - self.exact * exact / length
-        return LossTerms(total=total, ce=ce, focal=focal, chain=chain, exact=exact)
+        total = self.ce_weight * ce + self.focal * first_error - self.chain * chained / length - self.exact * exact / length
+        return LossTerms(total=total, ce=ce, focal=first_error, chain=chained, exact=exact)
 
 
 #: The ablation of theory.md §5, cumulative as in the paper (baseline, +positional weighting,
