@@ -5,6 +5,8 @@ plain LP of theory.md §4 over ordered tuples and over multisets (causal), and a
 simplex between multisets and target blocks (joint). Tolerance 1e-8 (HiGHS at 1e-10).
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -136,8 +138,36 @@ def test_certificates():
         order = np.argsort(-r / q)
         assert np.all(np.cumsum(r[order]) <= 1 - (1 - np.cumsum(q[order])) ** k + 1e-9)
         assert r.sum() == pytest.approx(1.0, abs=1e-9)
+        # feasibility of the accepted-through law, checked from the models themselves: a prefix w is
+        # accepted only if the selected block starts with w, and no more often than the target emits
+        # w (joint: p(w); causal: p(w_last | parent) times the parent's accepted mass)
+        selected = res.certificate["selected_law"]
+        for pre, val in through.items():
+            if not pre:
+                continue
+            assert val <= selected[pre].sum() + 1e-9, (kind, pre)
+            parent = through[pre[:-1]] if kind == "causal" else prefix_law(tg, len(pre) - 1)[pre[:-1]]
+            assert val <= parent * tg(pre[:-1])[pre[-1]] + 1e-9, (kind, pre)
     emd = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="joint", method="emd", return_certificate=True)
     assert emd.certificate["plan"].sum() == pytest.approx(1.0)
+    # the plan couples the K-multisets of draft blocks with the target's blocks, and its expected
+    # longest common prefix is the value
+    plan, multisets = emd.certificate["plan"], emd.certificate["multisets"]
+    blocks = [np.unravel_index(b, (3,) * length) for b in range(3**length)]
+    np.testing.assert_allclose(plan.sum(0), prefix_law(tg, length).ravel(), atol=1e-12)
+    q_block = prefix_law(dr, length).ravel()
+    multiset_prob = [math.factorial(k) / np.prod([math.factorial(c) for c in np.unique(m, return_counts=True)[1]]) * np.prod(q_block[m])
+                     for m in multisets]
+    np.testing.assert_allclose(plan.sum(1), multiset_prob, atol=1e-12)
+
+    def lcp(a, b):
+        n = 0
+        while n < length and a[n] == b[n]:
+            n += 1
+        return n
+
+    reward = np.array([[max(lcp(blocks[x], blocks[y]) for x in m) for y in range(3**length)] for m in multisets])
+    assert (plan * reward).sum() == pytest.approx(emd.value, abs=1e-12)
 
 
 @pytest.mark.parametrize("kind", KINDS)
