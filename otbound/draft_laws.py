@@ -30,12 +30,29 @@ def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
     renormalised. Needs at least K tokens with q > 0.
     """
     q = as_law(q, "q", ndim=1)
-    k = check_num_drafts(num_drafts, q, "greedy")
-    order = np.argsort(-q, kind="stable")
-    g = order[: k - 1].astype(np.int64)
+    return _greedy_split(q, check_num_drafts(num_drafts, q, "greedy"))
+
+
+def _greedy_split(q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`greedy_split` on a checked law (also the hot path of the greedy bound over batches)."""
+    g = _top_tokens(q, k - 1)
     rest = q.copy()
     rest[g] = 0.0
     return g, rest / rest.sum()
+
+
+def _top_tokens(q: np.ndarray, m: int) -> np.ndarray:
+    """Indices of the m largest entries of q by decreasing q, ties to the lower index (the first m
+    of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    v = q.size
+    part = np.argpartition(q, v - m)[v - m :]
+    thr = q[part].min()
+    if int(np.count_nonzero(q == thr)) != int(np.count_nonzero(q[part] == thr)):  # ties cut at the threshold
+        above = np.flatnonzero(q > thr)
+        part = np.concatenate([above, np.flatnonzero(q == thr)[: m - above.size]])
+    return part[np.lexsort((part, -q[part]))].astype(np.int64)
 
 
 def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: int = 1, rng=None) -> np.ndarray:

@@ -42,7 +42,7 @@ from otbound._validation import (
     check_num_drafts,
     check_sampling,
 )
-from otbound.draft_laws import greedy_split, inclusion_probabilities
+from otbound.draft_laws import _greedy_split, greedy_split, inclusion_probabilities
 
 
 @dataclass
@@ -219,8 +219,8 @@ def _with_replacement(P, Q, k, want_sets):
 def _greedy(P, Q, k, want_sets):
     """Closed form α*_greedy = p(G) + Σ_{x∉G} min(p(x), q'(x)) (theory.md §2, derived).
 
-    G = the K − 1 largest q's, ties to the lower index (as :func:`otbound.draft_laws.greedy_split`),
-    found by a partition instead of a sort; q' = q with G zeroed, renormalised. Since q' = 0 on G,
+    G = the K − 1 largest q's, ties to the lower index, and q' = q with G zeroed, renormalised
+    (:func:`otbound.draft_laws.greedy_split`, by a partition instead of a sort). Since q' = 0 on G,
     the sum may run over all of V.
     """
     n, v = P.shape
@@ -228,29 +228,12 @@ def _greedy(P, Q, k, want_sets):
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
     for i in range(n):
         p, q = P[i], Q[i]
-        g = _top_tokens(q, k - 1)
-        rest = q.copy()
-        rest[g] = 0.0
-        q_prime = rest / rest.sum()
+        g, q_prime = _greedy_split(q, k)
         values[i] = min(1.0, p[g].sum() + np.minimum(p, q_prime).sum())
         if want_sets and values[i] < 1.0:  # H* = G ∪ {x ∉ G: p(x) < q'(x)}
             sets[i] = p < q_prime
             sets[i, g] = True
     return values, sets
-
-
-def _top_tokens(q: np.ndarray, m: int) -> np.ndarray:
-    """Indices of the m largest entries of q, ties to the lower index (a stable sort of −q, cut)."""
-    if m == 0:
-        return np.zeros(0, dtype=np.int64)
-    v = q.size
-    part = np.argpartition(q, v - m)[v - m :]
-    thr = q[part].min()
-    n_tied = int(np.count_nonzero(q == thr))
-    if n_tied == int(np.count_nonzero(q[part] == thr)):
-        return part
-    above = np.flatnonzero(q > thr)
-    return np.concatenate([above, np.flatnonzero(q == thr)[: m - above.size]])
 
 
 def _without_replacement(P, Q, k, want_sets):

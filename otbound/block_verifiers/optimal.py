@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.block_models import BlockModel, prefix_law
+from otbound._block_lp import solve_selection_lp
+from otbound._block_tree import build_tree
+from otbound.block_models import BlockModel
 from otbound.block_verifiers._base import BlockVerifier
 from otbound.block_verifiers.chain import block_schedule, walk_schedule
 
@@ -43,12 +45,10 @@ class CausalOptimal(BlockVerifier):
     def prepare(self, target, draft, drafts, cache):
         k, length = len(drafts), len(drafts[0])
         v = target.vocab_size
-        if "rule" not in cache:
-            from otbound.block_bounds import block_bound
-
-            bound = block_bound(target, draft, vocab_size=v, num_drafts=k, block_len=length, kind="causal", return_certificate=True)
-            q = prefix_law(draft, length).ravel()
-            probs, r = _selection_rule(bound.certificate["keep"], q)
+        if "rule" not in cache:  # the causal LP of otbound.block_bound, solved once per (models, K, L)
+            tree = build_tree(target, draft, length, with_bonus=False)
+            keep = solve_selection_lp(tree, k, "causal").keep
+            probs, r = _selection_rule(keep, tree.q_path[tree.level(length)])
             law = r.reshape((v,) * length)
 
             def cond(prefix):
