@@ -26,7 +26,8 @@ finally accepts (``p_α(root)`` stays 1) with the residual ``M_b(·|root)``.
 
 from __future__ import annotations
 
-from otbound.block_verifiers._base import BlockVerifier, residual
+from otbound.block_verifiers._base import BlockVerifier
+from otbound.block_verifiers.chain import block_schedule
 
 
 class TraversalVerification(BlockVerifier):
@@ -34,26 +35,15 @@ class TraversalVerification(BlockVerifier):
     reference = "traversal verification (Weng et al. 2505.12398), i.i.d. draft branches"
 
     def prepare(self, target, draft, drafts, cache):
-        length = len(drafts[0])
-        root_b, root_s, root_pa = target(()), draft(()), 1.0
+        # each branch is block verification from the current root (Sun et al.'s schedule), the
+        # root's running p_0 and target law carried from branch to branch
+        root_p, root_law = 1.0, target(())
         sched = []  # [(p_α tested, accepted prefix, law of the next token)] in traversal order
         for tokens in drafts:
-            pa = [root_pa, min(1.0, root_pa * float(root_b[tokens[0]]) / float(root_s[tokens[0]]))]
-            for i in range(1, length):
-                pre = tokens[:i]
-                pa.append(min(1.0, pa[-1] * float(target(pre)[tokens[i]]) / float(draft(pre)[tokens[i]])))
-            sched.append((pa[length], tokens, target(tokens)))
-            for i in range(length - 1, 0, -1):  # the leaf's parent becomes the next leaf
-                pre = tokens[:i]
-                w = pa[i] * target(pre) - draft(pre)
-                s = float(w.clip(min=0.0).sum())
-                den = s + (1.0 - pa[i])
-                sched.append((s / den if den > 0 else 1.0, pre, residual(w, target(pre))))
-            w = root_pa * root_b - root_s  # chain exhausted: update the root
-            s = float(w.clip(min=0.0).sum())
-            den = s + (1.0 - root_pa)
-            root_b, root_pa = residual(w, root_b), (s / den if den > 0 else 1.0)
-        return sched, root_b
+            chain = block_schedule(target, draft, tokens, root_p=root_p, root_law=root_law)
+            sched += [(h, tokens[:i], law) for i, h, law in chain[:-1]]
+            _, root_p, root_law = chain[-1]
+        return sched, root_law
 
     def walk(self, inst, oracle):
         sched, root_law = inst
