@@ -54,20 +54,27 @@ PANEL_WIDTH = 0.5
 PANEL_NODES = 8
 
 
-def _grid(num_drafts: int, min_out: float) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes t_j and weights ω_j (for ∫ f(t) dt = Σ ω_j f(t_j)) on the log-t panels."""
-    t_lo = (math.factorial(num_drafts + 1) * 1e-17) ** (1.0 / (num_drafts + 1))
-    t_hi = 40.0 / max(min_out, 1e-300)
-    x_lo, x_hi = math.log(t_lo), math.log(t_hi)
-    n_panels = max(1, math.ceil((x_hi - x_lo) / PANEL_WIDTH))
-    gx, gw = np.polynomial.legendre.leggauss(PANEL_NODES)
+def _t_lo(num_drafts: int) -> float:
+    """The grid's lower end: the mass neglected below it is at most 1e-17 (module docstring)."""
+    return (math.factorial(num_drafts + 1) * 1e-17) ** (1.0 / (num_drafts + 1))
+
+
+def _log_panels(x_lo: float, x_hi: float, width: float, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre nodes t_j in x = ln t on equal panels of about ``width`` over [x_lo, x_hi],
+    and weights ω_j for ∫ f(t) dt = Σ ω_j f(t_j) (dt = t dx)."""
+    n_panels = max(1, math.ceil((x_hi - x_lo) / width))
+    gx, gw = _gauss_legendre(nodes)
     edges = np.linspace(x_lo, x_hi, n_panels + 1)
     half = 0.5 * (edges[1:] - edges[:-1])
     mid = 0.5 * (edges[1:] + edges[:-1])
-    x = (mid[:, None] + half[:, None] * gx[None, :]).ravel()
-    w = (half[:, None] * gw[None, :]).ravel()
-    t = np.exp(x)
-    return t, w * t
+    t = np.exp((mid[:, None] + half[:, None] * gx[None, :]).ravel())
+    return t, (half[:, None] * gw[None, :]).ravel() * t
+
+
+def _grid(num_drafts: int, min_out: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes t_j and weights ω_j (for ∫ f(t) dt = Σ ω_j f(t_j)) on the log-t panels."""
+    t_hi = TAIL / max(min_out, 1e-300)
+    return _log_panels(math.log(_t_lo(num_drafts)), math.log(t_hi), PANEL_WIDTH, PANEL_NODES)
 
 
 def wor_prefix_mass(q: np.ndarray, order: np.ndarray, num_drafts: int) -> np.ndarray:
@@ -137,16 +144,10 @@ MAX_FAST_DRAFTS = 16  # beyond this the reference DP is used
 
 def _fast_grid(num_drafts: int, t_end: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Gauss–Legendre nodes in ln t on [t_lo, t_hi ≥ t_end], weights for ∫ dt, and t_hi."""
-    t_lo = (math.factorial(num_drafts + 1) * 1e-17) ** (1.0 / (num_drafts + 1))
-    x_lo, x_hi = math.log(t_lo), math.log(max(t_end, 2.0 * t_lo))
-    width = _FAST_PANEL_WIDTH / num_drafts**_FAST_PANEL_POWER
-    n_panels = max(1, math.ceil((x_hi - x_lo) / width))
-    gx, gw = _gauss_legendre(_FAST_PANEL_NODES)
-    edges = np.linspace(x_lo, x_hi, n_panels + 1)
-    half = 0.5 * (edges[1:] - edges[:-1])
-    mid = 0.5 * (edges[1:] + edges[:-1])
-    t = np.exp((mid[:, None] + half[:, None] * gx[None, :]).ravel())
-    return t, (half[:, None] * gw[None, :]).ravel() * t, math.exp(x_hi)
+    t_lo = _t_lo(num_drafts)
+    x_hi = math.log(max(t_end, 2.0 * t_lo))
+    t, w = _log_panels(math.log(t_lo), x_hi, _FAST_PANEL_WIDTH / num_drafts**_FAST_PANEL_POWER, _FAST_PANEL_NODES)
+    return t, w, math.exp(x_hi)
 
 
 @functools.lru_cache(maxsize=None)
@@ -326,7 +327,7 @@ class ClockMass:
         k = int(num_drafts)
         self.j_max = j_max = k - 1
         self.t, self.wt, self.t_end = _fast_grid(k, t_end)
-        self.t_lo = (math.factorial(k + 1) * 1e-17) ** (1.0 / (k + 1))
+        self.t_lo = _t_lo(k)
         # progressive truncation: after order n only tokens with q/θ > limit[n] need more terms
         x0, self.order, coef, self.limit = _series_setup(j_max)
         self.num_features = self.order
