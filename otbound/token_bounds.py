@@ -140,6 +140,15 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
     return bits.view(np.int64), top
 
 
+def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None):
+    """``(b, top, bp, bq, ids)``: the buckets of :func:`_ratio_buckets`, the p and q mass of every
+    bucket id ``0..top`` and the ids below ``top`` holding q mass (in increasing ratio)."""
+    b, top = _ratio_buckets(p, q, limit, out=out)
+    bp = np.bincount(b, weights=p, minlength=top + 1)
+    bq = np.bincount(b, weights=q, minlength=top + 1)
+    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0)
+
+
 def _bucket_floor(ids) -> np.ndarray:
     """Smallest ratio of each bucket id (the float whose bit pattern is id << _SHIFT)."""
     return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
@@ -177,10 +186,7 @@ def _with_replacement(P, Q, k, want_sets):
     scratch = np.empty(v)
     for i in range(n):
         p, q = P[i], Q[i]
-        b, top = _ratio_buckets(p, q, float(k), out=scratch)
-        bp = np.bincount(b, weights=p, minlength=top + 1)
-        bq = np.bincount(b, weights=q, minlength=top + 1)
-        ids = np.flatnonzero(bq[:top] > 0)
+        b, top, bp, bq, ids = _bucket_sums(p, q, float(k), out=scratch)
         if ids.size == 0:
             continue
         bp, bq = bp[ids], bq[ids]
@@ -281,10 +287,7 @@ def _without_replacement_row(p, q, k, want_set, work):
     top = np.argpartition(q, v - n_top)[v - n_top :]
     top = top[np.argsort(-q[top], kind="stable")]
     cut = k / max(1.0 - q[top[: k - 1]].sum(), 1e-300) * (1.0 + 1e-9)
-    b, top_id = _ratio_buckets(p, q, min(cut, 2.0**1000), out=work["ratio"])
-    bp = np.bincount(b, weights=p, minlength=top_id + 1)
-    bq = np.bincount(b, weights=q, minlength=top_id + 1)
-    ids = np.flatnonzero(bq[:top_id] > 0)
+    b, top_id, bp, bq, ids = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"])
     nb = ids.size
     if nb == 0:
         return 1.0, None
