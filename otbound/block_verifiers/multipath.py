@@ -26,15 +26,17 @@ from otbound.draft_laws import _inverse_cdf
 
 
 class MultiPathVerifier(BlockVerifier):
-    def __init__(self, token_verifier: str):
+    def __init__(self, token_verifier):
+        """``token_verifier``: a name in :data:`otbound.VERIFIERS` or a token-level verifier object."""
         self.token_verifier = token_verifier
-        self.name = f"multipath_{token_verifier}"
-        self.reference = f"token-level {token_verifier} at every node of the draft tree"
+        label = getattr(token_verifier, "name", token_verifier)
+        self.name = f"multipath_{label}"
+        self.reference = f"token-level {label} at every node of the draft tree"
 
     def _verifier(self):
         from otbound.verifiers import VERIFIERS
 
-        return VERIFIERS[self.token_verifier]
+        return VERIFIERS[self.token_verifier] if isinstance(self.token_verifier, str) else self.token_verifier
 
     def prepare(self, target, draft, drafts, cache):
         # token-level laws are shared by every draft tuple with the same (node, row): cache them

@@ -19,11 +19,23 @@ Measurements
     :func:`measure_laws`, :func:`measure_trace`, :func:`aggregate` — α* per draft law and K, each
     verifier's acceptance (exact or Monte Carlo), mean ± 95% CI per (dataset, T, K);
     :func:`run_real_report` does it all, resumably. :func:`greedy_decode` — greedy decoding with or
-    without speculative verification.
+    without speculative verification; :func:`speculative_sample` — multi-draft speculative sampling with
+    any token-level or block verifier (one record per iteration).
 """
 
 from otbound.lm._blocks import BLOCKS_FORMAT, BlockRecord, collect_block_traces, lm_block_models, load_block_traces
 from otbound.lm._decode import laws64
+from otbound.lm._e2e import (
+    EndToEndRow,
+    IterationMeasure,
+    end_to_end_figure,
+    end_to_end_markdown,
+    end_to_end_rows,
+    measure_run,
+    tiny_pair,
+    tiny_prompts,
+    tree_expected_accepted,
+)
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
 from otbound.lm._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
 from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
@@ -33,15 +45,18 @@ from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_prompt, load_prompts, repo_prompts_dir
 from otbound.lm._report import run_real_report
 from otbound.lm._speculative import GreedyRun, greedy_decode
+from otbound.lm._specsample import Iteration, SpecSampleRun, speculative_sample
 from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, trace_path
 from otbound.lm._wheels import cache_root
 
 __all__ = [
-    "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "ModelPair",
+    "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "EndToEndRow", "GreedyRun", "HashMismatchError", "Iteration", "IterationMeasure", "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "aggregate", "build_prompt_files", "cache_root",
-    "check_same_tokenizer", "cluster_mean_ci", "collect_block_traces", "collect_traces", "encode_prompt",
+    "check_same_tokenizer", "cluster_mean_ci", "collect_block_traces", "collect_traces", "encode_prompt", "end_to_end_figure",
+    "end_to_end_markdown", "end_to_end_rows",
     "greedy_decode", "laws64", "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces",
-    "measure_laws", "measure_trace", "random_pair", "repo_prompts_dir", "run_real_report", "trace_path",
+    "measure_laws", "measure_run", "measure_trace", "random_pair", "repo_prompts_dir", "run_real_report", "SpecSampleRun",
+    "speculative_sample", "tiny_pair", "tiny_prompts", "trace_path", "tree_expected_accepted",
     "verify_offline_model",
 ]

@@ -77,16 +77,26 @@ class BlockRecord(LogitLaws):
         prefixes of the stored draft tree (relative to ``prefix``): block verifiers'
         ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
         models. A prefix off the tree is an error naming it."""
-        from otbound.block_models import tabulated_model
+        return tree_block_models(self.drafts, self.p, self.q)
 
-        target, draft = {}, {}
-        for k, block in enumerate(self.drafts.tolist()):
-            for ell in range(self.block_length + 1):
-                target[tuple(block[:ell])] = self.p[k, ell]
-                if ell < self.block_length:
-                    draft[tuple(block[:ell])] = self.q[k, ell]
-        v = self.p.shape[-1]
-        return tabulated_model(target, v, name="target"), tabulated_model(draft, v, name="draft")
+
+def tree_block_models(drafts, p, q, *, default_target=None, default_draft=None):
+    """``(target, draft)`` block models over the prefixes of a draft tree: ``drafts`` (K, L) token
+    ids, ``p`` (K, L+1, V) target laws along each block (``p[k, ℓ]`` after ``drafts[k, :ℓ]``), ``q``
+    (K, L, V) draft laws. Prefixes off the tree go to ``default_target`` / ``default_draft``
+    (callables ``prefix -> law``; None: an error naming the prefix)."""
+    from otbound.block_models import tabulated_model
+
+    length = drafts.shape[1]
+    target, draft = {}, {}
+    for k, block in enumerate(np.asarray(drafts).tolist()):
+        for ell in range(length + 1):
+            target[tuple(block[:ell])] = p[k, ell]
+            if ell < length:
+                draft[tuple(block[:ell])] = q[k, ell]
+    v = p.shape[-1]
+    return (tabulated_model(target, v, default=default_target, name="target"),
+            tabulated_model(draft, v, default=default_draft, name="draft"))
 
 
 def lm_block_models(pair, context, temperature):

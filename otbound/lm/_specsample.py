@@ -1,0 +1,311 @@
+"""Multi-draft speculative sampling on a model pair: every verifier run as a decoder (issue 13).
+
+One *iteration* at context ``c`` (prompt + tokens generated so far):
+
+1. **Draft** ``K`` blocks of ``L`` tokens from the draft model at temperature ``T``, decoded as one
+   batch of ``K`` rows with a KV cache (one draft forward per depth). The drafts form a tree
+   (rows sharing a prefix share its node); at a node with ``m`` rows through it, the ``m`` next
+   tokens are one draw of the verifier's draft law with ``K = m`` from ``q(·|node)``
+   (:func:`otbound.sample_drafts`): i.i.d. (``with_replacement``, and every block verifier) gives
+   ``K`` i.i.d. blocks; ``without_replacement`` / ``greedy`` give ``K`` distinct first tokens
+   (then each row continues alone, a single draft from ``q``) — Jeon et al. 2402.14160, Hu et al.
+   2502.18779.
+2. **Score**: one target forward over the ``K`` rows ``[uncached tail of c, block_k]`` gives
+   ``p(·|c, block_k[:ℓ])`` for ``ℓ = 0..L`` at every node of the tree.
+3. **Verify**: a token-level verifier of :data:`otbound.VERIFIERS` runs as multi-draft *tree*
+   verification (SpecInfer 2305.09781, SpecTr 2310.15141): depth by depth, the verifier is called
+   at the current node with the target law, the draft law and the ``m`` drafts through the node;
+   an emitted token equal to a draft moves to that child with the rows that drafted it, any other
+   token is the correction and ends the iteration; past depth ``L`` a bonus token is drawn from
+   ``p``. This is :class:`otbound.block_verifiers.MultiPathVerifier` on the drafted tree. A
+   block verifier of :data:`otbound.BLOCK_VERIFIERS` is called once on the tree (its target and
+   draft block models are the tree's laws, :func:`tree_block_models`; prefixes off the tree —
+   only ``causal_optimal`` asks for them, to solve its LP — are computed by the live models,
+   one target call each, counted).
+4. **Advance**: the emitted tokens (``τ`` accepted drafts, then the correction or bonus token) are
+   appended; both models' KV caches keep the row of an accepted draft, cropped to the accepted
+   prefix, so the next iteration only feeds the uncached tail.
+
+Losslessness: every node's verifier is lossless for its draft law, and the ``m`` next tokens at
+a node are drawn from that law given everything decided above the node; by induction over the
+depth the emitted sequence continued by the target is distributed as the target (tests: G-tests
+of the first tokens against the teacher-forced target law). ``block_len = 0`` is plain target
+sampling through the same loop (one target call per token), the speed baseline.
+
+Laws are ``laws64(logits, T)`` (float64) of the float32 logits of the batched forwards; rows of a
+node share the law of the node's first row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block_verifiers import BLOCK_VERIFIERS, BlockVerifier, MultiPathVerifier
+from otbound.draft_laws import _inverse_cdf, sample_drafts
+from otbound.lm._blocks import lm_block_models, tree_block_models
+from otbound.lm._decode import cache_prefix, forward, laws64, stop_token_ids
+from otbound.lm._traces import LogitLaws
+from otbound.verifiers import VERIFIERS, Verifier
+
+
+@dataclass
+class Iteration(LogitLaws):
+    """One iteration of :func:`speculative_sample`.
+
+    context_length: tokens (prompt included) before the iteration. drafts: (K, L) drafted blocks.
+    num_accepted: τ, draft tokens accepted. token: the correction (``bonus`` False) or bonus token;
+    ``emitted`` = the τ accepted tokens then ``token`` (truncated at ``max_new_tokens`` or after a
+    stop token). target_calls: target forwards (1, plus live calls of a verifier that leaves the
+    tree). Times in seconds. With ``keep_laws=True``, the float32 logits along the tree:
+    ``target_logits`` (K, L+1, V), ``draft_logits`` (K, L, V) (``p`` / ``q``: float64 laws).
+    """
+
+    context_length: int
+    drafts: np.ndarray
+    num_accepted: int
+    token: int
+    bonus: bool
+    emitted: list
+    temperature: float
+    target_calls: int = 1
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    target_logits: np.ndarray | None = field(default=None, repr=False)
+    draft_logits: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def node_visits(self) -> list:
+        """``[(depth, rows)]``: the tree nodes at which a token was verified — depth ``d`` for
+        ``d ≤ min(τ, L − 1)``, ``rows`` the draft rows through the node (the accepted prefix)."""
+        length = self.drafts.shape[1]
+        out = []
+        for depth in range(min(self.num_accepted, length - 1) + 1 if length else 0):
+            rows = np.flatnonzero((self.drafts[:, :depth] == np.asarray(self.emitted[:depth])).all(axis=1))
+            out.append((depth, rows))
+        return out
+
+
+@dataclass
+class SpecSampleRun:
+    """Output of :func:`speculative_sample`: ``tokens`` generated (prompt excluded), one
+    :class:`Iteration` per target-verified step, and the settings."""
+
+    prompt: list
+    tokens: list
+    iterations: list
+    verifier: str
+    sampling: str
+    num_drafts: int
+    block_len: int
+    temperature: float
+    seconds: float
+
+    @property
+    def target_calls(self) -> int:
+        return sum(it.target_calls for it in self.iterations)
+
+    @property
+    def accepted(self) -> np.ndarray:
+        """τ per iteration."""
+        return np.array([it.num_accepted for it in self.iterations], dtype=np.int64)
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Generated tokens per target call (block efficiency; 1 for plain sampling)."""
+        return len(self.tokens) / max(self.target_calls, 1)
+
+    def context(self, i: int) -> list:
+        """Token ids (prompt included) before iteration ``i``."""
+        n = self.iterations[i].context_length - len(self.prompt)
+        return list(self.prompt) + list(self.tokens[:n])
+
+
+def resolve_verifier(verifier):
+    """``(block_verifier, sampling, name)`` for a name in :data:`otbound.VERIFIERS` or
+    :data:`otbound.BLOCK_VERIFIERS`, a token-level :class:`~otbound.Verifier` (run as tree
+    verification) or a :class:`~otbound.block_verifiers.BlockVerifier` (i.i.d. drafts)."""
+    if isinstance(verifier, str):
+        if verifier in VERIFIERS:
+            verifier = VERIFIERS[verifier]
+        elif verifier in BLOCK_VERIFIERS:
+            verifier = BLOCK_VERIFIERS[verifier]
+        else:
+            raise InvalidInputError(
+                f"unknown verifier {verifier!r}; expected one of {sorted(VERIFIERS)} (token level, run as tree "
+                f"verification) or {sorted(BLOCK_VERIFIERS)} (block level)"
+            )
+    if isinstance(verifier, Verifier):
+        return MultiPathVerifier(verifier), verifier.sampling, verifier.name
+    if isinstance(verifier, BlockVerifier):
+        return verifier, "with_replacement", verifier.name
+    raise InvalidInputError(f"verifier must be a registered name, a Verifier or a BlockVerifier, got {verifier!r}")
+
+
+class _CachedModel:
+    """One model's KV cache over a prefix of the sequence (batch 1), as per-layer (keys, values)."""
+
+    def __init__(self, model):
+        self.model, self.layers, self.length = model, None, 0
+        self.device = next(model.parameters()).device
+
+    def run(self, rows, keep: int):
+        """Forward ``rows`` (copies × n ids) after the cached prefix; returns float32 logits of the
+        last ``keep`` positions and the batched cache (for :meth:`keep_row`)."""
+        import torch
+        from transformers import DynamicCache
+
+        copies = len(rows)
+        if self.layers is None:
+            cache = DynamicCache(config=self.model.config)
+        else:
+            cache = cache_prefix(self.model, self.layers, self.length, copies)
+        logits = forward(self.model, torch.as_tensor(rows, device=self.device), cache=cache, keep=keep)
+        return logits.float(), cache
+
+    def keep_row(self, cache, row: int, length: int):
+        """Keep row ``row`` of a batched cache, cropped to ``length`` positions (at most what it holds)."""
+        held = cache.layers[0].keys.shape[-2]
+        self.length = min(length, held)
+        self.layers = [(lay.keys[row : row + 1, :, : self.length], lay.values[row : row + 1, :, : self.length]) for lay in cache.layers]
+
+
+def _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens):
+    ids = [int(t) for t in prompt]
+    if not ids:
+        raise InvalidInputError("prompt must hold at least one token id")
+    if min(ids) < 0 or max(ids) >= pair.vocab_size:
+        raise InvalidInputError(f"prompt has a token id outside the vocabulary 0..{pair.vocab_size - 1}")
+    if isinstance(block_len, bool) or not isinstance(block_len, (int, np.integer)) or block_len < 0:
+        raise InvalidInputError(f"block_len must be a non-negative integer, got {block_len!r}")
+    k = check_num_drafts(num_drafts)
+    if not (isinstance(temperature, (int, float)) and np.isfinite(temperature) and temperature > 0):
+        raise InvalidInputError(f"temperature must be a positive number, got {temperature!r}")
+    return ids, k, int(block_len), float(temperature), check_positive_int(max_new_tokens, "max_new_tokens")
+
+
+def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, block_len: int = 4,
+                       temperature: float = 1.0, max_new_tokens: int = 32, seed=0,
+                       keep_laws: bool = False) -> SpecSampleRun:
+    """Sample a continuation of ``prompt`` (token ids) from ``pair.target`` at ``temperature`` by
+    multi-draft speculative decoding (module docstring): ``num_drafts`` blocks of ``block_len``
+    tokens per target call, verified by ``verifier`` (a name in :data:`otbound.VERIFIERS` — tree
+    verification with its draft law — or :data:`otbound.BLOCK_VERIFIERS`, or such an object).
+    ``block_len = 0``: plain target sampling (``num_drafts`` and ``verifier`` unused).
+
+    Stops after a stop token (kept) or ``max_new_tokens``. ``seed``: numpy seed of every random
+    decision (drafts and verification). ``keep_laws``: keep each iteration's logits along the tree
+    (for :func:`otbound.lm.measure_run`; ``K(2L+1)·V·4`` bytes per iteration).
+    """
+    ids, k, length, temp, limit = _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens)
+    if length == 0:
+        block, k, name, sampling = None, 1, "target", "none"
+    else:
+        block, sampling, name = resolve_verifier(verifier)
+    if name == "causal_optimal" and pair.vocab_size**length > 1_000_000:
+        raise InvalidInputError(
+            f"causal_optimal solves an LP over the full draft tree: V^L = {pair.vocab_size}^{length} is too large here"
+        )
+    rng = np.random.default_rng(seed)
+    stops = set(stop_token_ids(pair.tokenizer, pair.target))
+    v = pair.vocab_size
+    target, draft = _CachedModel(pair.target), _CachedModel(pair.draft)
+    seq = list(ids)
+    iterations = []
+    t_start = time.perf_counter()
+    while len(seq) - len(ids) < limit and not (len(seq) > len(ids) and seq[-1] in stops):
+        n = len(seq)
+        t0 = time.perf_counter()
+        drafts, q_logits, d_cache = _draft(draft, seq, k, length, sampling, v, temp, rng)
+        t1 = time.perf_counter()
+        tail = seq[target.length:]
+        p_logits, t_cache = target.run([tail + row for row in drafts.tolist()], keep=length + 1)
+        p_logits = p_logits[:, :, :v].cpu().numpy()
+        t2 = time.perf_counter()
+        p = laws64(p_logits, temp)
+        if length == 0:
+            y = int(_inverse_cdf(p[0, 0], rng.random(1))[0])
+            tau, emitted, calls = 0, [y], 1
+        else:
+            q = laws64(q_logits, temp)
+            live = _LiveFallback(pair, seq, temp)
+            tm, dm = tree_block_models(drafts, p, q, default_target=live.target, default_draft=live.draft)
+            out = block.sample(tm, dm, drafts, rng)
+            tau = int(out.num_accepted)
+            emitted = out.tokens[: tau + 1].tolist()
+            calls = 1 + live.target_calls
+        t3 = time.perf_counter()
+        row = int(np.flatnonzero((drafts[:, :tau] == np.asarray(emitted[:tau])).all(axis=1))[0]) if length else 0
+        target.keep_row(t_cache, row, n + tau)
+        if length:
+            draft.keep_row(d_cache, row, n + tau)
+        kept = []
+        for tok in emitted:
+            if len(seq) - len(ids) == limit:
+                break
+            seq.append(tok)
+            kept.append(tok)
+            if tok in stops:
+                break
+        it = Iteration(n, drafts, tau, int(emitted[-1]), tau == length, kept, temp, calls, t1 - t0, t2 - t1, t3 - t2)
+        if keep_laws:
+            it.target_logits = p_logits
+            it.draft_logits = q_logits
+        iterations.append(it)
+    return SpecSampleRun(ids, seq[len(ids):], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start)
+
+
+def _draft(model: _CachedModel, seq, k, length, sampling, v, temperature, rng):
+    """K draft rows of ``length`` tokens (module docstring, step 1): ``(drafts (K, L), draft logits
+    (K, L, V) float32 numpy, batched cache)``."""
+    drafts = np.zeros((k, length), dtype=np.int64)
+    if length == 0:
+        return drafts, None, None
+    logits = []
+    cache = None
+    feed = [seq[model.length:]] * k
+    for depth in range(length):
+        out, cache_new = model.run(feed, keep=1) if depth == 0 else _step(model, cache, drafts[:, depth - 1 : depth])
+        cache = cache_new
+        lg = out[:, -1, :v].cpu().numpy()
+        laws = laws64(lg, temperature)
+        keys, inverse = np.unique(drafts[:, :depth], axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for g in range(keys.shape[0]):
+            rows = np.flatnonzero(inverse == g)
+            lg[rows] = lg[rows[0]]  # one law per node
+            drafts[rows, depth] = sample_drafts(laws[rows[0]], rows.size, sampling, 1, rng)[0]
+        logits.append(lg)
+    return drafts, np.stack(logits, axis=1), cache
+
+
+def _step(model: _CachedModel, cache, ids):
+    import torch
+
+    return forward(model.model, torch.as_tensor(ids, device=model.device), cache=cache, keep=1).float(), cache
+
+
+class _LiveFallback:
+    """Laws at prefixes off the drafted tree from the live models (:func:`lm_block_models`), built
+    on first use; counts the target calls."""
+
+    def __init__(self, pair, context, temperature):
+        self.pair, self.context, self.temperature = pair, list(context), temperature
+        self.models = None
+        self.target_calls = 0
+
+    def _get(self):
+        if self.models is None:
+            self.models = lm_block_models(self.pair, self.context, self.temperature)
+        return self.models
+
+    def target(self, prefix):
+        self.target_calls += 1
+        return self._get()[0](prefix)
+
+    def draft(self, prefix):
+        return self._get()[1](prefix)
