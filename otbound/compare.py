@@ -9,6 +9,9 @@ Synthetic mode (``--synthetic``): random Dirichlet and Zipf-shaped target/draft 
 vocabulary at several temperatures; for each K the optimum α* of every draft law and each verifier's
 acceptance (exact where the verifier has a closed form or exact recursion, else Monte Carlo with the
 sample count stated) and efficiency = acceptance / α*. ``--block`` adds the block-level section.
+``--end-to-end`` runs every verifier as a multi-draft speculative decoder (:mod:`otbound.lm._e2e`;
+default: the tiny random pair, ``--e2e-pair qwen2.5-coder`` for the real one) and adds its section and
+figure; without ``--synthetic`` it replaces the trace report.
 Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
 """
 
@@ -147,6 +150,13 @@ def parse_args(argv=None):
     ap.add_argument("--block-drafts", type=int, nargs="+", default=[1, 2, 3], help="K values of the block section")
     ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
+    ap.add_argument("--end-to-end", action="store_true", help="run the verifiers as speculative decoders (section + figure)")
+    ap.add_argument("--e2e-pair", default="tiny", help="'tiny' (random V=12 pair), a registered pair or 'DRAFT,TARGET'")
+    ap.add_argument("--e2e-verifiers", nargs="+", default=None, help="verifier names (default: all token and block verifiers)")
+    ap.add_argument("--e2e-drafts", type=int, nargs="+", default=[2], help="K values of the end-to-end section")
+    ap.add_argument("--e2e-lens", type=int, nargs="+", default=[2], help="block lengths L of the end-to-end section")
+    ap.add_argument("--e2e-prompts", type=int, default=4, help="prompts of the end-to-end section")
+    ap.add_argument("--e2e-tokens", type=int, default=12, help="tokens generated per prompt in the end-to-end section")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -155,7 +165,9 @@ def main(argv=None) -> Path:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.synthetic:
+    if args.end_to_end and not args.synthetic:
+        rows, skipped, meta = [], [], {"mode": "end to end"}
+    elif args.synthetic:
         ks = args.num_drafts or [1, 2, 4, 8]
         temps = args.temperature or [0.7, 1.0, 1.5]
         rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed)
@@ -179,8 +191,16 @@ def main(argv=None) -> Path:
         meta = {"mode": "language models", "pair": args.pair, "prompts per dataset": args.num_prompts, "new tokens": args.max_new_tokens, "seed": args.seed}
     if skipped:
         meta["skipped"] = "; ".join(skipped)
-    figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
+    token_rows = [r for r in rows if r["acceptance"] is not None]
+    figures = [token_figure(token_rows, out)] if token_rows else []
     sections = []
+    if args.end_to_end:
+        from otbound.lm._e2e_report import end_to_end_section
+
+        e2e_rows, section, fig = end_to_end_section(args, out)
+        rows += e2e_rows
+        sections.append(section)
+        figures.append(fig)
     if args.block:
         from otbound._report_block import block_section
 
@@ -190,8 +210,8 @@ def main(argv=None) -> Path:
         sections.append(_block_markdown(block_rows))
     reports.write_report(out, "otbound: verifiers against their optimal-transport bounds", rows, sections=sections, figures=figures, meta=meta)
     print(reports.all_tables([r for r in rows if "block_len" not in r]))
-    if sections:
-        print(sections[0])
+    for section in sections:
+        print(section)
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figure(s)")
     return out
 

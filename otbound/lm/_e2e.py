@@ -17,7 +17,7 @@ For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, 
   2310.15141, theory.md §1). ``τ = Σ_d 1[node d reached and accepted]`` and a reached node accepts
   with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
 * ``per_level`` / ``causal`` — the block bounds on ``E[τ | c_i]`` for K i.i.d. blocks
-  (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when ``V^L ≤ exact_tree_leaves``,
+  (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small, ``V^{2L} ≤ exact_lp_cells``,
   else the certified top-``m`` bracket :func:`otbound.block_bound_bracket`, reported as
   ``(lower, upper)``); they bound every lossless verifier with i.i.d. drafts (not the
   without-replacement / greedy tree laws: reported as None there).
@@ -112,7 +112,7 @@ def tree_expected_accepted(verifier, target, draft, num_drafts: int, block_len: 
 
 
 def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, exact_max_tuples: int = 25_000, exact_block_tuples: int = 2_000,
-                exact_tree_leaves: int = 5_000, top_m: int = 4) -> list[IterationMeasure]:
+                exact_lp_cells: int = 25_000, top_m: int = 4) -> list[IterationMeasure]:
     """One :class:`IterationMeasure` per iteration of ``run`` (made with ``keep_laws=True``)."""
     from otbound.verifiers import VERIFIERS
 
@@ -150,7 +150,7 @@ def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, e
             m.given_context = _given_context(token, block, models, v, k, length, exact_max_tuples, exact_block_tuples)
         if bounds and sampling == "with_replacement":
             tgt, drf = models()
-            if v**length <= exact_tree_leaves:
+            if v ** (2 * length) <= exact_lp_cells:
                 pl = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="per_level").value
                 cb = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="causal")
                 m.per_level, m.causal, m.causal_levels = (pl, pl), (cb.value, cb.value), cb.levels
