@@ -135,7 +135,7 @@ def test_records_and_kv_cache(pair8):
     for name, k, length in [("rrs", 3, 3), ("rrs_wor", 2, 2), ("traversal", 2, 3)]:
         r = speculative_sample(pair8, [3, 1, 4], verifier=name, num_drafts=k, block_len=length, temperature=0.8,
                                max_new_tokens=20, seed=5, keep_laws=True)
-        assert len(r.tokens) == 20 and sum(len(it.emitted) for it in r.iterations) == 20
+        assert len(r.tokens) == 20 and sum(it.num_kept for it in r.iterations) == 20
         assert r.target_calls == len(r.iterations)
         for i, it in enumerate(r.iterations):
             assert it.drafts.shape == (k, length) and 0 <= it.num_accepted <= length
@@ -148,7 +148,9 @@ def test_records_and_kv_cache(pair8):
                 fresh_d = forward(pair8.draft, ids)[0, len(ctx) - 1 : -1].numpy()
                 np.testing.assert_allclose(it.target_logits[row], fresh_t, atol=1e-4)
                 np.testing.assert_allclose(it.draft_logits[row], fresh_d, atol=1e-4)
-        assert r.tokens_per_call == pytest.approx(1 + r.accepted.mean() - (sum(it.num_accepted + 1 - len(it.emitted) for it in r.iterations) / len(r.iterations)))
+            assert len(it.emitted) == it.num_accepted + 1 and it.emitted[-1] == it.token
+            assert r.tokens[it.context_length - 3 : it.context_length - 3 + it.num_kept] == it.emitted[: it.num_kept]
+        assert r.tokens_per_call == len(r.tokens) / r.target_calls
 
 
 def test_plain_sampling_is_one_call_per_token(pair8):

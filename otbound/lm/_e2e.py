@@ -37,9 +37,10 @@ import numpy as np
 
 from otbound._validation import InvalidInputError
 from otbound.block_bounds import block_bound, block_bound_bracket
-from otbound.lm._blocks import lm_block_models, tree_block_models
+from otbound.block_verifiers import MultiPathVerifier
+from otbound.lm._blocks import tree_block_models
 from otbound.lm._measure import cluster_mean_ci
-from otbound.lm._specsample import resolve_verifier, speculative_sample
+from otbound.lm._specsample import LiveModels, resolve_verifier, speculative_sample
 from otbound.token_bounds import optimal_acceptance
 from otbound.verifiers import support_tuples
 
@@ -100,9 +101,9 @@ def tree_expected_accepted(verifier, target, draft, num_drafts: int, block_len: 
                 weights, tuples = support_tuples(q, m, verifier.sampling)
                 laws = verifier.conditional_law(p, q, tuples)
                 total = 0.0
-                for w, tup, law in zip(weights, tuples, laws):
+                for w, tup, law in zip(weights, tuples, laws, strict=True):
                     ys, counts = np.unique(tup, return_counts=True)
-                    total += w * sum(law[y] * (1.0 + f(node + (int(y),), int(c))) for y, c in zip(ys, counts) if law[y] > 0)
+                    total += w * sum(law[y] * (1.0 + f(node + (int(y),), int(c))) for y, c in zip(ys, counts, strict=True) if law[y] > 0)
                 memo[key] = total
         if memo[key] is None:
             raise InvalidInputError(f"verifier {verifier.name!r} has no exact acceptance at K = {m} here")
@@ -114,29 +115,18 @@ def tree_expected_accepted(verifier, target, draft, num_drafts: int, block_len: 
 def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, exact_max_tuples: int = 25_000, exact_block_tuples: int = 2_000,
                 exact_lp_cells: int = 25_000, top_m: int = 4) -> list[IterationMeasure]:
     """One :class:`IterationMeasure` per iteration of ``run`` (made with ``keep_laws=True``)."""
-    from otbound.verifiers import VERIFIERS
-
     k, length, v = run.num_drafts, run.block_len, pair.vocab_size
     if length == 0:
         raise InvalidInputError("plain sampling (block_len = 0) accepts no drafts: nothing to measure")
-    block, sampling, name = resolve_verifier(run.verifier)
-    token = VERIFIERS.get(name) if name in VERIFIERS else None
+    block, sampling, _ = resolve_verifier(run.verifier_object)
+    token = block._verifier() if isinstance(block, MultiPathVerifier) else None  # tree verification
     out = []
     for i, it in enumerate(run.iterations):
         if it.target_logits is None:
             raise InvalidInputError("measure_run needs the laws along the tree: run speculative_sample with keep_laws=True")
-        ctx = run.context(i)
-        live = None
-
-        def models():
-            nonlocal live
-            if live is None:
-                live = lm_block_models(pair, ctx, run.temperature)
-            return live
-
+        live = LiveModels(pair, run.context(i), run.temperature)
         p, q = it.p, it.q
-        tm, dm = tree_block_models(it.drafts, p, q, default_target=lambda pre: models()[0](pre),
-                                   default_draft=lambda pre: models()[1](pre))
+        tm, dm = tree_block_models(it.drafts, p, q, default_target=live.target, default_draft=live.draft)
         m = IterationMeasure(it.num_accepted, float(block.conditional_accepted(tm, dm, it.drafts)))
         if token is not None:
             acc, opt = 0.0, 0.0
@@ -147,9 +137,9 @@ def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, e
                 opt += optimal_acceptance(p[r, depth], q[r, depth], rows.size, sampling)
             m.acceptance_sum, m.alpha_sum = acc, float(opt)
         if exact_context:
-            m.given_context = _given_context(token, block, models, v, k, length, exact_max_tuples, exact_block_tuples)
+            m.given_context = _given_context(token, block, live.models, v, k, length, exact_max_tuples, exact_block_tuples)
         if bounds and sampling == "with_replacement":
-            tgt, drf = models()
+            tgt, drf = live.models()
             if v ** (2 * length) <= exact_lp_cells:
                 pl = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="per_level").value
                 cb = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="causal")

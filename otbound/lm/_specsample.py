@@ -58,8 +58,8 @@ class Iteration(LogitLaws):
 
     context_length: tokens (prompt included) before the iteration. drafts: (K, L) drafted blocks.
     num_accepted: τ, draft tokens accepted. token: the correction (``bonus`` False) or bonus token;
-    ``emitted`` = the τ accepted tokens then ``token`` (truncated at ``max_new_tokens`` or after a
-    stop token). target_calls: target forwards (1, plus live calls of a verifier that leaves the
+    ``emitted`` = the τ accepted tokens then ``token``; ``num_kept`` of them were appended to the
+    output (fewer at ``max_new_tokens`` or after a stop token). target_calls: target forwards (1, plus live calls of a verifier that leaves the
     tree). Times in seconds. With ``keep_laws=True``, the float32 logits along the tree:
     ``target_logits`` (K, L+1, V), ``draft_logits`` (K, L, V) (``p`` / ``q``: float64 laws).
     """
@@ -70,6 +70,7 @@ class Iteration(LogitLaws):
     token: int
     bonus: bool
     emitted: list
+    num_kept: int
     temperature: float
     target_calls: int = 1
     draft_seconds: float = 0.0
@@ -93,7 +94,8 @@ class Iteration(LogitLaws):
 @dataclass
 class SpecSampleRun:
     """Output of :func:`speculative_sample`: ``tokens`` generated (prompt excluded), one
-    :class:`Iteration` per target-verified step, and the settings."""
+    :class:`Iteration` per target-verified step, and the settings (``verifier``: its name;
+    ``verifier_object``: what was passed)."""
 
     prompt: list
     tokens: list
@@ -104,6 +106,7 @@ class SpecSampleRun:
     block_len: int
     temperature: float
     seconds: float
+    verifier_object: object = field(default=None, repr=False)
 
     @property
     def target_calls(self) -> int:
@@ -232,7 +235,7 @@ def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, blo
             tau, emitted, calls = 0, [y], 1
         else:
             q = laws64(q_logits, temp)
-            live = _LiveFallback(pair, seq, temp)
+            live = LiveModels(pair, seq, temp)
             tm, dm = tree_block_models(drafts, p, q, default_target=live.target, default_draft=live.draft)
             out = block.sample(tm, dm, drafts, rng)
             tau = int(out.num_accepted)
@@ -243,20 +246,20 @@ def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, blo
         target.keep_row(t_cache, row, n + tau)
         if length:
             draft.keep_row(d_cache, row, n + tau)
-        kept = []
         for tok in emitted:
             if len(seq) - len(ids) == limit:
                 break
             seq.append(tok)
-            kept.append(tok)
             if tok in stops:
                 break
-        it = Iteration(n, drafts, tau, int(emitted[-1]), tau == length, kept, temp, calls, t1 - t0, t2 - t1, t3 - t2)
+        it = Iteration(n, drafts, tau, int(emitted[-1]), tau == length, emitted, len(seq) - n, temp, calls,
+                       t1 - t0, t2 - t1, t3 - t2)
         if keep_laws:
             it.target_logits = p_logits
             it.draft_logits = q_logits
         iterations.append(it)
-    return SpecSampleRun(ids, seq[len(ids):], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start)
+    return SpecSampleRun(ids, seq[len(ids):], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start,
+                         verifier)
 
 
 def _draft(model: _CachedModel, seq, k, length, sampling, v, temperature, rng):
@@ -289,23 +292,24 @@ def _step(model: _CachedModel, cache, ids):
     return forward(model.model, torch.as_tensor(ids, device=model.device), cache=cache, keep=1).float(), cache
 
 
-class _LiveFallback:
-    """Laws at prefixes off the drafted tree from the live models (:func:`lm_block_models`), built
-    on first use; counts the target calls."""
+class LiveModels:
+    """Block models of the live pair at ``context`` (:func:`lm_block_models`), built on first use,
+    for prefixes off a drafted tree; counts the target calls."""
 
     def __init__(self, pair, context, temperature):
         self.pair, self.context, self.temperature = pair, list(context), temperature
-        self.models = None
+        self._models = None
         self.target_calls = 0
 
-    def _get(self):
-        if self.models is None:
-            self.models = lm_block_models(self.pair, self.context, self.temperature)
-        return self.models
+    def models(self):
+        """``(target, draft)`` block models at the context."""
+        if self._models is None:
+            self._models = lm_block_models(self.pair, self.context, self.temperature)
+        return self._models
 
     def target(self, prefix):
         self.target_calls += 1
-        return self._get()[0](prefix)
+        return self.models()[0](prefix)
 
     def draft(self, prefix):
-        return self._get()[1](prefix)
+        return self.models()[1](prefix)
