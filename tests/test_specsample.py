@@ -210,6 +210,8 @@ def test_bad_input(pair8):
         speculative_sample(pair8, [1, 99])
     with pytest.raises(ob.InvalidInputError, match="at most 2 drafts"):
         speculative_sample(pair8, [1], verifier="spechub", num_drafts=3, block_len=1)
+    with pytest.raises(ob.InvalidInputError, match="causal_optimal solves an LP"):
+        speculative_sample(pair8, [1], verifier="causal_optimal", num_drafts=2, block_len=3)
     r = speculative_sample(pair8, [1], block_len=1, max_new_tokens=2)
     with pytest.raises(ob.InvalidInputError, match="keep_laws"):
         measure_run(r, pair8)

@@ -17,7 +17,7 @@ For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, 
   2310.15141, theory.md §1). ``τ = Σ_d 1[node d reached and accepted]`` and a reached node accepts
   with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
 * ``per_level`` / ``causal`` — the block bounds on ``E[τ | c_i]`` for K i.i.d. blocks
-  (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small, ``V^{2L} ≤ exact_lp_cells``,
+  (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small, ``(K − 1)·V^{2L} ≤ exact_lp_cells``,
   else the certified top-``m`` bracket :func:`otbound.block_bound_bracket`, reported as
   ``(lower, upper)``); they bound every lossless verifier with i.i.d. drafts (not the
   without-replacement / greedy tree laws: reported as None there).
@@ -140,7 +140,7 @@ def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, e
             m.given_context = _given_context(token, block, live.models, v, k, length, exact_max_tuples, exact_block_tuples)
         if bounds and sampling == "with_replacement":
             tgt, drf = live.models()
-            if v ** (2 * length) <= exact_lp_cells:
+            if (k - 1) * v ** (2 * length) <= exact_lp_cells:
                 pl = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="per_level").value
                 cb = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="causal")
                 m.per_level, m.causal, m.causal_levels = (pl, pl), (cb.value, cb.value), cb.levels

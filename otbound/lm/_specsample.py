@@ -51,6 +51,9 @@ from otbound.lm._decode import cache_prefix, forward, laws64, stop_token_ids
 from otbound.lm._traces import LogitLaws
 from otbound.verifiers import VERIFIERS, Verifier
 
+#: largest causal LP (variables (K − 1)·V^(2L), theory.md §4) causal_optimal may solve per iteration (~0.3 s)
+CAUSAL_OPTIMAL_MAX_CELLS = 25_000
+
 
 @dataclass
 class Iteration(LogitLaws):
@@ -209,9 +212,10 @@ def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, blo
         block, k, name, sampling = None, 1, "target", "none"
     else:
         block, sampling, name = resolve_verifier(verifier)
-    if name == "causal_optimal" and pair.vocab_size**length > 1_000_000:
+    if name == "causal_optimal" and (k - 1) * pair.vocab_size ** (2 * length) > CAUSAL_OPTIMAL_MAX_CELLS:
         raise InvalidInputError(
-            f"causal_optimal solves an LP over the full draft tree: V^L = {pair.vocab_size}^{length} is too large here"
+            f"causal_optimal solves an LP with (K - 1)·V^(2L) = {(k - 1) * pair.vocab_size ** (2 * length)} variables "
+            f"per iteration (over {CAUSAL_OPTIMAL_MAX_CELLS} here: too slow)"
         )
     rng = np.random.default_rng(seed)
     stops = set(stop_token_ids(pair.tokenizer, pair.target))
