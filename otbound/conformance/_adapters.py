@@ -1,0 +1,65 @@
+"""Adapters from the package's verifiers to the kit's interfaces (implementation).
+
+* :func:`block_adapter` — a :class:`otbound.block_verifiers.BlockVerifier` is already written as a
+  walk whose decisions go through ``oracle.bernoulli`` / ``oracle.categorical``; the adapter hands it
+  the kit's ``coin`` / ``draw`` and draws the correction token, so exact mode runs the verifier's own
+  algorithm, branch by branch.
+* :func:`token_law_adapter` — the token verifiers are vectorised over rows with a generator, so exact
+  mode can only see their exact ``conditional_law``: the adapter emits ``draw(conditional_law)``.
+  This checks the package's *laws*; :func:`token_sample_adapter` (batched, for mode="sample")
+  checks the package's *sampler*.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class _Oracle:
+    __slots__ = ("bernoulli", "categorical")
+
+    def __init__(self, coin, draw):
+        self.bernoulli = coin
+        self.categorical = draw
+
+
+def block_adapter(verifier):
+    """``verify(target, draft, blocks, coin, draw) -> emitted tokens`` running ``verifier.walk``."""
+
+    def verify(target, draft, blocks, coin, draw):
+        drafts = tuple(tuple(int(t) for t in row) for row in blocks)
+        prefix, law = verifier.walk(verifier.prepare(target, draft, drafts, {}), _Oracle(coin, draw))
+        return list(prefix) + [draw(law)]
+
+    verify.__qualname__ = f"block_adapter({verifier.name})"
+    return verify
+
+
+def block_sample_adapter(verifier):
+    """Batched ``verify(target, draft, blocks (n, K, L), rng) -> (n, L + 1)`` from ``verifier.sample``."""
+
+    def verify(target, draft, blocks, rng):
+        return verifier.sample(target, draft, np.asarray(blocks), rng).tokens
+
+    verify.__qualname__ = f"block_sample_adapter({verifier.name})"
+    return verify
+
+
+def token_law_adapter(verifier):
+    """``verify(p, q, drafts, coin, draw) = draw(verifier.conditional_law(p, q, drafts))``."""
+
+    def verify(p, q, drafts, coin, draw):
+        return draw(verifier.conditional_law(p, q, drafts))
+
+    verify.__qualname__ = f"token_law_adapter({verifier.name})"
+    return verify
+
+
+def token_sample_adapter(verifier):
+    """Batched ``verify(p, q, drafts (n, K), rng) -> tokens (n,)`` from ``verifier.sample``."""
+
+    def verify(p, q, drafts, rng):
+        return verifier.sample(p, q, drafts, rng).tokens
+
+    verify.__qualname__ = f"token_sample_adapter({verifier.name})"
+    return verify
