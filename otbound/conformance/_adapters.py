@@ -63,3 +63,21 @@ def token_sample_adapter(verifier):
 
     verify.__qualname__ = f"token_sample_adapter({verifier.name})"
     return verify
+
+
+def as_sampler(verify):
+    """A coin/draw verifier as a black box for mode="sample": ``f(*args, rng)`` runs
+    ``verify(*args, coin, draw)`` with ``coin(prob) = rng.random() < prob`` and ``draw(law)`` an
+    inverse-CDF draw — the same algorithm, now sampled, e.g. to cross-check exact mode."""
+
+    def run(*args):
+        *head, rng = args
+
+        def draw(law):
+            cdf = np.cumsum(np.asarray(law, dtype=np.float64))
+            return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), np.flatnonzero(cdf < cdf[-1]).size))
+
+        return verify(*head, lambda prob: rng.random() < prob, draw)
+
+    run.__qualname__ = f"as_sampler({getattr(verify, '__qualname__', 'verify')})"
+    return run

@@ -11,7 +11,7 @@ from otbound import InvalidInputError, block_bound, prefix_law, sample_blocks, s
 from otbound._validation import check_num_drafts, check_positive_int
 from otbound.conformance._common import as_token_id, check_callable, check_mode, frozen, sample_plan
 from otbound.conformance._instances import BlockInstance, block_instances, shrink_block
-from otbound.conformance._result import MAX_ROWS, ConformanceResult, Counterexample, InstanceReport
+from otbound.conformance._result import MAX_ROWS, SHRINK_CANDIDATES, ConformanceResult, Counterexample, InstanceReport, smallest
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
 
@@ -85,12 +85,16 @@ def check_block_verifier(
     if mode == "exact":
         reports = [_exact_report(verify, t, k, tolerance, max_branches) for t in insts]
         cex = None
-        failing = [(r.lossless_error, i) for i, r in enumerate(reports) if not r.passed]
+        failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
         if failing:
-            worst, kk = insts[max(failing)[1]], k
+            candidates = [(insts[i], k) for i in failing[:SHRINK_CANDIDATES if shrink else 1]]
             if shrink:
-                worst, kk = shrink_block(worst, k, lambda t, kk: _exact_law(verify, t, kk, max_branches)[0] > tolerance)
-            cex = _counterexample(verify, worst, kk, max_branches)
+
+                def fails(t, kk):
+                    return _exact_law(verify, t, kk, max_branches)[0] > tolerance
+
+                candidates = [shrink_block(t, k, fails) for t, _ in candidates]
+            cex = min((_counterexample(verify, t, kk, max_branches) for t, kk in candidates), key=smallest)
         return ConformanceResult("block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label)
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -175,9 +179,12 @@ def _bounds(inst: BlockInstance, k: int) -> tuple[float, float]:
 
 
 def _exact_report(verify, inst, k, tolerance, max_branches) -> InstanceReport:
-    err, _, _, tau, _ = _exact_law(verify, inst, k, max_branches)
+    err, full, want, tau, _ = _exact_law(verify, inst, k, max_branches)
     causal, joint = _bounds(inst, k)
-    return InstanceReport(inst.label, inst.vocab_size, k, err, tau, causal, passed=err <= tolerance, block_len=inst.block_len, joint_bound=joint)
+    return InstanceReport(
+        inst.label, inst.vocab_size, k, err, tau, causal, passed=err <= tolerance, block_len=inst.block_len,
+        joint_bound=joint, total_variation=0.5 * float(np.abs(full - want).sum()),
+    )  # fmt: skip
 
 
 def _seq_dict(law: np.ndarray) -> dict:
@@ -227,6 +234,7 @@ def _sample_report(verify, inst, k, plan, batch, rng):
     causal, joint = _bounds(inst, k)
     rep = InstanceReport(
         inst.label, v, k, float(np.abs(law - want.ravel()).max()), tau, causal, passed=pval >= plan.per_instance_level,
-        block_len=length, joint_bound=joint, samples=n, p_value=pval, power=pw,
+        block_len=length, joint_bound=joint, total_variation=0.5 * float(np.abs(law - want.ravel()).sum()),
+        samples=n, p_value=pval, power=pw,
     )  # fmt: skip
     return rep, _seq_dict(law.reshape(want.shape))

@@ -15,7 +15,11 @@ from otbound.reports import _atomic_write  # the package's one atomic writer (te
 class InstanceReport:
     """One instance. ``acceptance``: α = P(Y ∈ x̄) (token) or E[τ] (block, bonus excluded);
     ``optimal``: α* of the draft law (token) or U_causal (block); ``joint_bound``: U_joint (block).
-    Sample mode: ``acceptance`` is the Monte Carlo mean over ``samples`` runs, ``p_value`` the G-test's.
+    lossless_error: ``max |output law − target law|`` (block level: of the continued law over
+    ``V^{L+1}``); total_variation: ``½ Σ |output law − target law|``, the distortion's size.
+    Sample mode: both are Monte Carlo estimates (with sampling noise); ``acceptance`` is the mean over
+    ``samples`` runs, ``p_value`` the G-test's, ``power`` its power against a distortion of the
+    stated total-variation size.
     """
 
     label: str
@@ -27,6 +31,7 @@ class InstanceReport:
     passed: bool
     block_len: int | None = None
     joint_bound: float | None = None
+    total_variation: float | None = None
     samples: int | None = None
     p_value: float | None = None
     power: float | None = None
@@ -65,7 +70,15 @@ class Counterexample:
     label: str = ""
 
 
+#: draft tuples listed in a counterexample
 MAX_ROWS = 20
+#: failing instances shrunk (the largest errors first); the smallest result is the counterexample
+SHRINK_CANDIDATES = 3
+
+
+def smallest(c: Counterexample) -> tuple:
+    """Order counterexamples: fewest tokens, then drafts, then block length, then largest error."""
+    return (c.vocab_size, c.num_drafts, c.block_len or 0, -c.lossless_error)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from otbound import InvalidInputError, optimal_acceptance, sample_drafts
 from otbound._validation import as_pair, check_num_drafts, check_positive_int, check_sampling
 from otbound.conformance._common import as_token_id, check_callable, check_mode, frozen, sample_plan
 from otbound.conformance._instances import TokenInstance, shrink_token, token_instances
-from otbound.conformance._result import MAX_ROWS, ConformanceResult, Counterexample, InstanceReport
+from otbound.conformance._result import MAX_ROWS, SHRINK_CANDIDATES, ConformanceResult, Counterexample, InstanceReport, smallest
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
 from otbound.verifiers import support_tuples
@@ -80,14 +80,16 @@ def check_token_verifier(
     if mode == "exact":
         reports = [_exact_report(verify, t, k, sampling, tolerance, max_branches) for t in insts]
         cex = None
-        failing = [(r.lossless_error, i) for i, r in enumerate(reports) if not r.passed]
+        failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
         if failing:
-            worst = insts[max(failing)[1]]
+            candidates = [(insts[i], k) for i in failing[:SHRINK_CANDIDATES if shrink else 1]]
             if shrink:
-                worst, kk = shrink_token(worst, k, sampling, lambda t, kk: _exact_law(verify, t, kk, sampling, max_branches)[0] > tolerance)
-            else:
-                kk = k
-            cex = _counterexample(verify, worst, kk, sampling, max_branches)
+
+                def fails(t, kk):
+                    return _exact_law(verify, t, kk, sampling, max_branches)[0] > tolerance
+
+                candidates = [shrink_token(t, k, sampling, fails) for t, _ in candidates]
+            cex = min((_counterexample(verify, t, kk, sampling, max_branches) for t, kk in candidates), key=smallest)
         return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label)
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -154,9 +156,10 @@ def _exact_law(verify, inst, k, sampling, max_branches):
 
 
 def _exact_report(verify, inst, k, sampling, tolerance, max_branches) -> InstanceReport:
-    err, _, acc, _ = _exact_law(verify, inst, k, sampling, max_branches)
+    err, out, acc, _ = _exact_law(verify, inst, k, sampling, max_branches)
     opt = float(optimal_acceptance(inst.p, inst.q, k, sampling))
-    return InstanceReport(inst.label, inst.vocab_size, k, err, acc, opt, passed=err <= tolerance)
+    tv = 0.5 * float(np.abs(out - inst.p).sum())
+    return InstanceReport(inst.label, inst.vocab_size, k, err, acc, opt, passed=err <= tolerance, total_variation=tv)
 
 
 def _counterexample(verify, inst, k, sampling, max_branches) -> Counterexample:
@@ -186,6 +189,6 @@ def _sample_report(verify, inst, k, sampling, plan, batch, rng):
     opt = float(optimal_acceptance(inst.p, inst.q, k, sampling))
     rep = InstanceReport(
         inst.label, v, k, float(np.abs(law - inst.p).max()), acc, opt, passed=pval >= plan.per_instance_level,
-        samples=n, p_value=pval, power=pw,
+        total_variation=0.5 * float(np.abs(law - inst.p).sum()), samples=n, p_value=pval, power=pw,
     )  # fmt: skip
     return rep, law
