@@ -14,7 +14,13 @@ one, and its acceptance against α* (token level) or ``E[τ]`` against U_causal 
 * CLI: ``python -m otbound.conformance MODULE:FUNCTION --level token|block --num-drafts K``.
 """
 
-from otbound.conformance._adapters import block_adapter, block_sample_adapter, token_law_adapter, token_sample_adapter
+from otbound.conformance._adapters import (
+    as_sampler,
+    block_adapter,
+    block_sample_adapter,
+    token_law_adapter,
+    token_sample_adapter,
+)
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
 from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
@@ -23,6 +29,7 @@ from otbound.conformance._token import check_token_verifier
 from otbound.conformance._tree import ConformanceError, enumerate_outcomes
 
 __all__ = [
+    "as_sampler",
     "BlockInstance",
     "ConformanceError",
     "ConformanceResult",

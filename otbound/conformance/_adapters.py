@@ -23,12 +23,18 @@ class _Oracle:
         self.categorical = draw
 
 
-def block_adapter(verifier):
-    """``verify(target, draft, blocks, coin, draw) -> emitted tokens`` running ``verifier.walk``."""
+def block_adapter(verifier, *, clip: bool = True):
+    """``verify(target, draft, blocks, coin, draw) -> emitted tokens`` running ``verifier.walk``.
+
+    ``clip``: pass ``min(1, max(0, prob))`` to ``coin``, as the package's own oracles do (a sampled
+    ``u < prob`` is the clipped coin). ``clip=False`` hands the raw value to the kit, which refuses a
+    probability outside [0, 1] — SpecTr-GBV's recovered sub-block test does leave it.
+    """
 
     def verify(target, draft, blocks, coin, draw):
         drafts = tuple(tuple(int(t) for t in row) for row in blocks)
-        prefix, law = verifier.walk(verifier.prepare(target, draft, drafts, {}), _Oracle(coin, draw))
+        bernoulli = (lambda prob: coin(min(1.0, max(0.0, float(prob))))) if clip else coin
+        prefix, law = verifier.walk(verifier.prepare(target, draft, drafts, {}), _Oracle(bernoulli, draw))
         return list(prefix) + [draw(law)]
 
     verify.__qualname__ = f"block_adapter({verifier.name})"
