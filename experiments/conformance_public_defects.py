@@ -27,7 +27,10 @@ def describe(res, bound: str) -> None:
     over = res.acceptance - res.optimal
     print(f"  {len(failing)}/{len(res.instances)} instances fail; max lossless error {res.lossless_error:.4f}")
     if failing:
-        print(f"  total-variation distortion on failing instances: min {tv.min():.2e}, median {np.median(tv):.4f}, max {tv.max():.4f}")
+        print(
+            f"  total-variation distortion on failing instances: min {tv.min():.2e}, "
+            f"median {np.median(tv):.4f}, max {tv.max():.4f}"
+        )
     print(f"  acceptance − {bound}: max {over.max():+.4f} (above the bound on {int((over > 1e-9).sum())} instances)")
     c = res.counterexample
     if c is not None:
@@ -49,14 +52,20 @@ def main() -> None:
         bad = oc.check_token_verifier(ex.rrs_skip_repeats, vocab_size=v, num_drafts=k, instances=n)
         good = oc.check_token_verifier(ex.rrs, vocab_size=v, num_drafts=k, instances=n)
         describe(bad, "α*")
-        print(f"  acceptance − correct RRS's: max {np.max(bad.acceptance - good.acceptance):+.4f}, "
-              f"min {np.min(bad.acceptance - good.acceptance):+.4f}; correct RRS max error {good.lossless_error:.1e}")
-    for name, fn in (("(b) block verification sharing one uniform", ex.block_shared_uniform),
-                     ("(c) block verification with cumulative products", ex.block_cumulative_products)):
+        print(
+            f"  acceptance − correct RRS's: max {np.max(bad.acceptance - good.acceptance):+.4f}, "
+            f"min {np.min(bad.acceptance - good.acceptance):+.4f}; correct RRS max error {good.lossless_error:.1e}"
+        )
+    for name, fn in (
+        ("(b) block verification sharing one uniform", ex.block_shared_uniform),
+        ("(c) block verification with cumulative products", ex.block_cumulative_products),
+    ):
         print(name)
         for v, length in ((2, 3), (3, 3), (3, 2)):
             print(f" V = {v}, K = 1, L = {length}:")
-            describe(oc.check_block_verifier(fn, vocab_size=v, num_drafts=1, block_len=length, instances=n // 2), "U_causal")
+            describe(
+                oc.check_block_verifier(fn, vocab_size=v, num_drafts=1, block_len=length, instances=n // 2), "U_causal"
+            )
 
 
 if __name__ == "__main__":

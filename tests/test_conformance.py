@@ -31,7 +31,9 @@ def test_package_token_laws_pass_exact_mode(name):
     """The package's exact conditional laws through the kit: lossless to 1e-12, α ≤ α*, and the
     kit's α equals the package's own exact acceptance."""
     ver = VERIFIERS[name]
-    res = oc.check_token_verifier(oc.token_law_adapter(ver), vocab_size=V, num_drafts=K, sampling=ver.sampling, instances=12)
+    res = oc.check_token_verifier(
+        oc.token_law_adapter(ver), vocab_size=V, num_drafts=K, sampling=ver.sampling, instances=12
+    )
     assert res.passed and res.counterexample is None
     assert res.lossless_error < EXACT
     assert np.all(res.acceptance <= res.optimal + 1e-9)
@@ -47,7 +49,14 @@ def test_package_token_samplers_pass_sample_mode(name):
     """The package's samplers as black boxes: no G-test rejects, at power ≥ 0.99 per instance."""
     ver = VERIFIERS[name]
     res = oc.check_token_verifier(
-        oc.token_sample_adapter(ver), vocab_size=V, num_drafts=K, sampling=ver.sampling, instances=3, mode="sample", batch=True, seed=1
+        oc.token_sample_adapter(ver),
+        vocab_size=V,
+        num_drafts=K,
+        sampling=ver.sampling,
+        instances=3,
+        mode="sample",
+        batch=True,
+        seed=1,
     )
     assert res.passed, res.summary()
     assert res.power >= 0.99
@@ -88,7 +97,13 @@ def _greedy(p, q, drafts, coin, draw):
 
 @pytest.mark.parametrize(
     "name,mine",
-    [("nss", lambda p, q, d, coin, draw: draw(p)), ("rrs", ex.rrs), ("rrs_wor", _rrs_wor), ("kseq", _kseq), ("greedy", _greedy)],
+    [
+        ("nss", lambda p, q, d, coin, draw: draw(p)),
+        ("rrs", ex.rrs),
+        ("rrs_wor", _rrs_wor),
+        ("kseq", _kseq),
+        ("greedy", _greedy),
+    ],
 )
 def test_kit_enumeration_reproduces_package_conditional_laws(name, mine):
     """Coin/draw re-implementations enumerated by the kit give the package's exact law for every
@@ -98,7 +113,7 @@ def test_kit_enumeration_reproduces_package_conditional_laws(name, mine):
         weights, tuples = oc._token.support_tuples(t.q, 3, ver.sampling)
         for tup in tuples:
             law = np.zeros(4)
-            for prob, y in oc.enumerate_outcomes(lambda coin, draw, tup=tup: mine(t.p, t.q, tup, coin, draw)):
+            for prob, y in oc.enumerate_outcomes(lambda coin, draw, t=t, tup=tup: mine(t.p, t.q, tup, coin, draw)):
                 law[y] += prob
             assert np.abs(law - ver.conditional_law(t.p, t.q, tup)).max() < EXACT, (t.label, tup)
     assert oc.check_token_verifier(mine, vocab_size=4, num_drafts=3, sampling=ver.sampling, instances=12, seed=3).passed
@@ -116,7 +131,7 @@ def test_package_block_verifiers_pass_exact_mode(name):
     ver = BLOCK_VERIFIERS[name]
     res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=2, block_len=2, instances=8)
     assert res.passed and res.lossless_error < EXACT
-    for t, r in zip(oc.block_instances(2, 2, 8, 0), res.instances):
+    for t, r in zip(oc.block_instances(2, 2, 8, 0), res.instances, strict=True):
         tg, dr = t.models()
         assert abs(r.acceptance - ver.expected_accepted(tg, dr, vocab_size=2, num_drafts=2, block_len=2)) < EXACT
         assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
@@ -146,7 +161,13 @@ def test_spectr_gbv_is_reported_lossy_with_a_minimal_counterexample():
 
 def test_block_sample_mode_passes_the_package_sampler():
     res = oc.check_block_verifier(
-        oc.block_sample_adapter(BLOCK_VERIFIERS["block"]), vocab_size=2, num_drafts=1, block_len=2, instances=2, mode="sample", batch=True
+        oc.block_sample_adapter(BLOCK_VERIFIERS["block"]),
+        vocab_size=2,
+        num_drafts=1,
+        block_len=2,
+        instances=2,
+        mode="sample",
+        batch=True,
     )
     assert res.passed and res.power >= 0.99
 
@@ -176,7 +197,9 @@ def test_skipped_repeat_rrs_caught_in_sample_mode():
     """The same defect as a black box (coin/draw answered by a generator): the G-test rejects it
     (a 0.02 total-variation distortion), while correct RRS passes on the same instance and seed."""
     p, q = np.array([0.1, 0.4, 0.5]), np.array([0.6, 0.2, 0.2])
-    bad = oc.check_token_verifier(oc.as_sampler(ex.rrs_skip_repeats), vocab_size=3, num_drafts=2, instances=[(p, q)], mode="sample")
+    bad = oc.check_token_verifier(
+        oc.as_sampler(ex.rrs_skip_repeats), vocab_size=3, num_drafts=2, instances=[(p, q)], mode="sample"
+    )
     good = oc.check_token_verifier(oc.as_sampler(ex.rrs), vocab_size=3, num_drafts=2, instances=[(p, q)], mode="sample")
     assert not bad.passed and good.passed
     assert bad.power >= 0.99 and bad.instances[0].total_variation == pytest.approx(0.02, abs=0.004)
@@ -251,7 +274,9 @@ def test_bad_outputs_and_arguments():
     with pytest.raises(oc.ConformanceError, match="outside the vocabulary"):
         oc.check_token_verifier(lambda p, q, d, coin, draw: 7, vocab_size=3, num_drafts=1, instances=1)
     with pytest.raises(oc.ConformanceError, match="not a prefix"):
-        oc.check_block_verifier(lambda t, d, b, coin, draw: [1 - b[0][0], 0], vocab_size=2, num_drafts=1, block_len=2, instances=1)
+        oc.check_block_verifier(
+            lambda t, d, b, coin, draw: [1 - b[0][0], 0], vocab_size=2, num_drafts=1, block_len=2, instances=1
+        )
     with pytest.raises(InvalidInputError, match="mode"):
         oc.check_token_verifier(ex.rrs, vocab_size=3, num_drafts=2, mode="fast")
     with pytest.raises(InvalidInputError, match="vocab_size"):
@@ -280,12 +305,35 @@ def test_stated_power_is_honest():
 
 def test_cli_pass_and_fail(tmp_path, capsys):
     ok = tmp_path / "ok"
-    assert main(["otbound.conformance.examples:rrs", "--level", "token", "--num-drafts", "2", "--instances", "6", "--out", str(ok)]) == 0
+    assert (
+        main(
+            [
+                "otbound.conformance.examples:rrs",
+                "--level",
+                "token",
+                "--num-drafts",
+                "2",
+                "--instances",
+                "6",
+                "--out",
+                str(ok),
+            ]
+        )
+        == 0
+    )
     report = json.loads((ok / "report.json").read_text())
     assert report["passed"] is True and len(report["instances"]) == 6
     assert "PASS" in (ok / "report.md").read_text()
     bad = tmp_path / "bad"
-    args = ["otbound.conformance.examples:block_cumulative_products", "--level", "block", "--num-drafts", "1", "--out", str(bad)]
+    args = [
+        "otbound.conformance.examples:block_cumulative_products",
+        "--level",
+        "block",
+        "--num-drafts",
+        "1",
+        "--out",
+        str(bad),
+    ]
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "counterexample (V = 2, K = 1, L = 2" in out

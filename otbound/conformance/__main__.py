@@ -33,13 +33,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m otbound.conformance", description="Check a verifier for losslessness and its distance to the optimum.")
+    ap = _Parser(
+        prog="python -m otbound.conformance",
+        description="Check a verifier for losslessness and its distance to the optimum.",
+    )
     ap.add_argument("function", metavar="MODULE:FUNCTION", help="the verifier, e.g. mypkg.verify:rrs")
     ap.add_argument("--level", choices=("token", "block"), required=True)
     ap.add_argument("--num-drafts", type=int, required=True, metavar="K")
     ap.add_argument("--vocab-size", type=int, default=None, metavar="V", help="default 3 (token), 2 (block)")
     ap.add_argument("--block-len", type=int, default=2, metavar="L", help="block level only (default 2)")
-    ap.add_argument("--sampling", default="with_replacement", choices=("with_replacement", "without_replacement", "greedy"), help="token level only")
+    ap.add_argument(
+        "--sampling",
+        default="with_replacement",
+        choices=("with_replacement", "without_replacement", "greedy"),
+        help="token level only",
+    )
     ap.add_argument("--mode", choices=("exact", "sample"), default="exact")
     ap.add_argument("--batch", action="store_true", help="sample mode: the function takes and returns batches")
     ap.add_argument("--instances", type=int, default=None, metavar="N", help="default 24 (token), 8 (block)")

@@ -81,7 +81,9 @@ def as_sampler(verify):
 
         def draw(law):
             cdf = np.cumsum(np.asarray(law, dtype=np.float64))
-            return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), np.flatnonzero(cdf < cdf[-1]).size))
+            return int(
+                min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), np.flatnonzero(cdf < cdf[-1]).size)
+            )
 
         return verify(*head, lambda prob: rng.random() < prob, draw)
 

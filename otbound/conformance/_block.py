@@ -11,7 +11,14 @@ from otbound import InvalidInputError, block_bound, prefix_law, sample_blocks, s
 from otbound._validation import check_num_drafts, check_positive_int
 from otbound.conformance._common import as_token_id, check_callable, check_mode, frozen, sample_plan
 from otbound.conformance._instances import BlockInstance, block_instances, shrink_block
-from otbound.conformance._result import MAX_ROWS, SHRINK_CANDIDATES, ConformanceResult, Counterexample, InstanceReport, smallest
+from otbound.conformance._result import (
+    MAX_ROWS,
+    SHRINK_CANDIDATES,
+    ConformanceResult,
+    Counterexample,
+    InstanceReport,
+    smallest,
+)
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
 
@@ -80,7 +87,9 @@ def check_block_verifier(
         insts = list(instances)
         for i, t in enumerate(insts):
             if not isinstance(t, BlockInstance) or (t.vocab_size, t.block_len) != (v, length):
-                raise InvalidInputError(f"instance {i} must be a BlockInstance with vocab_size {v} and block_len {length}")
+                raise InvalidInputError(
+                    f"instance {i} must be a BlockInstance with vocab_size {v} and block_len {length}"
+                )
     if not insts:
         raise InvalidInputError("no instance to check")
     if mode == "exact":
@@ -88,7 +97,7 @@ def check_block_verifier(
         cex = None
         failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
         if failing:
-            candidates = [(insts[i], k) for i in failing[:SHRINK_CANDIDATES if shrink else 1]]
+            candidates = [(insts[i], k) for i in failing[: SHRINK_CANDIDATES if shrink else 1]]
             if shrink:
 
                 def fails(t, kk):
@@ -96,7 +105,9 @@ def check_block_verifier(
 
                 candidates = [shrink_block(t, k, fails) for t, _ in candidates]
             cex = min((_counterexample(verify, t, kk, max_branches) for t, kk in candidates), key=smallest)
-        return ConformanceResult("block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label)
+        return ConformanceResult(
+            "block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label
+        )
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
     reports, laws = [], []
@@ -126,7 +137,8 @@ def _draft_tuples(draft, v: int, k: int, length: int):
     blocks = [(np.array(idx), float(law[idx])) for idx in np.ndindex(law.shape) if law[idx] > 0]
     if len(blocks) ** k > MAX_TUPLES:
         raise InvalidInputError(
-            f"exact mode would enumerate {len(blocks)}^{k} draft tuples (> {MAX_TUPLES}); use smaller V, K or L, or mode='sample'"
+            f"exact mode would enumerate {len(blocks)}^{k} draft tuples (> {MAX_TUPLES}); "
+            "use smaller V, K or L, or mode='sample'"
         )
     for combo in itertools.product(blocks, repeat=k):
         yield float(np.prod([c[1] for c in combo])), np.stack([c[0] for c in combo])
@@ -143,7 +155,9 @@ def _emitted(out, blocks: np.ndarray, v: int) -> tuple:
         raise ConformanceError(f"the verifier emitted {len(seq)} tokens; one iteration emits 1..{length + 1}")
     acc = seq[:-1]
     if acc and not any(tuple(b[: len(acc)]) == acc for b in blocks.tolist()):
-        raise ConformanceError(f"the verifier accepted {list(acc)}, which is not a prefix of any draft block {blocks.tolist()}")
+        raise ConformanceError(
+            f"the verifier accepted {list(acc)}, which is not a prefix of any draft block {blocks.tolist()}"
+        )
     return seq
 
 
@@ -156,7 +170,9 @@ def _exact_law(verify, inst: BlockInstance, k: int, max_branches: int):
     for qprob, blocks in _draft_tuples(draft, v, k, length):
         fb = frozen(blocks)
         cond: dict = {}
-        for prob, out in enumerate_outcomes(lambda coin, draw: verify(target, draft, fb, coin, draw), max_branches=max_branches, vocab_size=v):
+        for prob, out in enumerate_outcomes(
+            lambda coin, draw, fb=fb: verify(target, draft, fb, coin, draw), max_branches=max_branches, vocab_size=v
+        ):
             seq = _emitted(out, blocks, v)
             cond[seq] = cond.get(seq, 0.0) + prob
         for seq, prob in cond.items():
@@ -216,7 +232,10 @@ def _sample_report(verify, inst, k, plan, batch, rng):
     if batch:
         toks = np.asarray(verify(target, draft, frozen(blocks), rng))
         if toks.shape != (n, length + 1) or not np.issubdtype(toks.dtype, np.integer):
-            raise ConformanceError(f"a batched block verifier must return an int array of shape ({n}, {length + 1}), got {toks.dtype} {toks.shape}")
+            raise ConformanceError(
+                f"a batched block verifier must return an int array of shape ({n}, {length + 1}), "
+                f"got {toks.dtype} {toks.shape}"
+            )
         seqs = [_emitted(row[row >= 0], blocks[i], v) for i, row in enumerate(toks)]
     else:
         seqs = [_emitted(verify(target, draft, frozen(blocks[i]), rng), blocks[i], v) for i in range(n)]

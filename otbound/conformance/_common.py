@@ -76,7 +76,9 @@ def as_token_id(y, vocab_size: int, what: str) -> int:
     if isinstance(y, (bool, np.bool_)) or not isinstance(y, (int, np.integer)):
         raise ConformanceError(f"the verifier returned {y!r} as {what}; expected an integer token id")
     if not 0 <= int(y) < vocab_size:
-        raise ConformanceError(f"the verifier returned token {int(y)} as {what}, outside the vocabulary 0..{vocab_size - 1}")
+        raise ConformanceError(
+            f"the verifier returned token {int(y)} as {what}, outside the vocabulary 0..{vocab_size - 1}"
+        )
     return int(y)
 
 

@@ -91,7 +91,11 @@ def _adversarial_token(v: int) -> list[TokenInstance]:
     ]
     if v >= 2:
         half = (v + 1) // 2
-        out.append(TokenInstance("disjoint supports", _norm([1.0] * half + [0.0] * (v - half)), _norm([0.0] * half + [1.0] * (v - half))))
+        out.append(
+            TokenInstance(
+                "disjoint supports", _norm([1.0] * half + [0.0] * (v - half)), _norm([0.0] * half + [1.0] * (v - half))
+            )
+        )
         near_p = np.full(v, NEAR / (v - 1))
         near_p[0] = 1.0 - NEAR
         out.append(TokenInstance("near-deterministic laws", near_p, near_p[::-1].copy()))
@@ -145,7 +149,9 @@ def shrink_token(inst: TokenInstance, num_drafts: int, sampling: str, fails) -> 
     k = num_drafts
     while True:
         smaller = [(inst, kk) for kk in range(1, k)]
-        smaller += [(d, k) for t in range(inst.vocab_size) if inst.vocab_size > 1 and (d := drop_token(inst, t)) is not None]
+        smaller += [
+            (d, k) for t in range(inst.vocab_size) if inst.vocab_size > 1 and (d := drop_token(inst, t)) is not None
+        ]
         for cand, kk in smaller:
             if _valid_q(cand.q, kk, sampling) and fails(cand, kk):
                 inst, k = cand, kk
@@ -191,7 +197,13 @@ def _adversarial_block(v: int, length: int) -> list[tuple[str, object, object]]:
     if v >= 2:
         half = (v + 1) // 2
         lo, hi = _norm([1.0] * half + [0.0] * (v - half)), _norm([0.0] * half + [1.0] * (v - half))
-        out.append(("disjoint supports at the root", lambda pre: lo if not pre else ramp, lambda pre: hi if not pre else ramp[::-1]))
+        out.append(
+            (
+                "disjoint supports at the root",
+                lambda pre: lo if not pre else ramp,
+                lambda pre: hi if not pre else ramp[::-1],
+            )
+        )
         near = np.full(v, NEAR / (v - 1))
         near[0] = 1.0 - NEAR
         out.append(("near-deterministic models", lambda pre: near, lambda pre: np.roll(near, len(pre) + 1)))
@@ -206,7 +218,13 @@ def block_instances(vocab_size: int, block_len: int, count: int, seed: int) -> l
     i = 0
     while len(specs) < count:
         conc = CONCENTRATIONS[i % len(CONCENTRATIONS)]
-        specs.append((f"random (Dirichlet {conc:g}, #{i})", _dirichlet(seed * 1000 + 2 * i, conc, v), _dirichlet(seed * 1000 + 2 * i + 1, conc, v)))
+        specs.append(
+            (
+                f"random (Dirichlet {conc:g}, #{i})",
+                _dirichlet(seed * 1000 + 2 * i, conc, v),
+                _dirichlet(seed * 1000 + 2 * i + 1, conc, v),
+            )
+        )
         i += 1
     return [BlockInstance(label, v, length, _tabulate(t, v, length), _tabulate(d, v, length)) for label, t, d in specs]
 

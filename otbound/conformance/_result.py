@@ -135,11 +135,11 @@ class ConformanceResult:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(passed=self.passed, lossless_error=self.lossless_error, power=self.power)
-        for r, row in zip(self.instances, d["instances"]):
+        for r, row in zip(self.instances, d["instances"], strict=True):
             row["efficiency"] = r.efficiency
         return _jsonable(d)
 
-    def _what(self) -> str:
+    def _what(self) -> tuple[str, str]:
         bound = "α*" if self.level == "token" else "U_causal"
         shape = f"V = {self.vocab_size}, K = {self.num_drafts}"
         if self.level == "block":
@@ -153,22 +153,28 @@ class ConformanceResult:
         bound, shape = self._what()
         acc = "α" if self.level == "token" else "E[τ]"
         head = "PASS: lossless" if self.passed else "FAIL: NOT lossless"
-        lines = [f"{self.name}: {head}  ({self.level} level, {shape}, {self.mode} mode, {len(self.instances)} instances)"]
+        lines = [
+            f"{self.name}: {head}  ({self.level} level, {shape}, {self.mode} mode, {len(self.instances)} instances)"
+        ]
         if self.mode == "exact":
-            lines.append(f"max lossless error {self.lossless_error:.3g} (tolerance {self.tolerance:g}, exact enumeration)")
+            lines.append(
+                f"max lossless error {self.lossless_error:.3g} (tolerance {self.tolerance:g}, exact enumeration)"
+            )
         else:
             lines.append(
                 f"G-test at level {self.level_alpha:.2g} per instance; power ≥ {self.power:.4f} against any "
                 f"{self.distortion:g} total-variation distortion; largest empirical error {self.lossless_error:.3g}"
             )
         eff = self.efficiency
-        lines.append(f"efficiency {acc}/{bound}: mean {np.nanmean(eff):.4f}, min {np.nanmin(eff):.4f}, max {np.nanmax(eff):.4f}")
+        lines.append(
+            f"efficiency {acc}/{bound}: mean {np.nanmean(eff):.4f}, min {np.nanmin(eff):.4f}, max {np.nanmax(eff):.4f}"
+        )
         lines.append("")
         lines.append(f"{'instance':<46} {'error':>9} {acc:>8} {bound:>8} {'eff':>7}  ok")
         for r in self.instances[:24]:
             lines.append(
-                f"{r.label[:46]:<46} {r.lossless_error:>9.2e} {r.acceptance:>8.4f} {r.optimal:>8.4f} {r.efficiency:>7.4f}  "
-                + ("yes" if r.passed else "NO")
+                f"{r.label[:46]:<46} {r.lossless_error:>9.2e} {r.acceptance:>8.4f} {r.optimal:>8.4f} "
+                f"{r.efficiency:>7.4f}  {'yes' if r.passed else 'NO'}"
             )
         if len(self.instances) > 24:
             lines.append(f"... {len(self.instances) - 24} more in the report")
@@ -180,17 +186,32 @@ class ConformanceResult:
     def to_markdown(self) -> str:
         bound, shape = self._what()
         acc = "α" if self.level == "token" else "E[τ]"
-        out = [f"# Conformance report: {self.name}", "", f"**{'PASS' if self.passed else 'FAIL'}** — {self.level} level, {shape}, {self.mode} mode.", ""]
+        out = [
+            f"# Conformance report: {self.name}",
+            "",
+            f"**{'PASS' if self.passed else 'FAIL'}** — {self.level} level, {shape}, {self.mode} mode.",
+            "",
+        ]
         if self.mode == "exact":
-            out.append(f"Max lossless error {self.lossless_error:.3g} (tolerance {self.tolerance:g}; exact law by enumeration).")
+            out.append(
+                f"Max lossless error {self.lossless_error:.3g} "
+                f"(tolerance {self.tolerance:g}; exact law by enumeration)."
+            )
         else:
             out.append(
                 f"G-test per instance at level {self.level_alpha:.2g}; power ≥ {self.power:.4f} against any distortion "
                 f"of total-variation size {self.distortion:g}."
             )
-        out += ["", f"| instance | lossless error | {acc} | {bound} | efficiency | passed |", "|---|---|---|---|---|---|"]
+        out += [
+            "",
+            f"| instance | lossless error | {acc} | {bound} | efficiency | passed |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in self.instances:
-            out.append(f"| {r.label} | {r.lossless_error:.3g} | {r.acceptance:.6f} | {r.optimal:.6f} | {r.efficiency:.4f} | {'yes' if r.passed else 'NO'} |")
+            out.append(
+                f"| {r.label} | {r.lossless_error:.3g} | {r.acceptance:.6f} | {r.optimal:.6f} | {r.efficiency:.4f} "
+                f"| {'yes' if r.passed else 'NO'} |"
+            )
         if self.counterexample is not None:
             out += ["", "## Counterexample", "", "```"] + _counterexample_lines(self.counterexample) + ["```"]
         return "\n".join(out) + "\n"

@@ -10,7 +10,14 @@ from otbound import InvalidInputError, optimal_acceptance, sample_drafts
 from otbound._validation import as_pair, check_num_drafts, check_positive_int, check_sampling
 from otbound.conformance._common import as_token_id, check_callable, check_mode, frozen, sample_plan
 from otbound.conformance._instances import TokenInstance, shrink_token, token_instances
-from otbound.conformance._result import MAX_ROWS, SHRINK_CANDIDATES, ConformanceResult, Counterexample, InstanceReport, smallest
+from otbound.conformance._result import (
+    MAX_ROWS,
+    SHRINK_CANDIDATES,
+    ConformanceResult,
+    Counterexample,
+    InstanceReport,
+    smallest,
+)
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
 from otbound.verifiers import support_tuples
@@ -84,7 +91,7 @@ def check_token_verifier(
         cex = None
         failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
         if failing:
-            candidates = [(insts[i], k) for i in failing[:SHRINK_CANDIDATES if shrink else 1]]
+            candidates = [(insts[i], k) for i in failing[: SHRINK_CANDIDATES if shrink else 1]]
             if shrink:
 
                 def fails(t, kk):
@@ -106,7 +113,17 @@ def check_token_verifier(
         i = min(failing)[1]
         t = insts[i]
         cex = Counterexample(
-            "token", v, k, sampling, reports[i].lossless_error, t.p, t.q, laws[i], t.p, int(np.argmax(np.abs(laws[i] - t.p))), label=t.label
+            "token",
+            v,
+            k,
+            sampling,
+            reports[i].lossless_error,
+            t.p,
+            t.q,
+            laws[i],
+            t.p,
+            int(np.argmax(np.abs(laws[i] - t.p))),
+            label=t.label,
         )
     return ConformanceResult(
         "token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
@@ -137,12 +154,17 @@ def _conditional_laws(verify, inst: TokenInstance, k: int, sampling: str, max_br
     v = inst.vocab_size
     weights, tuples = support_tuples(inst.q, k, sampling)
     if len(weights) > MAX_TUPLES:
-        raise InvalidInputError(f"exact mode would enumerate {len(weights)} draft tuples (> {MAX_TUPLES}); use smaller V or K, or mode='sample'")
+        raise InvalidInputError(
+            f"exact mode would enumerate {len(weights)} draft tuples (> {MAX_TUPLES}); "
+            "use smaller V or K, or mode='sample'"
+        )
     p, q = frozen(inst.p), frozen(inst.q)
     laws = np.zeros((len(weights), v))
     for i, tup in enumerate(tuples):
         drafts = frozen(tup)
-        for prob, y in enumerate_outcomes(lambda coin, draw: verify(p, q, drafts, coin, draw), max_branches=max_branches, vocab_size=v):
+        for prob, y in enumerate_outcomes(
+            lambda coin, draw, drafts=drafts: verify(p, q, drafts, coin, draw), max_branches=max_branches, vocab_size=v
+        ):
             laws[i, as_token_id(y, v, "the emitted token")] += prob
     return weights, tuples, laws
 
@@ -166,9 +188,13 @@ def _exact_report(verify, inst, k, sampling, tolerance, max_branches) -> Instanc
 
 def _counterexample(verify, inst, k, sampling, max_branches) -> Counterexample:
     err, out, _, (weights, tuples, laws) = _exact_law(verify, inst, k, sampling, max_branches)
-    rows = [(tuple(int(x) for x in t), float(w), law) for w, t, law in zip(weights, tuples, laws)][:MAX_ROWS]
+    rows = [(tuple(int(x) for x in t), float(w), law) for w, t, law in zip(weights, tuples, laws, strict=True)][
+        :MAX_ROWS
+    ]
     worst = int(np.argmax(np.abs(out - inst.p)))
-    return Counterexample("token", inst.vocab_size, k, sampling, err, inst.p, inst.q, out, inst.p, worst, drafts=rows, label=inst.label)
+    return Counterexample(
+        "token", inst.vocab_size, k, sampling, err, inst.p, inst.q, out, inst.p, worst, drafts=rows, label=inst.label
+    )
 
 
 def _sample_report(verify, inst, k, sampling, plan, batch, rng):
@@ -179,11 +205,15 @@ def _sample_report(verify, inst, k, sampling, plan, batch, rng):
     if batch:
         tokens = np.asarray(verify(p, q, frozen(drafts), rng))
         if tokens.shape != (n,) or not np.issubdtype(tokens.dtype, np.integer):
-            raise ConformanceError(f"a batched verifier must return an integer array of shape ({n},), got {tokens.dtype} {tokens.shape}")
+            raise ConformanceError(
+                f"a batched verifier must return an integer array of shape ({n},), got {tokens.dtype} {tokens.shape}"
+            )
         if tokens.min() < 0 or tokens.max() >= v:
             raise ConformanceError(f"the verifier returned a token outside the vocabulary 0..{v - 1}")
     else:
-        tokens = np.fromiter((as_token_id(verify(p, q, drafts[i], rng), v, "the emitted token") for i in range(n)), np.int64, n)
+        tokens = np.fromiter(
+            (as_token_id(verify(p, q, drafts[i], rng), v, "the emitted token") for i in range(n)), np.int64, n
+        )
     counts = np.bincount(tokens, minlength=v)
     _, pval = g_test(counts, inst.p)
     law = counts / n

@@ -63,7 +63,7 @@ class _Script:
         if answer is None:
             answer = p > 0.0
             if 0.0 < p < 1.0:
-                self.pending.append(tuple(zip(self.taken, self.asked)) + ((False, ("coin", p)),))
+                self.pending.append(tuple(zip(self.taken, self.asked, strict=True)) + ((False, ("coin", p)),))
         self.weight *= p if answer else 1.0 - p
         self.taken.append(answer)
         self.asked.append(("coin", p))
@@ -75,7 +75,7 @@ class _Script:
         if answer is None:
             support = np.flatnonzero(w > 0)
             answer = int(support[0])
-            prefix = tuple(zip(self.taken, self.asked))
+            prefix = tuple(zip(self.taken, self.asked, strict=True))
             self.pending.extend(prefix + ((int(j), ("draw", w)),) for j in support[:0:-1])
         self.weight *= float(w[answer])
         self.taken.append(answer)
