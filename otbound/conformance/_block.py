@@ -9,15 +9,21 @@ import numpy as np
 
 from otbound import InvalidInputError, block_bound, prefix_law, sample_blocks, shifted_model
 from otbound._validation import check_num_drafts, check_positive_int
-from otbound.conformance._common import as_token_id, check_callable, check_mode, frozen, sample_plan
+from otbound.conformance._common import (
+    as_token_id,
+    check_callable,
+    check_mode,
+    exact_counterexample,
+    frozen,
+    most_significant_failure,
+    sample_plan,
+)
 from otbound.conformance._instances import BlockInstance, block_instances, shrink_block
 from otbound.conformance._result import (
     MAX_ROWS,
-    SHRINK_CANDIDATES,
     ConformanceResult,
     Counterexample,
     InstanceReport,
-    smallest,
 )
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
@@ -94,17 +100,14 @@ def check_block_verifier(
         raise InvalidInputError("no instance to check")
     if mode == "exact":
         reports = [_exact_report(verify, t, k, tolerance, max_branches) for t in insts]
-        cex = None
-        failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
-        if failing:
-            candidates = [(insts[i], k) for i in failing[: SHRINK_CANDIDATES if shrink else 1]]
-            if shrink:
 
-                def fails(t, kk):
-                    return _exact_law(verify, t, kk, max_branches)[0] > tolerance
+        def fails(t, kk):
+            return _exact_law(verify, t, kk, max_branches)[0] > tolerance
 
-                candidates = [shrink_block(t, k, fails) for t, _ in candidates]
-            cex = min((_counterexample(verify, t, kk, max_branches) for t, kk in candidates), key=smallest)
+        cex = exact_counterexample(
+            reports, insts, k, (lambda t, kk: shrink_block(t, kk, fails)) if shrink else None,
+            lambda t, kk: _counterexample(verify, t, kk, max_branches),
+        )  # fmt: skip
         return ConformanceResult(
             "block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label
         )
@@ -116,9 +119,8 @@ def check_block_verifier(
         reports.append(rep)
         laws.append(law)
     cex = None
-    failing = [(r.p_value, i) for i, r in enumerate(reports) if not r.passed]
-    if failing:
-        i = min(failing)[1]
+    i = most_significant_failure(reports)
+    if i is not None:
         t = insts[i]
         target_law = _seq_dict(prefix_law(t.models()[0], length + 1))
         cex = Counterexample(

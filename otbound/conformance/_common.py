@@ -8,6 +8,7 @@ import numpy as np
 
 from otbound import InvalidInputError
 from otbound._validation import check_positive_int
+from otbound.conformance._result import SHRINK_CANDIDATES, smallest
 from otbound.conformance._stats import power, samples_for_power
 from otbound.conformance._tree import ConformanceError
 
@@ -34,6 +35,28 @@ class SamplePlan:
         lvl = self.per_instance_level
         n = self.samples if self.samples is not None else samples_for_power(df, self.distortion, lvl, self.target_power)
         return n, power(n, df, self.distortion, lvl)
+
+
+def exact_counterexample(reports, insts, k: int, shrink, counterexample):
+    """The counterexample of an exact run, or None if every instance passed.
+
+    The :data:`SHRINK_CANDIDATES` failing instances of largest error are shrunk with
+    ``shrink(inst, k) -> (inst, k)`` (or taken as they are when ``shrink`` is None); the smallest
+    ``counterexample(inst, k)`` (fewest tokens, drafts, block length; then largest error) is returned.
+    """
+    failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
+    if not failing:
+        return None
+    candidates = [(insts[i], k) for i in failing[: SHRINK_CANDIDATES if shrink else 1]]
+    if shrink is not None:
+        candidates = [shrink(t, k) for t, _ in candidates]
+    return min((counterexample(t, kk) for t, kk in candidates), key=smallest)
+
+
+def most_significant_failure(reports) -> int | None:
+    """Index of the failing instance with the smallest p-value (sample mode), or None."""
+    failing = [(r.p_value, i) for i, r in enumerate(reports) if not r.passed]
+    return min(failing)[1] if failing else None
 
 
 def check_mode(mode: str) -> str:

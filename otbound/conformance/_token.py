@@ -8,15 +8,21 @@ import numpy as np
 
 from otbound import InvalidInputError, optimal_acceptance, sample_drafts
 from otbound._validation import as_pair, check_num_drafts, check_positive_int, check_sampling
-from otbound.conformance._common import as_token_id, check_callable, check_mode, frozen, sample_plan
+from otbound.conformance._common import (
+    as_token_id,
+    check_callable,
+    check_mode,
+    exact_counterexample,
+    frozen,
+    most_significant_failure,
+    sample_plan,
+)
 from otbound.conformance._instances import TokenInstance, shrink_token, token_instances
 from otbound.conformance._result import (
     MAX_ROWS,
-    SHRINK_CANDIDATES,
     ConformanceResult,
     Counterexample,
     InstanceReport,
-    smallest,
 )
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
@@ -88,17 +94,14 @@ def check_token_verifier(
     insts = _token_list(instances, v, k, sampling, seed)
     if mode == "exact":
         reports = [_exact_report(verify, t, k, sampling, tolerance, max_branches) for t in insts]
-        cex = None
-        failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
-        if failing:
-            candidates = [(insts[i], k) for i in failing[: SHRINK_CANDIDATES if shrink else 1]]
-            if shrink:
 
-                def fails(t, kk):
-                    return _exact_law(verify, t, kk, sampling, max_branches)[0] > tolerance
+        def fails(t, kk):
+            return _exact_law(verify, t, kk, sampling, max_branches)[0] > tolerance
 
-                candidates = [shrink_token(t, k, sampling, fails) for t, _ in candidates]
-            cex = min((_counterexample(verify, t, kk, sampling, max_branches) for t, kk in candidates), key=smallest)
+        cex = exact_counterexample(
+            reports, insts, k, (lambda t, kk: shrink_token(t, kk, sampling, fails)) if shrink else None,
+            lambda t, kk: _counterexample(verify, t, kk, sampling, max_branches),
+        )  # fmt: skip
         return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label)
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -108,23 +111,14 @@ def check_token_verifier(
         reports.append(rep)
         laws.append(law)
     cex = None
-    failing = [(r.p_value, i) for i, r in enumerate(reports) if not r.passed]
-    if failing:
-        i = min(failing)[1]
+    i = most_significant_failure(reports)
+    if i is not None:
         t = insts[i]
         cex = Counterexample(
-            "token",
-            v,
-            k,
-            sampling,
-            reports[i].lossless_error,
-            t.p,
-            t.q,
-            laws[i],
-            t.p,
-            int(np.argmax(np.abs(laws[i] - t.p))),
+            level="token", vocab_size=v, num_drafts=k, sampling=sampling, lossless_error=reports[i].lossless_error,
+            target=t.p, draft=t.q, output_law=laws[i], target_law=t.p, worst=int(np.argmax(np.abs(laws[i] - t.p))),
             label=t.label,
-        )
+        )  # fmt: skip
     return ConformanceResult(
         "token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
