@@ -287,6 +287,25 @@ def test_bad_outputs_and_arguments():
         oc.check_token_verifier("rrs", vocab_size=3, num_drafts=2)
 
 
+def test_explosion_guards():
+    with pytest.raises(InvalidInputError, match="draft tuples"):
+        oc.check_token_verifier(ex.rrs, vocab_size=60, num_drafts=3, instances=1)
+    with pytest.raises(InvalidInputError, match="draft tuples"):
+        oc.check_block_verifier(ex.block_verification, vocab_size=4, num_drafts=4, block_len=2, instances=1)
+
+
+def test_sample_mode_reports_the_power_of_a_fixed_sample_size():
+    """A black-box block verifier with a user-fixed, too small sample: it runs, passes (it is
+    lossless), and the power it reports is honest — far below 0.99."""
+    res = oc.check_block_verifier(
+        oc.as_sampler(ex.block_verification), vocab_size=2, num_drafts=1, block_len=2, instances=1, mode="sample",
+        samples=3000,
+    )  # fmt: skip
+    r = res.instances[0]
+    assert res.passed and r.samples == 3000
+    assert r.power == pytest.approx(oc.power(3000, 7, 0.01, 1e-3), abs=1e-15) and r.power < 0.2
+
+
 def test_stated_power_is_honest():
     """Against the least detectable distortion of total-variation size δ (λ = 4nδ² exactly), the
     G-test at the size samples_for_power picks rejects with the stated power (Monte Carlo)."""
