@@ -3,7 +3,7 @@
 Every figure script follows one pattern:
 
 * ``compute(params, checkpoint)`` recomputes its numbers from scratch and returns a JSON-able dict;
-* ``draw(results, out, formats)`` draws the figure(s) from that dict with :mod:`otbound.plots`;
+* ``draw(results, out, formats)`` draws the figure(s) from that dict with :mod:`otbound.report.plots`;
 * ``main(argv)`` reads ``data/results/<name>.json`` (small, committed) or, with ``--recompute``
   (or when the file is missing), recomputes it first, then draws into ``--out`` (``figures/``).
 
@@ -156,9 +156,9 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
 
 
 def save_real_pair_figure(fig, results: dict, out, name: str, formats) -> list:
-    """:func:`otbound.plots.save` for a real-pair figure, with a banner when its results come from
+    """:func:`otbound.report.plots.save` for a real-pair figure, with a banner when its results come from
     the synthetic stand-in (quick mode)."""
-    from otbound import plots
+    from otbound.report import plots
 
     if "synthetic" in results["results"]["source"]:
         fig.suptitle("SYNTHETIC STAND-IN (quick mode), not the real pair", fontsize=7)
@@ -254,12 +254,12 @@ def real_records(args, params) -> list:
 class SyntheticRecord:
     """Stand-in for a trace record (``.p``, ``.q``, ``.temperature``, ``.dataset``, ``.prompt_id``):
     Zipf-shaped target logits over V = 64 tokens and draft = target + N(0, 1) noise
-    (:func:`otbound.compare.synthetic_pair`), several positions per record. Quick mode only."""
+    (:func:`otbound.report.synthetic_pair`), several positions per record. Quick mode only."""
 
     def __init__(self, dataset, prompt_id, temperature, positions, seed):
         import numpy as np
 
-        from otbound.compare import synthetic_pair
+        from otbound.report import synthetic_pair
 
         rng = np.random.default_rng(seed)
         pairs = [synthetic_pair("zipf", 64, temperature, rng) for _ in range(positions)]
@@ -295,7 +295,7 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
 
     from otbound import SAMPLINGS
     from otbound.lm import aggregate, measure_laws
-    from otbound.lm._measure import _int_keys
+    from otbound.report._measure import _int_keys
 
     results = []
     for i, rec in enumerate(tqdm(records, desc="measure", file=sys.stderr)):

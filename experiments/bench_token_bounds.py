@@ -27,7 +27,7 @@ which the header reports):
 
 Families (synthetic; real-model rows come from the experiments that trace the Qwen pair):
 ``lm``: z ~ N(0, 2.5²) logits, q = softmax(z), p = softmax(z + N(0, 1)) (as in tests/test_token_bounds.py);
-``zipf``: :func:`otbound.compare.synthetic_pair` ("zipf", T = 1); ``dirichlet``: the same, "dirichlet".
+``zipf``: :func:`otbound.report.synthetic_pair` ("zipf", T = 1); ``dirichlet``: the same, "dirichlet".
 
 Usage: ``python experiments/bench_token_bounds.py [--quick]``.
 """
@@ -48,9 +48,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import otbound as ob  # noqa: E402
-from otbound import token_bounds as tb  # noqa: E402
-from otbound.compare import synthetic_pair  # noqa: E402
-from otbound.draft_laws import greedy_split  # noqa: E402
+from otbound.token import bounds as tb  # noqa: E402
+from otbound.report import synthetic_pair  # noqa: E402
+from otbound.token.draft_laws import greedy_split  # noqa: E402
 
 LM_VOCAB = 151_936
 

@@ -37,7 +37,7 @@ def compute_for(args):
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     cells = results["results"]["cells"]
     temps = sorted({c["temperature"] for c in cells})

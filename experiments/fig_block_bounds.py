@@ -34,7 +34,7 @@ KIND_LABELS = {"causal": "U_causal (lossless)", "joint": "U_joint (block OT)", "
 
 
 def random_pair(vocab_size, seed):
-    from otbound.block_models import dirichlet_model, mixture_model
+    from otbound.block.models import dirichlet_model, mixture_model
 
     target = dirichlet_model(vocab_size, concentration=1.0, seed=2 * seed, name="target")
     draft = mixture_model(target, dirichlet_model(vocab_size, concentration=1.0, seed=2 * seed + 1), 0.5, name="draft")
@@ -48,7 +48,7 @@ LOSSLESS_TOL = 1e-9
 def _verifier_values(target, draft, v, k, l, skipped) -> dict:
     """{name: (E[τ], lossless error)} for every block verifier that runs at (K, L), both exact."""
     from otbound import InvalidInputError
-    from otbound.block_verifiers import BLOCK_VERIFIERS
+    from otbound.block.verifiers import BLOCK_VERIFIERS
 
     out = {}
     for name, ver in BLOCK_VERIFIERS.items():
@@ -67,8 +67,8 @@ def compute_for(args):
 def compute(args, params, checkpoint) -> dict:
     from tqdm import tqdm
 
-    from otbound.block_bounds import block_bound
-    from otbound.block_models import context_free_model
+    from otbound.block.bounds import block_bound
+    from otbound.block.models import context_free_model
 
     v = params["vocab_size"]
     skipped: dict = {}
@@ -102,7 +102,7 @@ def compute(args, params, checkpoint) -> dict:
 
 
 def _bracket_rows(target, draft, v, params, source) -> list:
-    from otbound.block_bounds import block_bound_bracket
+    from otbound.block.bounds import block_bound_bracket
 
     rows = []
     for m in params["top_m"]:
@@ -115,12 +115,12 @@ def _bracket_rows(target, draft, v, params, source) -> list:
 
 def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]:
     """Each block verifier's E[τ] where the draft tuples cannot be enumerated: the mean of its exact
-    ``E[τ | drafts]`` (:meth:`~otbound.block_verifiers.BlockVerifier.conditional_accepted`) over
+    ``E[τ | drafts]`` (:meth:`~otbound.block.verifiers.BlockVerifier.conditional_accepted`) over
     ``tree_tuples`` tuples drawn from the draft (K = ``bracket_drafts``, L = ``bracket_len``), with
     a 95% normal CI; the same tuples for every verifier. Returns (rows, {skipped verifier: why})."""
     from otbound import InvalidInputError
-    from otbound.block_models import sample_blocks
-    from otbound.block_verifiers import BLOCK_VERIFIERS
+    from otbound.block.models import sample_blocks
+    from otbound.block.verifiers import BLOCK_VERIFIERS
 
     k, length, n = params["bracket_drafts"], params["bracket_len"], params["tree_tuples"]
     drafts = sample_blocks(draft, n * k, length, rng=rng).reshape(n, k, length)
@@ -139,7 +139,7 @@ def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]
 def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
     """Brackets and Monte Carlo verifier values for the synthetic large-vocabulary models and, where
     possible, the real pair: (bracket rows, verifier rows, note on what was not computed)."""
-    from otbound.block_models import mixture_model, zipf_model
+    from otbound.block.models import mixture_model, zipf_model
 
     rows, tree = checkpoint.get("brackets-synthetic"), checkpoint.get("tree-verifiers-synthetic")
     if rows is None or tree is None:
@@ -187,7 +187,7 @@ def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     res = results["results"]
     cells = res["random"]

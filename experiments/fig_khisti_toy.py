@@ -45,7 +45,7 @@ def laws(case: str, q2: float) -> tuple[np.ndarray, np.ndarray]:
 
 def compute(params, checkpoint) -> dict:
     from otbound import optimal_acceptance
-    from otbound.verifiers import VERIFIERS
+    from otbound.token.verifiers import VERIFIERS
 
     k = params["num_drafts"]
     out = {}
@@ -65,7 +65,7 @@ def compute(params, checkpoint) -> dict:
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     res = results["results"]
     fig, axes = plots.figure(nrows=len(READINGS), ncols=len(FAMILIES), sharey=True)

@@ -1,6 +1,6 @@
 """Solve time of α* against V and K: primal LP (HiGHS, cvxpy, POT), max-flow, and the dual prefix form.
 
-Instances: the ``zipf`` synthetic pair of :func:`otbound.compare.synthetic_pair` (target logits
+Instances: the ``zipf`` synthetic pair of :func:`otbound.report.synthetic_pair` (target logits
 −1.1·log rank, draft = target + N(0, 1) noise, T = 1) over V tokens; K drafts i.i.d. from q.
 Methods (each returns α*; all are checked against the dual on every instance):
 
@@ -49,7 +49,7 @@ def maxflow_acceptance(p, draft_joint) -> tuple[float, float]:
     import scipy.sparse
     from scipy.sparse.csgraph import maximum_flow
 
-    from otbound.token_bounds import _check_joint, _membership_edges
+    from otbound.token.bounds import _check_joint, _membership_edges
 
     p, joint = _check_joint(p, draft_joint)
     v = p.size
@@ -66,7 +66,7 @@ def maxflow_acceptance(p, draft_joint) -> tuple[float, float]:
 
 
 def _instance(v, k, seed):
-    from otbound.compare import synthetic_pair
+    from otbound.report import synthetic_pair
 
     return synthetic_pair("zipf", v, 1.0, np.random.default_rng([seed, v, k]))
 
@@ -166,7 +166,7 @@ def table(results) -> str:
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     cells = results["results"]["cells"]
     ks = sorted({c["num_drafts"] for c in cells})

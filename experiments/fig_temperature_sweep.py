@@ -38,7 +38,7 @@ def curves(rows, k, dataset=None):
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     rows = results["results"]["rows"]
     ks = sorted({r["num_drafts"] for r in rows})

@@ -2,7 +2,7 @@
 
 For each temperature T and number of drafts K: the optimum α* of each draft law, then each
 verifier of that law with its mean acceptance over positions ± 95% CI half width and, in
-parentheses, its efficiency = acceptance / α* of its own law (:func:`otbound.reports.main_table`).
+parentheses, its efficiency = acceptance / α* of its own law (:func:`otbound.report.tables.main_table`).
 Columns are the prompt datasets (HumanEval, MT-Bench). Per position (:func:`otbound.lm.measure_laws`)
 acceptance is exact where the verifier has a closed form (``nss``, ``rrs``, ``kseq``, ``spechub``,
 ``greedy``); ``rrs_wor`` has none at V = 151,936, so it is a Monte Carlo estimate (``mc_samples``
@@ -57,7 +57,7 @@ def load(args) -> dict:
 
 
 def tables(results) -> str:
-    from otbound.reports import all_tables
+    from otbound.report.tables import all_tables
 
     res = results["results"]
     notes = [
@@ -70,7 +70,7 @@ def tables(results) -> str:
 
 def draw(results, out, formats) -> list:
     """Acceptance of every verifier next to the optimum of its law, one panel per K (T = 1 or nearest)."""
-    from otbound import plots
+    from otbound.report import plots
 
     rows = results["results"]["rows"]
     temps = sorted({r["temperature"] for r in rows})

@@ -6,8 +6,8 @@ torch), :func:`optimal_acceptance_lp` (primal LP with plan), the draft laws, and
 """
 
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError
-from otbound.draft_laws import draft_joint, greedy_split, sample_drafts, subset_mass
-from otbound.token_bounds import (
+from otbound.token.draft_laws import draft_joint, greedy_split, sample_drafts, subset_mass
+from otbound.token.bounds import (
     TokenBound,
     optimal_acceptance,
     optimal_acceptance_brute_force,
@@ -16,12 +16,12 @@ from otbound.token_bounds import (
 )
 
 # --- verifiers (token level) ---
-from otbound.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
+from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 # --- end verifiers ---
 
 # --- block level ---
-from otbound.block_bounds import BlockBound, BlockBracket, block_bound, block_bound_bracket
-from otbound.block_models import (
+from otbound.block.bounds import BlockBound, BlockBracket, block_bound, block_bound_bracket
+from otbound.block.models import (
     BlockModel,
     context_free_model,
     dirichlet_model,
@@ -33,7 +33,7 @@ from otbound.block_models import (
     tabulated_model,
     zipf_model,
 )
-from otbound.block_verifiers import BLOCK_VERIFIERS, BlockSample
+from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
 # --- end block level ---
 
 # --- objectives ---

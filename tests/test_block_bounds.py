@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from otbound import InvalidInputError
-from otbound.block_bounds import KINDS, block_bound, block_bound_bracket
-from otbound.block_models import context_free_model, dirichlet_model, mixture_model, tabulated_model, zipf_model
+from otbound.block.bounds import KINDS, block_bound, block_bound_bracket
+from otbound.block.models import context_free_model, dirichlet_model, mixture_model, tabulated_model, zipf_model
 
 TOL = 1e-8
 
@@ -121,7 +121,7 @@ def test_certificates():
     tg, dr = random_pair(3, 21)
     k, length = 2, 2
     per = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="per_level", return_certificate=True)
-    from otbound.block_models import prefix_law
+    from otbound.block.models import prefix_law
 
     for ell, (h, val) in enumerate(zip(per.certificate["binding_sets"], per.levels), start=1):
         p, q = prefix_law(tg, ell), prefix_law(dr, ell)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from otbound._report_block import block_section
-from otbound.block_verifiers import BLOCK_VERIFIERS
+from otbound.report._block import block_section
+from otbound.block.verifiers import BLOCK_VERIFIERS
 
 
 def test_block_section_rows_and_figure():

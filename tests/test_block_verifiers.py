@@ -15,9 +15,9 @@ import pytest
 import scipy.stats
 
 from otbound import InvalidInputError
-from otbound.block_bounds import block_bound
-from otbound.block_models import context_free_model, dirichlet_model, prefix_law, tabulated_model
-from otbound.block_verifiers import BLOCK_VERIFIERS, generate
+from otbound.block.bounds import block_bound
+from otbound.block.models import context_free_model, dirichlet_model, prefix_law, tabulated_model
+from otbound.block.verifiers import BLOCK_VERIFIERS, generate
 
 LOSSLESS = [name for name in BLOCK_VERIFIERS if name != "spectr_gbv"]
 ALL = list(BLOCK_VERIFIERS)
@@ -97,7 +97,7 @@ def test_exact_expectation_matches_monte_carlo(name):
     tg, dr = random_pair(3, 2)
     k, length, n = 2, 2, 40_000
     rng = np.random.default_rng(7)
-    from otbound.block_models import sample_blocks
+    from otbound.block.models import sample_blocks
 
     drafts = sample_blocks(dr, n * k, length, rng).reshape(n, k, length)
     res = BLOCK_VERIFIERS[name].sample(tg, dr, drafts, rng)
@@ -117,7 +117,7 @@ def test_conditional_accepted_averages_to_the_exact_value(name):
     """E[τ | tuple] weighted by each tuple's draft probability sums to E[τ] exactly (all V^(KL) tuples)."""
     import itertools
 
-    from otbound.block_models import sequence_probability
+    from otbound.block.models import sequence_probability
 
     tg, dr = random_pair(3, 5)
     v, k, length = 3, 2, 2

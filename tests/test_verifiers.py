@@ -22,7 +22,7 @@ import pytest
 import scipy.stats
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
-from otbound.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
+from otbound.token.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
 
 N = 200_000
 ALPHA = 1e-3

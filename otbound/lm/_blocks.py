@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
-from otbound.draft_laws import sample_drafts
+from otbound.token.draft_laws import sample_drafts
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
 from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _bar, _check_config, _files, load_traces
@@ -73,11 +73,11 @@ class BlockRecord(LogitLaws):
         return int(self.drafts.shape[1])
 
     def block_models(self):
-        """``(target, draft)`` as :func:`otbound.block_models.tabulated_model` block models over the
+        """``(target, draft)`` as :func:`otbound.block.models.tabulated_model` block models over the
         prefixes of the stored draft tree (relative to ``prefix``): block verifiers'
         ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
         models. A prefix off the tree is an error naming it."""
-        from otbound.block_models import tabulated_model
+        from otbound.block.models import tabulated_model
 
         target, draft = {}, {}
         for k, block in enumerate(self.drafts.tolist()):
@@ -90,15 +90,15 @@ class BlockRecord(LogitLaws):
 
 
 def lm_block_models(pair, context, temperature):
-    """A loaded pair's target and draft as block models (:mod:`otbound.block_models`) at a fixed
+    """A loaded pair's target and draft as block models (:mod:`otbound.block.models`) at a fixed
     ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64. Each
     model runs once over the context (KV cache); every new prefix is then one cached forward over
     the last context token and the prefix, keeping only the last logits (results cached per
-    prefix by :class:`~otbound.block_models.BlockModel`). For block bounds, truncated-tree
+    prefix by :class:`~otbound.block.models.BlockModel`). For block bounds, truncated-tree
     brackets and block verifiers on the live models."""
     import torch
 
-    from otbound.block_models import BlockModel
+    from otbound.block.models import BlockModel
 
     context = [int(t) for t in context]
 
