@@ -1,8 +1,10 @@
-"""POT's network simplex (``ot.emd``) with its stopping status checked.
+"""The LP and OT solvers every bound uses, with their options and stopping status checked.
 
-``ot.emd`` stops at ``numItermax`` pivots and returns the current, feasible but non-optimal plan
-with only a ``UserWarning``: an acceptance bound computed from it would be silently too low. Here a
-non-optimal exit is an error naming the limit.
+:func:`solve_lp` — ``scipy.optimize.linprog`` with HiGHS at feasibility tolerances 1e-10
+(:data:`HIGHS_OPTIONS`). :func:`emd` — POT's network simplex (``ot.emd``): ``ot.emd`` stops at
+``numItermax`` pivots and returns the current, feasible but non-optimal plan with only a
+``UserWarning``: an acceptance bound computed from it would be silently too low. Here a non-optimal
+exit is an error naming the limit.
 """
 
 from __future__ import annotations
@@ -10,9 +12,29 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.optimize
 
 #: default pivot limit (POT's own default is 100,000, reached on the V ≈ 400, K = 2 acceptance LP)
 EMD_MAX_ITER = 10_000_000
+
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
+def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
+    """``scipy.optimize.linprog`` with HiGHS at ``HIGHS_OPTIONS``.
+
+    HiGHS presolve occasionally reports a feasible LP as infeasible at these tight tolerances when
+    some probabilities are tiny (seen with draft blocks of mass ~1e−10); the solve is then repeated
+    without presolve before giving up.
+    """
+    res = None
+    for presolve in (True, False):
+        res = scipy.optimize.linprog(
+            cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs", options={**HIGHS_OPTIONS, "presolve": presolve}
+        )
+        if res.status == 0:
+            return res
+    raise RuntimeError(f"HiGHS failed on the {what}: {res.message}")
 
 
 def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray, *, max_iter: int = EMD_MAX_ITER) -> np.ndarray:

@@ -15,7 +15,6 @@ Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from otbound.report import SYNTHETIC_FAMILIES, plots, synthetic_rows, tables, token_figure

@@ -45,13 +45,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.optimize
 import scipy.sparse
 
-from otbound.block._tree import BlockTree
+from otbound._solvers import solve_lp
 from otbound._validation import InvalidInputError
+from otbound.block._tree import BlockTree
 
-HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 # (K − 1)·V^{2L} split variables at most
 MAX_SPLIT_VARIABLES = 20_000_000
 
@@ -64,23 +63,6 @@ class SelectionLP:
     selected_law: np.ndarray = field(repr=False)
     through: np.ndarray = field(repr=False)
     keep: list = field(repr=False)
-
-
-def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
-    """``scipy.optimize.linprog`` with HiGHS at ``HIGHS_OPTIONS``.
-
-    HiGHS presolve occasionally reports a feasible LP as infeasible at these tight tolerances when
-    some probabilities are tiny (seen with draft blocks of mass ~1e−10); the solve is then repeated
-    without presolve before giving up.
-    """
-    res = None
-    for presolve in (True, False):
-        res = scipy.optimize.linprog(
-            cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs", options={**HIGHS_OPTIONS, "presolve": presolve}
-        )
-        if res.status == 0:
-            return res
-    raise RuntimeError(f"HiGHS failed on the {what}: {res.message}")
 
 
 class _Builder:

@@ -20,9 +20,8 @@ import math
 import numpy as np
 import scipy.sparse
 
-from otbound.block._lp import solve_lp
+from otbound._solvers import emd, solve_lp
 from otbound.block._tree import BlockTree
-from otbound._solvers import emd
 from otbound._validation import InvalidInputError
 
 MAX_PLAIN_VARIABLES = 30_000_000

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import InvalidInputError, as_law, check_positive_int
-from otbound.token.draft_laws import _inverse_cdf
+from otbound.token.draft_laws import inverse_cdf
 
 
 def _as_prefix(prefix, vocab_size: int) -> tuple:
@@ -214,5 +214,5 @@ def sample_blocks(model: BlockModel, num: int, block_len: int, rng=None, context
             bounds = np.searchsorted(inverse[order], np.arange(keys.shape[0] + 1))
             groups = [(order[bounds[g] : bounds[g + 1]], tuple(int(t) for t in keys[g])) for g in range(keys.shape[0])]
         for rows, pre in groups:
-            out[rows, depth] = _inverse_cdf(model(ctx + pre), u[rows, depth])
+            out[rows, depth] = inverse_cdf(model(ctx + pre), u[rows, depth])
     return out

@@ -37,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
+from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.token.draft_laws import sample_drafts
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
-from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _bar, _check_config, _files, load_traces
+from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _check_config, _files, load_traces
 
 BLOCKS_FORMAT = "otbound-blocks-1"
 
@@ -163,7 +164,7 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     targets = []
     for f in files:
         meta = _store.read_meta(f)
-        cell = Path(out) / _store.safe_name(meta["dataset"]) / _store.temperature_dir(meta["temperature"])
+        cell = Path(out) / safe_name(meta["dataset"]) / temperature_dir(meta["temperature"])
         targets.append(cell / f.name)
     config = {"num_drafts": k, "block_length": block_length, "positions_per_trace": int(positions_per_trace),
               "seed": int(seed), "logits_dtype": logits_dtype}
@@ -173,7 +174,7 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
     if todo and callable(pair):
         pair = pair()
-    bar = _bar(len(todo), "block traces", progress)
+    bar = progress_bar(len(todo), "block traces", progress)
     for f, o in todo:
         (record,) = load_traces(f)
         m = min(positions_per_trace, record.positions)

@@ -33,7 +33,6 @@ float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|â
 
 from __future__ import annotations
 
-import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.lm import _store
 from otbound.lm._decode import laws64, sample_continuations, stop_token_ids, teacher_forced_logits
@@ -108,8 +108,8 @@ def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
 
 
 def trace_path(out, prompt, temperature) -> Path:
-    return Path(out) / _store.safe_name(prompt.dataset) / _store.temperature_dir(temperature) / (
-        _store.safe_name(prompt.id) + ".safetensors")
+    return Path(out) / safe_name(prompt.dataset) / temperature_dir(temperature) / (
+        safe_name(prompt.id) + ".safetensors")
 
 
 def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: int = 64,
@@ -148,7 +148,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
         return [path for row in paths for path in row]
     bs = batch_size or (32 if pair.device.type == "cuda" else 8)
     stops = stop_token_ids(pair.tokenizer, pair.target)
-    bar = _bar(len(todo), "traces", progress)
+    bar = progress_bar(len(todo), "traces", progress)
     n_pos, t0 = 0, time.perf_counter()
     for temp in temps:
         # batches of similar prompt lengths: left padding then wastes little compute
@@ -186,12 +186,6 @@ def _check_config(path: Path, config: dict) -> None:
             f"{path} was collected with a different configuration {diff} (stored, requested); "
             f"write to another folder or delete it"
         )
-
-
-def _bar(total, desc, progress):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="prompt", disable=not progress, file=sys.stderr)
 
 
 def load_traces(path, *, dataset: str | None = None, temperature: float | None = None):

@@ -25,13 +25,13 @@ the residuals ``acc_t − eff · α*_t`` with the same clustering.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 
 import numpy as np
 import scipy.stats
 
+from otbound._io import safe_name, temperature_dir, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts
 from otbound.token.bounds import optimal_acceptance
 
@@ -101,15 +101,13 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     With ``cache_dir`` the result is stored as ``<cache_dir>/<dataset>/T<T>/<id>.json`` (atomic)
     and reused when the configuration matches, so a report resumes without recomputation.
     """
-    from otbound.lm import _store
-
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
               "mc_samples": int(mc_samples), "seed": int(seed), "trace": str(record.path.name if record.path else "")}
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / _store.safe_name(record.dataset) / _store.temperature_dir(record.temperature) / (
-            _store.safe_name(record.prompt_id) + ".json")
+        path = Path(cache_dir) / safe_name(record.dataset) / temperature_dir(record.temperature) / (
+            safe_name(record.prompt_id) + ".json")
         if path.exists():
             stored = json.loads(path.read_text())
             if stored.get("config") == config:
@@ -120,10 +118,7 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     res.update(prompt_id=record.prompt_id, dataset=record.dataset, temperature=record.temperature,
                positions=record.positions, model_dtype=record.meta.get("model_dtype"), config=config)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(res))
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(res))
     return _int_keys(json.loads(json.dumps(res)))
 
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from otbound._io import progress_bar, write_text_atomic
 from otbound._validation import SAMPLINGS
+from otbound.lm import collect_traces, load_pair, load_prompts, load_traces
 from otbound.report._measure import aggregate, measure_trace
-from otbound.lm._models import load_pair
-from otbound.lm._prompts import load_prompts
-from otbound.lm._traces import _bar, collect_traces, load_traces
 
 
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 3,
@@ -40,7 +38,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
             return load_pair(pair, device=device, dtype=dtype, progress=progress)
     paths = collect_traces(loader, prompts, out / "traces", temperatures=temperatures, max_new_tokens=max_new_tokens,
                            batch_size=batch_size, seed=seed, progress=progress)
-    bar = _bar(len(paths), "measure", progress)
+    bar = progress_bar(len(paths), "measure", progress)
     results = []
     for path in paths:
         (record,) = load_traces(path)
@@ -49,9 +47,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
         bar.update(1)
     bar.close()
     rows = aggregate(results)
-    tmp = out / f"rows.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, out / "rows.json")
+    write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
     if progress:
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
+
+from otbound._io import write_text_atomic
 
 
 def mean_ci(values) -> tuple[float, float]:
@@ -66,12 +67,6 @@ def all_tables(rows) -> str:
     return "\n\n".join(main_table(rows, t, k) for t, k in keys)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_report(out, title: str, rows, *, sections: list[str] = (), figures: list[str] = (), meta: dict | None = None) -> Path:
     """Write ``out/report.md`` and ``out/report.json`` (atomically); return the folder."""
     out = Path(out)
@@ -88,6 +83,6 @@ def write_report(out, title: str, rows, *, sections: list[str] = (), figures: li
     ]
     md += list(sections)
     md += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
-    _atomic_write(out / "report.md", "\n".join(md) + "\n")
-    _atomic_write(out / "report.json", json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float))
+    write_text_atomic(out / "report.md", "\n".join(md) + "\n")
+    write_text_atomic(out / "report.json", json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float))
     return out

@@ -34,7 +34,7 @@ import scipy.sparse
 
 from otbound.token import _wor
 from otbound._backend import to_numpy, wrap_like
-from otbound._solvers import EMD_MAX_ITER, emd
+from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, solve_lp
 from otbound._validation import (
     InvalidInputError,
     as_law,
@@ -579,9 +579,6 @@ def _membership_edges(joint: np.ndarray):
 
 
 # HiGHS defaults (1e-7) leave ~3e-8 errors in α*; these give agreement with the dual to ~1e-12.
-_HIGHS_TOL = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-
-
 def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: str = "highs", max_iter: int = EMD_MAX_ITER):
     """α*(p, Q) by the primal LP for an explicit joint draft law ``draft_joint`` of shape (V,)*K.
 
@@ -613,9 +610,7 @@ def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: 
         ).tocsr()
         b_ub = np.concatenate([qa, p])
         if method == "highs":
-            res = scipy.optimize.linprog(-np.ones(ne), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs", options=_HIGHS_TOL)
-            if res.status != 0:
-                raise RuntimeError(f"HiGHS failed on the acceptance LP: {res.message}")
+            res = solve_lp(-np.ones(ne), a_ub, b_ub, None, None, (0, None), "acceptance LP")
             flow = res.x
             marg = -res.ineqlin.marginals
             dual = {"drafts": marg[: support.size], "tokens": marg[support.size :], "support": tuples}
@@ -625,7 +620,7 @@ def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: 
             x = cp.Variable(ne, nonneg=True)
             prob = cp.Problem(cp.Maximize(cp.sum(x)), [a_ub @ x <= b_ub])
             if "HIGHS" in cp.installed_solvers():
-                prob.solve(solver=cp.HIGHS, **_HIGHS_TOL)
+                prob.solve(solver=cp.HIGHS, **HIGHS_OPTIONS)
             else:
                 prob.solve()
             if prob.status not in ("optimal", "optimal_inaccurate"):

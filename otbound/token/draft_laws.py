@@ -63,12 +63,12 @@ def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: 
     rng = np.random.default_rng(rng)
     n = int(size)
     if sampling == "with_replacement":
-        return _inverse_cdf(q, rng.random((n, k)))
+        return inverse_cdf(q, rng.random((n, k)))
     if sampling == "greedy":
         g, qp = greedy_split(q, k)
         out = np.empty((n, k), dtype=np.int64)
         out[:, : k - 1] = g
-        out[:, k - 1] = _inverse_cdf(qp, rng.random(n))
+        out[:, k - 1] = inverse_cdf(qp, rng.random(n))
         return out
     return _sample_without_replacement(q, k, n, rng)
 
@@ -96,7 +96,7 @@ def _sample_without_replacement(q: np.ndarray, k: int, n: int, rng) -> np.ndarra
         for i in todo:
             rest = q.copy()
             rest[out[i, :r]] = 0.0
-            out[i, r] = _inverse_cdf(rest / rest.sum(), rng.random(1))[0]
+            out[i, r] = inverse_cdf(rest / rest.sum(), rng.random(1))[0]
     return out
 
 
@@ -114,7 +114,8 @@ def _draw(cdf: tuple[np.ndarray, int], u: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(cum, u * cum[-1], side="right"), last).astype(np.int64)
 
 
-def _inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+def inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Tokens of law ``q`` at uniforms ``u`` (inverse CDF; shared by the token and block samplers)."""
     return _draw(_cdf(q), u)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
-from otbound.token.draft_laws import _inverse_cdf
+from otbound.token.draft_laws import inverse_cdf
 
 # draft tuples enumerated for exact E[τ] at most ((V^L)^K)
 MAX_EXACT_TUPLES = 2_000_000
@@ -60,7 +60,7 @@ class _RandomOracle:
         return self._next() < prob
 
     def categorical(self, law: np.ndarray) -> int:
-        return int(_inverse_cdf(law, np.array([self._next()]))[0])
+        return int(inverse_cdf(law, np.array([self._next()]))[0])
 
 
 class _ReplayOracle:
@@ -251,7 +251,7 @@ class BlockVerifier:
             laws.setdefault(id(law), (law, []))[1].append(r)
         for law, members in laws.values():
             members = np.asarray(members)
-            tokens[members, accepted[members]] = _inverse_cdf(law, rng.random(members.size))
+            tokens[members, accepted[members]] = inverse_cdf(law, rng.random(members.size))
 
 
 def _vocab(model) -> int:

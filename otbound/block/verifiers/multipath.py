@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound.block.verifiers._base import BlockVerifier
-from otbound.token.draft_laws import _inverse_cdf
+from otbound.token.draft_laws import inverse_cdf
 
 
 class MultiPathVerifier(BlockVerifier):
@@ -88,7 +88,7 @@ class MultiPathVerifier(BlockVerifier):
             node, members, where = stack.pop()
             depth = len(node)
             if depth == length:
-                tokens[where, depth] = _inverse_cdf(target(node), rng.random(where.size))
+                tokens[where, depth] = inverse_cdf(target(node), rng.random(where.size))
                 accepted[where] = depth
                 continue
             row = drafts[members, depth]

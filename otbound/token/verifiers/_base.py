@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from otbound._backend import _is_torch, to_numpy
+from otbound._backend import is_torch, to_numpy
 from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
-from otbound.token.draft_laws import _inverse_cdf, draft_joint, greedy_split, sample_drafts
+from otbound.token.draft_laws import inverse_cdf, draft_joint, greedy_split, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
 ENUMERATION_MAX_TUPLES = 200_000
@@ -250,7 +250,7 @@ def _check_laws(p, q):
 
 def _token_ids(x) -> np.ndarray:
     """Token ids as a numpy array, keeping the integer dtype of torch tensors."""
-    return x.detach().cpu().numpy() if _is_torch(x) else np.asarray(x)
+    return x.detach().cpu().numpy() if is_torch(x) else np.asarray(x)
 
 
 def _chunks(n: int, v: int):
@@ -295,7 +295,7 @@ def draw(law: np.ndarray, u: np.ndarray) -> np.ndarray:
     Tokens of zero mass are never returned (first index whose CDF exceeds u·total).
     """
     if law.ndim == 1:
-        return _inverse_cdf(law, u)
+        return inverse_cdf(law, u)
     cdf = np.cumsum(law, axis=1)
     idx = (cdf <= (u * cdf[:, -1])[:, None]).sum(axis=1)
     last = law.shape[1] - 1 - np.argmax(law[:, ::-1] > 0, axis=1)

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
+from otbound._solvers import solve_lp
 from otbound._validation import InvalidInputError
 from otbound.token.verifiers._base import Verifier, draw, first_acceptance_sample, ratio_min1, residual
 
@@ -112,8 +113,6 @@ def optimal_selection(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndar
     supp[b]})`` (``W + Wᵀ = 1`` off the diagonal) and the selected-token law ``p_s`` over all V
     tokens. The LP is solved by HiGHS at feasibility tolerances 1e-10.
     """
-    from otbound.token.bounds import _HIGHS_TOL
-
     supp = np.flatnonzero(q > 0)
     n = supp.size
     if n * (n - 1) // 2 > MAX_SELECTION_PAIRS:
@@ -133,9 +132,7 @@ def optimal_selection(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndar
     b_ub = qs**2 + 2.0 * qs * (np.cumsum(qs) - qs)
     bounds = [(0.0, 1.0)] * m + [(0.0, float(x)) for x in p[supp]]
     c = np.concatenate([np.zeros(m), -np.ones(n)])
-    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs", options=_HIGHS_TOL)
-    if res.status != 0:
-        raise RuntimeError(f"HiGHS failed on the optimal-selection LP: {res.message}")
+    res = solve_lp(c, a_ub, b_ub, None, None, bounds, "optimal-selection LP")
     w = np.clip(res.x[:m], 0.0, 1.0)
     big_w = np.full((n, n), 0.5)
     big_w[a, b], big_w[b, a] = w, 1.0 - w
