@@ -12,7 +12,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import scipy.optimize
 
 #: default pivot limit (POT's own default is 100,000, reached on the V ≈ 400, K = 2 acceptance LP)
 EMD_MAX_ITER = 10_000_000
@@ -27,6 +26,8 @@ def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
     some probabilities are tiny (seen with draft blocks of mass ~1e−10); the solve is then repeated
     without presolve before giving up.
     """
+    import scipy.optimize  # imported here: it costs ~0.3 s at ``import otbound``
+
     res = None
     for presolve in (True, False):
         res = scipy.optimize.linprog(

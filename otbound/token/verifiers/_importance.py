@@ -28,7 +28,6 @@ acceptance: enumeration (small V).
 from __future__ import annotations
 
 import numpy as np
-import scipy.optimize
 import scipy.sparse
 
 from otbound._solvers import solve_lp
