@@ -2,7 +2,8 @@
 verifiers.
 
 * :mod:`otbound.token.draft_laws` — the three draft laws (with replacement, without replacement,
-  greedy): sampling, joint law, subset masses.
+  greedy) as :class:`DraftLaw` objects in :data:`DRAFT_LAWS` (sampling, joint law, subset masses,
+  the α* routine), keyed by the public ``sampling="..."`` names.
 * :mod:`otbound.token.bounds` — α* in dual/prefix form, primal LP, brute force, relaxations; the
   without-replacement integral in :mod:`otbound.token._wor`.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
@@ -16,11 +17,20 @@ from otbound.token.bounds import (
     optimal_acceptance_lp,
     relaxation_bounds,
 )
-from otbound.token.draft_laws import draft_joint, greedy_split, inclusion_probabilities, sample_drafts, subset_mass
+from otbound.token.draft_laws import (
+    DRAFT_LAWS,
+    DraftLaw,
+    draft_joint,
+    draft_law,
+    greedy_split,
+    inclusion_probabilities,
+    sample_drafts,
+    subset_mass,
+)
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 
 __all__ = [
-    "Relaxation", "TokenBound", "VERIFIERS", "Verifier", "VerifierRun", "VerifierSample", "draft_joint", "greedy_split",
+    "DRAFT_LAWS", "DraftLaw", "Relaxation", "TokenBound", "VERIFIERS", "Verifier", "VerifierRun", "VerifierSample", "draft_joint", "draft_law", "greedy_split",
     "inclusion_probabilities", "optimal_acceptance", "optimal_acceptance_brute_force", "optimal_acceptance_lp",
     "relaxation_bounds", "sample_drafts", "subset_mass",
 ]

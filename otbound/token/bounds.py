@@ -39,9 +39,8 @@ from otbound._validation import (
     as_law,
     as_pair,
     check_num_drafts,
-    check_sampling,
 )
-from otbound.token.draft_laws import _greedy_split, greedy_split, inclusion_probabilities
+from otbound.token.draft_laws import DRAFT_LAWS, _greedy_split, draft_law, inclusion_probabilities
 
 
 @dataclass
@@ -78,17 +77,12 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
     p, device = to_numpy(p)
     q, _ = to_numpy(q)
     p, q = as_pair(p, q)
-    check_sampling(sampling)
+    law = draft_law(sampling)
     k = check_num_drafts(num_drafts, q, sampling)
     shape = p.shape[:-1]
     P = p.reshape(-1, p.shape[-1])
     Q = q.reshape(-1, q.shape[-1])
-    if sampling == "with_replacement":
-        values, sets = _with_replacement(P, Q, k, return_certificate)
-    elif sampling == "greedy":
-        values, sets = _greedy(P, Q, k, return_certificate)
-    else:
-        values, sets = _without_replacement(P, Q, k, return_certificate)
+    values, sets = law.optimal_acceptance(P, Q, k, return_certificate)
     values = np.clip(values, 0.0, 1.0).reshape(shape)
     if not return_certificate:
         return wrap_like(values, device)
@@ -692,5 +686,5 @@ def relaxation_bounds(p, q, num_drafts: int, sampling: str = "with_replacement")
         raise InvalidInputError(f"relaxation_bounds takes 1-D laws, got shape {p.shape}")
     k = check_num_drafts(num_drafts, q, sampling)
     incl = inclusion_probabilities(q, k, sampling)
-    one = greedy_split(q, k)[1] if sampling == "greedy" else q
+    one = DRAFT_LAWS[sampling].coupling_law(q, k)
     return Relaxation(lower=float(np.minimum(p, one).sum()), upper=float(min(1.0, np.minimum(p, incl).sum())))

@@ -25,7 +25,7 @@ import numpy as np
 
 from otbound._backend import is_torch, to_numpy
 from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
-from otbound.token.draft_laws import inverse_cdf, draft_joint, greedy_split, sample_drafts
+from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
 ENUMERATION_MAX_TUPLES = 200_000
@@ -192,28 +192,7 @@ class Verifier(ABC):
         if bad.any():
             r, c = np.argwhere(bad)[0]
             raise InvalidInputError(f"drafts[{r}, {c}] = {d[r, c]} is not a token id in [0, {v})")
-        if self.sampling == "greedy":
-            g, qp = greedy_split(q, k)
-            wrong = (d[:, : k - 1] != g).any(axis=1) | (qp[d[:, -1]] <= 0)
-            if wrong.any():
-                r = int(np.flatnonzero(wrong)[0])
-                raise InvalidInputError(
-                    f"drafts row {r} = {d[r].tolist()} is not a greedy-law tuple: expected the top-(K-1) "
-                    f"tokens {g.tolist()} of q first, then a token outside them with q > 0"
-                )
-            return d
-        zero = q[d] <= 0
-        if zero.any():
-            r, c = np.argwhere(zero)[0]
-            raise InvalidInputError(f"drafts[{r}, {c}] = {d[r, c]} has q = 0: it cannot be drafted")
-        if self.sampling == "without_replacement" and k > 1:
-            s = np.sort(d, axis=1)
-            rep = (s[:, 1:] == s[:, :-1]).any(axis=1)
-            if rep.any():
-                r = int(np.flatnonzero(rep)[0])
-                raise InvalidInputError(
-                    f"drafts row {r} = {d[r].tolist()} repeats a token; without replacement drafts are distinct"
-                )
+        DRAFT_LAWS[self.sampling].check_drafts(q, d, k)
         return d
 
 
