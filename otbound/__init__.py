@@ -10,6 +10,7 @@ explicitly. ``import otbound`` does not import torch.
 
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError
 from otbound.token.draft_laws import DRAFT_LAWS, DraftLaw, draft_joint, draft_law, greedy_split, sample_drafts, subset_mass
+from otbound.token.logits import laws_from_logits
 from otbound.token.bounds import (
     TokenBound,
     optimal_acceptance,
@@ -72,7 +73,7 @@ __all__ = [
     "BLOCK_VERIFIERS", "DRAFT_LAWS", "DraftLaw", "LAW_ATOL", "SAMPLINGS", "VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample",
     "DrafterObjective", "InvalidInputError", "TokenBound", "Verifier", "VerifierRun", "VerifierSample", "block_bound",
     "block_bound_bracket", "context_free_model", "dirichlet_model", "draft_joint", "draft_law", "expected_accepted_length",
-    "greedy_split", "mixture_model", "objectives", "optimal_acceptance", "optimal_acceptance_brute_force",
+    "greedy_split", "laws_from_logits", "mixture_model", "objectives", "optimal_acceptance", "optimal_acceptance_brute_force",
     "optimal_acceptance_lp", "prefix_law", "relaxation_bounds", "sample_blocks", "sample_drafts",
     "sequence_probability", "shifted_model", "subset_mass", "tabulated_model", "zipf_model",
 ]

@@ -24,7 +24,6 @@ This layer produces laws; it does not measure them. The measurements (:func:`mea
 """
 
 from otbound.lm._blocks import BLOCKS_FORMAT, BlockRecord, collect_block_traces, lm_block_models, load_block_traces
-from otbound.lm._decode import laws64
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
 from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
 from otbound.lm._offline import OFFLINE_MODELS
@@ -34,6 +33,7 @@ from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_pro
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, trace_path
 from otbound.lm._wheels import cache_root
+from otbound.token.logits import laws_from_logits as laws64  # the law of a stored trace
 
 __all__ = [
     "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "ModelPair",

@@ -40,8 +40,9 @@ import numpy as np
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.token.draft_laws import sample_drafts
+from otbound.token.logits import laws_from_logits as laws64
 from otbound.lm import _store
-from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
+from otbound.lm._decode import cache_prefix, forward, prefix_cache
 from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _check_config, _files, load_traces
 
 BLOCKS_FORMAT = "otbound-blocks-1"

@@ -12,13 +12,15 @@ from tqdm import tqdm
 from otbound._validation import InvalidInputError
 from otbound.report import plots, tables
 from otbound.token.bounds import optimal_acceptance
+from otbound.token.logits import laws_from_logits
 
 
 SYNTHETIC_FAMILIES = ("dirichlet", "zipf")
 
 
 def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tuple[np.ndarray, np.ndarray]:
-    """A target/draft pair (p, q) from logits, temperature applied to both (theory.md §0).
+    """A target/draft pair (p, q) from logits, temperature applied to both (theory.md §0) by
+    :func:`otbound.token.laws_from_logits`.
 
     dirichlet: logits = log of independent Dirichlet(0.5) draws.
     zipf: target logits −1.1·log(rank) over a random permutation; the draft's are the target's plus
@@ -33,11 +35,8 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
     else:
         raise ValueError(f"unknown synthetic family {family!r}; expected one of {SYNTHETIC_FAMILIES}")
 
-    def softmax(z):
-        e = np.exp((z - z.max()) / temperature)
-        return e / e.sum()
-
-    return softmax(lp), softmax(lq)
+    # logits shifted to a maximum of 0 (the same laws; and, to the bit, those of the stored results)
+    return laws_from_logits(lp - lp.max(), temperature), laws_from_logits(lq - lq.max(), temperature)
 
 
 def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000):

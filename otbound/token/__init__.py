@@ -6,6 +6,7 @@ verifiers.
   the α* routine), keyed by the public ``sampling="..."`` names.
 * :mod:`otbound.token.bounds` — α* in dual/prefix form, primal LP, brute force, relaxations; the
   without-replacement integral in :mod:`otbound.token._wor`.
+* :mod:`otbound.token.logits` — temperature, applied in one place: logits → laws.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 """
 
@@ -27,10 +28,11 @@ from otbound.token.draft_laws import (
     sample_drafts,
     subset_mass,
 )
+from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 
 __all__ = [
     "DRAFT_LAWS", "DraftLaw", "Relaxation", "TokenBound", "VERIFIERS", "Verifier", "VerifierRun", "VerifierSample", "draft_joint", "draft_law", "greedy_split",
-    "inclusion_probabilities", "optimal_acceptance", "optimal_acceptance_brute_force", "optimal_acceptance_lp",
+    "inclusion_probabilities", "laws_from_logits", "optimal_acceptance", "optimal_acceptance_brute_force", "optimal_acceptance_lp",
     "relaxation_bounds", "sample_drafts", "subset_mass",
 ]
