@@ -42,10 +42,16 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--recompute", action="store_true", help="recompute the results instead of reading data/results/")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (tests), results kept next to the figures")
     ap.add_argument("--out", default=str(FIGURES), help="folder for the figures (default: %(default)s)")
-    ap.add_argument("--results", default=None, help="folder for the results JSON (default: data/results/, or --out with --quick)")
+    ap.add_argument(
+        "--results", default=None, help="folder for the results JSON (default: data/results/, or --out with --quick)"
+    )
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), help="figure formats (default: png pdf)")
-    ap.add_argument("--traces", default=None, help="real-pair trace folder (default: <otbound cache>/traces/qwen2.5-coder)")
-    ap.add_argument("--device", default="auto", help="model device when the real pair runs (default: cuda if available)")
+    ap.add_argument(
+        "--traces", default=None, help="real-pair trace folder (default: <otbound cache>/traces/qwen2.5-coder)"
+    )
+    ap.add_argument(
+        "--device", default="auto", help="model device when the real pair runs (default: cuda if available)"
+    )
     return ap
 
 
@@ -109,7 +115,12 @@ def _versions() -> dict:
 
     import otbound
 
-    return {"python": platform.python_version(), "numpy": numpy.__version__, "scipy": scipy.__version__, "otbound": otbound.__version__}
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "otbound": otbound.__version__,
+    }
 
 
 #: results computed in this process, by (results file, parameters)
@@ -131,7 +142,9 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
         return _COMPUTED[key]
     if not args.recompute and path.exists():
         stored = json.loads(path.read_text())
-        if stored.get("params") == json.loads(json.dumps(params, default=_jsonable)) and stored["meta"]["quick"] == bool(args.quick):
+        if stored.get("params") == json.loads(json.dumps(params, default=_jsonable)) and stored["meta"][
+            "quick"
+        ] == bool(args.quick):
             return stored
         log(f"{path} was computed with other parameters: recomputing")
     cp = Checkpoint(path, params)
@@ -139,7 +152,10 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
     results = compute(params, cp)
     stored = {
         "meta": {
-            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after: timings need a quiet machine
+            "load_average_1min": [
+                round(load_before, 2),
+                round(os.getloadavg()[0], 2),
+            ],  # before, after: timings need a quiet machine
             "script": f"experiments/{name}.py",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "quick": bool(args.quick),
@@ -187,11 +203,23 @@ def log(msg: str) -> None:
 
 REAL_PAIR = "qwen2.5-coder"
 #: trace set shared by every real-pair figure (same prompts, length, seed, dtype: traces are reused).
-REAL_TRACES = dict(datasets=["humaneval", "mtbench"], prompts_per_dataset=4, max_new_tokens=64, seed=0, model_dtype="float32",
-                   measure="otbound.lm.measure_laws + aggregate")
+REAL_TRACES = dict(
+    datasets=["humaneval", "mtbench"],
+    prompts_per_dataset=4,
+    max_new_tokens=64,
+    seed=0,
+    model_dtype="float32",
+    measure="otbound.lm.measure_laws + aggregate",
+)
 #: the same in quick mode (synthetic stand-in: only datasets and prompts_per_dataset are used)
-QUICK_TRACES = dict(datasets=["humaneval", "mtbench"], prompts_per_dataset=2, max_new_tokens=8, seed=0, model_dtype="float32",
-                    measure="otbound.lm.measure_laws + aggregate")
+QUICK_TRACES = dict(
+    datasets=["humaneval", "mtbench"],
+    prompts_per_dataset=2,
+    max_new_tokens=8,
+    seed=0,
+    model_dtype="float32",
+    measure="otbound.lm.measure_laws + aggregate",
+)
 
 
 def traces_dir(args) -> Path:
@@ -306,7 +334,9 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
             p, q = rec.laws_at(sel)
             res = measure_laws(p, q, params["num_drafts"], verifiers=verifiers, samplings=SAMPLINGS,
                                mc_samples=params.get("mc_samples", 64), seed=[params["seed"], i])
-            res.update(dataset=rec.dataset, temperature=rec.temperature, prompt_id=rec.prompt_id, positions=int(p.shape[0]))
+            res.update(
+                dataset=rec.dataset, temperature=rec.temperature, prompt_id=rec.prompt_id, positions=int(p.shape[0])
+            )
             checkpoint.put(key, res)
         results.append(_int_keys(dict(res)))
     return aggregate(results)

@@ -61,7 +61,10 @@ def main(argv=None):
                 values[method] = solve(tree, k, method)
                 times.append(time.perf_counter() - t0)
             medians[method] = statistics.median(times)
-            print(f"  {method:<20} U_causal = {values[method]:.12f}   median {medians[method]:8.3f} s over {runs} runs", flush=True)
+            print(
+                f"  {method:<20} U_causal = {values[method]:.12f}   median {medians[method]:8.3f} s over {runs} runs",
+                flush=True,
+            )
         for method in ("plain_exchangeable", "plain"):
             if method not in methods:
                 print(f"  {method:<20} not run (size out of reach)")

@@ -24,13 +24,18 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
 import _common
+import numpy as np
 
 NAME = "fig_solve_time"
 METHODS = ("dual", "maxflow", "highs", "pot", "cvxpy")
-LABELS = {"dual": "dual (prefix form)", "maxflow": "max-flow (scipy, Dinic)", "highs": "LP, HiGHS", "pot": "LP, POT network simplex", "cvxpy": "LP, cvxpy"}
+LABELS = {
+    "dual": "dual (prefix form)",
+    "maxflow": "max-flow (scipy, Dinic)",
+    "highs": "LP, HiGHS",
+    "pot": "LP, POT network simplex",
+    "cvxpy": "LP, cvxpy",
+}
 
 #: scipy's maximum_flow wraps int64 capacities modulo 2^32 (scipy 1.17: a capacity 2^40 + 5 carries a
 #: flow of 5), so capacities must fit in int32: the scale is 2^30 and the total capacity out of the
@@ -96,7 +101,14 @@ def compute(params, checkpoint) -> dict:
         key = f"K={k},V={v}"
         cell = checkpoint.get(key)
         if cell is None:
-            cell = {"num_drafts": k, "vocab_size": v, "tuples": v**k, "median_s": {}, "max_abs_diff_vs_dual": {}, "runs": {}}
+            cell = {
+                "num_drafts": k,
+                "vocab_size": v,
+                "tuples": v**k,
+                "median_s": {},
+                "max_abs_diff_vs_dual": {},
+                "runs": {},
+            }
             pairs = [_instance(v, k, params["seed"] + i) for i in range(params["instances"])]
             explicit = v**k <= params["max_tuples"]
             joints = [draft_joint(q, k) if explicit else None for _, q in pairs]
@@ -154,7 +166,10 @@ def table(results) -> str:
         "|---|---|---|" + "---|" * len(methods),
     ]
     for c in cells:
-        row = [f"{1e3 * c['median_s'][m]:.3g}" + (" †" if inaccurate(c, m) else "") if m in c["median_s"] else "—" for m in methods]
+        row = [
+            f"{1e3 * c['median_s'][m]:.3g}" + (" †" if inaccurate(c, m) else "") if m in c["median_s"] else "—"
+            for m in methods
+        ]
         lines.append(f"| {c['num_drafts']} | {c['vocab_size']} | {c['tuples']:.3g} | " + " | ".join(row) + " |")
     lines.append("")
     lines.append(
@@ -177,7 +192,11 @@ def draw(results, out, formats) -> list:
             pts = [(c["vocab_size"], c["median_s"][m]) for c in cells if c["num_drafts"] == k and m in c["median_s"]]
             if pts:
                 line = ax.loglog(*zip(*pts), markers[m], label=LABELS[m])[0]
-                bad = [(c["vocab_size"], c["median_s"][m]) for c in cells if c["num_drafts"] == k and m in c["median_s"] and inaccurate(c, m)]
+                bad = [
+                    (c["vocab_size"], c["median_s"][m])
+                    for c in cells
+                    if c["num_drafts"] == k and m in c["median_s"] and inaccurate(c, m)
+                ]
                 if bad:
                     ax.loglog(*zip(*bad), "x", color=line.get_color(), markersize=9, label=f"{LABELS[m]}: wrong value")
         ax.set_xlabel("vocabulary size V")
@@ -190,7 +209,16 @@ def draw(results, out, formats) -> list:
 def main(argv=None) -> list:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
     if args.quick:
-        params = dict(vocab_sizes=[4, 8, 16], num_drafts=[2, 3], instances=1, repeats=2, max_tuples=4096, max_pot_cells=1e6, budget_s=5.0, seed=0)
+        params = dict(
+            vocab_sizes=[4, 8, 16],
+            num_drafts=[2, 3],
+            instances=1,
+            repeats=2,
+            max_tuples=4096,
+            max_pot_cells=1e6,
+            budget_s=5.0,
+            seed=0,
+        )
     else:
         params = dict(
             vocab_sizes=[4, 8, 16, 32, 64, 128, 256, 1024, 8192, 32768, 151936],

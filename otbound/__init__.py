@@ -9,20 +9,8 @@ explicitly. ``import otbound`` does not import torch.
 """
 
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError
-from otbound.token.draft_laws import DRAFT_LAWS, DraftLaw, draft_joint, draft_law, greedy_split, sample_drafts, subset_mass
-from otbound.token.logits import laws_from_logits
-from otbound.token.bounds import (
-    TokenBound,
-    optimal_acceptance,
-    optimal_acceptance_brute_force,
-    optimal_acceptance_lp,
-    relaxation_bounds,
-)
 
-# --- verifiers (token level) ---
-from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 # --- end verifiers ---
-
 # --- block level ---
 from otbound.block.bounds import BlockBound, BlockBracket, block_bound, block_bound_bracket
 from otbound.block.models import (
@@ -38,6 +26,27 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
+from otbound.token.bounds import (
+    TokenBound,
+    optimal_acceptance,
+    optimal_acceptance_brute_force,
+    optimal_acceptance_lp,
+    relaxation_bounds,
+)
+from otbound.token.draft_laws import (
+    DRAFT_LAWS,
+    DraftLaw,
+    draft_joint,
+    draft_law,
+    greedy_split,
+    sample_drafts,
+    subset_mass,
+)
+from otbound.token.logits import laws_from_logits
+
+# --- verifiers (token level) ---
+from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
+
 # --- end block level ---
 
 # --- imported on first use: the objectives (torch, so that ``import otbound`` does not import torch)
@@ -70,10 +79,43 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
-    "BLOCK_VERIFIERS", "DRAFT_LAWS", "DraftLaw", "LAW_ATOL", "SAMPLINGS", "VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample",
-    "DrafterObjective", "InvalidInputError", "TokenBound", "Verifier", "VerifierRun", "VerifierSample", "block_bound",
-    "block_bound_bracket", "context_free_model", "dirichlet_model", "draft_joint", "draft_law", "expected_accepted_length",
-    "greedy_split", "laws_from_logits", "mixture_model", "objectives", "optimal_acceptance", "optimal_acceptance_brute_force",
-    "optimal_acceptance_lp", "prefix_law", "relaxation_bounds", "sample_blocks", "sample_drafts",
-    "sequence_probability", "shifted_model", "subset_mass", "tabulated_model", "zipf_model",
+    "BLOCK_VERIFIERS",
+    "DRAFT_LAWS",
+    "DraftLaw",
+    "LAW_ATOL",
+    "SAMPLINGS",
+    "VERIFIERS",
+    "BlockBound",
+    "BlockBracket",
+    "BlockModel",
+    "BlockSample",
+    "DrafterObjective",
+    "InvalidInputError",
+    "TokenBound",
+    "Verifier",
+    "VerifierRun",
+    "VerifierSample",
+    "block_bound",
+    "block_bound_bracket",
+    "context_free_model",
+    "dirichlet_model",
+    "draft_joint",
+    "draft_law",
+    "expected_accepted_length",
+    "greedy_split",
+    "laws_from_logits",
+    "mixture_model",
+    "objectives",
+    "optimal_acceptance",
+    "optimal_acceptance_brute_force",
+    "optimal_acceptance_lp",
+    "prefix_law",
+    "relaxation_bounds",
+    "sample_blocks",
+    "sample_drafts",
+    "sequence_probability",
+    "shifted_model",
+    "subset_mass",
+    "tabulated_model",
+    "zipf_model",
 ]

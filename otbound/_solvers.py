@@ -31,7 +31,14 @@ def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
     res = None
     for presolve in (True, False):
         res = scipy.optimize.linprog(
-            cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs", options={**HIGHS_OPTIONS, "presolve": presolve}
+            cost,
+            A_ub=a_ub,
+            b_ub=b_ub,
+            A_eq=a_eq,
+            b_eq=b_eq,
+            bounds=bounds,
+            method="highs",
+            options={**HIGHS_OPTIONS, "presolve": presolve},
         )
         if res.status == 0:
             return res

@@ -19,15 +19,28 @@ from pathlib import Path
 
 from otbound.report import SYNTHETIC_FAMILIES, plots, synthetic_rows, tables, token_figure
 
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", action="store_true", help="synthetic laws instead of a language-model pair")
     ap.add_argument("--block", action="store_true", help="add the synthetic block-level section")
     ap.add_argument("--out", default="otbound-report", help="output folder (default: %(default)s)")
-    ap.add_argument("--num-drafts", type=int, nargs="+", default=None, help="K values (default 2 3 4; synthetic 1 2 4 8)")
-    ap.add_argument("--temperature", type=float, nargs="+", default=None, help="temperatures (default 0.7 1.0; synthetic 0.7 1.0 1.5)")
-    ap.add_argument("--pair", default="qwen2.5-coder", help="registered offline pair, or 'DRAFT,TARGET' model ids/paths")
-    ap.add_argument("--datasets", nargs="+", default=["humaneval", "mtbench"], help="shipped prompt sets or JSONL files")
+    ap.add_argument(
+        "--num-drafts", type=int, nargs="+", default=None, help="K values (default 2 3 4; synthetic 1 2 4 8)"
+    )
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        nargs="+",
+        default=None,
+        help="temperatures (default 0.7 1.0; synthetic 0.7 1.0 1.5)",
+    )
+    ap.add_argument(
+        "--pair", default="qwen2.5-coder", help="registered offline pair, or 'DRAFT,TARGET' model ids/paths"
+    )
+    ap.add_argument(
+        "--datasets", nargs="+", default=["humaneval", "mtbench"], help="shipped prompt sets or JSONL files"
+    )
     ap.add_argument("--num-prompts", type=int, default=3, help="prompts per dataset")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="target-sampled continuation length per prompt")
     ap.add_argument("--vocab-size", type=int, default=24, help="synthetic vocabulary size")
@@ -49,8 +62,15 @@ def main(argv=None) -> Path:
     if args.synthetic:
         ks = args.num_drafts or [1, 2, 4, 8]
         temps = args.temperature or [0.7, 1.0, 1.5]
-        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed)
-        meta = {"mode": "synthetic", "vocabulary": args.vocab_size, "instances per cell": args.instances, "seed": args.seed}
+        rows, skipped = synthetic_rows(
+            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed
+        )
+        meta = {
+            "mode": "synthetic",
+            "vocabulary": args.vocab_size,
+            "instances per cell": args.instances,
+            "seed": args.seed,
+        }
     else:
         from otbound.lm import run_real_report
 
@@ -67,7 +87,13 @@ def main(argv=None) -> Path:
             seed=args.seed,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
-        meta = {"mode": "language models", "pair": args.pair, "prompts per dataset": args.num_prompts, "new tokens": args.max_new_tokens, "seed": args.seed}
+        meta = {
+            "mode": "language models",
+            "pair": args.pair,
+            "prompts per dataset": args.num_prompts,
+            "new tokens": args.max_new_tokens,
+            "seed": args.seed,
+        }
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
@@ -75,11 +101,20 @@ def main(argv=None) -> Path:
     if args.block:
         from otbound.report import block_markdown, block_section
 
-        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000)
+        block_rows, fig = block_section(
+            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000
+        )
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows
         sections.append(block_markdown(block_rows))
-    tables.write_report(out, "otbound: verifiers against their optimal-transport bounds", rows, sections=sections, figures=figures, meta=meta)
+    tables.write_report(
+        out,
+        "otbound: verifiers against their optimal-transport bounds",
+        rows,
+        sections=sections,
+        figures=figures,
+        meta=meta,
+    )
     print(tables.all_tables([r for r in rows if "block_len" not in r]))
     if sections:
         print(sections[0])

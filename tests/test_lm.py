@@ -12,11 +12,13 @@ torch = pytest.importorskip("torch")
 
 from otbound import optimal_acceptance  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
-from otbound.lm import (  # noqa: E402
+from otbound.lm import (  # noqa: E402  # noqa: E402
     HashMismatchError,
     ModelUnavailableError,
     Prompt,
     TokenizerMismatchError,
+    _offline,
+    _wheels,
     aggregate,
     cluster_mean_ci,
     collect_block_traces,
@@ -32,7 +34,6 @@ from otbound.lm import (  # noqa: E402
     random_pair,
     run_real_report,
 )
-from otbound.lm import _offline, _wheels  # noqa: E402
 from otbound.lm._prompts import repo_prompts_dir  # noqa: E402
 
 V = 259  # 256 byte-level symbols + <eos>, <user>, <bot>

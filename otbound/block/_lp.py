@@ -88,12 +88,16 @@ class _Builder:
                 out += [None, None]
                 continue
             rhs = np.concatenate(b)
-            a = scipy.sparse.csr_matrix((np.concatenate(v), (np.concatenate(r), np.concatenate(c))), shape=(rhs.size, nvar))
+            a = scipy.sparse.csr_matrix(
+                (np.concatenate(v), (np.concatenate(r), np.concatenate(c))), shape=(rhs.size, nvar)
+            )
             out += [a, rhs]
         return out
 
 
-def solve_selection_lp(tree: BlockTree, num_drafts: int, kind: str, selectable: np.ndarray | None = None) -> SelectionLP:
+def solve_selection_lp(
+    tree: BlockTree, num_drafts: int, kind: str, selectable: np.ndarray | None = None
+) -> SelectionLP:
     """``U_joint`` (``kind="joint"``) or ``U_causal`` (``kind="causal"``) for K i.i.d. draft blocks."""
     if kind not in ("joint", "causal"):
         raise InvalidInputError(f"unknown block LP kind {kind!r}")
@@ -142,7 +146,11 @@ def solve_selection_lp(tree: BlockTree, num_drafts: int, kind: str, selectable: 
     # tree: R(w) − Σ_children R(c) = 0 for internal non-root nodes
     internal = nodes[tree.depth[1:] < length]
     if internal.size:
-        kids = tree.offsets[tree.depth[internal] + 1][:, None] + (internal - tree.offsets[tree.depth[internal]])[:, None] * v + np.arange(v)
+        kids = (
+            tree.offsets[tree.depth[internal] + 1][:, None]
+            + (internal - tree.offsets[tree.depth[internal]])[:, None] * v
+            + np.arange(v)
+        )
         rows = np.repeat(np.arange(internal.size), v + 1)
         cols = np.concatenate([(r0 + internal - 1)[:, None], r0 + kids - 1], 1).ravel()
         vals = np.tile(np.concatenate([[1.0], -np.ones(v)]), internal.size)
@@ -164,7 +172,13 @@ def solve_selection_lp(tree: BlockTree, num_drafts: int, kind: str, selectable: 
         if kk == 2:
             upper[base : base + nl * nl] = np.outer(q, q).ravel()
         else:  # keep(y, x) − q(x) r_{kk−1}(y) ≤ 0
-            b.add("ub", np.repeat(pair, 2), np.stack([base + pair, rk0[kk - 1] + y], 1).ravel(), np.stack([np.ones(pair.size), -q[x]], 1).ravel(), np.zeros(pair.size))
+            b.add(
+                "ub",
+                np.repeat(pair, 2),
+                np.stack([base + pair, rk0[kk - 1] + y], 1).ravel(),
+                np.stack([np.ones(pair.size), -q[x]], 1).ravel(),
+                np.zeros(pair.size),
+            )
 
     a_ub, b_ub, a_eq, b_eq = b.matrices(nvar)
     cost = np.zeros(nvar)

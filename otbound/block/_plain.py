@@ -21,8 +21,8 @@ import numpy as np
 import scipy.sparse
 
 from otbound._solvers import emd, solve_lp
-from otbound.block._tree import BlockTree
 from otbound._validation import InvalidInputError
+from otbound.block._tree import BlockTree
 
 MAX_PLAIN_VARIABLES = 30_000_000
 MAX_EMD_ENTRIES = 60_000_000
@@ -34,8 +34,15 @@ def draft_tuples(tree: BlockTree, num_drafts: int, exchangeable: bool):
     support = np.flatnonzero(q > 0)
     k = int(num_drafts)
     if exchangeable:
-        tuples = np.array(list(itertools.combinations_with_replacement(support.tolist(), k)), dtype=np.int64).reshape(-1, k)
-        counts = np.array([math.factorial(k) / np.prod([math.factorial(c) for c in np.unique(row, return_counts=True)[1]]) for row in tuples])
+        tuples = np.array(list(itertools.combinations_with_replacement(support.tolist(), k)), dtype=np.int64).reshape(
+            -1, k
+        )
+        counts = np.array(
+            [
+                math.factorial(k) / np.prod([math.factorial(c) for c in np.unique(row, return_counts=True)[1]])
+                for row in tuples
+            ]
+        )
     else:
         if support.size**k > MAX_PLAIN_VARIABLES:
             raise InvalidInputError(f"{support.size}^{k} ordered draft tuples: too many to enumerate")
@@ -89,7 +96,9 @@ def causal_lp_plain(tree: BlockTree, num_drafts: int, *, exchangeable: bool = Fa
     rows.append(nt + child - 1)
     cols.append(npi + par - 1)
     vals.append(-tree.p_cond[par, np.tile(np.arange(v), s_nodes.size)])
-    a_eq = scipy.sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nt + nw - 1, nvar))
+    a_eq = scipy.sparse.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nt + nw - 1, nvar)
+    )
     b_eq = np.zeros(nt + nw - 1)
     b_eq[:nt] = probs
     b_eq[nt + np.arange(v)] = tree.p_cond[0]  # children of the root: S(∅) = 1
@@ -110,7 +119,9 @@ def joint_ot_emd(tree: BlockTree, num_drafts: int, *, return_plan: bool = False)
     tuples, probs = draft_tuples(tree, num_drafts, exchangeable=True)
     p = tree.p_path[tree.level(tree.block_len)]
     if tuples.shape[0] * p.size > MAX_EMD_ENTRIES:
-        raise InvalidInputError(f"the joint OT cost matrix would have {tuples.shape[0] * p.size} entries: too large for ot.emd")
+        raise InvalidInputError(
+            f"the joint OT cost matrix would have {tuples.shape[0] * p.size} entries: too large for ot.emd"
+        )
     lcp = lcp_matrix(tree)
     reward = lcp[tuples[:, 0]]
     for j in range(1, tuples.shape[1]):

@@ -60,7 +60,9 @@ class BlockTree:
 
     def leaf_prefixes(self) -> np.ndarray:
         """All ``V^L`` blocks in node order, shape ``(V^L, L)``."""
-        return np.stack(np.unravel_index(np.arange(self.vocab_size**self.block_len), (self.vocab_size,) * self.block_len), axis=1)
+        return np.stack(
+            np.unravel_index(np.arange(self.vocab_size**self.block_len), (self.vocab_size,) * self.block_len), axis=1
+        )
 
 
 def build_tree(target: BlockModel, draft: BlockModel, block_len: int, *, with_bonus: bool = True) -> BlockTree:
@@ -82,7 +84,9 @@ def build_tree(target: BlockModel, draft: BlockModel, block_len: int, *, with_bo
     local = np.arange(n) - offsets[depth]
     parent = np.where(depth > 0, offsets[np.maximum(depth - 1, 0)] + local // v, -1)
     token = np.where(depth > 0, local % v, -1)
-    tree = BlockTree(v, length, offsets, depth, parent, token, np.zeros((n, v)), np.zeros((n, v)), np.ones(n), np.ones(n))
+    tree = BlockTree(
+        v, length, offsets, depth, parent, token, np.zeros((n, v)), np.zeros((n, v)), np.ones(n), np.ones(n)
+    )
     for i in range(n):
         pre = tree.prefix(i)
         if depth[i] < length:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otbound.block._tree import build_tree
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block._tree import build_tree
 from otbound.block.models import as_block_model
 from otbound.token.bounds import optimal_acceptance
 
@@ -70,7 +70,9 @@ def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
     if method is None:
         method = _METHODS[kind][0]
     if method not in _METHODS[kind]:
-        raise InvalidInputError(f"method {method!r} is not available for kind {kind!r}; expected one of {_METHODS[kind]}")
+        raise InvalidInputError(
+            f"method {method!r} is not available for kind {kind!r}; expected one of {_METHODS[kind]}"
+        )
     k = check_num_drafts(num_drafts)
     block_len = check_positive_int(block_len, "block_len")
     target = as_block_model(target, vocab_size, "target")
@@ -96,11 +98,15 @@ def block_bound(
     the module docstring for the methods and tolerances.
     """
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method)
-    tree = build_tree(target, draft, length, with_bonus=method.startswith("plain"))  # only the plain LPs read the bonus laws
+    tree = build_tree(
+        target, draft, length, with_bonus=method.startswith("plain")
+    )  # only the plain LPs read the bonus laws
     return bound_on_tree(tree, k, kind, method=method, return_certificate=return_certificate)
 
 
-def bound_on_tree(tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None) -> BlockBound:
+def bound_on_tree(
+    tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None
+) -> BlockBound:
     """The bound on a built trie; ``selectable`` (mask over nodes): the lower side of a truncation
     bracket, where no other node may be accepted."""
     v, length = tree.vocab_size, tree.block_len
@@ -116,7 +122,9 @@ def bound_on_tree(tree, k: int, kind: str, *, method: str, return_certificate: b
                 bad = ~selectable[sl]
                 p = np.concatenate([np.where(bad, 0.0, p), p[bad], np.zeros(bad.sum())])
                 q = np.concatenate([np.where(bad, 0.0, q), np.zeros(bad.sum()), q[bad]])
-            res = optimal_acceptance(p / p.sum(), q / q.sum(), k, "with_replacement", return_certificate=return_certificate)
+            res = optimal_acceptance(
+                p / p.sum(), q / q.sum(), k, "with_replacement", return_certificate=return_certificate
+            )
             if return_certificate:
                 levels[ell - 1] = res.value
                 sets.append(res.binding_set[: v**ell].reshape((v,) * ell))
@@ -149,7 +157,16 @@ def bound_on_tree(tree, k: int, kind: str, *, method: str, return_certificate: b
         from otbound.block._plain import causal_lp_plain
 
         value = causal_lp_plain(tree, k, exchangeable=method == "plain_exchangeable")
-    return BlockBound(value=float(value), kind=kind, num_drafts=k, block_len=length, vocab_size=v, method=method, levels=levels, certificate=cert)
+    return BlockBound(
+        value=float(value),
+        kind=kind,
+        num_drafts=k,
+        block_len=length,
+        vocab_size=v,
+        method=method,
+        levels=levels,
+        certificate=cert,
+    )
 
 
 @dataclass

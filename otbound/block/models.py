@@ -85,7 +85,9 @@ def as_block_model(model, vocab_size: int, name: str = "model") -> BlockModel:
             raise InvalidInputError(f"{name} has vocab_size {model.vocab_size}, expected {vocab_size}")
         return model
     if not callable(model):
-        raise InvalidInputError(f"{name} must be a callable prefix -> law (or a BlockModel), got {type(model).__name__}")
+        raise InvalidInputError(
+            f"{name} must be a callable prefix -> law (or a BlockModel), got {type(model).__name__}"
+        )
     return BlockModel(vocab_size, model, name)
 
 
@@ -94,7 +96,9 @@ def _prefix_rng(seed: int, prefix: tuple) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(len(prefix),) + prefix))
 
 
-def dirichlet_model(vocab_size: int, *, concentration: float = 1.0, seed: int = 0, name: str = "dirichlet") -> BlockModel:
+def dirichlet_model(
+    vocab_size: int, *, concentration: float = 1.0, seed: int = 0, name: str = "dirichlet"
+) -> BlockModel:
     """A random model with an independent ``Dirichlet(concentration·1_V)`` law at every prefix.
 
     Small ``concentration`` (≪ 1) gives near-deterministic laws, large gives near-uniform ones.

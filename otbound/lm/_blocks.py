@@ -39,11 +39,11 @@ import numpy as np
 
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
-from otbound.token.draft_laws import sample_drafts
-from otbound.token.logits import laws_from_logits as laws64
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, prefix_cache
 from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _check_config, _files, load_traces
+from otbound.token.draft_laws import sample_drafts
+from otbound.token.logits import laws_from_logits as laws64
 
 BLOCKS_FORMAT = "otbound-blocks-1"
 
@@ -110,7 +110,9 @@ def lm_block_models(pair, context, temperature):
         def fn(prefix):
             cache = cache_prefix(model, layers, len(context) - 1, 1)
             ids = torch.tensor([context[-1:] + list(prefix)], device=pair.device)
-            return laws64(forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature)
+            return laws64(
+                forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature
+            )
 
         return BlockModel(pair.vocab_size, fn, name=name)
 

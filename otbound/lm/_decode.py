@@ -8,7 +8,6 @@ positions (padded and unpadded logits agree to ~1e-6 in float32; the tests check
 from __future__ import annotations
 
 
-
 def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
     """``model(...)`` logits, without autograd. The cache goes in as the 4th positional argument,
     which is ``past_key_values`` in transformers 4.x and ``cache`` in 5.x; it is updated in place."""

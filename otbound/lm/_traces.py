@@ -24,9 +24,10 @@ tensor             shape, dtype                meaning
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
 SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
-logits divided by T (:func:`otbound.token.laws_from_logits`, also :func:`otbound.lm.laws64`), computed identically on every read, so each row
-sums to 1 up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``); storing float32
-softmax rows instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
+logits divided by T (:func:`otbound.token.laws_from_logits`, also :func:`otbound.lm.laws64`),
+computed identically on every read, so each row sums to 1 up to float64 rounding (≈1e-16·√V, far
+inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet that tolerance in
+general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
 """

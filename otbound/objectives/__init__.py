@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
+from otbound._validation import InvalidInputError
 from otbound.objectives._exact import (
     MAX_PATHS,
     VERIFICATIONS,
@@ -57,7 +58,6 @@ from otbound.objectives._exact import (
     prepare,
     survival,
 )
-from otbound._validation import InvalidInputError
 from otbound.objectives._losses import chain, check_logits, checked, first_error_index, focal, weighted_ce
 
 __all__ = [
@@ -181,15 +181,21 @@ def conditional_accepted_length(draft_probs, target_probs, draft_tokens, verific
     q = as_torch_law(draft_probs, "draft_probs", min_ndim=2)
     p = as_torch_law(target_probs, "target_probs", min_ndim=2).to(q.dtype)
     if q.shape != p.shape:
-        raise InvalidInputError(f"draft_probs and target_probs must have the same shape, got {tuple(q.shape)} and {tuple(p.shape)}")
+        raise InvalidInputError(
+            f"draft_probs and target_probs must have the same shape, got {tuple(q.shape)} and {tuple(p.shape)}"
+        )
     x = torch.as_tensor(draft_tokens, device=q.device)
     if x.is_floating_point() or tuple(x.shape) != tuple(q.shape[:-1]):
-        raise InvalidInputError(f"draft_tokens must be an integer array of shape {tuple(q.shape[:-1])}, got {x.dtype} {tuple(x.shape)}")
+        raise InvalidInputError(
+            f"draft_tokens must be an integer array of shape {tuple(q.shape[:-1])}, got {x.dtype} {tuple(x.shape)}"
+        )
     x = x.long()
     if bool(((x < 0) | (x >= q.shape[-1])).any()):
         raise InvalidInputError(f"draft_tokens must lie in [0, V={q.shape[-1]})")
     if bool((q.detach().gather(-1, x.unsqueeze(-1)) <= 0).any()):
-        raise InvalidInputError("draft_tokens holds a token the drafter gives probability 0: it cannot have been drafted")
+        raise InvalidInputError(
+            "draft_tokens holds a token the drafter gives probability 0: it cannot have been drafted"
+        )
     return _answer(conditional_survival(q, p, x, verification).sum(-1), numpy_in)
 
 
@@ -251,7 +257,9 @@ class DrafterObjective:
     exact: float = 0.0
     verification: str = "block"
 
-    def __call__(self, draft_logits, target_ids=None, target_probs=None, *, subset: bool = False, exact_ids=None) -> LossTerms:
+    def __call__(
+        self, draft_logits, target_ids=None, target_probs=None, *, subset: bool = False, exact_ids=None
+    ) -> LossTerms:
         """Evaluate on a batch. ``target_ids`` ``(..., L)`` feed the CE, focal and chain terms
         (``target_probs`` ``(..., L, V)`` are used instead when ids are not given, i.e. soft
         labels); ``target_probs`` feed the exact term. ``subset=True``: the rows of
@@ -266,7 +274,9 @@ class DrafterObjective:
         length = draft_logits.shape[-2]
         needs_label = self.ce_weight or self.focal or self.chain
         # inputs checked and log-probabilities computed once for every term
-        logq, t = checked(draft_logits, label) if needs_label else (torch.log_softmax(check_logits(draft_logits), -1), None)
+        logq, t = (
+            checked(draft_logits, label) if needs_label else (torch.log_softmax(check_logits(draft_logits), -1), None)
+        )
         ce = weighted_ce(logq, t, self.gamma).mean() if self.ce_weight else zero
         first_error = focal(logq, t, self.focal_gamma).mean() if self.focal else zero
         chained = chain(logq, t).mean() if self.chain else zero
@@ -276,7 +286,9 @@ class DrafterObjective:
             if exact_ids is not None:
                 q, p = q.gather(-1, exact_ids), p.gather(-1, exact_ids)
             exact = expected_accepted_length(q, p, self.verification, subset=subset or exact_ids is not None).mean()
-        total = self.ce_weight * ce + self.focal * first_error - self.chain * chained / length - self.exact * exact / length
+        total = (
+            self.ce_weight * ce + self.focal * first_error - self.chain * chained / length - self.exact * exact / length
+        )
         return LossTerms(total=total, ce=ce, focal=first_error, chain=chained, exact=exact)
 
 

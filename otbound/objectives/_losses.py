@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from otbound.objectives._exact import as_torch_law
 from otbound._validation import InvalidInputError
+from otbound.objectives._exact import as_torch_law
 
 
 def check_logits(draft_logits) -> torch.Tensor:
     if not isinstance(draft_logits, torch.Tensor) or not draft_logits.is_floating_point():
         raise InvalidInputError(f"draft_logits must be a float torch tensor, got {type(draft_logits).__name__}")
     if draft_logits.ndim < 2 or draft_logits.shape[-1] == 0 or draft_logits.shape[-2] == 0:
-        raise InvalidInputError(f"draft_logits must have shape (..., L, V) with L, V >= 1, got {tuple(draft_logits.shape)}")
+        raise InvalidInputError(
+            f"draft_logits must have shape (..., L, V) with L, V >= 1, got {tuple(draft_logits.shape)}"
+        )
     if bool(torch.isnan(draft_logits.detach()).any()):
         raise InvalidInputError("draft_logits has a NaN entry")
     return draft_logits
@@ -30,7 +32,9 @@ def check_target(target, draft_logits: torch.Tensor) -> torch.Tensor:
         if target.ndim < 1 or target.shape[-1] != lv[0]:
             raise InvalidInputError(f"target ids must have shape (..., L={lv[0]}), got {tuple(target.shape)}")
         if target.numel() and (int(target.min()) < 0 or int(target.max()) >= lv[1]):
-            raise InvalidInputError(f"target ids must lie in [0, V={lv[1]}), got range [{int(target.min())}, {int(target.max())}]")
+            raise InvalidInputError(
+                f"target ids must lie in [0, V={lv[1]}), got range [{int(target.min())}, {int(target.max())}]"
+            )
         return target.long()
     t = as_torch_law(target, "target_probs", min_ndim=2)
     if tuple(t.shape[-2:]) != lv:
@@ -69,7 +73,9 @@ def first_error_index(draft_logits: torch.Tensor, target: torch.Tensor) -> tuple
     target token, and whether there is one (``k* = L − 1`` placeholder when there is none)."""
     mismatch = draft_logits.argmax(-1) != label_ids(target)
     has_error = mismatch.any(-1)
-    first = torch.where(has_error, mismatch.int().argmax(-1), torch.full_like(has_error, mismatch.shape[-1] - 1, dtype=torch.long))
+    first = torch.where(
+        has_error, mismatch.int().argmax(-1), torch.full_like(has_error, mismatch.shape[-1] - 1, dtype=torch.long)
+    )
     return first, has_error
 
 

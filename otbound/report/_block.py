@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from otbound.report import plots
 from otbound.block.bounds import KINDS, block_bound
 from otbound.block.models import dirichlet_model, mixture_model, sample_blocks
 from otbound.block.verifiers import BLOCK_VERIFIERS
+from otbound.report import plots
 
 _STYLE = {"per_level": ("k", ":"), "joint": ("k", "--"), "causal": ("k", "-")}
 
@@ -39,7 +39,9 @@ def block_section(
     """Rows ``{kind: "bound"|"verifier", name, num_drafts, block_len, expected_accepted, method,
     stderr}`` and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``)."""
     target = dirichlet_model(vocab_size, concentration=concentration, seed=seed, name="target")
-    draft = mixture_model(target, dirichlet_model(vocab_size, concentration=concentration, seed=seed + 1), draft_weight, name="draft")
+    draft = mixture_model(
+        target, dirichlet_model(vocab_size, concentration=concentration, seed=seed + 1), draft_weight, name="draft"
+    )
     names = list(BLOCK_VERIFIERS) if verifiers is None else list(verifiers)
     rng = np.random.default_rng(seed)
     rows = []
@@ -48,14 +50,25 @@ def block_section(
         common = {"num_drafts": int(k), "block_len": int(length)}
         for kind in KINDS:
             value = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind).value
-            rows.append({"kind": "bound", "name": kind, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0})
+            rows.append(
+                {"kind": "bound", "name": kind, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0}
+            )
         exact = (vocab_size**length) ** k <= max_exact_tuples
         drafts = None if exact else sample_blocks(draft, mc_samples * k, length, rng).reshape(mc_samples, k, length)
         for name in names:
             ver = BLOCK_VERIFIERS[name]
             if exact:
                 value = ver.expected_accepted(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length)
-                rows.append({"kind": "verifier", "name": name, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0})
+                rows.append(
+                    {
+                        "kind": "verifier",
+                        "name": name,
+                        **common,
+                        "expected_accepted": value,
+                        "method": "exact",
+                        "stderr": 0.0,
+                    }
+                )
             else:
                 tau = ver.conditional_accepted(target, draft, drafts)
                 rows.append(
@@ -95,7 +108,14 @@ def _figure(rows, block_lens, names, vocab_size):
 
 
 def block_markdown(block_rows) -> str:
-    lines = ["## Block level: E[τ] (accepted draft tokens per iteration, bonus excluded)", "", "| name | kind | K | L | E[τ] |", "|---|---|---|---|---|"]
+    lines = [
+        "## Block level: E[τ] (accepted draft tokens per iteration, bonus excluded)",
+        "",
+        "| name | kind | K | L | E[τ] |",
+        "|---|---|---|---|---|",
+    ]
     for r in block_rows:
-        lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {r['expected_accepted']:.4f} |")
+        lines.append(
+            f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {r['expected_accepted']:.4f} |"
+        )
     return "\n".join(lines) + "\n"

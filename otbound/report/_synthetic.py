@@ -14,7 +14,6 @@ from otbound.report import plots, tables
 from otbound.token.bounds import optimal_acceptance
 from otbound.token.logits import laws_from_logits
 
-
 SYNTHETIC_FAMILIES = ("dirichlet", "zipf")
 
 
@@ -39,7 +38,9 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
     return laws_from_logits(lp - lp.max(), temperature), laws_from_logits(lq - lq.max(), temperature)
 
 
-def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000):
+def synthetic_rows(
+    families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000
+):
     """Table rows on random laws; ``max_plan_cells`` caps the ``ot`` verifier's LP plan (|V|^(K+1)
     entries) so the report stays fast: larger cells are reported as not run."""
     from otbound.token.verifiers import VERIFIERS, OTVerifier
@@ -54,7 +55,10 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
         for k in num_drafts_list:
             per = {}
             for p, q in pairs:
-                bound = {law: optimal_acceptance(p, q, k, law) for law in ("with_replacement", "without_replacement", "greedy")}
+                bound = {
+                    law: optimal_acceptance(p, q, k, law)
+                    for law in ("with_replacement", "without_replacement", "greedy")
+                }
                 for law, a in bound.items():
                     per.setdefault((law, "optimal", "exact"), []).append((a, a))
                 for name, ver in verifiers.items():
@@ -92,7 +96,14 @@ def token_figure(rows, out: Path) -> Path:
     t_mid = sorted({r["temperature"] for r in rows})[len({r["temperature"] for r in rows}) // 2]
     for d in dict.fromkeys(r["dataset"] for r in rows):
         for law, style in (("with_replacement", "-o"), ("without_replacement", "--s"), ("greedy", ":^")):
-            pts = sorted((r["num_drafts"], r["acceptance"]) for r in rows if r["verifier"] == "optimal" and r["sampling"] == law and r["dataset"] == d and r["temperature"] == t_mid)
+            pts = sorted(
+                (r["num_drafts"], r["acceptance"])
+                for r in rows
+                if r["verifier"] == "optimal"
+                and r["sampling"] == law
+                and r["dataset"] == d
+                and r["temperature"] == t_mid
+            )
             if pts:
                 ax.plot(*zip(*pts), style, label=f"{d.split(' ')[0]}, {law.replace('_', ' ')}")
     ax.set_xlabel("number of drafts K")
@@ -101,7 +112,11 @@ def token_figure(rows, out: Path) -> Path:
     ax.legend(frameon=False)
     ax = axes[0, 1]
     k_max = max(r["num_drafts"] for r in rows if r["verifier"] != "optimal")
-    sel = [r for r in rows if r["verifier"] != "optimal" and r["num_drafts"] == (2 if k_max >= 2 else k_max) and r["temperature"] == t_mid]
+    sel = [
+        r
+        for r in rows
+        if r["verifier"] != "optimal" and r["num_drafts"] == (2 if k_max >= 2 else k_max) and r["temperature"] == t_mid
+    ]
     names = list(dict.fromkeys(r["verifier"] for r in sel))
     datasets = list(dict.fromkeys(r["dataset"] for r in sel))
     width = 0.8 / max(1, len(datasets))

@@ -67,7 +67,9 @@ def all_tables(rows) -> str:
     return "\n\n".join(main_table(rows, t, k) for t, k in keys)
 
 
-def write_report(out, title: str, rows, *, sections: list[str] = (), figures: list[str] = (), meta: dict | None = None) -> Path:
+def write_report(
+    out, title: str, rows, *, sections: list[str] = (), figures: list[str] = (), meta: dict | None = None
+) -> Path:
     """Write ``out/report.md`` and ``out/report.json`` (atomically); return the folder."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -84,5 +86,7 @@ def write_report(out, title: str, rows, *, sections: list[str] = (), figures: li
     md += list(sections)
     md += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     write_text_atomic(out / "report.md", "\n".join(md) + "\n")
-    write_text_atomic(out / "report.json", json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float))
+    write_text_atomic(
+        out / "report.json", json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float)
+    )
     return out

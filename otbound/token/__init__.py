@@ -32,7 +32,23 @@ from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 
 __all__ = [
-    "DRAFT_LAWS", "DraftLaw", "Relaxation", "TokenBound", "VERIFIERS", "Verifier", "VerifierRun", "VerifierSample", "draft_joint", "draft_law", "greedy_split",
-    "inclusion_probabilities", "laws_from_logits", "optimal_acceptance", "optimal_acceptance_brute_force", "optimal_acceptance_lp",
-    "relaxation_bounds", "sample_drafts", "subset_mass",
+    "DRAFT_LAWS",
+    "DraftLaw",
+    "Relaxation",
+    "TokenBound",
+    "VERIFIERS",
+    "Verifier",
+    "VerifierRun",
+    "VerifierSample",
+    "draft_joint",
+    "draft_law",
+    "greedy_split",
+    "inclusion_probabilities",
+    "laws_from_logits",
+    "optimal_acceptance",
+    "optimal_acceptance_brute_force",
+    "optimal_acceptance_lp",
+    "relaxation_bounds",
+    "sample_drafts",
+    "subset_mass",
 ]

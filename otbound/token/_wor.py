@@ -424,7 +424,9 @@ class ClockMass:
             if idx.size:
                 last = np.searchsorted(idx, keep, side="right") - 1
                 e_start, sx_start = start[1][:, 0, nodes], start[2][0, nodes]
-                e[:, :, nodes], sx[:, nodes] = _recursion(self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max)
+                e[:, :, nodes], sx[:, nodes] = _recursion(
+                    self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max
+                )
         return sums, e, sx
 
     # -- the integrals

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse
 
-from otbound.token import _wor
 from otbound._backend import to_numpy, wrap_like
 from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, solve_lp
 from otbound._validation import (
@@ -40,6 +39,7 @@ from otbound._validation import (
     as_pair,
     check_num_drafts,
 )
+from otbound.token import _wor
 from otbound.token.draft_laws import DRAFT_LAWS, _greedy_split, draft_law, inclusion_probabilities
 
 
@@ -572,7 +572,9 @@ def _membership_edges(joint: np.ndarray):
 
 
 # HiGHS defaults (1e-7) leave ~3e-8 errors in α*; these give agreement with the dual to ~1e-12.
-def optimal_acceptance_lp(p, draft_joint, *, return_plan: bool = False, method: str = "highs", max_iter: int = EMD_MAX_ITER):
+def optimal_acceptance_lp(
+    p, draft_joint, *, return_plan: bool = False, method: str = "highs", max_iter: int = EMD_MAX_ITER
+):
     """α*(p, Q) by the primal LP for an explicit joint draft law ``draft_joint`` of shape (V,)*K.
 
     Only accepting pairs (x̄, y ∈ x̄) are variables (the rest of the plan is slack):
@@ -660,7 +662,9 @@ def optimal_acceptance_brute_force(p, draft_joint) -> TokenBound:
     f = psub - qsub
     h = int(np.argmin(f))
     binding = ((h >> np.arange(v)) & 1).astype(bool)
-    return TokenBound(value=float(1.0 + min(0.0, f[h])), num_drafts=joint.ndim, method="brute-force", binding_set=binding)
+    return TokenBound(
+        value=float(1.0 + min(0.0, f[h])), num_drafts=joint.ndim, method="brute-force", binding_set=binding
+    )
 
 
 # ---------------------------------------------------------------------------------------------

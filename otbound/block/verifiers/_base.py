@@ -282,7 +282,9 @@ def _draftable(draft: BlockModel, drafts: tuple) -> tuple:
     for row in drafts:
         for i, tok in enumerate(row):
             if draft(row[:i])[tok] <= 0:
-                raise InvalidInputError(f"draft block {list(row)} has draft probability 0 at position {i}: it cannot be drafted")
+                raise InvalidInputError(
+                    f"draft block {list(row)} has draft probability 0 at position {i}: it cannot be drafted"
+                )
     return drafts
 
 
@@ -295,7 +297,9 @@ def _emitted_law(outcomes) -> dict:
     return law
 
 
-def generate(verifier: BlockVerifier, target, draft, *, num_drafts: int, block_len: int, length: int, num_samples: int, rng=None) -> np.ndarray:
+def generate(
+    verifier: BlockVerifier, target, draft, *, num_drafts: int, block_len: int, length: int, num_samples: int, rng=None
+) -> np.ndarray:
     """Iterate ``verifier`` from an empty context until ``length`` tokens; returns ``(num_samples, length)``.
 
     Each iteration draws K i.i.d. draft blocks from the draft model continuing the tokens emitted so

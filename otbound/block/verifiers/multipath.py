@@ -74,7 +74,9 @@ class MultiPathVerifier(BlockVerifier):
                 return 0.0
             row = drafts[members, depth]
             law = self._law(inst, node, row)
-            return sum(law[y] * (1.0 + value(node + (y,), members[row == y])) for y in np.unique(row).tolist() if law[y] > 0)
+            return sum(
+                law[y] * (1.0 + value(node + (y,), members[row == y])) for y in np.unique(row).tolist() if law[y] > 0
+            )
 
         return value((), np.arange(drafts.shape[0]))
 

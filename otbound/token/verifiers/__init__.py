@@ -29,7 +29,12 @@ from otbound.token.verifiers._base import (
     support_tuples,
 )
 from otbound.token.verifiers._greedy import GreedyVerifier, SpecHubVerifier
-from otbound.token.verifiers._importance import ImportanceSamplingVerifier, OptimalImportanceVerifier, optimal_selection, selected_law
+from otbound.token.verifiers._importance import (
+    ImportanceSamplingVerifier,
+    OptimalImportanceVerifier,
+    optimal_selection,
+    selected_law,
+)
 from otbound.token.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.token.verifiers._nss import NaiveVerifier
 from otbound.token.verifiers._ot import OTVerifier

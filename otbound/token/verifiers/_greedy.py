@@ -105,7 +105,9 @@ class SpecHubVerifier(GreedyVerifier):
         tokens, acc_xa, acc_ax = self._order_rounds(p, q, aux, drafts)
         res, v = aux["residual"], q.size
         w = aux["first"]
-        return w * first_acceptance_law(tokens, acc_xa, res, v) + (1.0 - w) * first_acceptance_law(tokens, acc_ax, res, v)
+        return w * first_acceptance_law(tokens, acc_xa, res, v) + (1.0 - w) * first_acceptance_law(
+            tokens, acc_ax, res, v
+        )
 
     def _sample(self, p, q, aux, drafts, rng):
         if drafts.shape[1] == 1:

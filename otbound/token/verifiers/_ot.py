@@ -19,8 +19,8 @@ from collections import OrderedDict
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_sampling
-from otbound.token.draft_laws import draft_joint
 from otbound.token.bounds import optimal_acceptance_lp
+from otbound.token.draft_laws import draft_joint
 from otbound.token.verifiers._base import Verifier, draw
 
 MAX_PLAN_CELLS = 10_000_000
