@@ -93,14 +93,38 @@ def block_bound(
 ) -> BlockBound:
     """The block bound ``kind`` on ``E[τ]`` for K i.i.d. draft blocks of ``block_len`` tokens.
 
-    ``target``, ``draft``: callables ``prefix (tuple of ints) -> law over vocab_size tokens`` (or
-    :class:`otbound.block.models.BlockModel`). Exact float64 on the full ``V^L`` draft tree; see
-    the module docstring for the methods and tolerances.
+    ``U_causal ≤ U_joint ≤ U_per-level`` (module docstring: per-level Σ_ℓ α*(p_{1:ℓ}, q_{1:ℓ}^{⊗K});
+    joint = the block OT problem of SpecTr-GBV 2604.25925; causal = the best single-iteration
+    lossless verifier, theory.md §4, equal to block verification of Sun et al. 2403.10444 at K = 1).
+    Exact float64 on the full ``V^L`` draft tree.
+
+    Parameters
+    ----------
+    target, draft : callable or BlockModel
+        ``prefix (tuple of ints) -> law over vocab_size tokens`` (:class:`otbound.BlockModel`).
+    vocab_size : int
+        V.
+    num_drafts : int
+        K, i.i.d. draft blocks.
+    block_len : int
+        L, tokens per block.
+    kind : {"per_level", "joint", "causal"}
+        Which bound.
+    method : str, optional
+        "prefix" (per_level); "lp" (default) or "emd" (joint); "lp" (default), "plain" or
+        "plain_exchangeable" (causal). LP values are HiGHS optima at feasibility tolerance 1e-10.
+    return_certificate : bool
+        Attach the solver's certificate (binding sets, selected-block law, ...).
+
+    Returns
+    -------
+    BlockBound
+        ``value`` (the bound on E[τ], bonus excluded), per-level ``levels``, ``method`` and the
+        optional ``certificate``.
     """
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method)
-    tree = build_tree(
-        target, draft, length, with_bonus=method.startswith("plain")
-    )  # only the plain LPs read the bonus laws
+    # only the plain LPs read the bonus laws
+    tree = build_tree(target, draft, length, with_bonus=method.startswith("plain"))
     return bound_on_tree(tree, k, kind, method=method, return_certificate=return_certificate)
 
 
@@ -212,6 +236,19 @@ def block_bound_bracket(
       inside the cell), so its value is attained.
 
     Only kept prefixes are evaluated: ``Σ_{d<L} m^d`` model calls per model.
+
+    Parameters
+    ----------
+    target, draft, vocab_size, num_drafts, block_len, kind
+        As for :func:`block_bound`.
+    top_m : int
+        Tokens kept per node.
+
+    Returns
+    -------
+    BlockBracket
+        ``lower ≤ U_kind ≤ upper`` and the probability that a target / draft block leaves the kept
+        tree.
     """
     from otbound.block._truncate import truncated_tree
 

@@ -69,10 +69,28 @@ class TokenBound:
 def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement", *, return_certificate=False):
     """α*(p, Q) for the draft law ``sampling`` built from ``q`` with ``num_drafts`` drafts.
 
-    ``p``, ``q``: laws along the last axis; 1-D gives a float, ``(..., V)`` an array over the batch,
-    torch tensors (CPU or CUDA) a float64 tensor on the same device. With
-    ``return_certificate=True`` a :class:`TokenBound` whose ``binding_set`` is H* (the tokens that
-    bind: α* = 1 + p(H*) − Q(H*)).
+    Dual / min-cut form (Hu et al. 2502.18779 Theorem 3.1): ``α* = 1 + min_H [p(H) − Q(H)]`` with
+    ``Q(H)`` = P(all K drafts lie in H), minimised over prefixes of the tokens sorted by p/q (module
+    docstring; exact up to float64 summation, without replacement within 1e-12).
+
+    Parameters
+    ----------
+    p, q : array_like or torch.Tensor, shape (V,) or (..., V)
+        Target and draft laws along the last axis (same shape; each row sums to 1 within
+        ``LAW_ATOL``).
+    num_drafts : int
+        K ≥ 1 (at most the support of q for the laws without replacement and greedy).
+    sampling : {"with_replacement", "without_replacement", "greedy"}
+        The draft law (:data:`otbound.DRAFT_LAWS`).
+    return_certificate : bool
+        Also return the binding set.
+
+    Returns
+    -------
+    float, numpy.ndarray, torch.Tensor or TokenBound
+        α*: a float for 1-D laws, an array over the batch shape otherwise, a float64 tensor on the
+        input's device for torch input. With ``return_certificate=True`` a :class:`TokenBound` whose
+        ``binding_set`` is H* (the tokens that bind: α* = 1 + p(H*) − Q(H*)).
     """
     p, device = to_numpy(p)
     q, _ = to_numpy(q)
@@ -577,13 +595,31 @@ def optimal_acceptance_lp(
 ):
     """α*(p, Q) by the primal LP for an explicit joint draft law ``draft_joint`` of shape (V,)*K.
 
-    Only accepting pairs (x̄, y ∈ x̄) are variables (the rest of the plan is slack):
-    max Σ π_e s.t. Σ_{y∈x̄} π(x̄, y) ≤ Q(x̄), Σ_{x̄∋y} π(x̄, y) ≤ p(y), π ≥ 0 — a bipartite
-    max-flow. ``method``: "highs" (scipy.optimize.linprog, sparse), "cvxpy", or "pot" (network
-    simplex ``ot.emd`` on the dense cost 1[y ∉ x̄], at most ``max_iter`` pivots: a non-optimal exit
-    raises ``RuntimeError`` rather than returning a low value). With ``return_plan=True`` a
-    :class:`TokenBound` with the full plan π*(x̄, y) (accepting part plus an independent coupling
-    of the leftover masses) and, for "highs", the LP duals.
+    Primal (SpecTr 2310.15141 §3; Hu et al. 2502.18779 §3). Only accepting pairs (x̄, y ∈ x̄) are
+    variables (the rest of the plan is slack): max Σ π_e s.t. Σ_{y∈x̄} π(x̄, y) ≤ Q(x̄),
+    Σ_{x̄∋y} π(x̄, y) ≤ p(y), π ≥ 0 — a bipartite max-flow.
+
+    Parameters
+    ----------
+    p : array_like, shape (V,)
+        Target law.
+    draft_joint : array_like, shape (V,)*K
+        Joint law Q(x̄) of the ordered draft tuple (e.g. :func:`otbound.draft_joint`).
+    return_plan : bool
+        Return a :class:`TokenBound` with the plan instead of the value.
+    method : {"highs", "cvxpy", "pot"}
+        "highs": ``scipy.optimize.linprog`` on the sparse LP at feasibility tolerances 1e-10;
+        "cvxpy"; "pot": network simplex ``ot.emd`` on the dense cost 1[y ∉ x̄].
+    max_iter : int
+        Pivot limit of "pot"; a non-optimal exit raises ``RuntimeError`` rather than returning a
+        low value.
+
+    Returns
+    -------
+    float or TokenBound
+        α*; with ``return_plan=True`` a :class:`TokenBound` with the full plan π*(x̄, y)
+        (accepting part plus an independent coupling of the leftover masses) and, for "highs",
+        the LP duals.
     """
     p, joint = _check_joint(p, draft_joint)
     v, k = p.size, joint.ndim
@@ -642,6 +678,18 @@ def optimal_acceptance_brute_force(p, draft_joint) -> TokenBound:
     """α* = 1 + min over all 2^|V| subsets H of [p(H) − Q(H)], for V ≤ 20 (an independent check).
 
     Q(H) for every H by a subset-sum (zeta) transform of the tuples' token-set masks.
+
+    Parameters
+    ----------
+    p : array_like, shape (V,)
+        Target law, V ≤ 20.
+    draft_joint : array_like, shape (V,)*K
+        Joint law Q(x̄) of the ordered draft tuple.
+
+    Returns
+    -------
+    TokenBound
+        ``value`` α* and ``binding_set`` H* (a boolean mask over V).
     """
     p, joint = _check_joint(p, draft_joint)
     v = p.size

@@ -26,8 +26,21 @@ from otbound._validation import InvalidInputError, as_law, check_num_drafts, che
 def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(G, q_prime)`` for the greedy law: the K−1 top tokens of q and the last draft's law.
 
-    ``G`` lists the tokens by decreasing q (ties: lower index first); ``q_prime`` is q with G zeroed,
-    renormalised. Needs at least K tokens with q > 0.
+    Hu et al. 2502.18779; SpecHub 2411.05289 is K = 2.
+
+    Parameters
+    ----------
+    q : array_like, shape (V,)
+        The draft model's next-token law; needs at least K tokens with q > 0.
+    num_drafts : int
+        K.
+
+    Returns
+    -------
+    G : numpy.ndarray
+        int64, the K−1 tokens by decreasing q (ties: lower index first).
+    q_prime : numpy.ndarray
+        q with G zeroed, renormalised: q' = q|_{V∖G} / (1 − q(G)).
     """
     q = as_law(q, "q", ndim=1)
     return _greedy_split(q, check_num_drafts(num_drafts, q, "greedy"))
@@ -156,7 +169,27 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
 
 
 def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") -> float:
-    """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V."""
+    """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V.
+
+    with replacement q(H)^K; greedy 1[G ⊆ H]·q'(H ∖ G); without replacement by the exponential-clock
+    integral of :mod:`otbound.token._wor` (theory.md §2).
+
+    Parameters
+    ----------
+    q : array_like, shape (V,)
+        The draft model's next-token law.
+    subset : array_like
+        H, as a boolean mask of shape (V,) or a list of token ids.
+    num_drafts : int
+        K.
+    sampling : {"with_replacement", "without_replacement", "greedy"}
+        The draft law.
+
+    Returns
+    -------
+    float
+        Q(H).
+    """
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
     mask = np.zeros(q.size, dtype=bool)
