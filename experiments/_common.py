@@ -314,15 +314,15 @@ def record_key(rec) -> str:
 
 def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
     """Per-position α* of every draft law and each verifier's acceptance on every
-    ``position_stride``-th position of each record (:func:`otbound.lm.measure_laws`: exact where the
+    ``position_stride``-th position of each record (:func:`otbound.report.measure_laws`: exact where the
     verifier has an exact acceptance, else Monte Carlo with ``mc_samples`` draft tuples), one
-    checkpoint cell per record; returns the rows of :func:`otbound.lm.aggregate` (means over
+    checkpoint cell per record; returns the rows of :func:`otbound.report.aggregate` (means over
     positions, 95% CIs cluster-robust over prompts).
     """
     from tqdm import tqdm
 
     from otbound import SAMPLINGS
-    from otbound.lm import aggregate, measure_laws
+    from otbound.report import aggregate, measure_laws
     from otbound.report._measure import _int_keys
 
     results = []

@@ -4,7 +4,7 @@ Traces (:func:`otbound.lm.collect_traces`): continuations sampled from the targe
 on HumanEval and MT-Bench prompts; at every ``position_stride``-th position the laws p (target) and
 q (draft) over the full vocabulary (V = 151,936), softmax(logits / T) in float64. Each cell is the
 mean over positions of the exact α* (:func:`otbound.optimal_acceptance`) of that law, with its
-95% interval cluster-robust over prompts (:func:`otbound.lm.measure_laws`, :func:`otbound.lm.aggregate`).
+95% interval cluster-robust over prompts (:func:`otbound.report.measure_laws`, :func:`otbound.report.aggregate`).
 
 Usage: ``python experiments/fig_alpha_vs_k.py [--recompute] [--quick] [--traces DIR] [--out figures/]``
 (``--recompute`` collects any missing trace with the real pair first; ``--quick`` uses a synthetic

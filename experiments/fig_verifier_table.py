@@ -3,13 +3,13 @@
 For each temperature T and number of drafts K: the optimum α* of each draft law, then each
 verifier of that law with its mean acceptance over positions ± 95% CI half width and, in
 parentheses, its efficiency = acceptance / α* of its own law (:func:`otbound.report.tables.main_table`).
-Columns are the prompt datasets (HumanEval, MT-Bench). Per position (:func:`otbound.lm.measure_laws`)
+Columns are the prompt datasets (HumanEval, MT-Bench). Per position (:func:`otbound.report.measure_laws`)
 acceptance is exact where the verifier has a closed form (``nss``, ``rrs``, ``kseq``, ``spechub``,
 ``greedy``); ``rrs_wor`` has none at V = 151,936, so it is a Monte Carlo estimate (``mc_samples``
 draft tuples per position). ``khisti_is`` (needs the |V|^K selection law), ``khisti_lp`` (an LP in
 |V|²/2 selection weights) and ``ot`` (needs the V^(K+1) LP plan) refuse this vocabulary and are
 reported as not run. Means over positions with 95% intervals cluster-robust over prompts
-(:func:`otbound.lm.aggregate`).
+(:func:`otbound.report.aggregate`).
 
 The same results draw the temperature sweep (``fig_temperature_sweep.py``).
 

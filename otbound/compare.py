@@ -3,7 +3,7 @@
 Default: the offline Qwen2.5-Coder pair (0.5B drafting for 1.5B; set up once from pinned PyPI
 wheels), a few HumanEval and MT-Bench prompts, T ∈ {0.7, 1.0}, K ∈ {2, 3, 4}: traces of p and q
 at every position (resumable under ``--out/traces``), α* per draft law and each verifier's
-acceptance, in Hu et al.'s Table 1 layout. See :func:`otbound.lm.run_real_report`.
+acceptance, in Hu et al.'s Table 1 layout. See :func:`otbound.report.run_real_report`.
 
 Synthetic mode (``--synthetic``): random Dirichlet and Zipf-shaped target/draft laws over a small
 vocabulary at several temperatures; for each K the optimum α* of every draft law and each verifier's
@@ -72,7 +72,7 @@ def main(argv=None) -> Path:
             "seed": args.seed,
         }
     else:
-        from otbound.lm import run_real_report
+        from otbound.report import run_real_report
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
         rows = run_real_report(

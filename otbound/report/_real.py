@@ -17,7 +17,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
                     mc_samples: int = 16, seed: int = 0, batch_size: int | None = None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
-    ``<out>/measure``) and return the rows of :func:`otbound.lm.aggregate` (also written to
+    ``<out>/measure``) and return the rows of :func:`otbound.report.aggregate` (also written to
     ``<out>/rows.json``).
 
     ``pair``: a registered pair name, a ``(draft, target)`` pair of ids/paths, a loaded
