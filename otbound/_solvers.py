@@ -1,10 +1,8 @@
-"""The LP and OT solvers every bound uses, with their options and stopping status checked.
+"""POT's network simplex (``ot.emd``) with its stopping status checked.
 
-:func:`solve_lp` — ``scipy.optimize.linprog`` with HiGHS at feasibility tolerances 1e-10
-(:data:`HIGHS_OPTIONS`). :func:`emd` — POT's network simplex (``ot.emd``): ``ot.emd`` stops at
-``numItermax`` pivots and returns the current, feasible but non-optimal plan with only a
-``UserWarning``: an acceptance bound computed from it would be silently too low. Here a non-optimal
-exit is an error naming the limit.
+``ot.emd`` stops at ``numItermax`` pivots and returns the current, feasible but non-optimal plan
+with only a ``UserWarning``: an acceptance bound computed from it would be silently too low. Here a
+non-optimal exit is an error naming the limit. And HiGHS: :func:`solve_lp`.
 """
 
 from __future__ import annotations
@@ -17,6 +15,22 @@ import numpy as np
 EMD_MAX_ITER = 10_000_000
 
 HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
+def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray, *, max_iter: int = EMD_MAX_ITER) -> np.ndarray:
+    """Optimal plan of ``min <π, cost>`` with marginals ``a``, ``b`` (POT ``ot.emd``).
+
+    Raises ``RuntimeError`` unless the network simplex reports optimality (e.g. ``max_iter`` pivots
+    were reached, or the marginals have different totals).
+    """
+    import ot
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the status is checked below instead
+        plan, log = ot.emd(a, b, cost, numItermax=int(max_iter), log=True)
+    if log["result_code"] != 1:  # 1 = OPTIMAL in POT's network simplex
+        raise RuntimeError(f"POT ot.emd did not reach optimality ({log['warning']}); max_iter={int(max_iter):,}")
+    return plan
 
 
 def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
@@ -43,19 +57,3 @@ def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
         if res.status == 0:
             return res
     raise RuntimeError(f"HiGHS failed on the {what}: {res.message}")
-
-
-def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray, *, max_iter: int = EMD_MAX_ITER) -> np.ndarray:
-    """Optimal plan of ``min <π, cost>`` with marginals ``a``, ``b`` (POT ``ot.emd``).
-
-    Raises ``RuntimeError`` unless the network simplex reports optimality (e.g. ``max_iter`` pivots
-    were reached, or the marginals have different totals).
-    """
-    import ot
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # the status is checked below instead
-        plan, log = ot.emd(a, b, cost, numItermax=int(max_iter), log=True)
-    if log["result_code"] != 1:  # 1 = OPTIMAL in POT's network simplex
-        raise RuntimeError(f"POT ot.emd did not reach optimality ({log['warning']}); max_iter={int(max_iter):,}")
-    return plan

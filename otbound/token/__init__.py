@@ -2,8 +2,9 @@
 verifiers.
 
 * :mod:`otbound.token.draft_laws` — the three draft laws (with replacement, without replacement,
-  greedy) as :class:`DraftLaw` objects in :data:`DRAFT_LAWS` (sampling, joint law, subset masses,
-  the α* routine), keyed by the public ``sampling="..."`` names.
+  greedy): sampling, joint law, subset masses; :mod:`otbound.token.laws` — the same laws as
+  :class:`DraftLaw` objects in :data:`DRAFT_LAWS` (with their α* routine), keyed by the public
+  ``sampling="..."`` names, through which the bounds, samplers and verifiers dispatch.
 * :mod:`otbound.token.bounds` — α* in dual/prefix form, primal LP, brute force, relaxations; the
   without-replacement integral in :mod:`otbound.token._wor`.
 * :mod:`otbound.token.logits` — temperature, applied in one place: logits → laws.
@@ -18,16 +19,8 @@ from otbound.token.bounds import (
     optimal_acceptance_lp,
     relaxation_bounds,
 )
-from otbound.token.draft_laws import (
-    DRAFT_LAWS,
-    DraftLaw,
-    draft_joint,
-    draft_law,
-    greedy_split,
-    inclusion_probabilities,
-    sample_drafts,
-    subset_mass,
-)
+from otbound.token.draft_laws import draft_joint, greedy_split, inclusion_probabilities, sample_drafts, subset_mass
+from otbound.token.laws import DRAFT_LAWS, DraftLaw, draft_law
 from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 

@@ -40,7 +40,8 @@ from otbound._validation import (
     check_num_drafts,
 )
 from otbound.token import _wor
-from otbound.token.draft_laws import DRAFT_LAWS, _greedy_split, draft_law, inclusion_probabilities
+from otbound.token.draft_laws import _greedy_split, inclusion_probabilities
+from otbound.token.laws import DRAFT_LAWS, draft_law
 
 
 @dataclass
