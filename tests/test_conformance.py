@@ -16,7 +16,7 @@ import otbound.conformance as oc
 from otbound import BLOCK_VERIFIERS, VERIFIERS, InvalidInputError, greedy_split
 from otbound.conformance import examples as ex
 from otbound.conformance.__main__ import main
-from otbound.verifiers import kseq_rho
+from otbound.token.verifiers import kseq_rho
 
 EXACT = 1e-12
 K = 2

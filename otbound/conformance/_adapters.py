@@ -1,6 +1,6 @@
 """Adapters from the package's verifiers to the kit's interfaces (implementation).
 
-* :func:`block_adapter` — a :class:`otbound.block_verifiers.BlockVerifier` is already written as a
+* :func:`block_adapter` — a :class:`otbound.block.verifiers.BlockVerifier` is already written as a
   walk whose decisions go through ``oracle.bernoulli`` / ``oracle.categorical``; the adapter hands it
   the kit's ``coin`` / ``draw`` and draws the correction token, so exact mode runs the verifier's own
   algorithm, branch by branch.

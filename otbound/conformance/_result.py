@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound.reports import _atomic_write  # the package's one atomic writer (temp file + os.replace)
+from otbound._io import write_text_atomic
 
 
 @dataclass
@@ -220,8 +220,8 @@ class ConformanceResult:
         """Write ``report.json`` and ``report.md`` into directory ``out`` (atomic: temp file + rename)."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        _atomic_write(out / "report.json", json.dumps(self.to_dict(), indent=1) + "\n")
-        _atomic_write(out / "report.md", self.to_markdown())
+        write_text_atomic(out / "report.json", json.dumps(self.to_dict(), indent=1) + "\n")
+        write_text_atomic(out / "report.md", self.to_markdown())
         return out
 
 

@@ -26,7 +26,7 @@ from otbound.conformance._result import (
 )
 from otbound.conformance._stats import degrees_of_freedom, g_test
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
-from otbound.verifiers import support_tuples
+from otbound.token.verifiers import support_tuples
 
 #: exact mode enumerates at most this many draft tuples per instance
 MAX_TUPLES = 50_000

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.polynomial import Polynomial
 
-from otbound.block_verifiers import BLOCK_VERIFIERS
-from otbound.block_verifiers.chain import block_schedule
+from otbound import BLOCK_VERIFIERS
+from otbound.block.verifiers.chain import block_schedule
 from otbound.conformance._adapters import block_adapter
 
 
