@@ -14,16 +14,12 @@ import scipy.stats
 import torch
 
 import otbound as ob
-from otbound.block_models import prefix_law
-from otbound.lm import (
-    lm_block_models,
-    measure_run,
-    speculative_sample,
-    tiny_pair,
-    tree_expected_accepted,
-)
-from otbound.lm._decode import forward, laws64
-from otbound.verifiers import Verifier
+from otbound.block import prefix_law
+from otbound.lm import lm_block_models, speculative_sample, tiny_pair
+from otbound.lm._decode import forward
+from otbound.report import measure_run, tree_expected_accepted
+from otbound.token import Verifier
+from otbound.token.logits import laws_from_logits as laws64
 
 T = 1.0
 LEVEL = 1e-3  # G-test level

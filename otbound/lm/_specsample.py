@@ -17,7 +17,7 @@ One *iteration* at context ``c`` (prompt + tokens generated so far):
    at the current node with the target law, the draft law and the ``m`` drafts through the node;
    an emitted token equal to a draft moves to that child with the rows that drafted it, any other
    token is the correction and ends the iteration; past depth ``L`` a bonus token is drawn from
-   ``p``. This is :class:`otbound.block_verifiers.MultiPathVerifier` on the drafted tree. A
+   ``p``. This is :class:`otbound.block.verifiers.MultiPathVerifier` on the drafted tree. A
    block verifier of :data:`otbound.BLOCK_VERIFIERS` is called once on the tree (its target and
    draft block models are the tree's laws, :func:`tree_block_models`; prefixes off the tree —
    only ``causal_optimal`` asks for them, to solve its LP — are computed by the live models,
@@ -44,12 +44,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
-from otbound.block_verifiers import BLOCK_VERIFIERS, BlockVerifier, MultiPathVerifier
-from otbound.draft_laws import _inverse_cdf, sample_drafts
+from otbound.block.verifiers import BLOCK_VERIFIERS, BlockVerifier, MultiPathVerifier
 from otbound.lm._blocks import lm_block_models, tree_block_models
-from otbound.lm._decode import cache_prefix, forward, laws64, stop_token_ids
+from otbound.lm._decode import cache_prefix, forward, stop_token_ids
 from otbound.lm._traces import LogitLaws
-from otbound.verifiers import VERIFIERS, Verifier
+from otbound.token.draft_laws import inverse_cdf, sample_drafts
+from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.verifiers import VERIFIERS, Verifier
 
 #: largest causal LP (variables (K − 1)·V^(2L), theory.md §4) causal_optimal may solve per iteration (~0.3 s)
 CAUSAL_OPTIMAL_MAX_CELLS = 25_000
@@ -134,7 +135,7 @@ class SpecSampleRun:
 def resolve_verifier(verifier):
     """``(block_verifier, sampling, name)`` for a name in :data:`otbound.VERIFIERS` or
     :data:`otbound.BLOCK_VERIFIERS`, a token-level :class:`~otbound.Verifier` (run as tree
-    verification) or a :class:`~otbound.block_verifiers.BlockVerifier` (i.i.d. drafts)."""
+    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (i.i.d. drafts)."""
     if isinstance(verifier, str):
         if verifier in VERIFIERS:
             verifier = VERIFIERS[verifier]
@@ -235,7 +236,7 @@ def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, blo
         t2 = time.perf_counter()
         p = laws64(p_logits, temp)
         if length == 0:
-            y = int(_inverse_cdf(p[0, 0], rng.random(1))[0])
+            y = int(inverse_cdf(p[0, 0], rng.random(1))[0])
             tau, emitted, calls = 0, [y], 1
         else:
             q = laws64(q_logits, temp)
