@@ -46,8 +46,16 @@ def main(argv=None):
         for rep in range(args.repeats):
             secs, n = 0.0, 0
             for j, pr in enumerate(prompts):
-                r = speculative_sample(pair, pr, verifier=verifier, num_drafts=args.num_drafts, block_len=block_len,
-                                       temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=[rep, j])
+                r = speculative_sample(
+                    pair,
+                    pr,
+                    verifier=verifier,
+                    num_drafts=args.num_drafts,
+                    block_len=block_len,
+                    temperature=args.temperature,
+                    max_new_tokens=args.max_new_tokens,
+                    seed=[rep, j],
+                )
                 secs += r.seconds
                 n += len(r.tokens)
                 calls += r.target_calls
@@ -57,8 +65,10 @@ def main(argv=None):
 
     speculative_sample(pair, prompts[0], block_len=0, max_new_tokens=4)  # warm-up
     base, _ = per_token("rrs", 0)
-    print(f"pair {pair.name}, device {args.device}, {args.dtype}; K = {args.num_drafts}, L = {args.block_len}; "
-          f"{args.prompts} prompts x {args.max_new_tokens} tokens, median of {args.repeats}")
+    print(
+        f"pair {pair.name}, device {args.device}, {args.dtype}; K = {args.num_drafts}, L = {args.block_len}; "
+        f"{args.prompts} prompts x {args.max_new_tokens} tokens, median of {args.repeats}"
+    )
     print(f"{'decoder':<12} {'ms/token':>9} {'tokens/call':>12} {'speed-up':>9}")
     print(f"{'plain':<12} {1e3 * base:>9.2f} {1.0:>12.2f} {1.0:>9.2f}")
     for name in args.verifiers:

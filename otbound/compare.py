@@ -54,9 +54,11 @@ def parse_args(argv=None):
     ap.add_argument("--block-drafts", type=int, nargs="+", default=[1, 2, 3], help="K values of the block section")
     ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
-    ap.add_argument("--end-to-end", action="store_true", help="run the verifiers as speculative decoders (section + figure)")
+    ap.add_argument("--end-to-end", action="store_true",
+                    help="run the verifiers as speculative decoders (section + figure)")
     ap.add_argument("--e2e-pair", default="tiny", help="'tiny' (random V=12 pair), a registered pair or 'DRAFT,TARGET'")
-    ap.add_argument("--e2e-verifiers", nargs="+", default=None, help="verifier names (default: all token and block verifiers)")
+    ap.add_argument("--e2e-verifiers", nargs="+", default=None,
+                    help="verifier names (default: all token and block verifiers)")
     ap.add_argument("--e2e-drafts", type=int, nargs="+", default=[2], help="K values of the end-to-end section")
     ap.add_argument("--e2e-lens", type=int, nargs="+", default=[2], help="block lengths L of the end-to-end section")
     ap.add_argument("--e2e-prompts", type=int, default=4, help="prompts of the end-to-end section")

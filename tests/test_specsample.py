@@ -77,8 +77,16 @@ def first_two(pair, verifier, k=2, length=2):
     for j, prompt in enumerate(PROMPTS):
         rows = []
         for s in range(N_PER_PROMPT):
-            r = speculative_sample(pair, prompt, verifier=verifier, num_drafts=k, block_len=length, temperature=T,
-                                   max_new_tokens=2, seed=[j, s])
+            r = speculative_sample(
+                pair,
+                prompt,
+                verifier=verifier,
+                num_drafts=k,
+                block_len=length,
+                temperature=T,
+                max_new_tokens=2,
+                seed=[j, s],
+            )
             rows.append(tuple(r.tokens))
         out.append(rows)
     return out
@@ -101,7 +109,9 @@ def test_first_two_tokens_follow_the_target(pair8, target_laws, name, k, length)
     assert pv > LEVEL, f"{name}: G-test p = {pv:.2e}"
 
 
-@pytest.mark.parametrize("verifier,k,length", [(TrustFirstDraft(), 2, 2), ("spectr_gbv", 3, 1)], ids=["trust_first_draft", "spectr_gbv"])
+@pytest.mark.parametrize(
+    "verifier,k,length", [(TrustFirstDraft(), 2, 2), ("spectr_gbv", 3, 1)], ids=["trust_first_draft", "spectr_gbv"]
+)
 def test_lossy_verifiers_are_rejected(pair8, target_laws, verifier, k, length):
     """Power: the same test at the same sample size rejects a lossy verifier. SpecTr-GBV at K = 3,
     L = 1: its first token alone is off by TV 0.14-0.22 at these prompts (exact, next test); at
@@ -129,8 +139,17 @@ def test_records_and_kv_cache(pair8):
     """Every iteration's laws along the tree equal a fresh forward of context + draft prefix
     (the KV cache kept and cropped across iterations is right), records add up."""
     for name, k, length in [("rrs", 3, 3), ("rrs_wor", 2, 2), ("traversal", 2, 3)]:
-        r = speculative_sample(pair8, [3, 1, 4], verifier=name, num_drafts=k, block_len=length, temperature=0.8,
-                               max_new_tokens=20, seed=5, keep_laws=True)
+        r = speculative_sample(
+            pair8,
+            [3, 1, 4],
+            verifier=name,
+            num_drafts=k,
+            block_len=length,
+            temperature=0.8,
+            max_new_tokens=20,
+            seed=5,
+            keep_laws=True,
+        )
         assert len(r.tokens) == 20 and sum(it.num_kept for it in r.iterations) == 20
         assert r.target_calls == len(r.iterations)
         for i, it in enumerate(r.iterations):
@@ -161,7 +180,9 @@ def test_tree_recursion_agrees_with_multipath_enumeration(pair6):
     tgt, drf = lm_block_models(pair6, [2, 5], T)
     for name in ("rrs", "kseq"):
         rec = tree_expected_accepted(ob.VERIFIERS[name], tgt, drf, 2, 2)
-        enum = ob.BLOCK_VERIFIERS[f"multipath_{name}"].expected_accepted(tgt, drf, vocab_size=6, num_drafts=2, block_len=2)
+        enum = ob.BLOCK_VERIFIERS[f"multipath_{name}"].expected_accepted(
+            tgt, drf, vocab_size=6, num_drafts=2, block_len=2
+        )
         assert rec == pytest.approx(enum, abs=1e-12)
 
 
@@ -176,8 +197,17 @@ def test_empirical_acceptance_matches_exact_and_stays_under_the_bounds(pair6, na
     ctx, k, length = [2, 5], 2, 2
     taus, meas = [], []
     for s in range(N_ONE):
-        r = speculative_sample(pair6, ctx, verifier=name, num_drafts=k, block_len=length, temperature=T,
-                               max_new_tokens=1, seed=s, keep_laws=True)
+        r = speculative_sample(
+            pair6,
+            ctx,
+            verifier=name,
+            num_drafts=k,
+            block_len=length,
+            temperature=T,
+            max_new_tokens=1,
+            seed=s,
+            keep_laws=True,
+        )
         taus.append(r.iterations[0].num_accepted)
         if s < 3:
             meas += measure_run(r, pair6, exact_context=s == 0, bounds=s == 0)
@@ -214,7 +244,9 @@ def test_bad_input(pair8):
 
 
 def test_laws_of_the_engine_are_laws64(pair8):
-    r = speculative_sample(pair8, [4, 4], verifier="kseq", num_drafts=2, block_len=1, max_new_tokens=1, seed=0, keep_laws=True)
+    r = speculative_sample(
+        pair8, [4, 4], verifier="kseq", num_drafts=2, block_len=1, max_new_tokens=1, seed=0, keep_laws=True
+    )
     it = r.iterations[0]
     np.testing.assert_allclose(it.p, laws64(it.target_logits, T), rtol=0, atol=0)
 
@@ -222,8 +254,9 @@ def test_laws_of_the_engine_are_laws64(pair8):
 def test_causal_optimal_runs_and_attains_the_causal_bound(pair6):
     """causal_optimal through the engine (its LP reads the live models off the tree: extra target
     calls, counted); its exact E[τ | context] equals the causal bound there (LP tolerance 1e-8)."""
-    r = speculative_sample(pair6, [2, 5], verifier="causal_optimal", num_drafts=2, block_len=2, max_new_tokens=1,
-                           seed=0, keep_laws=True)
+    r = speculative_sample(
+        pair6, [2, 5], verifier="causal_optimal", num_drafts=2, block_len=2, max_new_tokens=1, seed=0, keep_laws=True
+    )
     assert r.iterations[0].target_calls > 1
     (m,) = measure_run(r, pair6)
     assert m.given_context == pytest.approx(m.causal[0], abs=1e-8)
@@ -235,8 +268,20 @@ def test_compare_end_to_end_section(tmp_path):
 
     from otbound.compare import main
 
-    out = main(["--end-to-end", "--out", str(tmp_path), "--e2e-verifiers", "rrs", "block", "--e2e-prompts", "1",
-                "--e2e-tokens", "4"])
+    out = main(
+        [
+            "--end-to-end",
+            "--out",
+            str(tmp_path),
+            "--e2e-verifiers",
+            "rrs",
+            "block",
+            "--e2e-prompts",
+            "1",
+            "--e2e-tokens",
+            "4",
+        ]
+    )
     md = (out / "report.md").read_text()
     assert "## End to end" in md and "| rrs | with_replacement | 2 | 2 |" in md and "| block |" in md
     assert (out / "end_to_end.png").exists()
@@ -258,10 +303,27 @@ def test_real_pair_first_token_follows_the_target():
     except ModelUnavailableError as exc:
         pytest.skip(f"offline Qwen pair not in the cache: {exc}")
     prompts = [encode_prompt(pair.tokenizer, p) for p in load_prompts("humaneval", 1) + load_prompts("mtbench", 1)]
-    laws = [laws64(forward(pair.target, torch.tensor([p]), keep=1)[0, -1, : pair.vocab_size].numpy(), T) for p in prompts]
+    laws = [
+        laws64(forward(pair.target, torch.tensor([p]), keep=1)[0, -1, : pair.vocab_size].numpy(), T) for p in prompts
+    ]
     for verifier, lossless in (("rrs", True), (TrustFirstDraft(), False)):
-        samples = [[(speculative_sample(pair, p, verifier=verifier, num_drafts=2, block_len=3, temperature=T,
-                                        max_new_tokens=1, seed=[j, s]).tokens[0],) for s in range(100)]
-                   for j, p in enumerate(prompts)]
+        samples = [
+            [
+                (
+                    speculative_sample(
+                        pair,
+                        p,
+                        verifier=verifier,
+                        num_drafts=2,
+                        block_len=3,
+                        temperature=T,
+                        max_new_tokens=1,
+                        seed=[j, s],
+                    ).tokens[0],
+                )
+                for s in range(100)
+            ]
+            for j, p in enumerate(prompts)
+        ]
         pv = g_test(samples, laws)
         assert (pv > LEVEL) == lossless, (verifier, pv)

@@ -27,27 +27,35 @@ This layer produces laws; it does not measure them. The measurements (:func:`mea
 :mod:`otbound.report` and stay importable from here (forwarded on first use).
 """
 
-from otbound.lm._blocks import BLOCKS_FORMAT, BlockRecord, collect_block_traces, lm_block_models, load_block_traces
+from otbound.lm._blocks import (
+    BLOCKS_FORMAT,
+    BlockRecord,
+    collect_block_traces,
+    lm_block_models,
+    load_block_traces,
+    tree_block_models,
+)
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
 from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
 from otbound.lm._offline import OFFLINE_MODELS
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_prompt, load_prompts, repo_prompts_dir
+from otbound.lm._specsample import Iteration, LiveModels, SpecSampleRun, resolve_verifier, speculative_sample
 from otbound.lm._speculative import GreedyRun, greedy_decode
-from otbound.lm._specsample import Iteration, SpecSampleRun, speculative_sample
 from otbound.lm._tiny import tiny_pair, tiny_prompts
 from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, trace_path
 from otbound.lm._wheels import cache_root
 from otbound.token.logits import laws_from_logits as laws64  # the law of a stored trace
 
 __all__ = [
-    "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "Iteration", "ModelPair",
+    "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "Iteration", "LiveModels",
+    "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "build_prompt_files", "cache_root", "check_same_tokenizer",
     "collect_block_traces", "collect_traces", "encode_prompt", "greedy_decode", "laws64", "lm_block_models",
     "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair", "repo_prompts_dir", "SpecSampleRun",
-    "speculative_sample", "tiny_pair", "tiny_prompts", "trace_path",
+    "resolve_verifier", "speculative_sample", "tiny_pair", "tiny_prompts", "trace_path", "tree_block_models",
     "verify_offline_model",
 ]
 

@@ -63,8 +63,8 @@ class Iteration(LogitLaws):
     context_length: tokens (prompt included) before the iteration. drafts: (K, L) drafted blocks.
     num_accepted: τ, draft tokens accepted. token: the correction (``bonus`` False) or bonus token;
     ``emitted`` = the τ accepted tokens then ``token``; ``num_kept`` of them were appended to the
-    output (fewer at ``max_new_tokens`` or after a stop token). target_calls: target forwards (1, plus live calls of a verifier that leaves the
-    tree). Times in seconds. With ``keep_laws=True``, the float32 logits along the tree:
+    output (fewer at ``max_new_tokens`` or after a stop token). target_calls: target forwards (1, plus live calls of a
+    verifier that leaves the tree). Times in seconds. With ``keep_laws=True``, the float32 logits along the tree:
     ``target_logits`` (K, L+1, V), ``draft_logits`` (K, L, V) (``p`` / ``q``: float64 laws).
     """
 
@@ -178,7 +178,10 @@ class _CachedModel:
         """Keep row ``row`` of a batched cache, cropped to ``length`` positions (at most what it holds)."""
         held = cache.layers[0].keys.shape[-2]
         self.length = min(length, held)
-        self.layers = [(lay.keys[row : row + 1, :, : self.length], lay.values[row : row + 1, :, : self.length]) for lay in cache.layers]
+        self.layers = [
+            (lay.keys[row : row + 1, :, : self.length], lay.values[row : row + 1, :, : self.length])
+            for lay in cache.layers
+        ]
 
 
 def _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens):
@@ -195,9 +198,18 @@ def _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_to
     return ids, k, int(block_len), float(temperature), check_positive_int(max_new_tokens, "max_new_tokens")
 
 
-def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, block_len: int = 4,
-                       temperature: float = 1.0, max_new_tokens: int = 32, seed=0,
-                       keep_laws: bool = False) -> SpecSampleRun:
+def speculative_sample(
+    pair,
+    prompt,
+    *,
+    verifier="rrs",
+    num_drafts: int = 2,
+    block_len: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 32,
+    seed=0,
+    keep_laws: bool = False,
+) -> SpecSampleRun:
     """Sample a continuation of ``prompt`` (token ids) from ``pair.target`` at ``temperature`` by
     multi-draft speculative decoding (module docstring): ``num_drafts`` blocks of ``block_len``
     tokens per target call, verified by ``verifier`` (a name in :data:`otbound.VERIFIERS` — tree
@@ -230,7 +242,7 @@ def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, blo
         t0 = time.perf_counter()
         drafts, q_logits, d_cache = _draft(draft, seq, k, length, sampling, v, temp, rng)
         t1 = time.perf_counter()
-        tail = seq[target.length:]
+        tail = seq[target.length :]
         p_logits, t_cache = target.run([tail + row for row in drafts.tolist()], keep=length + 1)
         p_logits = p_logits[:, :, :v].cpu().numpy()
         t2 = time.perf_counter()
@@ -257,14 +269,27 @@ def speculative_sample(pair, prompt, *, verifier="rrs", num_drafts: int = 2, blo
             seq.append(tok)
             if tok in stops:
                 break
-        it = Iteration(n, drafts, tau, int(emitted[-1]), tau == length, emitted, len(seq) - n, temp, calls,
-                       t1 - t0, t2 - t1, t3 - t2)
+        it = Iteration(
+            n,
+            drafts,
+            tau,
+            int(emitted[-1]),
+            tau == length,
+            emitted,
+            len(seq) - n,
+            temp,
+            calls,
+            t1 - t0,
+            t2 - t1,
+            t3 - t2,
+        )
         if keep_laws:
             it.target_logits = p_logits
             it.draft_logits = q_logits
         iterations.append(it)
-    return SpecSampleRun(ids, seq[len(ids):], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start,
-                         verifier)
+    return SpecSampleRun(
+        ids, seq[len(ids) :], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start, verifier
+    )
 
 
 def _draft(model: _CachedModel, seq, k, length, sampling, v, temperature, rng):
@@ -275,7 +300,7 @@ def _draft(model: _CachedModel, seq, k, length, sampling, v, temperature, rng):
         return drafts, None, None
     logits = []
     cache = None
-    feed = [seq[model.length:]] * k
+    feed = [seq[model.length :]] * k
     for depth in range(length):
         out, cache_new = model.run(feed, keep=1) if depth == 0 else _step(model, cache, drafts[:, depth - 1 : depth])
         cache = cache_new

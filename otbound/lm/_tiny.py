@@ -6,8 +6,14 @@ import numpy as np
 
 from otbound.lm._models import random_pair
 
-TINY_SHAPE = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=64, initializer_range=0.3)
+TINY_SHAPE = dict(
+    num_hidden_layers=2,
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    initializer_range=0.3,
+)
 
 
 def tiny_pair(vocab_size: int = 12, *, noise: float = 0.5, seed: int = 0):
@@ -32,4 +38,3 @@ def tiny_prompts(pair, num: int, length: int = 4, seed: int = 0) -> list:
     """``num`` random prompts of ``length`` token ids over ``pair``'s vocabulary (seeded)."""
     rng = np.random.default_rng(seed)
     return rng.integers(0, pair.vocab_size, size=(num, length)).tolist()
-

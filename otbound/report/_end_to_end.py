@@ -18,7 +18,8 @@ For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, 
   2310.15141, theory.md §1). ``τ = Σ_d 1[node d reached and accepted]`` and a reached node accepts
   with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
 * ``per_level`` / ``causal`` — the block bounds on ``E[τ | c_i]`` for K i.i.d. blocks
-  (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small, ``(K − 1)·V^{2L} ≤ exact_lp_cells``,
+  (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small,
+  ``(K − 1)·V^{2L} ≤ exact_lp_cells``,
   else the certified top-``m`` bracket :func:`otbound.block_bound_bracket`, reported as
   ``(lower, upper)``); they bound every lossless verifier with i.i.d. drafts (not the
   without-replacement / greedy tree laws: reported as None there).
@@ -40,12 +41,11 @@ import numpy as np
 from otbound._validation import InvalidInputError
 from otbound.block import block_bound, block_bound_bracket
 from otbound.block.verifiers import BLOCK_VERIFIERS, MultiPathVerifier
-from otbound.lm._blocks import tree_block_models
-from otbound.lm._specsample import LiveModels, resolve_verifier, speculative_sample
-from otbound.lm._tiny import tiny_pair, tiny_prompts
+from otbound.lm import LiveModels, resolve_verifier, speculative_sample, tiny_pair, tiny_prompts, tree_block_models
 from otbound.report._measure import cluster_mean_ci
 from otbound.token import optimal_acceptance
 from otbound.token.verifiers import VERIFIERS, support_tuples
+
 
 @dataclass
 class IterationMeasure:
@@ -82,7 +82,11 @@ def tree_expected_accepted(verifier, target, draft, num_drafts: int, block_len: 
                 total = 0.0
                 for w, tup, law in zip(weights, tuples, laws, strict=True):
                     ys, counts = np.unique(tup, return_counts=True)
-                    total += w * sum(law[y] * (1.0 + f(node + (int(y),), int(c))) for y, c in zip(ys, counts, strict=True) if law[y] > 0)
+                    total += w * sum(
+                        law[y] * (1.0 + f(node + (int(y),), int(c)))
+                        for y, c in zip(ys, counts, strict=True)
+                        if law[y] > 0
+                    )
                 memo[key] = total
         if memo[key] is None:
             raise InvalidInputError(f"verifier {verifier.name!r} has no exact acceptance at K = {m} here")
@@ -91,8 +95,17 @@ def tree_expected_accepted(verifier, target, draft, num_drafts: int, block_len: 
     return float(f((), num_drafts))
 
 
-def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, exact_max_tuples: int = 25_000, exact_block_tuples: int = 2_000,
-                exact_lp_cells: int = 25_000, top_m: int = 4) -> list[IterationMeasure]:
+def measure_run(
+    run,
+    pair,
+    *,
+    exact_context: bool = True,
+    bounds: bool = True,
+    exact_max_tuples: int = 25_000,
+    exact_block_tuples: int = 2_000,
+    exact_lp_cells: int = 25_000,
+    top_m: int = 4,
+) -> list[IterationMeasure]:
     """One :class:`IterationMeasure` per iteration of ``run`` (made with ``keep_laws=True``)."""
     k, length, v = run.num_drafts, run.block_len, pair.vocab_size
     if length == 0:
@@ -102,7 +115,9 @@ def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, e
     out = []
     for i, it in enumerate(run.iterations):
         if it.target_logits is None:
-            raise InvalidInputError("measure_run needs the laws along the tree: run speculative_sample with keep_laws=True")
+            raise InvalidInputError(
+                "measure_run needs the laws along the tree: run speculative_sample with keep_laws=True"
+            )
         live = LiveModels(pair, run.context(i), run.temperature)
         p, q = it.p, it.q
         tm, dm = tree_block_models(it.drafts, p, q, default_target=live.target, default_draft=live.draft)
@@ -116,7 +131,9 @@ def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, e
                 opt += optimal_acceptance(p[r, depth], q[r, depth], rows.size, sampling)
             m.acceptance_sum, m.alpha_sum = acc, float(opt)
         if exact_context:
-            m.given_context = _given_context(token, block, live.models, v, k, length, exact_max_tuples, exact_block_tuples)
+            m.given_context = _given_context(
+                token, block, live.models, v, k, length, exact_max_tuples, exact_block_tuples
+            )
         if bounds and sampling == "with_replacement":
             tgt, drf = live.models()
             if (k - 1) * v ** (2 * length) <= exact_lp_cells:
@@ -124,8 +141,10 @@ def measure_run(run, pair, *, exact_context: bool = True, bounds: bool = True, e
                 cb = block_bound(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind="causal")
                 m.per_level, m.causal, m.causal_levels = (pl, pl), (cb.value, cb.value), cb.levels
             else:
-                br = [block_bound_bracket(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind=kind, top_m=top_m)
-                      for kind in ("per_level", "causal")]
+                br = [
+                    block_bound_bracket(tgt, drf, vocab_size=v, num_drafts=k, block_len=length, kind=kind, top_m=top_m)
+                    for kind in ("per_level", "causal")
+                ]
                 m.per_level, m.causal = [(b.lower, b.upper) for b in br]
         out.append(m)
     return out
@@ -190,9 +209,21 @@ def _mean_or_none(values):
     return None if not vals or any(x is None for x in vals) else float(np.mean(vals))
 
 
-def end_to_end_rows(pair, prompts, *, verifiers, num_drafts=(2,), block_lens=(2,), temperature: float = 1.0,
-                    max_new_tokens: int = 24, seed: int = 0, exact_context: bool = True, bounds: bool = True,
-                    top_m: int = 4, progress: bool = True) -> list[EndToEndRow]:
+def end_to_end_rows(
+    pair,
+    prompts,
+    *,
+    verifiers,
+    num_drafts=(2,),
+    block_lens=(2,),
+    temperature: float = 1.0,
+    max_new_tokens: int = 24,
+    seed: int = 0,
+    exact_context: bool = True,
+    bounds: bool = True,
+    top_m: int = 4,
+    progress: bool = True,
+) -> list[EndToEndRow]:
     """Run plain sampling and every verifier (names of :data:`otbound.VERIFIERS` /
     :data:`otbound.BLOCK_VERIFIERS`) for each K and L on ``prompts`` (token-id lists), measure
     every iteration (:func:`measure_run`) and aggregate one :class:`EndToEndRow` per cell. A
@@ -202,7 +233,9 @@ def end_to_end_rows(pair, prompts, *, verifiers, num_drafts=(2,), block_lens=(2,
     prompts = [list(p) for p in prompts]
     plain_s, plain_n = 0.0, 0
     for j, pr in enumerate(prompts):
-        r = speculative_sample(pair, pr, block_len=0, temperature=temperature, max_new_tokens=max_new_tokens, seed=[seed, j])
+        r = speculative_sample(
+            pair, pr, block_len=0, temperature=temperature, max_new_tokens=max_new_tokens, seed=[seed, j]
+        )
         plain_s += r.seconds
         plain_n += len(r.tokens)
     plain = plain_s / max(plain_n, 1)
@@ -210,9 +243,20 @@ def end_to_end_rows(pair, prompts, *, verifiers, num_drafts=(2,), block_lens=(2,
     rows = []
     for name, k, length in tqdm(cells, desc="end-to-end", disable=not progress):
         try:
-            runs = [speculative_sample(pair, pr, verifier=name, num_drafts=k, block_len=length, temperature=temperature,
-                                       max_new_tokens=max_new_tokens, seed=[seed, j], keep_laws=True)
-                    for j, pr in enumerate(prompts)]
+            runs = [
+                speculative_sample(
+                    pair,
+                    pr,
+                    verifier=name,
+                    num_drafts=k,
+                    block_len=length,
+                    temperature=temperature,
+                    max_new_tokens=max_new_tokens,
+                    seed=[seed, j],
+                    keep_laws=True,
+                )
+                for j, pr in enumerate(prompts)
+            ]
         except InvalidInputError:
             continue
         meas, clusters = [], []
@@ -236,8 +280,16 @@ def _row(runs, meas, clusters, plain_seconds_per_token, length):
     seconds = sum(r.seconds for r in runs)
     r0 = runs[0]
     return EndToEndRow(
-        verifier=r0.verifier, sampling=r0.sampling, num_drafts=r0.num_drafts, block_len=length, iterations=len(meas),
-        mean_accepted=mean, accepted_ci=ci, given_drafts=float(given.mean()), residual=res, residual_ci=res_ci,
+        verifier=r0.verifier,
+        sampling=r0.sampling,
+        num_drafts=r0.num_drafts,
+        block_len=length,
+        iterations=len(meas),
+        mean_accepted=mean,
+        accepted_ci=ci,
+        given_drafts=float(given.mean()),
+        residual=res,
+        residual_ci=res_ci,
         given_context=_mean_or_none(m.given_context for m in meas),
         acceptance_sum=_mean_or_none(m.acceptance_sum for m in meas) if meas[0].alpha_sum is not None else None,
         alpha_sum=_mean_or_none(m.alpha_sum for m in meas),
@@ -255,6 +307,7 @@ def _row(runs, meas, clusters, plain_seconds_per_token, length):
 
 def end_to_end_markdown(rows, meta: dict) -> str:
     """The report section: one table row per (verifier, K, L)."""
+
     def f(x, nd=3):
         return "—" if x is None else f"{x:.{nd}f}"
 
@@ -274,15 +327,16 @@ def end_to_end_markdown(rows, meta: dict) -> str:
         "optimum α* of its draft law summed over the nodes it verified (E[τ] = E[Σα_V] ≤ E[Σα*]); per-level, "
         "causal: block bounds for K i.i.d. blocks (brackets where truncated; — for non-i.i.d. draft laws).",
         "",
-        "| verifier | law | K | L | iters | τ ± 95% | E[τ|drafts] | residual ± 95% | E[τ|ctx] | Σα_V | Σα* | per-level | causal "
-        "| P(τ≥ℓ), ℓ=1..L | tokens/call | speed-up |",
+        "| verifier | law | K | L | iters | τ ± 95% | E[τ|drafts] | residual ± 95% | E[τ|ctx] | Σα_V | Σα* "
+        "| per-level | causal | P(τ≥ℓ), ℓ=1..L | tokens/call | speed-up |",
         "|---" * 16 + "|",
     ]
     for r in rows:
         pos = ", ".join(f"{x:.2f}" for x in r.position_acceptance)
         lines.append(
-            f"| {r.verifier} | {r.sampling} | {r.num_drafts} | {r.block_len} | {r.iterations} | {r.mean_accepted:.3f} ± "
-            f"{r.accepted_ci:.3f} | {r.given_drafts:.3f} | {r.residual:+.3f} ± {r.residual_ci:.3f} | {f(r.given_context)} | "
+            f"| {r.verifier} | {r.sampling} | {r.num_drafts} | {r.block_len} | {r.iterations} | "
+            f"{r.mean_accepted:.3f} ± {r.accepted_ci:.3f} | {r.given_drafts:.3f} | "
+            f"{r.residual:+.3f} ± {r.residual_ci:.3f} | {f(r.given_context)} | "
             f"{f(r.acceptance_sum)} | {f(r.alpha_sum)} | {br(r.per_level_lower, r.per_level_upper)} | "
             f"{br(r.causal_lower, r.causal_upper)} | {pos} | {r.tokens_per_call:.2f} | {r.speedup:.2f} |"
         )
@@ -301,10 +355,28 @@ def end_to_end_figure(rows, path):
     fig, axes = plots.figure(ncols=2, height=2.8)
     ax = axes[0, 0]
     x = np.arange(len(sel))
-    ax.errorbar(x, [r.mean_accepted for r in sel], yerr=[r.accepted_ci for r in sel], fmt="o", label="empirical τ (95%)")
+    ax.errorbar(
+        x, [r.mean_accepted for r in sel], yerr=[r.accepted_ci for r in sel], fmt="o", label="empirical τ (95%)"
+    )
     ax.plot(x, [np.nan if r.given_context is None else r.given_context for r in sel], "x", label="exact E[τ | context]")
-    ax.plot(x, [np.nan if r.causal_upper is None else r.causal_upper for r in sel], "_", ms=12, mew=2, color="k", label="causal bound")
-    ax.plot(x, [np.nan if r.alpha_sum is None else r.alpha_sum for r in sel], "_", ms=12, mew=2, color="C3", label="Σ α* at visited nodes")
+    ax.plot(
+        x,
+        [np.nan if r.causal_upper is None else r.causal_upper for r in sel],
+        "_",
+        ms=12,
+        mew=2,
+        color="k",
+        label="causal bound",
+    )
+    ax.plot(
+        x,
+        [np.nan if r.alpha_sum is None else r.alpha_sum for r in sel],
+        "_",
+        ms=12,
+        mew=2,
+        color="C3",
+        label="Σ α* at visited nodes",
+    )
     ax.set_xticks(x, [r.verifier for r in sel], rotation=60, ha="right")
     ax.set_ylabel("accepted tokens per iteration")
     ax.set_title(f"K = {k}, L = {length}")
@@ -336,17 +408,32 @@ def end_to_end_section(args, out):
     else:
         from otbound.lm import encode_prompt, load_pair, load_prompts
 
-        pair = load_pair(tuple(args.e2e_pair.split(",")) if "," in args.e2e_pair else args.e2e_pair, device="cpu",
-                         dtype="float32")
+        pair = load_pair(
+            tuple(args.e2e_pair.split(",")) if "," in args.e2e_pair else args.e2e_pair, device="cpu", dtype="float32"
+        )
         per = max(1, args.e2e_prompts // len(args.datasets))
         prompts = [encode_prompt(pair.tokenizer, p) for d in args.datasets for p in load_prompts(d, per)]
     names = args.e2e_verifiers or list(VERIFIERS) + list(BLOCK_VERIFIERS)
     temperature = (args.temperature or [1.0])[0]
     real = args.e2e_pair != "tiny"
-    rows = end_to_end_rows(pair, prompts, verifiers=names, num_drafts=args.e2e_drafts, block_lens=args.e2e_lens,
-                           temperature=temperature, max_new_tokens=args.e2e_tokens, seed=args.seed,
-                           exact_context=not real)
-    meta = {"pair": pair.name, "prompts": len(prompts), "new tokens per prompt": args.e2e_tokens, "T": temperature,
-            "seed": args.seed, "seconds": round(time.perf_counter() - t0, 1)}
+    rows = end_to_end_rows(
+        pair,
+        prompts,
+        verifiers=names,
+        num_drafts=args.e2e_drafts,
+        block_lens=args.e2e_lens,
+        temperature=temperature,
+        max_new_tokens=args.e2e_tokens,
+        seed=args.seed,
+        exact_context=not real,
+    )
+    meta = {
+        "pair": pair.name,
+        "prompts": len(prompts),
+        "new tokens per prompt": args.e2e_tokens,
+        "T": temperature,
+        "seed": args.seed,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     fig = end_to_end_figure(rows, out / "end_to_end")
     return [dict(r.as_dict(), section="end_to_end") for r in rows], end_to_end_markdown(rows, meta), fig
