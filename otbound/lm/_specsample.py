@@ -218,7 +218,7 @@ def speculative_sample(
 
     Stops after a stop token (kept) or ``max_new_tokens``. ``seed``: numpy seed of every random
     decision (drafts and verification). ``keep_laws``: keep each iteration's logits along the tree
-    (for :func:`otbound.lm.measure_run`; ``K(2L+1)·V·4`` bytes per iteration).
+    (for :func:`otbound.report.measure_run`; ``K(2L+1)·V·4`` bytes per iteration).
     """
     ids, k, length, temp, limit = _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens)
     if length == 0:
@@ -270,18 +270,18 @@ def speculative_sample(
             if tok in stops:
                 break
         it = Iteration(
-            n,
-            drafts,
-            tau,
-            int(emitted[-1]),
-            tau == length,
-            emitted,
-            len(seq) - n,
-            temp,
-            calls,
-            t1 - t0,
-            t2 - t1,
-            t3 - t2,
+            context_length=n,
+            drafts=drafts,
+            num_accepted=tau,
+            token=int(emitted[-1]),
+            bonus=tau == length,
+            emitted=emitted,
+            num_kept=len(seq) - n,
+            temperature=temp,
+            target_calls=calls,
+            draft_seconds=t1 - t0,
+            target_seconds=t2 - t1,
+            verify_seconds=t3 - t2,
         )
         if keep_laws:
             it.target_logits = p_logits
