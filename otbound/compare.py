@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from otbound import plots, reports
 from otbound._validation import InvalidInputError
@@ -51,50 +51,64 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
     return softmax(lp), softmax(lq)
 
 
-def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000):
-    """Table rows on random laws; ``max_plan_cells`` caps the ``ot`` verifier's LP plan (|V|^(K+1)
-    entries) so the report stays fast: larger cells are reported as not run."""
+def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000,
+                   *, engine="local", address=None, out=None, progress=True):
+    """Table rows on random laws, one shard per (family, T) cell (:func:`synthetic_cell`, its seed
+    derived from ``seed`` and the cell), run by ``engine`` (see :func:`otbound.lm.run_real_report`)
+    and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``."""
+    from otbound._distributed import Shard, make_executor, run_shards
+
+    shards = [Shard(f"synthetic-{family}-T{float(t):g}", synthetic_cell, dict(
+        family=family, vocab_size=vocab_size, temperature=float(t), num_drafts_list=[int(k) for k in num_drafts_list],
+        instances=instances, mc_samples=mc_samples, seed=seed, max_plan_cells=max_plan_cells), size=instances)
+        for family in families for t in temperatures]
+    cells = run_shards(shards, out, make_executor(engine, address=address), progress=progress, desc="synthetic laws",
+                       unit="instances")
+    return [r for c in cells for r in c["rows"]], sorted({s for c in cells for s in c["skipped"]})
+
+
+def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed, max_plan_cells) -> dict:
+    """``{"rows", "skipped"}`` of one (family, T) cell; ``max_plan_cells`` caps the ``ot``
+    verifier's LP plan (|V|^(K+1) entries) so the report stays fast: larger cells are reported as
+    not run. Random numbers from ``default_rng([seed, crc32("family|T")])``."""
     from otbound.verifiers import VERIFIERS, OTVerifier
 
     verifiers = {**VERIFIERS, "ot": OTVerifier(max_plan_cells=max_plan_cells)}
-
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([int(seed), zlib.crc32(f"{family}|{float(temperature)!r}".encode())])
     rows, skipped = [], set()
-    jobs = [(f, t) for f in families for t in temperatures]
-    for family, temperature in tqdm(jobs, desc="synthetic laws", file=sys.stderr):
-        pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
-        for k in num_drafts_list:
-            per = {}
-            for p, q in pairs:
-                bound = {law: optimal_acceptance(p, q, k, law) for law in ("with_replacement", "without_replacement", "greedy")}
-                for law, a in bound.items():
-                    per.setdefault((law, "optimal", "exact"), []).append((a, a))
-                for name, ver in verifiers.items():
-                    try:
-                        acc, method = ver.acceptance_or_estimate(p, q, k, mc_samples, rng)
-                    except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
-                        skipped.add(f"{name} at K={k}: {err}")
-                        continue
-                    per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
-            for (law, name, method), vals in per.items():
-                acc, ci = reports.mean_ci([a for a, _ in vals])
-                opt = float(np.mean([o for _, o in vals]))
-                rows.append(
-                    dict(
-                        dataset=f"{family} (V={vocab_size})",
-                        temperature=temperature,
-                        num_drafts=k,
-                        sampling=law,
-                        verifier=name,
-                        acceptance=acc,
-                        acceptance_ci=ci,
-                        optimal=opt,
-                        efficiency=acc / opt if opt > 0 else float("nan"),
-                        positions=len(vals),
-                        method=method,
-                    )
+    pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
+    for k in num_drafts_list:
+        per = {}
+        for p, q in pairs:
+            bound = {law: optimal_acceptance(p, q, k, law) for law in ("with_replacement", "without_replacement", "greedy")}
+            for law, a in bound.items():
+                per.setdefault((law, "optimal", "exact"), []).append((a, a))
+            for name, ver in verifiers.items():
+                try:
+                    acc, method = ver.acceptance_or_estimate(p, q, k, mc_samples, rng)
+                except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
+                    skipped.add(f"{name} at K={k}: {err}")
+                    continue
+                per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
+        for (law, name, method), vals in per.items():
+            acc, ci = reports.mean_ci([a for a, _ in vals])
+            opt = float(np.mean([o for _, o in vals]))
+            rows.append(
+                dict(
+                    dataset=f"{family} (V={vocab_size})",
+                    temperature=temperature,
+                    num_drafts=k,
+                    sampling=law,
+                    verifier=name,
+                    acceptance=acc,
+                    acceptance_ci=ci,
+                    optimal=opt,
+                    efficiency=acc / opt if opt > 0 else float("nan"),
+                    positions=len(vals),
+                    method=method,
                 )
-    return rows, sorted(skipped)
+            )
+    return {"rows": rows, "skipped": sorted(skipped)}
 
 
 def token_figure(rows, out: Path) -> Path:
@@ -148,6 +162,14 @@ def parse_args(argv=None):
     ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engine", choices=("local", "ray"), default="local",
+                    help="run the shards in this process, or on Ray actors (pip install 'otbound[ray]'); the report "
+                         "is identical either way (default: %(default)s)")
+    ap.add_argument("--address", default=None,
+                    help="Ray cluster address (e.g. 10.0.0.1:6379 or 'auto'); default: start a local Ray instance")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="Ray actors (default: one per GPU of the cluster, else one per CPU)")
+    ap.add_argument("--prompts-per-shard", type=int, default=8, help="prompts per shard of the real-model report")
     return ap.parse_args(argv)
 
 
@@ -155,10 +177,19 @@ def main(argv=None) -> Path:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    from otbound._distributed import make_executor
+
+    try:
+        engine = make_executor(args.engine, address=args.address,
+                               **({"num_workers": args.workers} if args.engine == "ray" else {}))
+    except InvalidInputError as exc:
+        print(f"python -m otbound.compare: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     if args.synthetic:
         ks = args.num_drafts or [1, 2, 4, 8]
         temps = args.temperature or [0.7, 1.0, 1.5]
-        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed)
+        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed,
+                                       engine=engine, out=out)
         meta = {"mode": "synthetic", "vocabulary": args.vocab_size, "instances per cell": args.instances, "seed": args.seed}
     else:
         from otbound.lm import run_real_report
@@ -174,6 +205,8 @@ def main(argv=None) -> Path:
             out=out,
             mc_samples=args.mc_samples or 16,
             seed=args.seed,
+            prompts_per_shard=args.prompts_per_shard,
+            engine=engine,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {"mode": "language models", "pair": args.pair, "prompts per dataset": args.num_prompts, "new tokens": args.max_new_tokens, "seed": args.seed}
@@ -184,7 +217,8 @@ def main(argv=None) -> Path:
     if args.block:
         from otbound._report_block import block_section
 
-        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000)
+        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000,
+                                        engine=engine, out=out)
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows
         sections.append(_block_markdown(block_rows))
