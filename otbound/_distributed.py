@@ -125,23 +125,28 @@ class RayExecutor:
     executor of one driver process shares them and the models they have loaded."""
 
     def __init__(self, *, address: str | None = None, num_workers: int | None = None, num_cpus: int | None = None,
-                 max_restarts: int = 3, max_task_retries: int = 3, init_kwargs: dict | None = None):
+                 max_restarts: int = 3, max_task_retries: int = 3):
         ray = require_ray()
         self.ray = ray
-        if not ray.is_initialized():
+        if num_workers is not None:
+            num_workers = check_positive_int(num_workers, "num_workers")
+        if not ray.is_initialized():  # (a Ray session this process already started is used as it is)
             kwargs = dict(include_dashboard=False, log_to_driver=False)
             if address is None:
                 # workers import otbound from the same place as this process (e.g. a source checkout)
                 root = str(Path(__file__).resolve().parent.parent)
                 path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-                kwargs.update(num_cpus=num_cpus, runtime_env={"env_vars": {"PYTHONPATH": path}})
+                kwargs.update(num_cpus=num_cpus or max(os.cpu_count() or 1, num_workers or 1),
+                              runtime_env={"env_vars": {"PYTHONPATH": path}})
             else:
                 kwargs.update(address=address)
-            kwargs.update(init_kwargs or {})
             ray.init(**kwargs)
         self.gpus = int(ray.cluster_resources().get("GPU", 0))
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.num_workers = check_positive_int(num_workers or self.gpus or max(1, cpus), "num_workers")
+        slots = self.gpus or int(ray.cluster_resources().get("CPU", 1))
+        self.num_workers = num_workers or slots
+        if self.num_workers > slots:
+            raise InvalidInputError(f"{self.num_workers} workers need {self.num_workers} {'GPUs' if self.gpus else 'CPUs'}; "
+                                    f"the Ray cluster has {slots}")
         resources = {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
         cls = ray.remote(ShardWorker)
         self.actors = [cls.options(name=f"otbound-worker-{i}", get_if_exists=True, max_restarts=max_restarts,

@@ -173,3 +173,5 @@ def test_ray_worker_killed_mid_shard(ray_cluster, prompts_file, tmp_path):
     assert len(stored) == 6 and all(c["worker"].split(":")[-1] != str(killed) for c in stored.values())
     assert sum(len(c["result"]) for c in stored.values()) == 10  # each (prompt, T) once
     assert killed not in executor.worker_pids()  # the killed actor was restarted in a new process
+    with pytest.raises(InvalidInputError, match="cluster has 2"):
+        RayExecutor(num_workers=3)
