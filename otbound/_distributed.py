@@ -157,6 +157,9 @@ class RayExecutor:
         from ray.exceptions import RayActorError
 
         queue = list(reversed(list(shards)))
+        if any(hasattr(s.loader, "target") for s in queue):
+            raise InvalidInputError("Ray workers load their own copy of a model pair: give a registered name, "
+                                    "(draft, target) ids/paths or a picklable loader, not a loaded pair")
         running = {}  # object ref -> (shard, actor)
         idle = list(self.actors)
         while queue or running:

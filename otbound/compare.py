@@ -10,6 +10,10 @@ vocabulary at several temperatures; for each K the optimum α* of every draft la
 acceptance (exact where the verifier has a closed form or exact recursion, else Monte Carlo with the
 sample count stated) and efficiency = acceptance / α*. ``--block`` adds the block-level section.
 Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
+
+Every mode runs as checkpointed shards (``<out>/shards``, resumable); ``--engine ray [--address
+ADDRESS]`` runs them on Ray actors (a local Ray instance without an address) with a report
+identical to the default in-process run (see :mod:`otbound._distributed`).
 """
 
 from __future__ import annotations

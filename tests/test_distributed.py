@@ -175,3 +175,5 @@ def test_ray_worker_killed_mid_shard(ray_cluster, prompts_file, tmp_path):
     assert killed not in executor.worker_pids()  # the killed actor was restarted in a new process
     with pytest.raises(InvalidInputError, match="cluster has 2"):
         RayExecutor(num_workers=3)
+    with pytest.raises(InvalidInputError, match="not a loaded pair"):
+        run_real_report(tiny_pair(), engine=executor, **report_kwargs(prompts_file, tmp_path / "loaded"))
