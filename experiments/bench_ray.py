@@ -47,10 +47,12 @@ def main(argv=None):
     work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
     rng = np.random.default_rng(0)
     data = work / "bench.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"p{i}", "token_ids": rng.integers(0, 256, int(rng.integers(4, 16))).tolist()})
-                            + "\n" for i in range(args.prompts)))
-    kwargs = dict(datasets=[data], num_prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperatures=(0.7, 1.0),
-                  num_drafts=(2,), verifiers=["rrs", "kseq", "spechub", "greedy"], mc_samples=16,
+    lines = [{"prompt": f"p{i}", "token_ids": rng.integers(0, 256, int(rng.integers(4, 16))).tolist()}
+             for i in range(args.prompts)]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    kwargs = dict(datasets=[data], num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                  temperatures=(0.7, 1.0), num_drafts=(2,), verifiers=["rrs", "kseq", "spechub", "greedy"],
+                  mc_samples=16,
                   prompts_per_shard=args.prompts_per_shard, progress=False)
     runs = iter(range(10**6))
 
@@ -75,8 +77,9 @@ def main(argv=None):
             times[name].append(seconds)
             reports.setdefault(name, report)
     assert len(set(reports.values())) == 1, "engines disagree"
-    print(f"\n{args.prompts} prompts x 2 temperatures, {args.max_new_tokens} new tokens, {args.prompts_per_shard} prompts "
-          f"per shard, hidden {args.hidden}, V = {args.vocab}; {os.cpu_count()} CPUs; median of {args.repeats}\n")
+    print(f"\n{args.prompts} prompts x 2 temperatures, {args.max_new_tokens} new tokens, "
+          f"{args.prompts_per_shard} prompts per shard, hidden {args.hidden}, V = {args.vocab}; {os.cpu_count()} CPUs; "
+          f"median of {args.repeats}\n")
     base = statistics.median(times["local"])
     print("| engine | median s | runs (s) | speed-up vs local |\n|---|---|---|---|")
     for name, ts in times.items():

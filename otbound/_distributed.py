@@ -145,7 +145,8 @@ class RayExecutor:
         slots = self.gpus or int(ray.cluster_resources().get("CPU", 1))
         self.num_workers = num_workers or slots
         if self.num_workers > slots:
-            raise InvalidInputError(f"{self.num_workers} workers need {self.num_workers} {'GPUs' if self.gpus else 'CPUs'}; "
+            kind = "GPUs" if self.gpus else "CPUs"
+            raise InvalidInputError(f"{self.num_workers} workers need {self.num_workers} {kind}; "
                                     f"the Ray cluster has {slots}")
         resources = {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
         cls = ray.remote(ShardWorker)
@@ -232,16 +233,17 @@ def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str =
                count=None, unit: str = "units") -> list:
     """Results of ``shards`` in their order: from ``<out>/shards/<id>.json`` where a matching
     checkpoint exists, else computed by ``executor`` (default :class:`LocalExecutor`) and
-    checkpointed as they arrive (``out=None``: no checkpoints). Every result is read back from its checkpoint (a JSON round trip),
-    so fresh, resumed and distributed runs merge the same values. The progress bar counts shards'
-    sizes and shows ``count(result)`` ``unit`` per second (default: the shards' sizes) and the
-    shards done per worker."""
+    checkpointed as they arrive (``out=None``: no checkpoints). Every result is read back from its
+    checkpoint (a JSON round trip), so fresh, resumed and distributed runs merge the same values.
+    The progress bar counts shards' sizes and shows ``count(result)`` ``unit`` per second (default:
+    the shards' sizes) and the shards done per worker."""
     from tqdm.auto import tqdm
 
     shards = list(shards)
     ids = [s.id for s in shards]
     if len(set(ids)) != len(ids):
-        raise InvalidInputError(f"shard ids must be unique, got duplicates {sorted(i for i, n in Counter(ids).items() if n > 1)}")
+        twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+        raise InvalidInputError(f"shard ids must be unique, got duplicates {twice}")
     executor = executor or LocalExecutor()
     results = {s.id: None if out is None else _read_checkpoint(out, s) for s in shards}
     todo = [s for s in shards if results[s.id] is None]
