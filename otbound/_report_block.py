@@ -74,7 +74,8 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
         ver = BLOCK_VERIFIERS[name]
         if exact:
             value = ver.expected_accepted(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length)
-            rows.append({"kind": "verifier", "name": name, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0})
+            rows.append({"kind": "verifier", "name": name, **common, "expected_accepted": value, "method": "exact",
+                         "stderr": 0.0})
         else:
             tau = ver.conditional_accepted(target, draft, drafts)
             rows.append(

@@ -55,8 +55,8 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
     return softmax(lp), softmax(lq)
 
 
-def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000,
-                   *, engine="local", address=None, out=None, progress=True):
+def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed,
+                   max_plan_cells=100_000, *, engine="local", address=None, out=None, progress=True):
     """Table rows on random laws, one shard per (family, T) cell (:func:`synthetic_cell`, its seed
     derived from ``seed`` and the cell), run by ``engine`` (see :func:`otbound.lm.run_real_report`)
     and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``."""
@@ -71,7 +71,8 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
     return [r for c in cells for r in c["rows"]], sorted({s for c in cells for s in c["skipped"]})
 
 
-def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed, max_plan_cells) -> dict:
+def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed,
+                   max_plan_cells) -> dict:
     """``{"rows", "skipped"}`` of one (family, T) cell; ``max_plan_cells`` caps the ``ot``
     verifier's LP plan (|V|^(K+1) entries) so the report stays fast: larger cells are reported as
     not run. Random numbers from ``default_rng([seed, crc32("family|T")])``."""
@@ -84,7 +85,8 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
     for k in num_drafts_list:
         per = {}
         for p, q in pairs:
-            bound = {law: optimal_acceptance(p, q, k, law) for law in ("with_replacement", "without_replacement", "greedy")}
+            laws = ("with_replacement", "without_replacement", "greedy")
+            bound = {law: optimal_acceptance(p, q, k, law) for law in laws}
             for law, a in bound.items():
                 per.setdefault((law, "optimal", "exact"), []).append((a, a))
             for name, ver in verifiers.items():

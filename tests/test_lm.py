@@ -227,7 +227,8 @@ def test_user_jsonl(tmp_path):
     f.write_text('{"prompt": "pre-tokenised", "token_ids": [3, 0, 7]}\n')
     assert load_prompts(f)[0].token_ids == (3, 0, 7)
     for bad, msg in [('{"text": "a"}', "non-empty string"), ("{oops", "not valid JSON"),
-                     ('{"prompt": "a", "token_ids": [1, -2]}', "token_ids"), ('{"prompt": "a", "token_ids": []}', "token_ids"),
+                     ('{"prompt": "a", "token_ids": [1, -2]}', "token_ids"),
+                     ('{"prompt": "a", "token_ids": []}', "token_ids"),
                      ('{"prompt": "a", "id": 1}\n{"prompt": "b", "id": 1}', "duplicate")]:
         f.write_text(bad + "\n")
         with pytest.raises(InvalidInputError, match=msg):

@@ -123,8 +123,9 @@ def load_prompts(source, num_prompts: int | None = None) -> list[Prompt]:
                 raise InvalidInputError(f"{path}:{lineno}: duplicate prompt id {pid!r}")
             seen.add(pid)
             ids = row.get("token_ids")
-            if ids is not None and not (isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)):
-                raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of non-negative integers')
+            valid = isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)
+            if ids is not None and not valid:
+                raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of integers >= 0')
             prompts.append(Prompt(pid, dataset, row["prompt"], None if ids is None else tuple(ids)))
             if num_prompts is not None and len(prompts) >= num_prompts:
                 break

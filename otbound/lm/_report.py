@@ -60,9 +60,9 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
             for start in range(0, len(prompts), prompts_per_shard):
                 chunk = prompts[start:start + prompts_per_shard]
                 sid = f"real-{_store.safe_name(chunk[0].dataset)}-{_store.temperature_dir(temp)}-{start // prompts_per_shard}"
-                shards.append(Shard(sid, trace_shard, dict(
-                    prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid, max_new_tokens=max_new_tokens,
-                    batch_size=batch_size, seed=seed, **measure), pair=name, loader=pair, size=len(chunk)))
+                kwargs = dict(prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid,
+                              max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
+                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk)))
     per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
                            count=lambda res: sum(r["positions"] for r in res), unit="positions")
     results = [_int_keys(r) for res in per_shard for r in res]
