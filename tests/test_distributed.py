@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from otbound import compare  # noqa: E402
-from otbound._distributed import LocalExecutor, RayExecutor, Shard, make_executor, read_checkpoints, run_shards  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
 from otbound.lm import random_pair, run_real_report  # noqa: E402
+from otbound.report import LocalExecutor, RayExecutor, Shard, make_executor, read_checkpoints, run_shards  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 V = 259
