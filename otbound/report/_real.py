@@ -12,7 +12,7 @@ from pathlib import Path
 from otbound._io import write_text_atomic
 from otbound._validation import SAMPLINGS, check_positive_int, check_temperatures
 from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, trace_path
-from otbound.report._distributed import Shard, make_executor, pair_name, run_shards
+from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import _int_keys, aggregate, measure_trace
 
 
@@ -45,9 +45,10 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     """
     out = Path(out)
     name = pair_name(pair)
-    if not (hasattr(pair, "target") or callable(pair)):
-        pair = functools.partial(load_pair, pair, device=device, dtype=dtype, progress=False)
     executor = make_executor(engine, address=address)
+    if not (hasattr(pair, "target") or callable(pair)):  # download/conversion bars only in this process
+        pair = functools.partial(load_pair, pair, device=device, dtype=dtype,
+                                 progress=progress and isinstance(executor, LocalExecutor))
     prompts_per_shard = check_positive_int(prompts_per_shard, "prompts_per_shard")
     measure = dict(num_drafts=[int(k) for k in num_drafts], verifiers=None if verifiers is None else list(verifiers),
                    samplings=list(samplings), mc_samples=int(mc_samples))
