@@ -177,3 +177,9 @@ def test_ray_worker_killed_mid_shard(ray_cluster, prompts_file, tmp_path):
         RayExecutor(num_workers=3)
     with pytest.raises(InvalidInputError, match="not a loaded pair"):
         run_real_report(tiny_pair(), engine=executor, **report_kwargs(prompts_file, tmp_path / "loaded"))
+
+    # an actor lost for good (no restart left): its shard goes to the other one
+    ray_cluster.kill(executor.actors[0], no_restart=True)
+    shards = [Shard(f"s{i}", square, {"x": i}) for i in range(4)]
+    assert run_shards(shards, None, executor, progress=False) == [square(i) for i in range(4)]
+    assert len(executor.actors) == 1
