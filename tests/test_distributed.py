@@ -130,6 +130,15 @@ def test_a_restarted_driver_resumes_from_the_checkpoints(prompts_file, tmp_path)
     assert sum(len(c["result"]) for c in after.values()) == 10  # 5 prompts × 2 temperatures, each once
 
 
+def test_local_ray_workers_import_this_otbound(monkeypatch):
+    import otbound
+    from otbound.report._distributed import worker_pythonpath
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    first, *rest = worker_pythonpath().split(os.pathsep)
+    assert Path(first) / "otbound" == Path(otbound.__file__).resolve().parent and rest == ["/somewhere/else"]
+
+
 def test_engine_ray_without_ray_names_the_extra(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(SystemExit) as exc:

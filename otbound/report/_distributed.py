@@ -133,11 +133,8 @@ class RayExecutor:
         if not ray.is_initialized():  # (a Ray session this process already started is used as it is)
             kwargs = dict(include_dashboard=False, log_to_driver=False)
             if address is None:
-                # workers import otbound from the same place as this process (e.g. a source checkout)
-                root = str(Path(__file__).resolve().parent.parent)
-                path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
                 kwargs.update(num_cpus=num_cpus or max(os.cpu_count() or 1, num_workers or 1),
-                              runtime_env={"env_vars": {"PYTHONPATH": path}})
+                              runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath()}})
             else:
                 kwargs.update(address=address)
             ray.init(**kwargs)
@@ -183,6 +180,15 @@ class RayExecutor:
     def worker_pids(self) -> list[int]:
         """Process ids of the current actors (for monitoring and fault tests)."""
         return self.ray.get([a.pid.remote() for a in self.actors])
+
+
+def worker_pythonpath() -> str:
+    """``PYTHONPATH`` of local Ray workers: the folder holding the ``otbound`` package this process
+    imported (e.g. a source checkout), then this process's ``PYTHONPATH``."""
+    import otbound
+
+    root = str(Path(otbound.__file__).resolve().parent.parent)
+    return os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 def require_ray():
