@@ -33,7 +33,6 @@ import numpy as np
 import scipy.stats
 
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts
-from otbound.token_bounds import optimal_acceptance
 
 MEASURE_VERSION = 1
 
@@ -45,7 +44,7 @@ def _verifier_registry():
 
 
 def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
-                 seed=0) -> dict:
+                 seed=0, device=None, batch_size: int | None = None) -> dict:
     """Per-position measurements of laws ``p``, ``q`` (positions × V). Returns a JSON-ready dict::
 
         {"optimal": {sampling: {K: [α*_t ...]}},
@@ -53,36 +52,66 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
                                   "sampling": ..., "mc_samples": int | None}}},
          "skipped": {name: {K: reason}}}
 
-    ``verifiers``: names in :data:`otbound.VERIFIERS` (default: all). Exact acceptances are exact
-    to float64 rounding; Monte Carlo ones have standard error ≤ 0.5/√mc_samples per position.
+    ``verifiers``: names in :data:`otbound.VERIFIERS` (default: all). The bounds and the verifiers
+    of :data:`otbound.lm._engine.ENGINE_VERIFIERS` come from the batched engine
+    (:func:`otbound.lm._engine.measure_batch`, on ``device``: a torch device, default the device of
+    ``p`` if it is a tensor, else the CPU; ``batch_size`` positions per call); the others, and
+    ``rrs_wor`` at K ≥ 3 where enumeration is exact (tiny V), row by row through
+    ``verifier.acceptance``. Exact acceptances are exact to float64 rounding; the engine's Monte Carlo
+    (``rrs_wor``, K ≥ 3) averages ``mc_samples`` Rao–Blackwellised paths per position, the per-row
+    one ``mc_samples`` verified draft tuples (standard error ≤ 0.5/√mc_samples).
     """
+    from otbound.lm._engine import ENGINE_VERIFIERS, measure_rows
+
     registry = _verifier_registry()
     names = list(registry) if verifiers is None else list(verifiers)
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise InvalidInputError(f"unknown verifier(s) {unknown}; expected names in {sorted(registry)}")
     ks = [check_num_drafts(k) for k in np.atleast_1d(num_drafts).tolist()]
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
     needed = sorted(set(samplings) | {registry[n].sampling for n in names})
-    out = {"optimal": {s: {} for s in needed}, "verifiers": {}, "skipped": {}}
-    for s in needed:
-        for k in ks:
-            out["optimal"][s][k] = np.atleast_1d(optimal_acceptance(p, q, k, s)).tolist()
+    on_engine = [n for n in names if n in ENGINE_VERIFIERS]
+    batch = measure_rows(p, q, ks, samplings=needed, verifiers=on_engine, mc_samples=mc_samples, seed=seed,
+                         device=device, batch_size=batch_size)
+    p = _rows_numpy(p)
+    q = _rows_numpy(q)
+    out = {"optimal": {s: {k: batch.optimal[s][k].tolist() for k in ks} for s in needed}, "verifiers": {},
+           "skipped": {}}
     rng = np.random.default_rng(seed)
     for name in names:
         v = registry[name]
         for k in ks:
-            try:
-                values, method = _verifier_values(v, p, q, k, mc_samples, rng)
-            except InvalidInputError as exc:
-                out["skipped"].setdefault(name, {})[k] = str(exc)
-                continue
+            if name in on_engine and not (name == "rrs_wor" and k >= 3 and _enumerable(q, k)):
+                if k in batch.skipped.get(name, {}):
+                    out["skipped"].setdefault(name, {})[k] = batch.skipped[name][k]
+                    continue
+                method = batch.methods[name][k]
+                values = batch.verifiers[name][k].tolist()
+            else:
+                try:
+                    values, method = _verifier_values(v, p, q, k, mc_samples, rng)
+                except InvalidInputError as exc:
+                    out["skipped"].setdefault(name, {})[k] = str(exc)
+                    continue
             out["verifiers"].setdefault(name, {})[k] = {
                 "acceptance": values, "method": method, "sampling": v.sampling,
                 "mc_samples": mc_samples if method == "monte_carlo" else None,
             }
     return out
+
+
+def _rows_numpy(x):
+    from otbound._backend import to_numpy
+
+    return np.asarray(to_numpy(x)[0], dtype=np.float64)
+
+
+def _enumerable(q, k):
+    """Whether ``verifier.acceptance`` enumerates the draft tuples exactly (tiny V)."""
+    from otbound.verifiers._base import ENUMERATION_MAX_CELLS, ENUMERATION_MAX_TUPLES
+
+    v = q.shape[-1]
+    return v**k <= ENUMERATION_MAX_TUPLES and v ** (k + 1) <= ENUMERATION_MAX_CELLS
 
 
 def _verifier_values(v, p, q, k, mc_samples, rng):
