@@ -516,3 +516,33 @@ def test_run_real_report_end_to_end_and_resume(pair, tmp_path):
     shutil.rmtree(tmp_path / "out" / "measure")  # recompute in this process, from the stored traces
     again = run_real_report(never, **kwargs)
     assert json.loads(json.dumps(again)) == json.loads(json.dumps(rows))
+
+
+def test_streaming_without_logits_keeps_what_the_report_needs(pair, tmp_path):
+    """--store-logits none: the measurements stored while collecting equal those of a float32 run
+    (same seed), the trace files hold only tokens, a rerun resumes without models, and a new
+    configuration on logit-less traces is refused."""
+    prompts_file = tmp_path / "mine.jsonl"
+    prompts_file.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ["def f(", "hello", "x = 1"]))
+    kwargs = dict(datasets=[prompts_file], num_prompts=3, max_new_tokens=4, temperatures=(0.8,), num_drafts=(2, 3),
+                  progress=False, verifiers=["rrs", "kseq", "rrs_wor", "greedy"], mc_samples=8)
+    full = run_real_report(pair, out=tmp_path / "f32", **kwargs)
+    lean = run_real_report(pair, out=tmp_path / "none", store_logits="none", **kwargs)
+    assert json.loads(json.dumps(lean)) == json.loads(json.dumps(full))
+    files = sorted((tmp_path / "none" / "traces").rglob("*.safetensors"))
+    assert len(files) == 3
+    for f in files:
+        (record,) = load_traces(f)
+        assert record.target_logits is None and record.positions == 4
+    per_pos = {d: sum(f.stat().st_size for f in (tmp_path / d / "traces").rglob("*.safetensors")) / 12 for d in ("f32", "none")}
+    assert per_pos["f32"] > 2 * V * 4 > per_pos["none"]
+
+    def never():
+        raise AssertionError("resume must not load models")
+
+    again = run_real_report(never, out=tmp_path / "none", store_logits="none", **kwargs)
+    assert json.loads(json.dumps(again)) == json.loads(json.dumps(full))
+    with pytest.raises(InvalidInputError, match="without logits"):
+        run_real_report(never, out=tmp_path / "none", store_logits="none", **dict(kwargs, num_drafts=(4,)))
+    with pytest.raises(InvalidInputError, match="on_trace"):
+        collect_traces(pair, toy_prompts(1), tmp_path / "x", logits_dtype="none", progress=False)

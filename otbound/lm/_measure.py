@@ -73,15 +73,21 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     on_engine = [n for n in names if n in ENGINE_VERIFIERS]
     batch = measure_rows(p, q, ks, samplings=needed, verifiers=on_engine, mc_samples=mc_samples, seed=seed,
                          device=device, batch_size=batch_size)
-    p = _rows_numpy(p)
-    q = _rows_numpy(q)
+    vocab = q.shape[-1] if hasattr(q, "shape") else np.shape(q)[-1]
+    rows = {}  # numpy copies of p and q, made only for the per-row verifiers
+
+    def numpy_rows():
+        if not rows:
+            rows.update(p=_rows_numpy(p), q=_rows_numpy(q))
+        return rows["p"], rows["q"]
+
     out = {"optimal": {s: {k: batch.optimal[s][k].tolist() for k in ks} for s in needed}, "verifiers": {},
            "skipped": {}}
     rng = np.random.default_rng(seed)
     for name in names:
         v = registry[name]
         for k in ks:
-            if name in on_engine and not (name == "rrs_wor" and k >= 3 and _enumerable(q, k)):
+            if name in on_engine and not (name == "rrs_wor" and k >= 3 and _enumerable(vocab, k)):
                 if k in batch.skipped.get(name, {}):
                     out["skipped"].setdefault(name, {})[k] = batch.skipped[name][k]
                     continue
@@ -89,7 +95,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
                 values = batch.verifiers[name][k].tolist()
             else:
                 try:
-                    values, method = _verifier_values(v, p, q, k, mc_samples, rng)
+                    values, method = _verifier_values(v, *numpy_rows(), k, mc_samples, rng)
                 except InvalidInputError as exc:
                     out["skipped"].setdefault(name, {})[k] = str(exc)
                     continue
@@ -106,11 +112,10 @@ def _rows_numpy(x):
     return np.asarray(to_numpy(x)[0], dtype=np.float64)
 
 
-def _enumerable(q, k):
-    """Whether ``verifier.acceptance`` enumerates the draft tuples exactly (tiny V)."""
+def _enumerable(v, k):
+    """Whether ``verifier.acceptance`` enumerates the draft tuples of vocabulary ``v`` exactly."""
     from otbound.verifiers._base import ENUMERATION_MAX_CELLS, ENUMERATION_MAX_TUPLES
 
-    v = q.shape[-1]
     return v**k <= ENUMERATION_MAX_TUPLES and v ** (k + 1) <= ENUMERATION_MAX_CELLS
 
 
@@ -124,11 +129,14 @@ def _verifier_values(v, p, q, k, mc_samples, rng):
 
 
 def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
-                  seed=0, cache_dir=None) -> dict:
+                  seed=0, cache_dir=None, device=None, batch_size: int | None = None, reuse: bool = True) -> dict:
     """:func:`measure_laws` on a :class:`TraceRecord`, plus its prompt id, dataset, temperature.
 
     With ``cache_dir`` the result is stored as ``<cache_dir>/<dataset>/T<T>/<id>.json`` (atomic)
-    and reused when the configuration matches, so a report resumes without recomputation.
+    and reused when the configuration matches (unless ``reuse=False``), so a report resumes
+    without recomputation. A record whose logits are torch tensors (streaming, see
+    :func:`otbound.lm.collect_traces`) is measured on their device unless ``device`` says otherwise;
+    a record stored without logits can only be read back from the cache.
     """
     from otbound.lm import _store
 
@@ -139,13 +147,18 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     if cache_dir is not None:
         path = Path(cache_dir) / _store.safe_name(record.dataset) / _store.temperature_dir(record.temperature) / (
             _store.safe_name(record.prompt_id) + ".json")
-        if path.exists():
+        if reuse and path.exists():
             stored = json.loads(path.read_text())
             if stored.get("config") == config:
                 return _int_keys(stored)
+    if record.target_logits is None:
+        raise InvalidInputError(
+            f"{record.path} was collected without logits (--store-logits none) and has no stored measurement "
+            f"with this configuration {config}; measure with the configuration it was collected with, or recollect")
     cell_seed = [int(seed), zlib.crc32(f"{record.dataset}|{record.prompt_id}|{record.temperature!r}".encode())]
-    res = measure_laws(record.p, record.q, num_drafts, verifiers=verifiers, samplings=samplings,
-                       mc_samples=mc_samples, seed=cell_seed)
+    p, q = _record_laws(record)
+    res = measure_laws(p, q, num_drafts, verifiers=verifiers, samplings=samplings,
+                       mc_samples=mc_samples, seed=cell_seed, device=device, batch_size=batch_size)
     res.update(prompt_id=record.prompt_id, dataset=record.dataset, temperature=record.temperature,
                positions=record.positions, model_dtype=record.meta.get("model_dtype"), config=config)
     if path is not None:
@@ -154,6 +167,23 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
         tmp.write_text(json.dumps(res))
         os.replace(tmp, path)
     return _int_keys(json.loads(json.dumps(res)))
+
+
+def _record_laws(record):
+    """``(p, q)`` of a record: float64 softmax of logits / T. Logits in numpy or on the CPU:
+    :func:`otbound.lm.laws64`, bit for bit what a reread of the stored trace gives; torch tensors on
+    an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
+    from otbound._backend import _is_torch
+    from otbound.lm._decode import laws64
+
+    if not _is_torch(record.target_logits):
+        return record.p, record.q
+    if record.target_logits.device.type == "cpu":
+        return tuple(laws64(x.float().numpy(), record.temperature) for x in (record.target_logits, record.draft_logits))
+    import torch
+
+    return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
+                 for x in (record.target_logits, record.draft_logits))
 
 
 def _int_keys(res: dict) -> dict:
