@@ -199,3 +199,26 @@ def test_bad_input_is_refused():
         measure_batch(p, p, verifiers=["ot"])
     with pytest.raises(InvalidInputError, match="batch_size"):
         measure_rows(p, p, batch_size=0)
+
+
+def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
+    """The prepared accelerator check (experiments/device_engine.py) and the CPU benchmark, tiny."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    try:
+        device = importlib.import_module("device_engine")
+        bench = importlib.import_module("bench_engine")
+    finally:
+        sys.path.pop(0)
+    res = device.main(["--quick", "--device", "cpu", "--out", str(tmp_path / "d.json")])
+    assert res["agreement"]["within_1e-9"]
+    assert res["engine"]["default_set_positions_per_s"] > 0
+    stored = res["collection"]["bytes_per_position"]
+    assert stored["float32"] > stored["float16"] > 0 and stored["none"] > 0
+    assert res["collection"]["stream_measure_positions"] == res["collection"]["collect_positions"]
+    out = bench.main(["--quick", "--repeats", "1"])
+    for fam in ("lm", "zipf"):
+        assert out["families"][fam]["engine_ms"] > 0 and out["families"][fam]["legacy_over_engine"] > 0
