@@ -188,11 +188,16 @@ def main(argv=None) -> Path:
             store_logits=args.store_logits,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
+        paired = _paired_section(rows, out)
         meta = {"mode": "language models", "pair": args.pair, "prompts per dataset": args.num_prompts, "new tokens": args.max_new_tokens, "seed": args.seed}
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
     sections = []
+    if not args.synthetic:
+        meta["largest 95% half-width of a paired gap to α*"] = f"{paired[0]:.4f}"
+        figures.append(paired[1])
+        sections.append(paired[2])
     if args.block:
         from otbound._report_block import block_section
 
@@ -206,6 +211,20 @@ def main(argv=None) -> Path:
         print(sections[0])
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figure(s)")
     return out
+
+
+def _paired_section(rows, out: Path):
+    """(largest paired-gap half-width, figure path, markdown) of the real report's paired statistics."""
+    import json
+
+    from otbound.lm import max_gap_half_width, paired_figure, paired_tables
+
+    pair_rows = json.loads((out / "paired.json").read_text())
+    fig = paired_figure([r for r in rows if r["acceptance"] is not None], pair_rows, out)
+    text = ("## Paired comparisons on the same positions\n\nMean per-position difference ± 95% half-width, "
+            "cluster-robust over prompts: each verifier's gap to α* of its own law, the laws' α* against each "
+            "other, and every two verifiers.\n\n" + paired_tables(pair_rows) + "\n")
+    return max_gap_half_width(pair_rows), fig, text
 
 
 def _block_markdown(block_rows) -> str:

@@ -17,7 +17,9 @@ Traces
     pair at a context.
 Measurements
     :func:`measure_laws`, :func:`measure_trace`, :func:`aggregate` — α* per draft law and K, each
-    verifier's acceptance (exact or Monte Carlo), mean ± 95% CI per (dataset, T, K);
+    verifier's acceptance (exact or Monte Carlo; the batched engine of ``otbound.lm._engine``, CPU or
+    CUDA), mean ± 95% CI per (dataset, T, K); :func:`paired_differences`, :func:`paired_tables`,
+    :func:`paired_figure` — gaps to α* and verifier differences on the same positions;
     :func:`run_real_report` does it all, resumably. :func:`greedy_decode` — greedy decoding with or
     without speculative verification.
 """
@@ -28,6 +30,7 @@ from otbound.lm._errors import HashMismatchError, ModelUnavailableError, Tokeniz
 from otbound.lm._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
 from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
 from otbound.lm._offline import OFFLINE_MODELS
+from otbound.lm._paired import max_gap_half_width, paired_differences, paired_figure, paired_tables
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_prompt, load_prompts, repo_prompts_dir
@@ -42,6 +45,7 @@ __all__ = [
     "TokenizerMismatchError", "TraceRecord", "aggregate", "build_prompt_files", "cache_root",
     "check_same_tokenizer", "cluster_mean_ci", "collect_block_traces", "collect_traces", "encode_prompt",
     "greedy_decode", "laws64", "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces",
-    "measure_laws", "measure_trace", "random_pair", "repo_prompts_dir", "run_real_report", "trace_path",
+    "max_gap_half_width", "measure_laws", "measure_trace", "paired_differences", "paired_figure", "paired_tables",
+    "random_pair", "repo_prompts_dir", "run_real_report", "trace_path",
     "verify_offline_model",
 ]

@@ -220,7 +220,9 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
 
     Row keys: dataset, temperature, num_drafts, sampling, verifier, method, mc_samples,
     acceptance, acceptance_ci (half-width), optimal (mean α* of the verifier's law), optimal_ci,
-    efficiency, efficiency_ci, positions, prompts, model_dtype (of the traces, if recorded).
+    efficiency, efficiency_ci, gap and gap_ci (the paired gap: mean of acc_t − α*_t over the same
+    positions, cluster-robust; far tighter than the two separate intervals), positions, prompts,
+    model_dtype (of the traces, if recorded).
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
     """
@@ -240,7 +242,7 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 m, h = cluster_mean_ci(vals, clusters, confidence)
                 rows.append(dict(base, sampling=s, verifier="optimal", method="exact", mc_samples=None,
                                  acceptance=m, acceptance_ci=h, optimal=m, optimal_ci=h, efficiency=1.0,
-                                 efficiency_ci=0.0))
+                                 efficiency_ci=0.0, gap=0.0, gap_ci=0.0))
             names = sorted({n for r in group for n in list(r["verifiers"]) + list(r["skipped"])})
             for name in names:
                 entries = [r["verifiers"].get(name, {}).get(k) for r in group]
@@ -259,10 +261,12 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 o, oh = cluster_mean_ci(opt[s], clusters, confidence)
                 eff = a / o if o > 0 else float("nan")
                 _, r_h = cluster_mean_ci(acc - eff * opt[s], clusters, confidence)
+                gap, gap_h = cluster_mean_ci(acc - opt[s], clusters, confidence)
                 methods = {e["method"] for e in entries}
                 rows.append(dict(base, sampling=s, verifier=name,
                                  method="monte_carlo" if "monte_carlo" in methods else "exact",
                                  mc_samples=max((e["mc_samples"] or 0) for e in entries) or None,
                                  acceptance=a, acceptance_ci=ah, optimal=o, optimal_ci=oh,
-                                 efficiency=eff, efficiency_ci=r_h / o if o > 0 else float("nan")))
+                                 efficiency=eff, efficiency_ci=r_h / o if o > 0 else float("nan"),
+                                 gap=gap, gap_ci=gap_h))
     return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 from otbound._validation import SAMPLINGS
 from otbound.lm._measure import aggregate, measure_trace
 from otbound.lm._models import load_pair
+from otbound.lm._paired import paired_differences
 from otbound.lm._prompts import load_prompts
 from otbound.lm._traces import _bar, collect_traces, load_traces
 
@@ -21,7 +22,8 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                     measure_batch_size: int | None = None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
     ``<out>/measure``) and return the rows of :func:`otbound.lm.aggregate` (also written to
-    ``<out>/rows.json``).
+    ``<out>/rows.json``; the paired differences of :func:`otbound.lm.paired_differences` go to
+    ``<out>/paired.json``).
 
     ``pair``: a registered pair name, a ``(draft, target)`` pair of ids/paths, a loaded
     :class:`ModelPair` or a callable returning one; it is loaded only if some trace is missing, so
@@ -63,9 +65,10 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
         bar.update(1)
     bar.close()
     rows = aggregate(results)
-    tmp = out / f"rows.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, out / "rows.json")
+    for name, data in (("rows.json", rows), ("paired.json", paired_differences(results))):
+        tmp = out / f"{name}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, out / name)
     if progress:
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
