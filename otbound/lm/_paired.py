@@ -95,7 +95,8 @@ def max_gap_half_width(pair_rows) -> float:
 def paired_figure(rows, pair_rows, out, temperature=None):
     """Left: α* against K per law and dataset with 95% bands (integer K ticks). Right: each
     verifier's paired gap to α* of its law against K with 95% error bars, the axis zoomed to the
-    data. One temperature (default: the middle one); legends below the panels."""
+    data (a verifier more than 3× further below the bound than all others, typically nss, is named
+    in the legend with its worst gap instead of squashing the rest). One temperature (default: the middle one); legends below the panels."""
     from otbound import plots
 
     temps = sorted({r["temperature"] for r in rows})
@@ -123,17 +124,21 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     ax = axes[0, 1]
     gaps = [r for r in pair_rows if r["kind"] == "gap" and r["temperature"] == t]
     names = list(dict.fromkeys(r["a"] for r in gaps))
+    off_axis = _far_below(gaps, names)
     offsets = np.linspace(-0.25, 0.25, max(1, len(names) * len(datasets)))
     j = 0
     for i, d in enumerate(datasets):
         for n in names:
             pts = sorted((r["num_drafts"], r["difference"], r["difference_ci"]) for r in gaps
                          if r["a"] == n and r["dataset"] == d)
-            if pts:
+            if pts and n not in off_axis:
                 x, y, h = (np.array(v, dtype=float) for v in zip(*pts))
                 ax.errorbar(x + offsets[j], y, yerr=h, fmt="o" if i == 0 else "s", color=f"C{names.index(n)}",
                             capsize=2, label=f"{n} ({d})", alpha=1.0 if i == 0 else 0.6)
             j += 1
+    if off_axis:  # a far worse verifier (typically nss) would squash the others onto one line
+        worst = {n: min(r["difference"] for r in gaps if r["a"] == n) for n in off_axis}
+        ax.plot([], [], " ", label="off axis: " + ", ".join(f"{n} (to {v:+.3f})" for n, v in worst.items()))
     ax.axhline(0.0, color="black", linewidth=0.6)
     ax.set_xticks(ks)
     ax.set_xlabel("number of drafts K")
@@ -141,3 +146,16 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     ax.set_title(f"verifiers' gap to the bound, T = {t}")
     ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return plots.save(fig, Path(out) / "paired_gaps")[0]
+
+
+def _far_below(gaps, names):
+    """Verifiers whose gaps lie more than 3× further below 0 than every other verifier's."""
+    low = {n: min(r["difference"] - r["difference_ci"] for r in gaps if r["a"] == n) for n in names}
+    out = []
+    for n in sorted(low, key=low.get):
+        rest = [v for m, v in low.items() if m != n and m not in out]
+        if rest and low[n] < 3 * min(rest) and low[n] < 0 and min(rest) < 0:
+            out.append(n)
+        else:
+            break
+    return out
