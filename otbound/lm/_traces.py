@@ -29,6 +29,9 @@ sums to 1 up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``
 softmax rows instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
+``logits_dtype="none"`` (streaming, ``on_trace``) stores the tokens and metadata only; the
+per-position measurements made while collecting (:func:`otbound.lm.run_real_report`) are then all
+that is kept of the laws.
 """
 
 from __future__ import annotations
