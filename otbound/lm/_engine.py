@@ -124,22 +124,37 @@ class _Sorted:
 
     def __init__(self, p, q):
         torch = _torch()
-        r = torch.where(q > 0, p / torch.where(q > 0, q, torch.ones_like(q)), torch.full_like(q, math.inf))
+        r = (p / q).masked_fill_(q == 0, math.inf)  # q = 0: last (0/0 and x/0 alike)
         if r.device.type == "cpu":
             order = torch.from_numpy(np.argsort(r.numpy(), axis=1))
         else:
             order = torch.argsort(r, dim=1)
-        self.r = torch.gather(r, 1, order)
-        self.ps = torch.gather(p, 1, order)
-        self.qs = torch.gather(q, 1, order)
-        zero = torch.zeros(p.shape[0], 1, dtype=p.dtype, device=p.device)
-        self.pc = torch.cat([zero, torch.cumsum(self.ps, 1)], 1)
-        self.qc = torch.cat([zero, torch.cumsum(self.qs, 1)], 1)
-        # suffix sums summed from the tail: exact in relative terms where they are tiny and get
-        # multiplied by a large μ or c (never 1 − prefix)
-        self.psuf = torch.cat([torch.cumsum(self.ps.flip(1), 1).flip(1), zero], 1)
-        self.qsuf = torch.cat([torch.cumsum(self.qs.flip(1), 1).flip(1), zero], 1)
+        self.r, self.ps, self.qs = (torch.gather(x, 1, order) for x in (r, p, q))
+        self.v = p.shape[1]
+        self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
+        # suffix sums summed from the tail (exact in relative terms where they are tiny and get
+        # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
+        self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
         self.q_tot = self.qc[:, -1:]
+
+    @staticmethod
+    def _prefix(x):
+        torch = _torch()
+        out = torch.empty((x.shape[0], x.shape[1] + 1), dtype=x.dtype, device=x.device)
+        out[:, 0] = 0.0
+        torch.cumsum(x, 1, out=out[:, 1:])
+        return out
+
+    def psuf(self, n):
+        """Σ_{l ≥ n} p of the sorted row (n: positions, (B, m))."""
+        return _torch().gather(self._prs, 1, self.v - n)
+
+    def qsuf(self, n):
+        return _torch().gather(self._qrs, 1, self.v - n)
+
+    def qsuf_range(self, lo, hi):
+        """Σ_{l ≥ j} q for the positions j = lo..hi−1 (a slice, no gather)."""
+        return self._qrs[:, self.v - hi + 1 : self.v - lo + 1].flip(1)
 
     def count_below(self, mu):
         """n(μ) = #{r < μ} per row, μ of shape (B, m)."""
@@ -151,12 +166,12 @@ class _Sorted:
     def h(self, mu, n=None):
         """h(μ) = Σ (p − μ q)_+ (≥ 0), μ of shape (B, m)."""
         n = self.count_below(mu) if n is None else n
-        return (self.at(self.psuf, n) - mu * self.at(self.qsuf, n)).clamp_min(0.0)
+        return (self.psuf(n) - mu * self.qsuf(n)).clamp_min(0.0)
 
     def min_sum(self, c):
         """Σ min(p, c q) per row, c of shape (B, m)."""
         n = self.count_below(c)
-        return self.at(self.pc, n) + c * self.at(self.qsuf, n)
+        return self.at(self.pc, n) + c * self.qsuf(n)
 
     def prefix_limit(self, bound):
         """Smallest column count covering every prefix with ratio ≤ bound (B,) in every row."""
@@ -258,7 +273,7 @@ def _without_replacement(p, q, srt, ks, wr):
             qs = srt.qs[:, : m - 1]
             odds = torch.cumsum(qs / (1.0 - qs), 1)
             s = srt.qc[:, 1:m]
-            mass = s - srt.qsuf[:, 1:m] * odds
+            mass = s - srt.qsuf_range(1, m) * odds
             f = srt.pc[:, 1:m] - mass.clamp(0.0, 1.0)
             out[k] = (1.0 + f.min(1).values.clamp(max=0.0)).clamp(0.0, 1.0)
         else:
@@ -327,7 +342,7 @@ def _kseq(srt, kt):
 
     def beta(rho):
         n = srt.count_below(rho)
-        return srt.at(srt.pc, n) / rho + srt.at(srt.qsuf, n)
+        return srt.at(srt.pc, n) / rho + srt.qsuf(n)
 
     def p_acc(bt):
         return torch.where(bt < 1.0, -torch.expm1(k * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))
@@ -369,8 +384,8 @@ def _rrs_wor(srt, k, mc_samples, gen):
         n1 = int(n_mu2.max())  # first drafts that can be rejected: r < μ_2
         qx = srt.qs[:, :n1]
         w1 = (qx - srt.ps[:, :n1] / h1).clamp_min(0.0)  # rejection weight of each first draft
-        s2 = srt.qc[:, :n1] + srt.qsuf[:, 1 : n1 + 1]  # Σ_{x ≠ x_1} q, without cancellation
-        rho2 = _reject(srt, mu2.expand(-1, n1), h2.expand(-1, n1), s2, qx, n_mu2.expand(-1, n1))
+        s2 = srt.qc[:, :n1] + srt.qsuf_range(1, n1 + 1)  # Σ_{x ≠ x_1} q
+        rho2 = _reject(srt, mu2, h2, s2, qx, n_mu2, _first_draft_counts(srt, mu2, h2, s2))
         return 1.0 - (w1 * rho2).sum(1)
     n = int(mc_samples)
     shape = (b, n)
@@ -398,16 +413,33 @@ def _rrs_wor(srt, k, mc_samples, gen):
     return 1.0 - weight.mean(1)
 
 
-def _reject(srt, mu, h, s, q_removed, n0=None):
+def _first_draft_counts(srt, mu2, h2, s2):
+    """n(μ_3) for every first draft (states of shape (B, m), μ_2 and h_2 per row): μ_3 = μ_2 + h_2/S_2 ≥
+    μ_2 + h_2, and for most first drafts (q(x_1) tiny, S_2 ≈ 1) no ratio lies in [μ_2 + h_2, μ_3), so
+    the count is the row's n(μ_2 + h_2); only the others are searched."""
+    torch = _torch()
+    live = h2 > 0
+    mu3 = mu2 + torch.where(live, h2, torch.zeros_like(h2)) / s2.clamp_min(1e-300)
+    base = srt.count_below(mu2 + h2)
+    r_pad = torch.cat([srt.r, torch.full_like(srt.r[:, :1], math.inf)], 1)
+    counts = base.expand(mu3.shape).clone()
+    far = mu3 > torch.gather(r_pad, 1, base)
+    for row in torch.nonzero(far.any(1)).flatten().tolist():
+        sel = far[row]
+        counts[row, sel] = torch.searchsorted(srt.r[row], mu3[row, sel].contiguous(), side="left")
+    return counts
+
+
+def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     """ρ = P(reject) of a round in state (μ, h = h(μ), S, q-mass of the rejected drafts); all (B, m).
-    ``n0``: n(μ) if already known."""
+    ``n0``, ``n1``: n(μ) and n(μ + h/S) if already known."""
     torch = _torch()
     live = (h > 0) & (s > 0)
     safe_h = torch.where(live, h, torch.ones_like(h))
     safe_s = torch.where(live, s, torch.ones_like(s))
     mu_next = mu + h / safe_s
     n0 = srt.count_below(mu) if n0 is None else n0
-    n1 = srt.count_below(mu_next)
+    n1 = srt.count_below(mu_next) if n1 is None else n1
     q_lo, q_hi = srt.at(srt.qc, n0), srt.at(srt.qc, n1)
     band = (srt.at(srt.pc, n1) - srt.at(srt.pc, n0)) - mu * (q_hi - q_lo)
     rho = (q_hi - q_removed) / safe_s - band / safe_h
