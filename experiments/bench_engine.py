@@ -21,6 +21,7 @@ per row (Monte Carlo with 64 draft tuples where there is no exact value: rrs_wor
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -60,10 +61,26 @@ def median_time(fn, repeats: int):
     return np.array([statistics.median(walls), statistics.median(cpus)])
 
 
+def sort_rows(r):
+    return [np.sort(x) for x in r]
+
+
+def engine(measure_batch, p, q):
+    measure_batch(p, q, KS)
+    if p.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def wor_k34(ob, p, q):
+    return [ob.optimal_acceptance(p, q, k, "without_replacement") for k in (3, 4)]
+
+
 def legacy_measure(p, q, mc_samples=64, seed=0):
     """What measure_laws computed before the engine: α* per (law, K), verifiers row by row."""
     import otbound as ob
-    from otbound.verifiers import VERIFIERS
+    from otbound.token.verifiers import VERIFIERS
 
     rng = np.random.default_rng(seed)
     for s in ("with_replacement", "without_replacement", "greedy"):
@@ -91,7 +108,7 @@ def main(argv=None):
     import torch
 
     import otbound as ob
-    from otbound.lm._engine import measure_batch
+    from otbound.report._engine import measure_batch
 
     torch.set_num_threads(args.threads)
     vocab, repeats, n = (LM_VOCAB, args.repeats, args.rows) if not args.quick else (2_000, 2, 4)
@@ -100,31 +117,25 @@ def main(argv=None):
            "torch": torch.__version__, "families": {}}
     for fam in ("lm", "zipf"):
         p, q = rows(fam, n, vocab, seed=0)
-        r = p / q
-        t_sort = median_time(lambda: [np.sort(x) for x in r], repeats) / n
+        t_sort = median_time(functools.partial(sort_rows, p / q), repeats) / n
         pt, qt = torch.from_numpy(p).to(args.device), torch.from_numpy(q).to(args.device)
-
-        def engine():
-            measure_batch(pt, qt, KS)
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-
-        t_engine = median_time(engine, repeats) / n
-        t_wor = median_time(lambda: [ob.optimal_acceptance(p, q, k, "without_replacement") for k in (3, 4)], repeats) / n
-        t_legacy = median_time(lambda: legacy_measure(p[:legacy_rows], q[:legacy_rows]), max(1, repeats // 2))
-        t_legacy /= legacy_rows
+        t_engine = median_time(functools.partial(engine, measure_batch, pt, qt), repeats) / n
+        t_wor = median_time(functools.partial(wor_k34, ob, p, q), repeats) / n
+        legacy = functools.partial(legacy_measure, p[:legacy_rows], q[:legacy_rows])
+        t_legacy = median_time(legacy, max(1, repeats // 2)) / legacy_rows
         res = {}
         for i, clock in enumerate(("wall", "cpu")):
-            res[clock] = {"np_sort_ms": 1e3 * t_sort[i], "engine_ms": 1e3 * t_engine[i], "legacy_ms": 1e3 * t_legacy[i],
+            res[clock] = {"np_sort_ms": 1e3 * t_sort[i], "engine_ms": 1e3 * t_engine[i],
+                          "legacy_ms": 1e3 * t_legacy[i],
                           "wor_k34_ms": 1e3 * t_wor[i], "engine_over_sort": t_engine[i] / t_sort[i],
                           "engine_without_wor_k34_over_sort": (t_engine[i] - t_wor[i]) / t_sort[i],
                           "legacy_over_engine": t_legacy[i] / t_engine[i]}
             r = res[clock]
-            print(f"{fam:5s} V={vocab} ({clock:4s}): np.sort {r['np_sort_ms']:.2f} ms/row | engine {r['engine_ms']:.1f} "
-                  f"ms/position = {r['engine_over_sort']:.1f}x np.sort | per-row measure {r['legacy_ms']:.0f} ms/position:"
-                  f" engine {r['legacy_over_engine']:.1f}x faster | of the engine, alpha*_wor K=3,4 (clock integral, "
-                  f"per row on the CPU) {r['wor_k34_ms']:.1f} ms, the rest {r['engine_without_wor_k34_over_sort']:.1f}x "
-                  f"np.sort", flush=True)
+            print(f"{fam:5s} V={vocab} ({clock:4s}): np.sort {r['np_sort_ms']:.2f} ms/row | engine "
+                  f"{r['engine_ms']:.1f} ms/position = {r['engine_over_sort']:.1f}x np.sort | per-row measure "
+                  f"{r['legacy_ms']:.0f} ms/position: engine {r['legacy_over_engine']:.1f}x faster | of the engine, "
+                  f"alpha*_wor K=3,4 (clock integral, per row on the CPU) {r['wor_k34_ms']:.1f} ms, the rest "
+                  f"{r['engine_without_wor_k34_over_sort']:.1f}x np.sort", flush=True)
         out["families"][fam] = res
     if args.json:
         with open(args.json, "w") as fh:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -67,7 +68,7 @@ def timed(fn, device, repeats=3):
 
 
 def agreement(device, vocab):
-    from otbound.lm._engine import measure_batch
+    from otbound.report._engine import measure_batch
 
     p, q = lm_rows(8, vocab, device, seed=1)
     a = measure_batch(p, q, KS, mc_samples=8)
@@ -84,7 +85,7 @@ def agreement(device, vocab):
 
 
 def engine_throughput(device, vocab, rows):
-    from otbound.lm._engine import measure_batch
+    from otbound.report._engine import measure_batch
 
     p, q = lm_rows(rows, vocab, device)
     full = timed(lambda: measure_batch(p, q, KS), device)
@@ -97,7 +98,8 @@ def engine_throughput(device, vocab, rows):
 def collection(device, quick, prompts, new_tokens, batch):
     import torch
 
-    from otbound.lm import Prompt, collect_traces, load_traces, measure_trace, random_pair
+    from otbound.lm import Prompt, collect_traces, load_traces, random_pair
+    from otbound.report import measure_trace
 
     t0 = time.perf_counter()
     if quick:
@@ -113,12 +115,9 @@ def collection(device, quick, prompts, new_tokens, batch):
            "max_new_tokens": new_tokens, "batch_size": batch, "bytes_per_position": {}}
     with tempfile.TemporaryDirectory() as d:
         for store in ("float32", "float16", "none"):
-            measured = []
-
-            def measure_now(record):  # what run_real_report does while collecting
-                measured.append(measure_trace(record, KS, verifiers=ENGINE_SET, mc_samples=16,
-                                              cache_dir=Path(d) / store / "measure", reuse=False))
-
+            # what run_real_report does while collecting
+            measure_now = functools.partial(measure_trace, num_drafts=KS, verifiers=ENGINE_SET, mc_samples=16,
+                                            cache_dir=Path(d) / store / "measure", reuse=False)
             t = time.perf_counter()
             paths = collect_traces(pair, ps, Path(d) / store / "traces", temperatures=(1.0,), max_new_tokens=new_tokens,
                                    batch_size=batch, seed=0, logits_dtype=store, progress=False,
@@ -145,14 +144,16 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--out", default=None, help="JSON file (default: $OUT/device_engine.json, else ./device_engine.json)")
+    ap.add_argument("--out", default=None,
+                    help="JSON file (default: $OUT/device_engine.json, else ./device_engine.json)")
     args = ap.parse_args(argv)
     import torch
 
     if args.quick:
         vocab, rows, prompts, new_tokens, batch = 2_000, 8, 3, 4, 2
     else:
-        vocab, rows, prompts, new_tokens, batch = LM_VOCAB, args.rows, args.prompts, args.max_new_tokens, args.batch_size
+        vocab, rows, prompts = LM_VOCAB, args.rows, args.prompts
+        new_tokens, batch = args.max_new_tokens, args.batch_size
     result = {"device": args.device, "torch": torch.__version__, "python": platform.python_version(),
               "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None}
     t0 = time.perf_counter()

@@ -8,9 +8,9 @@ torch = pytest.importorskip("torch")
 
 import otbound as ob  # noqa: E402
 from otbound import InvalidInputError  # noqa: E402
-from otbound.lm import measure_laws  # noqa: E402
-from otbound.lm._engine import ENGINE_VERIFIERS, _draw_rejected, _Sorted, measure_batch, measure_rows  # noqa: E402
-from otbound.verifiers import VERIFIERS  # noqa: E402
+from otbound.report import measure_laws  # noqa: E402
+from otbound.report._engine import ENGINE_VERIFIERS, _draw_rejected, _Sorted, measure_batch, measure_rows  # noqa: E402
+from otbound.token.verifiers import VERIFIERS  # noqa: E402
 
 TOL = 1e-9  # the engine's contract against the per-row code (measured: ≤ 1e-14)
 LM_VOCAB = 151_936
