@@ -51,6 +51,7 @@ Speed (``experiments/bench_engine.py``): on the CPU the ordering comes from nump
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -101,13 +102,14 @@ def check_laws_torch(p, q):
             raise InvalidInputError(f"{name} must be 2-D (positions × V), got shape {tuple(x.shape)}")
         if x.shape[-1] == 0:
             raise InvalidInputError(f"{name} has an empty vocabulary axis (shape {tuple(x.shape)})")
-        if not bool(torch.isfinite(x).all()):
-            bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
-            raise InvalidInputError(f"{name} has a NaN or infinite entry at index {tuple(bad)}")
-        if bool((x < 0).any()):
+        s = x.sum(dim=1, keepdim=True)
+        # one pass each for the common case: a finite non-negative row has a finite sum and min ≥ 0
+        if x.numel() and not (bool(torch.isfinite(s).all()) and float(x.amin()) >= 0.0):
+            if not bool(torch.isfinite(x).all()):
+                bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
+                raise InvalidInputError(f"{name} has a NaN or infinite entry at index {tuple(bad)}")
             bad = torch.nonzero(x < 0)[0].tolist()
             raise InvalidInputError(f"{name} has a negative entry {float(x[tuple(bad)])!r} at index {tuple(bad)}")
-        s = x.sum(dim=1, keepdim=True)
         err = (s - 1.0).abs()
         if bool((err > LAW_ATOL).any()):
             row = int(torch.argmax(err))
@@ -137,6 +139,13 @@ class _Sorted:
         # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
         self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
         self.q_tot = self.qc[:, -1:]
+
+    def row(self, i):
+        """The same structure for row ``i`` alone (shape (1, V))."""
+        view = copy.copy(self)
+        for name in ("r", "ps", "qs", "pc", "qc", "_prs", "_qrs", "q_tot"):
+            setattr(view, name, getattr(self, name)[i : i + 1])
+        return view
 
     @staticmethod
     def _prefix(x):
@@ -385,8 +394,7 @@ def _rrs_wor(srt, k, mc_samples, gen):
         qx = srt.qs[:, :n1]
         w1 = (qx - srt.ps[:, :n1] / h1).clamp_min(0.0)  # rejection weight of each first draft
         s2 = srt.qc[:, :n1] + srt.qsuf_range(1, n1 + 1)  # Σ_{x ≠ x_1} q
-        rho2 = _reject(srt, mu2, h2, s2, qx, n_mu2, _first_draft_counts(srt, mu2, h2, s2))
-        return 1.0 - (w1 * rho2).sum(1)
+        return 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
     n = int(mc_samples)
     shape = (b, n)
     mu = mu1.expand(shape).contiguous()
@@ -413,21 +421,28 @@ def _rrs_wor(srt, k, mc_samples, gen):
     return 1.0 - weight.mean(1)
 
 
-def _first_draft_counts(srt, mu2, h2, s2):
-    """n(μ_3) for every first draft (states of shape (B, m), μ_2 and h_2 per row): μ_3 = μ_2 + h_2/S_2 ≥
-    μ_2 + h_2, and for most first drafts (q(x_1) tiny, S_2 ≈ 1) no ratio lies in [μ_2 + h_2, μ_3), so
-    the count is the row's n(μ_2 + h_2); only the others are searched."""
+def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2):
+    """ρ_2 of every first draft x_1 (states (B, m): S_2 = s2, q(x_1) = qx; μ_2, h_2 and n(μ_2) per row).
+
+    μ_3 = μ_2 + h_2/S_2 ≥ μ_2 + h_2, and for most first drafts (q(x_1) tiny, S_2 ≈ 1) no ratio lies in
+    [μ_2 + h_2, μ_3): then n(μ_3) is the row's n(μ_2 + h_2) and :func:`_reject` reduces to
+    ``(Qc[n] − q(x_1))/S_2 − D`` with D per row. The others take :func:`_reject` itself.
+    """
     torch = _torch()
     live = h2 > 0
-    mu3 = mu2 + torch.where(live, h2, torch.zeros_like(h2)) / s2.clamp_min(1e-300)
+    safe_h = torch.where(live, h2, torch.ones_like(h2))
     base = srt.count_below(mu2 + h2)
-    r_pad = torch.cat([srt.r, torch.full_like(srt.r[:, :1], math.inf)], 1)
-    counts = base.expand(mu3.shape).clone()
-    far = mu3 > torch.gather(r_pad, 1, base)
+    q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
+    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
+    rho = ((q_hi - qx) / s2 - d).clamp_(0.0, 1.0)
+    r_next = torch.gather(torch.cat([srt.r, torch.full_like(srt.r[:, :1], math.inf)], 1), 1, base)
+    # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
+    far = (h2 > (r_next - mu2) * s2) & live
     for row in torch.nonzero(far.any(1)).flatten().tolist():
         sel = far[row]
-        counts[row, sel] = torch.searchsorted(srt.r[row], mu3[row, sel].contiguous(), side="left")
-    return counts
+        rho[row, sel] = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s2[row : row + 1, sel],
+                                qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
+    return torch.where(live, rho, torch.zeros_like(rho))
 
 
 def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
