@@ -222,3 +222,23 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
     out = bench.main(["--quick", "--repeats", "1"])
     for fam in ("lm", "zipf"):
         assert out["families"][fam]["wall"]["engine_ms"] > 0 and out["families"][fam]["cpu"]["legacy_over_engine"] > 0
+
+
+def test_first_draft_shortcut_equals_the_general_round():
+    """rrs_wor K = 2 at V = 151,936: the per-row shortcut for first drafts whose μ_3 crosses no ratio
+    against the general rejection round evaluated for every first draft."""
+    from otbound.report._engine import _reject, _reject_first_drafts
+
+    rng = np.random.default_rng(8)
+    p, q = lm_rows(rng, 2, LM_VOCAB)
+    srt = _Sorted(torch.from_numpy(p), torch.from_numpy(q))
+    mu1 = torch.zeros(2, 1, dtype=torch.float64)
+    mu2 = mu1 + srt.h(mu1)
+    h2 = srt.h(mu2)
+    n_mu2 = srt.count_below(mu2)
+    m = int(n_mu2.max())
+    qx = srt.qs[:, :m]
+    s2 = srt.qc[:, :m] + srt.qsuf_range(1, m + 1)
+    fast = _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)
+    general = _reject(srt, mu2.expand(-1, m), h2.expand(-1, m), s2, qx)
+    np.testing.assert_allclose(fast.numpy(), general.numpy(), rtol=0, atol=1e-12)
