@@ -421,12 +421,13 @@ def _rrs_wor(srt, k, mc_samples, gen):
     return 1.0 - weight.mean(1)
 
 
-def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2):
+def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
     """ρ_2 of every first draft x_1 (states (B, m): S_2 = s2, q(x_1) = qx; μ_2, h_2 and n(μ_2) per row).
 
     μ_3 = μ_2 + h_2/S_2 ≥ μ_2 + h_2, and for most first drafts (q(x_1) tiny, S_2 ≈ 1) no ratio lies in
     [μ_2 + h_2, μ_3): then n(μ_3) is the row's n(μ_2 + h_2) and :func:`_reject` reduces to
-    ``(Qc[n] − q(x_1))/S_2 − D`` with D per row. The others take :func:`_reject` itself.
+    ``(Qc[n] − q(x_1))/S_2 − D`` with D per row. The others take :func:`_reject` itself: row by row
+    (``per_row``, default on the CPU) or all at once (default on an accelerator).
     """
     torch = _torch()
     live = h2 > 0
@@ -438,10 +439,15 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2):
     r_next = torch.gather(torch.cat([srt.r, torch.full_like(srt.r[:, :1], math.inf)], 1), 1, base)
     # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
     far = (h2 > (r_next - mu2) * s2) & live
-    for row in torch.nonzero(far.any(1)).flatten().tolist():
-        sel = far[row]
-        rho[row, sel] = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s2[row : row + 1, sel],
-                                qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
+    if per_row is None:
+        per_row = s2.device.type == "cpu"
+    if per_row:
+        for row in torch.nonzero(far.any(1)).flatten().tolist():
+            sel = far[row]
+            rho[row, sel] = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s2[row : row + 1, sel],
+                                    qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
+    else:  # on an accelerator one general round over every first draft beats a per-row loop
+        rho = torch.where(far, _reject(srt, mu2.expand_as(s2), h2.expand_as(s2), s2, qx, n_mu2), rho)
     return torch.where(live, rho, torch.zeros_like(rho))
 
 
