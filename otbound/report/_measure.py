@@ -3,11 +3,14 @@ acceptance, aggregated per (dataset, temperature, K) with 95% confidence interva
 
 Per position ``t`` (laws ``p_t``, ``q_t`` of a trace, temperature already applied):
 
-* ``α*`` for every draft law in ``samplings`` and every ``K`` (:func:`otbound.optimal_acceptance`,
-  batched over positions);
-* each verifier's acceptance ``P(Y ∈ x̄)`` under its own draft law: its exact value
-  (``verifier.acceptance``) when it has one, else a Monte Carlo estimate from ``mc_samples`` draft
-  tuples (:func:`otbound.sample_drafts`) run through ``verifier.sample``. (Averaging the exact
+* ``α*`` for every draft law in ``samplings`` and every ``K`` — the batched engine
+  (:mod:`otbound.report._engine`: torch, CPU or CUDA, one ratio sort per row; equal to
+  :func:`otbound.optimal_acceptance` to 1e-9);
+* each verifier's acceptance ``P(Y ∈ x̄)`` under its own draft law: nss, rrs, rrs_wor, kseq,
+  spechub and greedy from the engine (exact; rrs_wor at K ≥ 3 a Rao–Blackwellised Monte Carlo
+  average of ``mc_samples`` paths, unless V is tiny enough for exact enumeration); the others
+  their exact value (``verifier.acceptance``) when they have one, else a Monte Carlo estimate from
+  ``mc_samples`` draft tuples (:func:`otbound.sample_drafts`) run through ``verifier.sample``. (Averaging the exact
   conditional acceptance ``P(Y ∈ x̄ | x̄)`` of ``verifier.conditional_law`` instead cost twice as
   much per draw on the real pair, for estimates about as spread.) A verifier that refuses the
   input (e.g. K above its ``max_drafts``, or V too large for an LP-based one) is skipped with
@@ -19,7 +22,8 @@ one prompt are correlated, so the 95% CI is cluster-robust with prompts as clust
 (``C`` prompts, ``N`` positions; with one prompt, i.i.d. positions and ``t_{0.975, N−1}``). The
 Monte Carlo noise of an estimated verifier is inside this interval (each per-position estimate is
 unbiased). Efficiency = mean acceptance / mean α* (ratio of means), its CI by the delta method on
-the residuals ``acc_t − eff · α*_t`` with the same clustering.
+the residuals ``acc_t − eff · α*_t`` with the same clustering. The paired gap ``acc_t − α*_t``
+(and any two verifiers' difference, :mod:`otbound.report._paired`) gets the same interval.
 """
 
 from __future__ import annotations
