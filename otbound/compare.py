@@ -23,7 +23,15 @@ import sys
 from pathlib import Path
 
 from otbound._validation import InvalidInputError
-from otbound.report import SYNTHETIC_FAMILIES, make_executor, plots, synthetic_rows, tables, token_figure
+from otbound.report import (
+    SYNTHETIC_FAMILIES,
+    make_executor,
+    paired_section,
+    plots,
+    synthetic_rows,
+    tables,
+    token_figure,
+)
 
 
 def parse_args(argv=None):
@@ -58,6 +66,15 @@ def parse_args(argv=None):
     ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto", help="model device; each trace is measured there as it is sampled "
+                    "(default: cuda if available)")
+    ap.add_argument("--dtype", default="auto", help="model dtype: float32, bfloat16, float16 (default: bfloat16 on "
+                    "CUDA and on CPUs with native bfloat16, else float32)")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="prompts per collection batch within a shard (default: the whole shard)")
+    ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
+                    help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
+                         "position) or none (the per-position measurements only: enough to re-aggregate and resume)")
     ap.add_argument("--engine", choices=("local", "ray"), default="local",
                     help="run the shards in this process, or on Ray actors (pip install 'otbound[ray]'); the report "
                          "is identical either way (default: %(default)s)")
@@ -106,6 +123,10 @@ def main(argv=None) -> Path:
             out=out,
             mc_samples=args.mc_samples or 16,
             seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            store_logits=args.store_logits,
             prompts_per_shard=args.prompts_per_shard,
             engine=engine,
         )
@@ -117,10 +138,15 @@ def main(argv=None) -> Path:
             "new tokens": args.max_new_tokens,
             "seed": args.seed,
         }
+        paired = paired_section(rows, out)
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
     sections = []
+    if not args.synthetic:
+        meta["largest 95% half-width of a paired gap to α*"] = f"{paired[0]:.4f}"
+        figures.append(paired[1])
+        sections.append(paired[2])
     if args.block:
         from otbound.report import block_markdown, block_section
 
