@@ -14,6 +14,7 @@ greedy     greedy              greedy-law optimal verifier (theory.md §3), α =
 khisti_is  with_replacement    IS draft selection + speculative sampling (2410.18234)
 khisti_lp  with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
 ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
+ot_fast    with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
 ========== =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft
@@ -32,6 +33,7 @@ from otbound.verifiers._greedy import GreedyVerifier, SpecHubVerifier
 from otbound.verifiers._importance import ImportanceSamplingVerifier, OptimalImportanceVerifier, optimal_selection, selected_law
 from otbound.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.verifiers._nss import NaiveVerifier
+from otbound.verifiers._optimal import OptimalCoupling, OptimalVerifier, optimal_coupling
 from otbound.verifiers._ot import OTVerifier
 from otbound.verifiers._rrs import RRSVerifier, RRSWithoutReplacementVerifier
 
@@ -47,6 +49,7 @@ VERIFIERS: dict[str, Verifier] = {
         ImportanceSamplingVerifier(),
         OptimalImportanceVerifier(),
         OTVerifier(),
+        OptimalVerifier(),
     )
 }
 
@@ -70,4 +73,7 @@ __all__ = [
     "OptimalImportanceVerifier",
     "optimal_selection",
     "OTVerifier",
+    "OptimalVerifier",
+    "OptimalCoupling",
+    "optimal_coupling",
 ]
