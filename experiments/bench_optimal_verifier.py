@@ -33,8 +33,8 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from otbound import VERIFIERS, optimal_acceptance, sample_drafts  # noqa: E402
-from otbound.verifiers import optimal_coupling  # noqa: E402
-from otbound.verifiers._optimal import _level_weights  # noqa: E402
+from otbound.token.verifiers import optimal_coupling  # noqa: E402
+from otbound.token.verifiers._optimal import _level_weights  # noqa: E402
 
 V = 151_936
 
@@ -52,11 +52,11 @@ def lm_pair(seed: int, temperature: float, v: int = V):
     return softmax(z / temperature), softmax((z + r.standard_normal(v)) / temperature)
 
 
-def median_time(fn, runs):
+def median_time(fn, runs, *args):
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        fn()
+        fn(*args)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -106,8 +106,8 @@ def main(argv=None):
             top = np.argsort(-q)[: args.topk]
             pk, qk = p[top] / p[top].sum(), q[top] / q[top].sum()
             drafts = sample_drafts(qk, k, size=1, rng=rng)
-            mf.append(median_time(lambda: maxflow_value(pk, qk, k), args.runs))
-            fast.append(median_time(lambda: verify_one(pk, qk, k, drafts), args.runs))
+            mf.append(median_time(maxflow_value, args.runs, pk, qk, k))
+            fast.append(median_time(verify_one, args.runs, pk, qk, k, drafts))
             diff = max(diff, abs(maxflow_value(pk, qk, k) - ver.acceptance(pk, qk, k)))
         n_ms = math.comb(args.topk + k - 1, k)
         a, b = statistics.median(mf), statistics.median(fast)
@@ -120,25 +120,25 @@ def main(argv=None):
         for i in range(args.instances):
             p, q = lm_pair(100 * k + i, args.temperature)
             drafts = sample_drafts(q, k, size=1, rng=rng)
-            setup.append(median_time(lambda: optimal_coupling(p, q, k), args.runs))
+            setup.append(median_time(optimal_coupling, args.runs, p, q, k))
             ver._cache.clear()
             t0 = time.perf_counter()
             depth.append(verify_one(p, q, k, drafts))  # one run: deep paths take seconds
             verify.append(time.perf_counter() - t0)
             pt, qt, dt = torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(drafts)
 
-            def api():
-                ver._cache.clear()
-                ver.sample(pt, qt, dt, 0)
-
-            via_torch.append(median_time(api, 1))
+            ver._cache.clear()
+            via_torch.append(median_time(ver.sample, 1, pt, qt, dt, 0))
             err = max(err, abs(ver.acceptance(p, q, k) - optimal_acceptance(p, q, k)))
 
         def fmt(xs):
             return f"{1e3 * statistics.median(xs):7.2f} (max {1e3 * max(xs):7.1f})"
 
-        print(f"{k:>2} {fmt(setup):>16} {fmt(verify):>22} {statistics.median(depth):5.0f} (max {max(depth)}) "
-              f"{fmt(via_torch):>16} {err:8.1e}")
+        print(
+            f"{k:>2} {fmt(setup):>16} {fmt(verify):>22} {statistics.median(depth):5.0f} (max {max(depth)}) "
+            f"{fmt(via_torch):>16} {err:8.1e}"
+        )
+
 
 if __name__ == "__main__":
     main()

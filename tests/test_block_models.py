@@ -5,7 +5,7 @@ import pytest
 import scipy.stats
 
 from otbound import InvalidInputError
-from otbound.block_models import (
+from otbound.block.models import (
     BlockModel,
     as_block_model,
     context_free_model,

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from otbound.block_models import dirichlet_model, prefix_law, shifted_model
-from otbound.block_verifiers.chain import BlockVerification, walk_schedule
+from otbound.block.models import dirichlet_model, prefix_law, shifted_model
+from otbound.block.verifiers.chain import BlockVerification, walk_schedule
 
 
 class SharedUniformBlockVerification(BlockVerification):
@@ -62,8 +62,13 @@ def test_shared_uniform_is_lossy_fresh_uniforms_are_not():
     fresh_tv, fresh_worst = continued_law_error(BlockVerification(), tg, dr, 4, 2)
     assert fresh_tv < 1e-12
     # the error measure agrees with the verifier's own lossless_error (max absolute error)
-    assert abs(BlockVerification().lossless_error(tg, dr, vocab_size=4, num_drafts=1, block_len=2) - fresh_worst) < 1e-15
-    assert abs(SharedUniformBlockVerification().lossless_error(tg, dr, vocab_size=4, num_drafts=1, block_len=2) - worst) < 1e-15
+    assert (
+        abs(BlockVerification().lossless_error(tg, dr, vocab_size=4, num_drafts=1, block_len=2) - fresh_worst) < 1e-15
+    )
+    assert (
+        abs(SharedUniformBlockVerification().lossless_error(tg, dr, vocab_size=4, num_drafts=1, block_len=2) - worst)
+        < 1e-15
+    )
 
 
 def test_shared_uniform_error_across_instances():

@@ -34,7 +34,9 @@ def test_stored_without_outputs(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_runs_top_to_bottom(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
     client.execute()  # raises CellExecutionError naming the failing cell
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

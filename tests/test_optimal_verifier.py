@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp
-from otbound.verifiers import optimal_coupling, run, support_tuples
+from otbound.token.verifiers import optimal_coupling, run, support_tuples
 
 ATOL = 1e-12
 N = 200_000

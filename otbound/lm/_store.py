@@ -1,39 +1,28 @@
 """Atomic, self-describing safetensors files for traces and block traces.
 
 A file holds named tensors plus string metadata; ``meta`` (a JSON object) is stored under the
-metadata key ``"otbound"``. Files are written to ``<name>.tmp-<pid>`` and moved into place with
-``os.replace``, so an interrupted run never leaves a file that looks finished.
+metadata key ``"otbound"``. Files are written atomically (:func:`otbound._io.atomic_path`), so an
+interrupted run never leaves a file that looks finished.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
 from pathlib import Path
 
 import numpy as np
 
+from otbound._io import atomic_path
+
 STORE_DTYPES = ("float32", "float16")
-
-
-def safe_name(text: str) -> str:
-    """File-name form of a prompt id (``HumanEval/0`` -> ``HumanEval_0``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "prompt"
-
-
-def temperature_dir(temperature: float) -> str:
-    return f"T{float(temperature):g}"
 
 
 def write_atomic(path: Path, tensors: dict, meta: dict) -> None:
     from safetensors.numpy import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp),
-              metadata={"otbound": json.dumps(meta, sort_keys=True)})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp),
+                  metadata={"otbound": json.dumps(meta, sort_keys=True)})
 
 
 def read(path) -> tuple[dict, dict]:

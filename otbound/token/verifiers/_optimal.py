@@ -1,0 +1,260 @@
+"""Optimal verifier for i.i.d. drafts at full vocabulary: an optimal coupling sampled per draft tuple
+without building the plan (derived here; the construction of Global Resolution, Thomas & Pal
+2511.15898, was not readable offline — only its abstract — so this is an independent one).
+
+Notation: K drafts i.i.d. from q, Φ(x) = x^K. Sort the tokens by ratio p/q ascending (q = 0 last)
+and let ``Q_j``, ``P_j`` be the q and p mass of the first j (``j = 0..V``; the j-th token occupies
+the interval ``[Q_{j−1}, Q_j)``). ``G_j = Φ(Q_j) − P_j``; α* = 1 − max_j G_j (the prefix theorem,
+theory.md §2), attained at ``j = h`` (H* = the first h tokens, ``s = Q_h``).
+
+**Level rules.** A partition of the sorted tokens into runs ("levels") ``(a, b]`` gives the rule:
+*find the highest level holding a draft and emit a uniformly random draft of that level*
+(copies counted). Given that the top draft lies in ``(a, b]`` — probability Φ(Q_b) − Φ(Q_a) — the
+drafts inside the level are i.i.d. from q restricted to it, so the emitted token is y with
+probability ``q_y / (Q_b − Q_a)``: the rule's selection law is ``m_y = q_y σ(a, b)`` with the
+chord slope ``σ(a, b) = (Φ(Q_b) − Φ(Q_a)) / (Q_b − Q_a)``. Its cumulative ``M_j = Σ_{i≤j} m_i`` is
+the chord polygon of Φ through the breakpoints. A random partition (independent of the drafts)
+selects with the mixture law.
+
+**The target selection law.** With ``g_j = max_{i ≤ j} G_i`` for ``j ≤ h`` and
+``g_j = max_{i ≥ j} G_i`` for ``j ≥ h`` put ``M_j = P_j + g_j``. Then
+(i) ``M_0 = 0``, ``M_h = Φ(s)``, ``M_V = 1``, ``M_j ≥ Φ(Q_j)`` with equality exactly at the
+running-max records of G ("contact" boundaries); (ii) M is convex in Q (slopes ``m_j/q_j`` are p/q
+between records, and at a record the slope jumps to catch Φ up, which keeps them non-decreasing);
+(iii) ``m ≥ p`` on H* and ``m ≤ p`` on the rest C.
+Between two consecutive records ``u < v`` (a *segment*), M is a convex polyline lying between Φ and
+Φ's chord over ``[Q_u, Q_v]``, equal at both ends. It is a mixture of chord polygons by peeling:
+with lifts ``d_j = M_j − Φ(Q_j)`` and chord lifts ``c_j`` (chord minus Φ) at the interior boundaries,
+``w = min_j d_j / c_j ∈ [0, 1]`` and ``M = w·chord + (1 − w)·M'`` where M' is again convex, ≥ Φ,
+and touches Φ at the arg-min ``j*``; recurse on ``(u, j*]`` and ``(j*, v]``. (Unnormalised: carry
+``D = d − w c``; a node's absolute stop probability is its w.) Contact stretches are single-token
+levels. The random partition is: each segment's tree walked from its root, stopping at a node with
+probability w / (mass reaching the node).
+
+**Verifier.** Select ``y`` by that random level rule; if y ∈ H* accept it with probability
+``p_y / m_y`` (else reject), if y ∈ C accept it; on rejection emit ``Y ~ (p − m)_+ / (1 − α*)``
+(mass on C only). Only the path of the top draft's token in its segment's tree is needed.
+
+**Proof.** Lossless: the selection law is m; emitted-and-accepted is p on H* and m on C; the
+residual adds ``p − m`` on C, total ``Σ_C (p − m) = p(C) − (1 − Φ(s)) = Φ(s) − P_h = 1 − α*``,
+exactly the rejection probability ``Σ_{H*} (m − p) = Φ(s) − P_h``. Acceptance: every accepted
+token is a draft; a rejection happens only when the top draft lies in H*, so all drafts lie in H*
+while the residual lives on C — no residual token is a draft. Hence
+``α = P_h + (1 − Φ(s)) = 1 + P_h − Φ(s) = α*``. (ii)–(iii) and the peeling are checked in the tests
+against the LP plan's value, exact enumeration of the conditional laws, and a G-test.
+
+**Cost** (one row): a sort of the V ratios, O(V) prefix sums and running maxima, then per tuple
+the top draft's path in its segment's tree: each node costs O(length of its segment) (numpy),
+nodes are cached per (p, q, K). ``experiments/bench_optimal_verifier.py`` measures it.
+
+**Without replacement.** The construction does not extend: it rests on Q(H) = Φ(q(H)) with one
+convex Φ of the q-mass, which makes every level's drafts i.i.d. from q restricted to the level
+given the top draft's level (so a uniform draft of the level has law ∝ q). Without replacement Q(H)
+depends on the individual q_i of H (exponential clocks, :mod:`otbound._wor`), the drafts inside a
+level are not exchangeable with law ∝ q, and the chord-polygon (level rule) laws are not the
+vertices of the feasible set; an optimal verifier there remains the small-V LP (``ot``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otbound.token.verifiers._base import Verifier, draw
+
+CACHE_SIZE = 16
+
+
+@dataclass
+class OptimalCoupling:
+    """The pieces of the optimal coupling for one (p, q, K), i.i.d. drafts (see module docstring).
+
+    order: token ids sorted by p/q ascending; rank: inverse permutation (token → position).
+    cum_q: Q_j, j = 0..V (float64, V + 1); phi: Φ(Q_j); lift: d_j = M_j − Φ(Q_j) ≥ 0.
+    select: the selection law m over tokens; keep: acceptance probability of a selected token
+    (p/m on H*, 1 on C); residual: (p − m)_+ normalised (None when α* = 1).
+    records: sorted contact boundaries (segment ends); h: |H*|; alpha: α* = P_h + 1 − Φ(Q_h).
+    """
+
+    order: np.ndarray
+    rank: np.ndarray
+    cum_q: np.ndarray
+    phi: np.ndarray
+    lift: np.ndarray
+    select: np.ndarray
+    keep: np.ndarray
+    residual: np.ndarray | None
+    records: np.ndarray
+    h: int
+    alpha: float
+    nodes: dict = field(default_factory=dict, repr=False)
+
+    def node(self, u: int, v: int, lift: np.ndarray | None = None):
+        """Peeling node for boundaries u < v: ``(w, j*)`` (j* = −1 for a single token), cached.
+
+        ``lift``: the node's lifts D at boundaries u..v (None at a segment root: ``self.lift``).
+        Children's lifts are cached alongside (``_lifts``) so a path can be resumed.
+        """
+        key = (u, v)
+        if key in self.nodes:
+            return self.nodes[key][:2]
+        if v - u == 1:
+            self.nodes[key] = (None, -1, None)
+            return None, -1
+        d = self.lift[u : v + 1] if lift is None else lift
+        qs = self.cum_q[u : v + 1]
+        ph = self.phi[u : v + 1]
+        chord = ph[0] + (ph[-1] - ph[0]) * (qs - qs[0]) / (qs[-1] - qs[0])
+        c = chord[1:-1] - ph[1:-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(c > 0, d[1:-1] / np.where(c > 0, c, 1.0), np.inf)
+        i = int(np.argmin(ratio))
+        w = float(ratio[i]) if np.isfinite(ratio[i]) else 0.0
+        w = max(w, 0.0)
+        rest = np.maximum(d.copy(), 0.0)
+        rest[1:-1] = np.maximum(d[1:-1] - w * c, 0.0)
+        j = u + 1 + i
+        rest[j - u] = 0.0
+        self.nodes[key] = (w, j, rest)
+        return w, j
+
+    def child_lift(self, u: int, v: int, a: int, b: int) -> np.ndarray:
+        rest = self.nodes[(u, v)][2]
+        return rest[a - u : b - u + 1]
+
+
+def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
+    """Build :class:`OptimalCoupling` for checked 1-D laws p, q and K i.i.d. drafts (O(V log V))."""
+    v = q.size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+    order = np.argsort(ratio, kind="quicksort")
+    rank = np.empty(v, dtype=np.int64)
+    rank[order] = np.arange(v)
+    ps, qs = p[order], q[order]
+    cum_q = np.concatenate([[0.0], np.cumsum(qs)])
+    cum_p = np.concatenate([[0.0], np.cumsum(ps)])
+    # tokens with q = 0 sort last: their boundaries carry Q = 1 exactly
+    cum_q[v - np.count_nonzero(qs == 0) :] = 1.0
+    cum_q = np.minimum(cum_q, 1.0)
+    phi = cum_q**k
+    g = phi - cum_p
+    g[0], g[-1] = 0.0, 0.0
+    h = int(np.argmax(g))
+    run = np.empty(v + 1)
+    run[: h + 1] = np.maximum.accumulate(g[: h + 1])
+    run[h:] = np.maximum.accumulate(g[h:][::-1])[::-1]
+    lift = run - g  # ≥ 0 exactly in floating point: run ≥ g elementwise
+    records = np.flatnonzero(lift == 0.0)
+    m_cum = cum_p + run  # M_j
+    m_sorted = np.diff(m_cum)
+    m_sorted[:h] = np.maximum(m_sorted[:h], ps[:h])  # m ≥ p on H* (rounding only)
+    m_sorted[h:] = np.clip(m_sorted[h:], 0.0, ps[h:])  # 0 ≤ m ≤ p on C (rounding only)
+    select = np.empty(v)
+    select[order] = m_sorted
+    keep_sorted = np.ones(v)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep_sorted[:h] = np.where(m_sorted[:h] > 0, ps[:h] / np.where(m_sorted[:h] > 0, m_sorted[:h], 1.0), 0.0)
+    keep = np.empty(v)
+    keep[order] = np.minimum(keep_sorted, 1.0)
+    alpha = float(min(1.0, cum_p[h] + 1.0 - phi[h]))
+    left = np.zeros(v)
+    left[order[h:]] = ps[h:] - m_sorted[h:]
+    residual = left / left.sum() if left.sum() > 0 else None
+    return OptimalCoupling(order, rank, cum_q, phi, lift, select, keep, residual, records, h, alpha)
+
+
+def _level_weights(c: OptimalCoupling, top: int) -> list[tuple[int, int, float]]:
+    """The levels (a, b] that can hold sorted position ``top`` with their probabilities: the path of
+    ``top`` from its segment's root in the peeling tree, ``[(a, b, P(level = (a, b])), ...]``."""
+    r = int(np.searchsorted(c.records, top, side="right"))
+    u, v = int(c.records[r - 1]), int(c.records[r])
+    out = []
+    mass = 1.0
+    lift = None
+    while True:
+        w, j = c.node(u, v, lift)
+        if j < 0:
+            out.append((u, v, mass))
+            return out
+        stop = min(w, mass)
+        if stop > 0:
+            out.append((u, v, stop))
+        mass -= stop
+        if mass <= 0:
+            return out
+        a, b = (u, j) if top < j else (j, v)
+        lift = c.child_lift(u, v, a, b)
+        u, v = a, b
+
+
+class OptimalVerifier(Verifier):
+    """Optimal verifier for i.i.d. drafts at any V (module docstring): acceptance α*."""
+
+    name = "ot_fast"
+    sampling = "with_replacement"
+
+    def __init__(self):
+        self._cache: OrderedDict = OrderedDict()
+
+    def _prepare(self, p, q, k):
+        key = (p.tobytes(), q.tobytes(), k)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        c = optimal_coupling(p, q, k)
+        self._cache[key] = c
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return c
+
+    def _closed_form(self, p, q, aux, k):
+        # Σ_{H*} p + Σ_C m, summed from the construction (not from optimal_acceptance)
+        return float(np.where(aux.rank < aux.h, p, aux.select).sum())
+
+    def _levels(self, aux, drafts):
+        """Sorted positions (n, K) and, per row, the top draft's levels padded to a common length:
+        lower ends a, upper ends b (int (n, L)) and probabilities w (float (n, L), 0 as padding)."""
+        pos = aux.rank[drafts]
+        tops, inverse = np.unique(pos.max(axis=1), return_inverse=True)
+        paths = [_level_weights(aux, int(t)) for t in tops]
+        width = max(len(x) for x in paths)
+        a = np.zeros((tops.size, width), dtype=np.int64)
+        b = np.zeros((tops.size, width), dtype=np.int64)
+        w = np.zeros((tops.size, width))
+        for i, path in enumerate(paths):
+            arr = np.array(path)
+            a[i, : len(path)], b[i, : len(path)], w[i, : len(path)] = arr[:, 0], arr[:, 1], arr[:, 2]
+        inverse = inverse.ravel()
+        return pos, a[inverse], b[inverse], w[inverse]
+
+    def _laws(self, p, q, aux, drafts):
+        n, k = drafts.shape
+        pos, a, b, w = self._levels(aux, drafts)
+        inside = (pos[:, None, :] >= a[:, :, None]) & (pos[:, None, :] < b[:, :, None])  # (n, L, K)
+        cnt = np.maximum(inside.sum(axis=2, keepdims=True), 1)
+        share = (w[:, :, None] * inside / cnt).sum(axis=1)  # P(select draft column j | x̄), (n, K)
+        law = np.zeros((n, q.size))
+        np.add.at(law, (np.repeat(np.arange(n), k), drafts.ravel()), share.ravel())
+        law *= aux.keep[None, :]
+        if aux.residual is not None:
+            law += np.maximum(1.0 - law.sum(axis=1), 0.0)[:, None] * aux.residual[None, :]
+        return law
+
+    def _sample(self, p, q, aux, drafts, rng):
+        n, k = drafts.shape
+        pos, a, b, w = self._levels(aux, drafts)
+        last = (w > 0).sum(axis=1) - 1  # levels fill a prefix of each row; rounding never picks padding
+        level = np.minimum((np.cumsum(w, axis=1) <= rng.random(n)[:, None]).sum(axis=1), last)
+        rows = np.arange(n)
+        a, b = a[rows, level], b[rows, level]
+        inside = (pos >= a[:, None]) & (pos < b[:, None])
+        pick = np.floor(rng.random(n) * inside.sum(axis=1)).astype(np.int64)  # pick-th draft inside
+        col = np.argmax(np.cumsum(inside, axis=1) > pick[:, None], axis=1)
+        out = drafts[rows, col].copy()
+        rejected = rng.random(n) >= aux.keep[out]
+        if rejected.any() and aux.residual is not None:
+            out[rejected] = draw(aux.residual, rng.random(int(rejected.sum())))
+        return out
