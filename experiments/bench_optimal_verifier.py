@@ -92,7 +92,7 @@ def main(argv=None):
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--topk", type=int, default=10)
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])
-    ap.add_argument("--maxflow-ks", type=int, nargs="+", default=[2, 4], help="K for the max-flow comparison "
+    ap.add_argument("--maxflow-ks", type=int, nargs="*", default=[2, 4], help="K for the max-flow comparison "
                     "(K = 8 at top-10 is 24,310 multisets: minutes in networkx)")
     args = ap.parse_args(argv)
     import torch

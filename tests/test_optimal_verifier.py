@@ -76,6 +76,8 @@ ADVERSARIAL = {
     "ratio_ties": (_law([0.1, 0.2, 0.3, 0.4]), _law([0.1, 0.2, 0.3, 0.4])),
     "equal_ratio_blocks": (_law([0.05, 0.05, 0.3, 0.3, 0.3]), _law([0.1, 0.1, 0.2, 0.2, 0.4])),
     "q_zero_on_p_mode": (_law([0.7, 0.1, 0.1, 0.1]), _law([0.0, 0.2, 0.3, 0.5])),
+    # rejection probability 1e-20 rounds the residual mass (p − m on C) to 0 (found by hypothesis)
+    "rejection_below_rounding": (_law([0.0, 1.0]), _law([1e-10, 1.0])),
     "tiny_masses": (_law([1e-14, 0.5, 0.5 - 1e-14, 1e-15]), _law([0.25, 1e-15, 0.25, 0.5])),
 }
 

@@ -74,7 +74,7 @@ class OptimalCoupling:
     order: token ids sorted by p/q ascending; rank: inverse permutation (token → position).
     cum_q: Q_j, j = 0..V (float64, V + 1); phi: Φ(Q_j); lift: d_j = M_j − Φ(Q_j) ≥ 0.
     select: the selection law m over tokens; keep: acceptance probability of a selected token
-    (p/m on H*, 1 on C); residual: (p − m)_+ normalised (None when α* = 1).
+    (p/m on H*, 1 on C); residual: (p − m)_+ normalised (p on C if that mass rounds to 0).
     records: sorted contact boundaries (segment ends); h: |H*|; alpha: α* = P_h + 1 − Φ(Q_h).
     """
 
@@ -85,44 +85,38 @@ class OptimalCoupling:
     lift: np.ndarray
     select: np.ndarray
     keep: np.ndarray
-    residual: np.ndarray | None
+    residual: np.ndarray
     records: np.ndarray
     h: int
     alpha: float
     nodes: dict = field(default_factory=dict, repr=False)
 
-    def node(self, u: int, v: int, lift: np.ndarray | None = None):
-        """Peeling node for boundaries u < v: ``(w, j*)`` (j* = −1 for a single token), cached.
+    def node(self, u: int, v: int, peeled: tuple = (0.0, 0.0, 0.0)):
+        """Peeling node for boundaries u < v: ``(w, j*, peeled')``, cached (j* = −1: a single token).
 
-        ``lift``: the node's lifts D at boundaries u..v (None at a segment root: ``self.lift``).
-        Children's lifts are cached alongside (``_lifts``) so a path can be resumed.
+        ``peeled = (Ω, A, B)`` sums what the ancestors removed, ``Σ w·(chord − Φ)`` with each chord
+        ``α + β Q``: the node's lifts are ``D_j = d_j + Ω Φ(Q_j) − A − B Q_j`` (O(1) memory per node;
+        ``(0, 0, 0)`` at a segment root). ``peeled'`` is the children's.
         """
         key = (u, v)
         if key in self.nodes:
-            return self.nodes[key][:2]
+            return self.nodes[key]
         if v - u == 1:
-            self.nodes[key] = (None, -1, None)
-            return None, -1
-        d = self.lift[u : v + 1] if lift is None else lift
-        qs = self.cum_q[u : v + 1]
-        ph = self.phi[u : v + 1]
-        chord = ph[0] + (ph[-1] - ph[0]) * (qs - qs[0]) / (qs[-1] - qs[0])
-        c = chord[1:-1] - ph[1:-1]
+            self.nodes[key] = (None, -1, peeled)
+            return self.nodes[key]
+        omega, big_a, big_b = peeled
+        qs = self.cum_q[u + 1 : v]
+        ph = self.phi[u + 1 : v]
+        beta = (self.phi[v] - self.phi[u]) / (self.cum_q[v] - self.cum_q[u])
+        alpha = self.phi[u] - beta * self.cum_q[u]
+        c = alpha + beta * qs - ph
+        d = self.lift[u + 1 : v] + omega * ph - big_a - big_b * qs
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(c > 0, d[1:-1] / np.where(c > 0, c, 1.0), np.inf)
+            ratio = np.where(c > 0, d / np.where(c > 0, c, 1.0), np.inf)
         i = int(np.argmin(ratio))
-        w = float(ratio[i]) if np.isfinite(ratio[i]) else 0.0
-        w = max(w, 0.0)
-        rest = np.maximum(d.copy(), 0.0)
-        rest[1:-1] = np.maximum(d[1:-1] - w * c, 0.0)
-        j = u + 1 + i
-        rest[j - u] = 0.0
-        self.nodes[key] = (w, j, rest)
-        return w, j
-
-    def child_lift(self, u: int, v: int, a: int, b: int) -> np.ndarray:
-        rest = self.nodes[(u, v)][2]
-        return rest[a - u : b - u + 1]
+        w = max(float(ratio[i]), 0.0) if np.isfinite(ratio[i]) else 0.0
+        self.nodes[key] = (w, u + 1 + i, (omega + w, big_a + w * alpha, big_b + w * beta))
+        return self.nodes[key]
 
 
 def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
@@ -162,7 +156,11 @@ def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
     alpha = float(min(1.0, cum_p[h] + 1.0 - phi[h]))
     left = np.zeros(v)
     left[order[h:]] = ps[h:] - m_sorted[h:]
-    residual = left / left.sum() if left.sum() > 0 else None
+    if left.sum() <= 0:  # rejection has probability Φ(s) − P_h ≈ 0 (rounding): any law on C will do
+        left[order[h:]] = ps[h:]
+    if left.sum() <= 0:
+        left = p.copy()
+    residual = left / left.sum()
     return OptimalCoupling(order, rank, cum_q, phi, lift, select, keep, residual, records, h, alpha)
 
 
@@ -173,9 +171,9 @@ def _level_weights(c: OptimalCoupling, top: int) -> list[tuple[int, int, float]]
     u, v = int(c.records[r - 1]), int(c.records[r])
     out = []
     mass = 1.0
-    lift = None
+    peeled = (0.0, 0.0, 0.0)
     while True:
-        w, j = c.node(u, v, lift)
+        w, j, peeled = c.node(u, v, peeled)
         if j < 0:
             out.append((u, v, mass))
             return out
@@ -185,9 +183,7 @@ def _level_weights(c: OptimalCoupling, top: int) -> list[tuple[int, int, float]]
         mass -= stop
         if mass <= 0:
             return out
-        a, b = (u, j) if top < j else (j, v)
-        lift = c.child_lift(u, v, a, b)
-        u, v = a, b
+        u, v = (u, j) if top < j else (j, v)
 
 
 class OptimalVerifier(Verifier):
@@ -239,8 +235,7 @@ class OptimalVerifier(Verifier):
         law = np.zeros((n, q.size))
         np.add.at(law, (np.repeat(np.arange(n), k), drafts.ravel()), share.ravel())
         law *= aux.keep[None, :]
-        if aux.residual is not None:
-            law += np.maximum(1.0 - law.sum(axis=1), 0.0)[:, None] * aux.residual[None, :]
+        law += np.maximum(1.0 - law.sum(axis=1), 0.0)[:, None] * aux.residual[None, :]
         return law
 
     def _sample(self, p, q, aux, drafts, rng):
@@ -255,6 +250,6 @@ class OptimalVerifier(Verifier):
         col = np.argmax(np.cumsum(inside, axis=1) > pick[:, None], axis=1)
         out = drafts[rows, col].copy()
         rejected = rng.random(n) >= aux.keep[out]
-        if rejected.any() and aux.residual is not None:
+        if rejected.any():
             out[rejected] = draw(aux.residual, rng.random(int(rejected.sum())))
         return out
