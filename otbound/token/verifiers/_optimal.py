@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -73,9 +74,11 @@ class OptimalCoupling:
 
     order: token ids sorted by p/q ascending; rank: inverse permutation (token → position).
     cum_q: Q_j, j = 0..V (float64, V + 1); phi: Φ(Q_j); lift: d_j = M_j − Φ(Q_j) ≥ 0.
-    select: the selection law m over tokens; keep: acceptance probability of a selected token
-    (p/m on H*, 1 on C); residual: (p − m)_+ normalised (p on C if that mass rounds to 0).
-    records: sorted contact boundaries (segment ends); h: |H*|; alpha: α* = P_h + 1 − Φ(Q_h).
+    p_sorted, m_sorted: p and the selection law m in that order; records: sorted contact
+    boundaries (segment ends); h: |H*|; alpha: α* = P_h + 1 − Φ(Q_h); accepted: Σ_{H*} p + Σ_C m
+    (the construction's acceptance). Over tokens (built on first use): ``select`` = m,
+    ``keep`` = acceptance probability of a selected token (p/m on H*, 1 on C), ``residual`` =
+    (p − m)_+ normalised (p on C if that mass rounds to 0).
     """
 
     order: np.ndarray
@@ -83,13 +86,49 @@ class OptimalCoupling:
     cum_q: np.ndarray
     phi: np.ndarray
     lift: np.ndarray
-    select: np.ndarray
-    keep: np.ndarray
-    residual: np.ndarray
+    p_sorted: np.ndarray
+    m_sorted: np.ndarray
     records: np.ndarray
     h: int
     alpha: float
+    accepted: float
     nodes: dict = field(default_factory=dict, repr=False)
+
+    def _by_token(self, sorted_values: np.ndarray) -> np.ndarray:
+        out = np.empty(sorted_values.size)
+        out[self.order] = sorted_values
+        return out
+
+    @cached_property
+    def keep_sorted(self) -> np.ndarray:
+        h, ps, ms = self.h, self.p_sorted, self.m_sorted
+        keep = np.ones(ps.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keep[:h] = np.where(ms[:h] > 0, ps[:h] / np.where(ms[:h] > 0, ms[:h], 1.0), 0.0)
+        return np.minimum(keep, 1.0)
+
+    @cached_property
+    def residual_sorted(self) -> np.ndarray:
+        h, ps = self.h, self.p_sorted
+        left = np.zeros(ps.size)
+        left[h:] = ps[h:] - self.m_sorted[h:]
+        if left.sum() <= 0:  # rejection has probability Φ(s) − P_h ≈ 0 (rounding): any law on C will do
+            left[h:] = ps[h:]
+        if left.sum() <= 0:
+            left = ps.copy()
+        return left / left.sum()
+
+    @property
+    def select(self) -> np.ndarray:
+        return self._by_token(self.m_sorted)
+
+    @property
+    def keep(self) -> np.ndarray:
+        return self._by_token(self.keep_sorted)
+
+    @property
+    def residual(self) -> np.ndarray:
+        return self._by_token(self.residual_sorted)
 
     def node(self, u: int, v: int, peeled: tuple = (0.0, 0.0, 0.0)):
         """Peeling node for boundaries u < v: ``(w, j*, peeled')``, cached (j* = −1: a single token).
@@ -123,45 +162,35 @@ def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
     """Build :class:`OptimalCoupling` for checked 1-D laws p, q and K i.i.d. drafts (O(V log V))."""
     v = q.size
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+        ratio = p / q
+    ratio[q == 0] = np.inf
     order = np.argsort(ratio, kind="quicksort")
     rank = np.empty(v, dtype=np.int64)
     rank[order] = np.arange(v)
     ps, qs = p[order], q[order]
-    cum_q = np.concatenate([[0.0], np.cumsum(qs)])
-    cum_p = np.concatenate([[0.0], np.cumsum(ps)])
+    cum_q = np.empty(v + 1)
+    cum_p = np.empty(v + 1)
+    cum_q[0] = cum_p[0] = 0.0
+    np.cumsum(qs, out=cum_q[1:])
+    np.cumsum(ps, out=cum_p[1:])
     # tokens with q = 0 sort last: their boundaries carry Q = 1 exactly
     cum_q[v - np.count_nonzero(qs == 0) :] = 1.0
-    cum_q = np.minimum(cum_q, 1.0)
+    np.minimum(cum_q, 1.0, out=cum_q)
     phi = cum_q**k
     g = phi - cum_p
     g[0], g[-1] = 0.0, 0.0
     h = int(np.argmax(g))
     run = np.empty(v + 1)
-    run[: h + 1] = np.maximum.accumulate(g[: h + 1])
+    np.maximum.accumulate(g[: h + 1], out=run[: h + 1])
     run[h:] = np.maximum.accumulate(g[h:][::-1])[::-1]
     lift = run - g  # ≥ 0 exactly in floating point: run ≥ g elementwise
     records = np.flatnonzero(lift == 0.0)
-    m_cum = cum_p + run  # M_j
-    m_sorted = np.diff(m_cum)
+    m_sorted = np.diff(cum_p + run)  # increments of M_j = P_j + run_j
     m_sorted[:h] = np.maximum(m_sorted[:h], ps[:h])  # m ≥ p on H* (rounding only)
     m_sorted[h:] = np.clip(m_sorted[h:], 0.0, ps[h:])  # 0 ≤ m ≤ p on C (rounding only)
-    select = np.empty(v)
-    select[order] = m_sorted
-    keep_sorted = np.ones(v)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        keep_sorted[:h] = np.where(m_sorted[:h] > 0, ps[:h] / np.where(m_sorted[:h] > 0, m_sorted[:h], 1.0), 0.0)
-    keep = np.empty(v)
-    keep[order] = np.minimum(keep_sorted, 1.0)
     alpha = float(min(1.0, cum_p[h] + 1.0 - phi[h]))
-    left = np.zeros(v)
-    left[order[h:]] = ps[h:] - m_sorted[h:]
-    if left.sum() <= 0:  # rejection has probability Φ(s) − P_h ≈ 0 (rounding): any law on C will do
-        left[order[h:]] = ps[h:]
-    if left.sum() <= 0:
-        left = p.copy()
-    residual = left / left.sum()
-    return OptimalCoupling(order, rank, cum_q, phi, lift, select, keep, residual, records, h, alpha)
+    accepted = float(cum_p[h] + m_sorted[h:].sum())
+    return OptimalCoupling(order, rank, cum_q, phi, lift, ps, m_sorted, records, h, alpha, accepted)
 
 
 def _level_weights(c: OptimalCoupling, top: int) -> list[tuple[int, int, float]]:
@@ -207,8 +236,7 @@ class OptimalVerifier(Verifier):
         return c
 
     def _closed_form(self, p, q, aux, k):
-        # Σ_{H*} p + Σ_C m, summed from the construction (not from optimal_acceptance)
-        return float(np.where(aux.rank < aux.h, p, aux.select).sum())
+        return aux.accepted  # Σ_{H*} p + Σ_C m, summed from the construction (not from optimal_acceptance)
 
     def _levels(self, aux, drafts):
         """Sorted positions (n, K) and, per row, the top draft's levels padded to a common length:
@@ -249,7 +277,7 @@ class OptimalVerifier(Verifier):
         pick = np.floor(rng.random(n) * inside.sum(axis=1)).astype(np.int64)  # pick-th draft inside
         col = np.argmax(np.cumsum(inside, axis=1) > pick[:, None], axis=1)
         out = drafts[rows, col].copy()
-        rejected = rng.random(n) >= aux.keep[out]
+        rejected = rng.random(n) >= aux.keep_sorted[aux.rank[out]]
         if rejected.any():
-            out[rejected] = draw(aux.residual, rng.random(int(rejected.sum())))
+            out[rejected] = aux.order[draw(aux.residual_sorted, rng.random(int(rejected.sum())))]
         return out
