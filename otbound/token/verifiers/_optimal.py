@@ -19,17 +19,22 @@ selects with the mixture law.
 **The target selection law.** With ``g_j = max_{i ≤ j} G_i`` for ``j ≤ h`` and
 ``g_j = max_{i ≥ j} G_i`` for ``j ≥ h`` put ``M_j = P_j + g_j``. Then
 (i) ``M_0 = 0``, ``M_h = Φ(s)``, ``M_V = 1``, ``M_j ≥ Φ(Q_j)`` with equality exactly at the
-running-max records of G ("contact" boundaries); (ii) M is convex in Q (slopes ``m_j/q_j`` are p/q
-between records, and at a record the slope jumps to catch Φ up, which keeps them non-decreasing);
-(iii) ``m ≥ p`` on H* and ``m ≤ p`` on the rest C.
+running-max records of G ("contact" boundaries); (ii) M is convex in Q: the slopes ``m_j/q_j``
+are p/q inside a segment, and at a contact boundary j the token below has slope ≤ ΔΦ_j/q_j and the
+token above ≥ ΔΦ_{j+1}/q_{j+1} (M ≥ Φ on both sides), non-decreasing as Φ is convex;
+(iii) ``m ≥ p`` on H* and ``m ≤ p`` on the rest C (M − P is non-decreasing up to h, non-increasing
+after).
 Between two consecutive records ``u < v`` (a *segment*), M is a convex polyline lying between Φ and
 Φ's chord over ``[Q_u, Q_v]``, equal at both ends. It is a mixture of chord polygons by peeling:
 with lifts ``d_j = M_j − Φ(Q_j)`` and chord lifts ``c_j`` (chord minus Φ) at the interior boundaries,
 ``w = min_j d_j / c_j ∈ [0, 1]`` and ``M = w·chord + (1 − w)·M'`` where M' is again convex, ≥ Φ,
-and touches Φ at the arg-min ``j*``; recurse on ``(u, j*]`` and ``(j*, v]``. (Unnormalised: carry
-``D = d − w c``; a node's absolute stop probability is its w.) Contact stretches are single-token
-levels. The random partition is: each segment's tree walked from its root, stopping at a node with
-probability w / (mass reaching the node).
+and touches Φ at the arg-min ``j*``; recurse on ``(u, j*]`` and ``(j*, v]`` (convexity keeps
+``M' ≤`` its chords, so every w fits in the mass left). Unnormalised, a node's lifts are
+``d − Σ_ancestors w·c``, three scalars per node (:meth:`OptimalCoupling.node`), and a node's absolute
+stop probability is its w. Contact stretches are single-token levels. The random partition: each
+segment's tree walked from its root, stopping at a node with probability w / (mass reaching it).
+For a fixed partition the selection law is the increments of its chord polygon over all of
+``[0, 1]``; averaged over the trees it is the increments of M, i.e. m.
 
 **Verifier.** Select ``y`` by that random level rule; if y ∈ H* accept it with probability
 ``p_y / m_y`` (else reject), if y ∈ C accept it; on rejection emit ``Y ~ (p − m)_+ / (1 − α*)``
@@ -40,19 +45,25 @@ residual adds ``p − m`` on C, total ``Σ_C (p − m) = p(C) − (1 − Φ(s)) 
 exactly the rejection probability ``Σ_{H*} (m − p) = Φ(s) − P_h``. Acceptance: every accepted
 token is a draft; a rejection happens only when the top draft lies in H*, so all drafts lie in H*
 while the residual lives on C — no residual token is a draft. Hence
-``α = P_h + (1 − Φ(s)) = 1 + P_h − Φ(s) = α*``. (ii)–(iii) and the peeling are checked in the tests
-against the LP plan's value, exact enumeration of the conditional laws, and a G-test.
+``α = P_h + (1 − Φ(s)) = 1 + P_h − Φ(s) = α*``: the coupling is optimal. Checked in
+``tests/test_optimal_verifier.py`` against the dual and the LP (1e-9) with the exact conditional laws
+enumerated (lossless to 1e-12), by a binned chi-square at V = 1,500, and at V = 151,936.
 
-**Cost** (one row): a sort of the V ratios, O(V) prefix sums and running maxima, then per tuple
-the top draft's path in its segment's tree: each node costs O(length of its segment) (numpy),
-nodes are cached per (p, q, K). ``experiments/bench_optimal_verifier.py`` measures it.
+**Cost** (one row): a sort of the V ratios, O(V) prefix sums and running maxima (the exact
+acceptance needs nothing more), then per tuple the top draft's path in its segment's tree: each
+node costs O(length of its segment), nodes are cached per (p, q, K). The top draft usually sits in a
+short segment (path length 1), but segments can span most of H* and the peeling then splits off a
+token or so per node, so a path can be O(segment) nodes long: O(L²) for a segment of L tokens.
+``experiments/bench_optimal_verifier.py`` measures both (README); a decomposition with a cheap path
+for long segments is open.
 
-**Without replacement.** The construction does not extend: it rests on Q(H) = Φ(q(H)) with one
-convex Φ of the q-mass, which makes every level's drafts i.i.d. from q restricted to the level
-given the top draft's level (so a uniform draft of the level has law ∝ q). Without replacement Q(H)
-depends on the individual q_i of H (exponential clocks, :mod:`otbound._wor`), the drafts inside a
-level are not exchangeable with law ∝ q, and the chord-polygon (level rule) laws are not the
-vertices of the feasible set; an optimal verifier there remains the small-V LP (``ot``).
+**Without replacement.** The construction does not carry over: it rests on Q(H) = Φ(q(H)), one
+convex function of the q-mass, which makes the drafts inside the top draft's level i.i.d. from q
+restricted to it (so a uniform draft of the level has law ∝ q, and the level rules' laws are the
+chord polygons of Φ). Without replacement Q(H) depends on the individual q_i in H (exponential
+clocks, :mod:`otbound.token._wor`), a uniform draft of a level is not ∝ q, and the feasible
+selection laws are not mixtures of chord polygons of one Φ; the optimal verifier there remains the
+small-V LP (``ot``).
 """
 
 from __future__ import annotations
