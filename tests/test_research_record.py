@@ -1,4 +1,13 @@
-"""Block verification needs a fresh uniform per level: the README's "reusing one uniform is lossy".
+"""Research record (README findings): two block-level claims made reproducible.
+
+1. **SpecTr-GBV's one-iteration losslessness by (K, L)**: as recovered (Alg. 1; no Alg. 2), the
+   one-iteration verifier is lossless only at K = 1, L = 1 (plain speculative sampling); at K ≥ 2
+   it is lossy already with L = 1 (a token-level law error), and at K = 1 with L = 2. Metric:
+   ``BlockVerifier.lossless_error`` (max absolute error of the continued law on V^{L+1}), Dirichlet
+   pairs V = 3, seeds 0–2.
+
+2. **Block verification needs a fresh uniform per level** (the README's "reusing one uniform is
+   lossy").
 
 Sun et al.'s block verification (2403.10444, Alg. 2; ``BLOCK_VERIFIERS["block"]``) scans
 ``i = L, L−1, …, 1`` and stops at the first ``i`` with ``η_i ≤ h_i``, a fresh ``η_i ~ U(0, 1)`` per
@@ -21,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from otbound import BLOCK_VERIFIERS
 from otbound.block.models import dirichlet_model, prefix_law, shifted_model
 from otbound.block.verifiers.chain import BlockVerification, walk_schedule
 
@@ -75,3 +85,16 @@ def test_shared_uniform_error_across_instances():
     """Over seeds 0–5 at V = 4, L = 3 the shared uniform is lossy on every instance (TV 0.8%–5.8%)."""
     tvs = [continued_law_error(SharedUniformBlockVerification(), *_pair(4, s), 4, 3)[0] for s in range(6)]
     assert min(tvs) > 0.005 and max(tvs) == pytest.approx(0.0583, abs=5e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_spectr_gbv_one_iteration_lossless_only_for_one_draft_of_one_token(seed):
+    gbv = BLOCK_VERIFIERS["spectr_gbv"]
+    tg, dr = _pair(3, seed)
+
+    def err(k, length):
+        return gbv.lossless_error(tg, dr, vocab_size=3, num_drafts=k, block_len=length)
+
+    assert err(1, 1) < 1e-12  # plain speculative sampling
+    assert err(2, 1) > 0.01 and err(3, 1) > 0.01  # K ≥ 2: lossy at the token level already
+    assert err(1, 2) > 0.01  # K = 1, L = 2: the one-iteration law is off (Alg. 2 not modelled)
