@@ -11,7 +11,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NAMES = ["01_quickstart", "02_verifiers_on_real_traces", "03_block_bounds"]
+NAMES = ["01_quickstart", "02_verifiers_on_real_traces", "03_block_bounds", "05_check_your_verifier"]
 #: per-notebook execution limit (each is designed to finish in well under a minute on 2 cores)
 TIMEOUT_S = 180
 
