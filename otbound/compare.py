@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from otbound.report import SYNTHETIC_FAMILIES, plots, synthetic_rows, tables, token_figure
+from otbound.report import SYNTHETIC_FAMILIES, paired_section, plots, synthetic_rows, tables, token_figure
 
 
 def parse_args(argv=None):
@@ -52,6 +52,15 @@ def parse_args(argv=None):
     ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto", help="model device; each trace is measured there as it is sampled "
+                    "(default: cuda if available)")
+    ap.add_argument("--dtype", default="auto", help="model dtype: float32, bfloat16, float16 (default: bfloat16 on "
+                    "CUDA and on CPUs with native bfloat16, else float32)")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="prompts per collection batch (default 8 on CPU, 32 on CUDA)")
+    ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
+                    help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
+                         "position) or none (the per-position measurements only: enough to re-aggregate and resume)")
     return ap.parse_args(argv)
 
 
@@ -85,6 +94,10 @@ def main(argv=None) -> Path:
             out=out,
             mc_samples=args.mc_samples or 16,
             seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            store_logits=args.store_logits,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {
@@ -94,10 +107,15 @@ def main(argv=None) -> Path:
             "new tokens": args.max_new_tokens,
             "seed": args.seed,
         }
+        paired = paired_section(rows, out)
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
     sections = []
+    if not args.synthetic:
+        meta["largest 95% half-width of a paired gap to α*"] = f"{paired[0]:.4f}"
+        figures.append(paired[1])
+        sections.append(paired[2])
     if args.block:
         from otbound.report import block_markdown, block_section
 

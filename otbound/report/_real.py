@@ -10,15 +10,18 @@ from otbound._io import progress_bar, write_text_atomic
 from otbound._validation import SAMPLINGS
 from otbound.lm import collect_traces, load_pair, load_prompts, load_traces
 from otbound.report._measure import aggregate, measure_trace
+from otbound.report._paired import paired_differences
 
 
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 3,
                     max_new_tokens: int = 32, temperatures=(0.7, 1.0), num_drafts=(2, 3, 4), out="report-real",
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
-                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None) -> list[dict]:
+                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float32",
+                    measure_batch_size: int | None = None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
     ``<out>/measure``) and return the rows of :func:`otbound.report.aggregate` (also written to
-    ``<out>/rows.json``).
+    ``<out>/rows.json``; the paired differences of :func:`otbound.report.paired_differences` go to
+    ``<out>/paired.json``).
 
     ``pair``: a registered pair name, a ``(draft, target)`` pair of ids/paths, a loaded
     :class:`ModelPair` or a callable returning one; it is loaded only if some trace is missing, so
@@ -28,6 +31,13 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     the CI).
     ``dtype``: model dtype; ``"auto"`` is bfloat16 on CUDA and on CPUs with native bfloat16, else
     float32 (see :func:`otbound.lm._models.resolve_dtype`). Each row records it as ``model_dtype``.
+
+    Streaming: each new trace is measured as soon as it is sampled, on the device its logits are on
+    (the batched engine, ``measure_batch_size`` positions per call), and its per-position results
+    are stored before the trace file; ``store_logits`` (``"float32"``, ``"float16"`` or ``"none"``)
+    is what the trace keeps besides the tokens. With ``"none"`` the stored measurements are all
+    there is: enough to re-aggregate and to resume, not to measure again with another
+    configuration. ``batch_size``: prompts per collection batch.
     """
     out = Path(out)
     prompts = [p for ds in datasets for p in load_prompts(ds, num_prompts)]
@@ -36,18 +46,25 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     else:
         def loader():
             return load_pair(pair, device=device, dtype=dtype, progress=progress)
+    options = dict(verifiers=verifiers, samplings=samplings, mc_samples=mc_samples, seed=seed,
+                   cache_dir=out / "measure", batch_size=measure_batch_size)
+
+    def measure_now(record):
+        measure_trace(record, num_drafts, reuse=False, **options)
+
     paths = collect_traces(loader, prompts, out / "traces", temperatures=temperatures, max_new_tokens=max_new_tokens,
-                           batch_size=batch_size, seed=seed, progress=progress)
+                           batch_size=batch_size, seed=seed, progress=progress, logits_dtype=store_logits,
+                           on_trace=measure_now)
     bar = progress_bar(len(paths), "measure", progress)
     results = []
     for path in paths:
         (record,) = load_traces(path)
-        results.append(measure_trace(record, num_drafts, verifiers=verifiers, samplings=samplings,
-                                     mc_samples=mc_samples, seed=seed, cache_dir=out / "measure"))
+        results.append(measure_trace(record, num_drafts, **options))
         bar.update(1)
     bar.close()
     rows = aggregate(results)
     write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
+    write_text_atomic(out / "paired.json", json.dumps(paired_differences(results), indent=1))
     if progress:
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
