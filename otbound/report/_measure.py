@@ -38,7 +38,7 @@ import scipy.stats
 from otbound._io import safe_name, temperature_dir, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts
 
-MEASURE_VERSION = 1
+MEASURE_VERSION = 2  # 2: ot_fast joined the registry (cached measurements lack it)
 
 
 def _verifier_registry():
