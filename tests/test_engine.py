@@ -243,3 +243,59 @@ def test_first_draft_shortcut_equals_the_general_round():
     for per_row in (True, False):  # the CPU's and the accelerator's way of treating the other drafts
         fast = _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=per_row)
         np.testing.assert_allclose(fast.numpy(), general.numpy(), rtol=0, atol=1e-12)
+
+
+WOR_TOL = 1e-12  # α* without replacement: the engine against optimal_acceptance (measured ≤ 1e-15)
+
+
+def wor_adversarial_rows(v=12):
+    """adversarial_rows plus rows aimed at the clock integral: p living in a mass-1e-30 tail of q,
+    near-deterministic q (1 − 1e-12), identical laws (every ratio tied), many tied ratios, disjoint
+    supports with K within q's support."""
+    p0, q0 = adversarial_rows(v)
+    rows = list(zip(p0, q0))
+    rng = np.random.default_rng(9)
+    u = np.full(v, 1.0 / v)
+    t = np.full(v, 1e-30); t[:5] = [0.4, 0.3, 0.15, 0.1, 0.05]  # noqa: E702
+    t /= t.sum()
+    rows.append((np.r_[np.zeros(5), np.full(v - 5, 1.0 / (v - 5))], t))  # p only in q's 1e-30 tail
+    rows.append((u, t))
+    d = np.full(v, 1e-13); d[0] = 1.0  # noqa: E702
+    d /= d.sum()
+    rows += [(u, d), (d, d), (np.roll(d, 1), d)]  # near-deterministic draft (and target)
+    x = rng.random(v); x /= x.sum()  # noqa: E702
+    rows.append((x, x))  # every ratio tied at 1
+    y = rng.integers(1, 4, v).astype(float); y /= y.sum()  # noqa: E702
+    rows.append((y, np.roll(y, 1)))  # many tied ratios
+    a = np.zeros(v); a[::2] = 1.0  # noqa: E702
+    rows.append((a / a.sum(), np.roll(a, 1) / a.sum()))  # disjoint supports, q on half the tokens
+    p, q = zip(*rows)
+    return np.array(p), np.array(q)
+
+
+def check_without_replacement(p, q, ks):
+    for k in ks:
+        keep = (q > 0).sum(1) >= k  # without replacement needs K tokens of positive draft mass
+        a, b = p[keep], q[keep]
+        assert a.shape[0] > 0
+        res = measure_batch(torch.from_numpy(a), torch.from_numpy(b), (k,), samplings=("without_replacement",),
+                            verifiers=())
+        ref = ob.optimal_acceptance(a, b, k, "without_replacement")
+        np.testing.assert_allclose(res.optimal["without_replacement"][k].numpy(), ref, rtol=0, atol=WOR_TOL,
+                                   err_msg=f"K={k}")
+
+
+def test_without_replacement_matches_optimal_acceptance_on_random_and_adversarial_rows():
+    rng = np.random.default_rng(10)
+    for v, scale in ((5, 1.0), (40, 2.5), (300, 2.5), (60, 6.0)):  # scale 6: peaked, near-deterministic q
+        check_without_replacement(*lm_rows(rng, 4, v, scale=scale), (2, 3, 4, 5))
+    check_without_replacement(*wor_adversarial_rows(), (2, 3, 4))
+
+
+def test_without_replacement_matches_optimal_acceptance_at_full_vocabulary():
+    rng = np.random.default_rng(11)
+    p, q = lm_rows(rng, 2, LM_VOCAB)
+    t = np.full(LM_VOCAB, 1e-30); t[:6] = [0.3, 0.25, 0.2, 0.15, 0.06, 0.04]  # noqa: E702
+    p = np.vstack([p, q[:1]])
+    q = np.vstack([q, t / t.sum()])  # a row with a 1e-30 tail holding most of p's mass
+    check_without_replacement(p, q, (2, 3, 4))
