@@ -13,14 +13,28 @@ sample count stated) and efficiency = acceptance / α*. ``--block`` adds the blo
 default: the tiny random pair, ``--e2e-pair qwen2.5-coder`` for the real one) and adds its section and
 figure; without ``--synthetic`` it replaces the trace report.
 Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
+
+Every mode runs as checkpointed shards (``<out>/shards``, resumable); ``--engine ray [--address
+ADDRESS]`` runs them on Ray actors (a local Ray instance without an address) with a report
+identical to the default in-process run (see :mod:`otbound.report._distributed`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from otbound.report import SYNTHETIC_FAMILIES, plots, synthetic_rows, tables, token_figure
+from otbound._validation import InvalidInputError
+from otbound.report import (
+    SYNTHETIC_FAMILIES,
+    make_executor,
+    paired_section,
+    plots,
+    synthetic_rows,
+    tables,
+    token_figure,
+)
 
 
 def parse_args(argv=None):
@@ -64,6 +78,23 @@ def parse_args(argv=None):
     ap.add_argument("--e2e-prompts", type=int, default=4, help="prompts of the end-to-end section")
     ap.add_argument("--e2e-tokens", type=int, default=12, help="tokens generated per prompt in the end-to-end section")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto", help="model device; each trace is measured there as it is sampled "
+                    "(default: cuda if available)")
+    ap.add_argument("--dtype", default="auto", help="model dtype: float32, bfloat16, float16 (default: bfloat16 on "
+                    "CUDA and on CPUs with native bfloat16, else float32)")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="prompts per collection batch within a shard (default: the whole shard)")
+    ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
+                    help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
+                         "position) or none (the per-position measurements only: enough to re-aggregate and resume)")
+    ap.add_argument("--engine", choices=("local", "ray"), default="local",
+                    help="run the shards in this process, or on Ray actors (pip install 'otbound[ray]'); the report "
+                         "is identical either way (default: %(default)s)")
+    ap.add_argument("--address", default=None,
+                    help="Ray cluster address (e.g. 10.0.0.1:6379 or 'auto'); default: start a local Ray instance")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="Ray actors (default: one per GPU of the cluster, else one per CPU)")
+    ap.add_argument("--prompts-per-shard", type=int, default=8, help="prompts per shard of the real-model report")
     return ap.parse_args(argv)
 
 
@@ -71,13 +102,20 @@ def main(argv=None) -> Path:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = make_executor(args.engine, address=args.address,
+                               **({"num_workers": args.workers} if args.engine == "ray" else {}))
+    except InvalidInputError as exc:
+        print(f"python -m otbound.compare: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     if args.end_to_end and not args.synthetic:
         rows, skipped, meta = [], [], {"mode": "end to end"}
     elif args.synthetic:
         ks = args.num_drafts or [1, 2, 4, 8]
         temps = args.temperature or [0.7, 1.0, 1.5]
         rows, skipped = synthetic_rows(
-            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed
+            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed,
+            engine=engine, out=out,
         )
         meta = {
             "mode": "synthetic",
@@ -99,6 +137,12 @@ def main(argv=None) -> Path:
             out=out,
             mc_samples=args.mc_samples or 16,
             seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            store_logits=args.store_logits,
+            prompts_per_shard=args.prompts_per_shard,
+            engine=engine,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {
@@ -108,6 +152,7 @@ def main(argv=None) -> Path:
             "new tokens": args.max_new_tokens,
             "seed": args.seed,
         }
+        paired = paired_section(rows, out)
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     token_rows = [r for r in rows if r["acceptance"] is not None]
@@ -120,11 +165,16 @@ def main(argv=None) -> Path:
         rows += e2e_rows
         sections.append(section)
         figures.append(fig)
+    if not args.synthetic and not args.end_to_end:
+        meta["largest 95% half-width of a paired gap to α*"] = f"{paired[0]:.4f}"
+        figures.append(paired[1])
+        sections.append(paired[2])
     if args.block:
         from otbound.report import block_markdown, block_section
 
         block_rows, fig = block_section(
-            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000
+            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000,
+            engine=engine, out=out,
         )
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows

@@ -409,7 +409,9 @@ def end_to_end_section(args, out):
         from otbound.lm import encode_prompt, load_pair, load_prompts
 
         pair = load_pair(
-            tuple(args.e2e_pair.split(",")) if "," in args.e2e_pair else args.e2e_pair, device="cpu", dtype="float32"
+            tuple(args.e2e_pair.split(",")) if "," in args.e2e_pair else args.e2e_pair,
+            device=args.device,
+            dtype=args.dtype,
         )
         per = max(1, args.e2e_prompts // len(args.datasets))
         prompts = [encode_prompt(pair.tokenizer, p) for d in args.datasets for p in load_prompts(d, per)]
