@@ -14,7 +14,6 @@ Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,6 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from otbound import plots, reports
+from otbound import _cli_checks as checks
+from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
 from otbound.token_bounds import optimal_acceptance
 
@@ -66,7 +67,11 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
         for k in num_drafts_list:
             per = {}
             for p, q in pairs:
-                bound = {law: optimal_acceptance(p, q, k, law) for law in ("with_replacement", "without_replacement", "greedy")}
+                try:
+                    bound = {law: optimal_acceptance(p, q, k, law) for law in ("with_replacement", "without_replacement", "greedy")}
+                except InvalidInputError as err:  # a law the bound refuses (denormal drafts it cannot resolve): the instance is left out at this K
+                    skipped.add(f"an instance at K={k}, T={temperature}: {err}")
+                    continue
                 for law, a in bound.items():
                     per.setdefault((law, "optimal", "exact"), []).append((a, a))
                 for name, ver in verifiers.items():
@@ -129,36 +134,45 @@ def token_figure(rows, out: Path) -> Path:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
+    ap = checks.Parser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", action="store_true", help="synthetic laws instead of a language-model pair")
     ap.add_argument("--block", action="store_true", help="add the synthetic block-level section")
     ap.add_argument("--out", default="otbound-report", help="output folder (default: %(default)s)")
-    ap.add_argument("--num-drafts", type=int, nargs="+", default=None, help="K values (default 2 3 4; synthetic 1 2 4 8)")
-    ap.add_argument("--temperature", type=float, nargs="+", default=None, help="temperatures (default 0.7 1.0; synthetic 0.7 1.0 1.5)")
+    ap.add_argument("--num-drafts", type=checks.positive_int, nargs="+", default=None, help="K values (default 2 3 4; synthetic 1 2 4 8)")
+    ap.add_argument("--temperature", type=checks.temperature, nargs="+", default=None, help="temperatures (default 0.7 1.0; synthetic 0.7 1.0 1.5)")
     ap.add_argument("--pair", default="qwen2.5-coder", help="registered offline pair, or 'DRAFT,TARGET' model ids/paths")
     ap.add_argument("--datasets", nargs="+", default=["humaneval", "mtbench"], help="shipped prompt sets or JSONL files")
-    ap.add_argument("--num-prompts", type=int, default=3, help="prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=32, help="target-sampled continuation length per prompt")
-    ap.add_argument("--vocab-size", type=int, default=24, help="synthetic vocabulary size")
-    ap.add_argument("--instances", type=int, default=16, help="synthetic (p, q) pairs per (family, T)")
-    ap.add_argument("--mc-samples", type=int, default=None,
+    ap.add_argument("--num-prompts", type=checks.positive_int, default=3, help="prompts per dataset")
+    ap.add_argument("--max-new-tokens", type=checks.positive_int, default=32, help="target-sampled continuation length per prompt")
+    ap.add_argument("--vocab-size", type=checks.vocabulary, default=24, help="synthetic vocabulary size")
+    ap.add_argument("--instances", type=checks.positive_int, default=16, help="synthetic (p, q) pairs per (family, T)")
+    ap.add_argument("--mc-samples", type=checks.positive_int, default=None,
                     help="Monte Carlo draft tuples where no exact acceptance exists (default: 20,000 per synthetic "
                          "instance and block cell, 16 per real-trace position)")
-    ap.add_argument("--block-drafts", type=int, nargs="+", default=[1, 2, 3], help="K values of the block section")
-    ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
-    ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
-    ap.add_argument("--seed", type=int, default=0)
-    return ap.parse_args(argv)
+    ap.add_argument("--block-drafts", type=checks.positive_int, nargs="+", default=[1, 2, 3], help="K values of the block section")
+    ap.add_argument("--block-lens", type=checks.positive_int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
+    ap.add_argument("--block-vocab", type=checks.vocabulary, default=3, help="vocabulary of the block section's random models")
+    ap.add_argument("--seed", type=checks.non_negative_int, default=0)
+    return checks.check_args(ap, ap.parse_args(argv))
 
 
 def main(argv=None) -> Path:
     args = parse_args(argv)
+    try:
+        with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
+            return _run(args)
+    except FolderLockedError as err:
+        sys.exit(f"python -m otbound.compare: error: {err}")
+
+
+def _run(args) -> Path:
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.md", "report.json"):  # the report is written last: none until this run's is complete
+        (out / stale).unlink(missing_ok=True)
     if args.synthetic:
-        ks = args.num_drafts or [1, 2, 4, 8]
-        temps = args.temperature or [0.7, 1.0, 1.5]
-        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed)
+        ks = args.num_drafts
+        temps = args.temperature
+        rows, skipped = synthetic_rows(SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples, args.seed)
         meta = {"mode": "synthetic", "vocabulary": args.vocab_size, "instances per cell": args.instances, "seed": args.seed}
     else:
         from otbound.lm import run_real_report
@@ -169,14 +183,15 @@ def main(argv=None) -> Path:
             datasets=args.datasets,
             num_prompts=args.num_prompts,
             max_new_tokens=args.max_new_tokens,
-            temperatures=args.temperature or [0.7, 1.0],
-            num_drafts=args.num_drafts or [2, 3, 4],
+            temperatures=args.temperature,
+            num_drafts=args.num_drafts,
             out=out,
-            mc_samples=args.mc_samples or 16,
+            mc_samples=args.mc_samples,
             seed=args.seed,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {"mode": "language models", "pair": args.pair, "prompts per dataset": args.num_prompts, "new tokens": args.max_new_tokens, "seed": args.seed}
+    meta["settings"] = checks.effective_settings(args)
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
@@ -184,7 +199,7 @@ def main(argv=None) -> Path:
     if args.block:
         from otbound._report_block import block_section
 
-        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000)
+        block_rows, fig = block_section(args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.block_mc_samples)
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows
         sections.append(_block_markdown(block_rows))

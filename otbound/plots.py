@@ -13,6 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from otbound._io import atomic_path  # noqa: E402
+
 STYLE = {
     "font.size": 8,
     "axes.titlesize": 8,
@@ -50,7 +52,8 @@ def save(fig, path, formats=("png",)) -> list[Path]:
     out = []
     for fmt in formats:
         target = path.with_suffix(f".{fmt}")
-        fig.savefig(target, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        with atomic_path(target) as tmp:  # a killed run never leaves a half-written figure
+            fig.savefig(tmp, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
         out.append(target)
     plt.close(fig)
     return out

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
+
+from otbound._io import write_text_atomic
 
 
 def mean_ci(values) -> tuple[float, float]:
@@ -67,9 +68,7 @@ def all_tables(rows) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)  # a unique temporary name per writer: concurrent writers never collide
 
 
 def write_report(out, title: str, rows, *, sections: list[str] = (), figures: list[str] = (), meta: dict | None = None) -> Path:

@@ -25,13 +25,14 @@ the residuals ``acc_t − eff · α*_t`` with the same clustering.
 from __future__ import annotations
 
 import json
-import os
+import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import scipy.stats
 
+from otbound._io import write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts
 from otbound.token_bounds import optimal_acceptance
 
@@ -99,20 +100,33 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     """:func:`measure_laws` on a :class:`TraceRecord`, plus its prompt id, dataset, temperature.
 
     With ``cache_dir`` the result is stored as ``<cache_dir>/<dataset>/T<T>/<id>.json`` (atomic)
-    and reused when the configuration matches, so a report resumes without recomputation.
+    and reused only when its key matches: the measurement configuration and a content key of the
+    trace (its per-tensor checksums and metadata, or its tensors), never its file name, so a
+    re-collected trace is measured again. The cache file carries a checksum of its own content; a
+    damaged or edited one is recomputed (with a message).
     """
+    from otbound._integrity import content_key, tensor_digests
     from otbound.lm import _store
 
+    trace_digests = record.meta.get("sha256") or tensor_digests(
+        {"tokens": record.tokens, "target_logits": record.target_logits, "draft_logits": record.draft_logits})
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
-              "mc_samples": int(mc_samples), "seed": int(seed), "trace": str(record.path.name if record.path else "")}
+              "mc_samples": int(mc_samples), "seed": int(seed),
+              "trace": content_key({"tensors": trace_digests, "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})}
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / _store.safe_name(record.dataset) / _store.temperature_dir(record.temperature) / (
             _store.safe_name(record.prompt_id) + ".json")
         if path.exists():
-            stored = json.loads(path.read_text())
-            if stored.get("config") == config:
+            try:
+                stored = json.loads(path.read_text())
+                intact = stored.pop("sha256") == content_key(stored)
+            except (ValueError, KeyError, AttributeError):
+                intact = False
+            if not intact:
+                print(f"otbound: {path} is damaged (checksum or JSON); measuring again", file=sys.stderr)
+            elif stored.get("config") == config:
                 return _int_keys(stored)
     cell_seed = [int(seed), zlib.crc32(f"{record.dataset}|{record.prompt_id}|{record.temperature!r}".encode())]
     res = measure_laws(record.p, record.q, num_drafts, verifiers=verifiers, samplings=samplings,
@@ -120,10 +134,8 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     res.update(prompt_id=record.prompt_id, dataset=record.dataset, temperature=record.temperature,
                positions=record.positions, model_dtype=record.meta.get("model_dtype"), config=config)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(res))
-        os.replace(tmp, path)
+        plain = json.loads(json.dumps(res))  # the JSON form that is read back and checked
+        write_text_atomic(path, json.dumps(dict(plain, sha256=content_key(plain))))
     return _int_keys(json.loads(json.dumps(res)))
 
 

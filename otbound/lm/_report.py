@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from otbound._io import write_text_atomic
 from otbound._validation import SAMPLINGS
 from otbound.lm._measure import aggregate, measure_trace
 from otbound.lm._models import load_pair
@@ -49,9 +49,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
         bar.update(1)
     bar.close()
     rows = aggregate(results)
-    tmp = out / f"rows.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, out / "rows.json")
+    write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
     if progress:
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)

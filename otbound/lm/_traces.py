@@ -33,6 +33,7 @@ float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|â
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import zlib
@@ -42,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otbound._integrity import CorruptFileError
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.lm import _store
 from otbound.lm._decode import laws64, sample_continuations, stop_token_ids, teacher_forced_logits
@@ -135,15 +137,15 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     if len(set((p.dataset, p.id) for p in prompts)) != len(prompts):
         raise InvalidInputError(f"prompt ids must be unique within a dataset, got {ids}")
     paths = [[trace_path(out, p, t) for p in prompts] for t in temps]
-    todo = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if not path.exists()]
+    todo = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if not _intact(path)]
     config = {"max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype}
     if todo:
         pair = pair() if callable(pair) else pair
         config = _config(pair, max_new_tokens, seed, logits_dtype)
-    for row in paths:
-        for path in row:
-            if path.exists():
-                _check_config(path, config)
+    kept = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if path.exists()]
+    for t, p, path in kept:
+        _check_config(path, dict(config, format=TRACE_FORMAT, temperature=t, dataset=p.dataset, prompt_id=p.id))
+    _check_one_pair([path for _, _, path in kept])
     if not todo:
         return [path for row in paths for path in row]
     bs = batch_size or (32 if pair.device.type == "cuda" else 8)
@@ -186,6 +188,38 @@ def _check_config(path: Path, config: dict) -> None:
             f"{path} was collected with a different configuration {diff} (stored, requested); "
             f"write to another folder or delete it"
         )
+
+
+def _intact(path: Path) -> bool:
+    """Whether a stored trace exists and passes its checksums; a damaged one is removed (re-collected)."""
+    if not path.exists():
+        return False
+    try:
+        _store.read(path)
+    except CorruptFileError as err:
+        print(f"otbound: {err}; re-collecting it", file=sys.stderr)
+        path.unlink()
+        return False
+    return True
+
+
+def _check_one_pair(paths) -> None:
+    """Every kept trace of a folder comes from one pair, model dtype and vocabulary (also when no model
+    is loaded to compare them with)."""
+    seen = {}
+    for path in paths:
+        meta = _store.read_meta(path)
+        key = tuple(json.dumps(meta.get(k), sort_keys=True) for k in _PAIR_FIELDS)
+        seen.setdefault(key, path)
+    if len(seen) > 1:
+        (a, pa), (b, pb) = list(seen.items())[:2]
+        raise InvalidInputError(
+            f"the trace folder mixes runs of different pairs: {pa} has {dict(zip(_PAIR_FIELDS, a))}, {pb} has "
+            f"{dict(zip(_PAIR_FIELDS, b))}; write to another folder or delete one"
+        )
+
+
+_PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size")
 
 
 def _bar(total, desc, progress):

@@ -1,0 +1,64 @@
+"""Files the package writes: one atomic-write helper, the file-name helpers of stored results, and the
+progress bar of long runs.
+
+Every file otbound writes (traces, prompt sets, measurement caches, reports, figures, converted
+models) goes through :func:`atomic_path`: it is written under a unique temporary name beside its
+target and moved into place with ``os.replace`` (atomic on POSIX), so an interrupted or concurrent
+run never leaves a file that looks finished, and two writers never share a temporary file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path) -> Iterator[Path]:
+    """Yield a fresh temporary path beside ``path`` (same suffix, not created); when the block exits
+    normally, move what was written there onto ``path`` with ``os.replace``; on an exception,
+    remove it. The parent folder is created. A directory may be written too (an existing target
+    directory is replaced)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}")
+    try:
+        yield tmp
+        if tmp.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path, text: str, *, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_path`); return the path."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding=encoding)
+    return Path(path)
+
+
+def safe_name(text: str) -> str:
+    """File-name form of a prompt id (``HumanEval/0`` -> ``HumanEval_0``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "prompt"
+
+
+def temperature_dir(temperature: float) -> str:
+    """Folder name of a temperature (``1.0`` -> ``T1``)."""
+    return f"T{float(temperature):g}"
+
+
+def progress_bar(total: int, desc: str, progress: bool, unit: str = "prompt"):
+    """A tqdm bar on stderr, disabled unless ``progress``."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not progress, file=sys.stderr)
