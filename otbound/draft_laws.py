@@ -153,17 +153,11 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
 
 
 def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") -> float:
-    """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V."""
+    """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask of shape (V,) or a list of distinct
+    integer token ids (a 0/1 integer list is ids, so ``[1, 0, 0]`` is refused as a repeated id)."""
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
-    mask = np.zeros(q.size, dtype=bool)
-    sub = np.asarray(subset)
-    if sub.dtype == bool:
-        if sub.shape != q.shape:
-            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected {q.shape}")
-        mask = sub
-    else:
-        mask[sub.astype(np.int64)] = True
+    mask = _subset_mask(subset, q.size)
     if sampling == "with_replacement":
         return float(q[mask].sum() ** k)
     if sampling == "greedy":
@@ -175,6 +169,29 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     if idx.size == 0:
         return 0.0
     return float(wor_prefix_mass(q, idx, k)[-1])
+
+
+def _subset_mask(subset, v: int) -> np.ndarray:
+    """``subset`` as a boolean mask over V: a boolean mask of shape (V,), or distinct integer token ids
+    in [0, V). A 0/1 integer list is ids (never read as a mask); non-integers, duplicates and ids out
+    of range are refused."""
+    sub = np.asarray(subset.detach().cpu().numpy() if hasattr(subset, "detach") else subset)  # torch: keep its dtype
+    if sub.dtype == bool:
+        if sub.shape != (v,):
+            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected ({v},); give a boolean mask or token ids")
+        return sub
+    if sub.size == 0:
+        return np.zeros(v, dtype=bool)
+    if sub.ndim != 1 or not np.issubdtype(sub.dtype, np.integer):
+        raise InvalidInputError(f"subset must be a boolean mask or a 1-D list of integer token ids, got {sub.dtype} of shape {sub.shape}")
+    if sub.min() < 0 or sub.max() >= v:
+        raise InvalidInputError(f"subset has a token id outside [0, {v}): {int(sub.min() if sub.min() < 0 else sub.max())}")
+    ids, counts = np.unique(sub, return_counts=True)
+    if (counts > 1).any():
+        raise InvalidInputError(f"subset repeats token ids {ids[counts > 1].tolist()}; give distinct ids (or a boolean mask)")
+    mask = np.zeros(v, dtype=bool)
+    mask[sub] = True
+    return mask
 
 
 def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:
