@@ -110,3 +110,41 @@ def output_lock(folder):
     finally:
         if _holder(path).get("pid") == me["pid"]:
             path.unlink(missing_ok=True)
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def folder_manifest(folder, *, exclude=()) -> dict:
+    """``{relative path: {"size", "mtime_ns", "sha256"}}`` of every file under ``folder``."""
+    folder = Path(folder)
+    out = {}
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = f.relative_to(folder).as_posix()
+        if rel not in exclude:
+            st = f.stat()
+            out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_sha256(f)}
+    return out
+
+
+def check_manifest(folder, manifest: dict, *, full: bool, exclude=()) -> str | None:
+    """None if ``folder`` matches ``manifest``, else what differs. Fast (``full=False``): the same
+    files with the same sizes and modification times; full: also every file's SHA-256."""
+    folder = Path(folder)
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - set(exclude)
+    if present != set(manifest):
+        return f"files differ: missing {sorted(set(manifest) - present)[:3]}, unexpected {sorted(present - set(manifest))[:3]}"
+    for rel, want in manifest.items():
+        st = (folder / rel).stat()
+        if st.st_size != want["size"]:
+            return f"{rel}: {st.st_size} bytes, recorded {want['size']}"
+        if full and file_sha256(folder / rel) != want["sha256"]:
+            return f"{rel}: SHA-256 differs from the one recorded at conversion"
+        if not full and st.st_mtime_ns != want["mtime_ns"]:
+            return f"{rel}: modified after conversion"
+    return None

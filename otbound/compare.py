@@ -153,6 +153,7 @@ def parse_args(argv=None):
     ap.add_argument("--block-lens", type=checks.positive_int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
     ap.add_argument("--block-vocab", type=checks.vocabulary, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--seed", type=checks.non_negative_int, default=0)
+    ap.add_argument("--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)")
     return checks.check_args(ap, ap.parse_args(argv))
 
 
@@ -178,6 +179,11 @@ def _run(args) -> Path:
         from otbound.lm import run_real_report
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
+        if args.verify and isinstance(pair, str):
+            from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, ensure_converted
+
+            for name in OFFLINE_PAIRS[pair]:
+                ensure_converted(OFFLINE_MODELS[name], verify_files=True)  # full check (rebuilt if damaged)
         rows = run_real_report(
             pair=pair,
             datasets=args.datasets,

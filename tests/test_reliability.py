@@ -319,3 +319,35 @@ def test_measurement_cache_is_keyed_by_trace_content(tiny_pair, tmp_path, capsys
     assert "damaged" in capsys.readouterr().err
     cache_file.write_text("{")
     assert lm.measure_trace(second, **kwargs)["optimal"] == fresh["optimal"]
+
+
+def test_converted_model_folder_is_checked_fast_on_load_and_fully_on_verify(tmp_path, monkeypatch):
+    """A tiny fake converted folder: its marker's manifest is checked (sizes/times on every load,
+    SHA-256 with verify), and the traces' source records the digest of the files themselves."""
+    from otbound._integrity import folder_manifest
+    from otbound.lm import _offline
+
+    monkeypatch.setenv("OTBOUND_CACHE", str(tmp_path))
+    model = _offline.OfflineModel("fake", "fake.gguf", (), 3, "ab" * 32, "test")
+    folder = model.converted_dir
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights-0123456789")
+    (folder / "config.json").write_text("{}")
+    marker = folder / _offline._MARKER
+    marker.write_text(json.dumps({"sha256": model.sha256}))  # the old marker: no manifest, not trusted
+    assert "no manifest" in _offline.converted_problem(model)
+    marker.write_text(json.dumps({"sha256": model.sha256, "files": folder_manifest(folder, exclude=(_offline._MARKER,))}))
+    assert _offline.converted_problem(model) is None and _offline.converted_problem(model, full=True) is None
+    digest = _offline.converted_digest(model)
+    stat = (folder / "model.safetensors").stat()
+    (folder / "model.safetensors").write_bytes(b"weights-0123456788")  # same size, one byte changed
+    os.utime(folder / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the old time
+    assert _offline.converted_problem(model) is None  # the fast check alone cannot see it ...
+    assert "SHA-256 differs" in _offline.converted_problem(model, full=True)  # ... the full one does
+    (folder / "model.safetensors").write_bytes(b"weights-0123456788")  # touched now: fast check falls back to full
+    assert "SHA-256 differs" in _offline.converted_problem(model)
+    (folder / "model.safetensors").write_bytes(b"short")
+    assert "bytes, recorded" in _offline.converted_problem(model)
+    (folder / "extra.bin").write_bytes(b"")
+    assert "unexpected" in _offline.converted_problem(model)
+    assert digest == _offline.converted_digest(model)  # recorded at conversion, not recomputed
