@@ -153,10 +153,16 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     bar = _bar(len(todo), "traces", progress)
     n_pos, t0 = 0, time.perf_counter()
     for temp in temps:
-        # batches of similar prompt lengths: left padding then wastes little compute
-        mine = sorted(((p, path, encode_prompt(pair.tokenizer, p)) for t, p, path in todo if t == temp),
+        # batches of similar prompt lengths: left padding then wastes little compute. Batches are formed
+        # over all prompts, and a batch with any trace missing is sampled whole, so that a resumed run
+        # draws exactly what an uninterrupted one does (the sampler and its seed depend on the batch)
+        missing = {path for t, _, path in todo if t == temp}
+        row = paths[temps.index(temp)]
+        mine = sorted(((p, path, encode_prompt(pair.tokenizer, p)) for p, path in zip(prompts, row)),
                       key=lambda item: len(item[2]))
         for start in range(0, len(mine), bs):
+            if not missing.intersection(path for _, path, _ in mine[start:start + bs]):
+                continue
             chunk = [(p, path) for p, path, _ in mine[start:start + bs]]
             encoded = [enc for _, _, enc in mine[start:start + bs]]
             batch_seed = zlib.crc32(f"{seed}|{temp!r}|{chunk[0][0].dataset}|{chunk[0][0].id}".encode())
@@ -165,6 +171,8 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
                                              vocab_size=pair.vocab_size, stop_ids=stops, generator=gen)
             dl = teacher_forced_logits(pair.draft, encoded, conts, vocab_size=pair.vocab_size)
             for (prompt, path), enc, cont, lt, ld in zip(chunk, encoded, conts, tl, dl):
+                if path not in missing:
+                    continue
                 meta = dict(config, format=TRACE_FORMAT, prompt_id=prompt.id, dataset=prompt.dataset,
                             temperature=temp, prompt_length=len(enc), batch_seed=batch_seed,
                             stopped=bool(cont and cont[-1] in stops))
@@ -174,7 +182,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
                     "draft_logits": _store.to_store(ld, logits_dtype),
                 }, meta)
                 n_pos += len(cont)
-            bar.update(len(chunk))
+            bar.update(len(missing.intersection(path for _, path in chunk)))
             bar.set_postfix(pos_per_s=f"{n_pos / (time.perf_counter() - t0):.1f}")
     bar.close()
     return [path for row in paths for path in row]
