@@ -3,7 +3,7 @@
 Every figure script follows one pattern:
 
 * ``compute(params, checkpoint)`` recomputes its numbers from scratch and returns a JSON-able dict;
-* ``draw(results, out, formats)`` draws the figure(s) from that dict with :mod:`otbound.plots`;
+* ``draw(results, out, formats)`` draws the figure(s) from that dict with :mod:`otbound.report.plots`;
 * ``main(argv)`` reads ``data/results/<name>.json`` (small, committed) or, with ``--recompute``
   (or when the file is missing), recomputes it first, then draws into ``--out`` (``figures/``).
 
@@ -42,10 +42,16 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--recompute", action="store_true", help="recompute the results instead of reading data/results/")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (tests), results kept next to the figures")
     ap.add_argument("--out", default=str(FIGURES), help="folder for the figures (default: %(default)s)")
-    ap.add_argument("--results", default=None, help="folder for the results JSON (default: data/results/, or --out with --quick)")
+    ap.add_argument(
+        "--results", default=None, help="folder for the results JSON (default: data/results/, or --out with --quick)"
+    )
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), help="figure formats (default: png pdf)")
-    ap.add_argument("--traces", default=None, help="real-pair trace folder (default: <otbound cache>/traces/qwen2.5-coder)")
-    ap.add_argument("--device", default="auto", help="model device when the real pair runs (default: cuda if available)")
+    ap.add_argument(
+        "--traces", default=None, help="real-pair trace folder (default: <otbound cache>/traces/qwen2.5-coder)"
+    )
+    ap.add_argument(
+        "--device", default="auto", help="model device when the real pair runs (default: cuda if available)"
+    )
     return ap
 
 
@@ -127,7 +133,12 @@ def _versions() -> dict:
 
     import otbound
 
-    return {"python": platform.python_version(), "numpy": numpy.__version__, "scipy": scipy.__version__, "otbound": otbound.__version__}
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "otbound": otbound.__version__,
+    }
 
 
 #: results computed in this process, by (results file, parameters)
@@ -149,7 +160,9 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
         return _COMPUTED[key]
     stored = _read_results(path) if not args.recompute and path.exists() else None
     if stored is not None:
-        if stored.get("params") == json.loads(json.dumps(params, default=_jsonable)) and stored["meta"]["quick"] == bool(args.quick):
+        if stored.get("params") == json.loads(json.dumps(params, default=_jsonable)) and stored["meta"][
+            "quick"
+        ] == bool(args.quick):
             return stored
         log(f"{path} was computed with other parameters: recomputing")
     cp = Checkpoint(path, params)
@@ -157,7 +170,10 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
     results = compute(params, cp)
     stored = {
         "meta": {
-            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after: timings need a quiet machine
+            "load_average_1min": [
+                round(load_before, 2),
+                round(os.getloadavg()[0], 2),
+            ],  # before, after: timings need a quiet machine
             "script": f"experiments/{name}.py",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "quick": bool(args.quick),
@@ -175,9 +191,9 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
 
 
 def save_real_pair_figure(fig, results: dict, out, name: str, formats) -> list:
-    """:func:`otbound.plots.save` for a real-pair figure, with a banner when its results come from
+    """:func:`otbound.report.plots.save` for a real-pair figure, with a banner when its results come from
     the synthetic stand-in (quick mode)."""
-    from otbound import plots
+    from otbound.report import plots
 
     if "synthetic" in results["results"]["source"]:
         fig.suptitle("SYNTHETIC STAND-IN (quick mode), not the real pair", fontsize=7)
@@ -206,11 +222,23 @@ def log(msg: str) -> None:
 
 REAL_PAIR = "qwen2.5-coder"
 #: trace set shared by every real-pair figure (same prompts, length, seed, dtype: traces are reused).
-REAL_TRACES = dict(datasets=["humaneval", "mtbench"], prompts_per_dataset=4, max_new_tokens=64, seed=0, model_dtype="float32",
-                   measure="otbound.lm.measure_laws + aggregate")
+REAL_TRACES = dict(
+    datasets=["humaneval", "mtbench"],
+    prompts_per_dataset=4,
+    max_new_tokens=64,
+    seed=0,
+    model_dtype="float32",
+    measure="otbound.lm.measure_laws + aggregate",
+)
 #: the same in quick mode (synthetic stand-in: only datasets and prompts_per_dataset are used)
-QUICK_TRACES = dict(datasets=["humaneval", "mtbench"], prompts_per_dataset=2, max_new_tokens=8, seed=0, model_dtype="float32",
-                    measure="otbound.lm.measure_laws + aggregate")
+QUICK_TRACES = dict(
+    datasets=["humaneval", "mtbench"],
+    prompts_per_dataset=2,
+    max_new_tokens=8,
+    seed=0,
+    model_dtype="float32",
+    measure="otbound.lm.measure_laws + aggregate",
+)
 
 
 def traces_dir(args) -> Path:
@@ -273,12 +301,12 @@ def real_records(args, params) -> list:
 class SyntheticRecord:
     """Stand-in for a trace record (``.p``, ``.q``, ``.temperature``, ``.dataset``, ``.prompt_id``):
     Zipf-shaped target logits over V = 64 tokens and draft = target + N(0, 1) noise
-    (:func:`otbound.compare.synthetic_pair`), several positions per record. Quick mode only."""
+    (:func:`otbound.report.synthetic_pair`), several positions per record. Quick mode only."""
 
     def __init__(self, dataset, prompt_id, temperature, positions, seed):
         import numpy as np
 
-        from otbound.compare import synthetic_pair
+        from otbound.report import synthetic_pair
 
         rng = np.random.default_rng(seed)
         pairs = [synthetic_pair("zipf", 64, temperature, rng) for _ in range(positions)]
@@ -305,16 +333,16 @@ def record_key(rec) -> str:
 
 def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
     """Per-position α* of every draft law and each verifier's acceptance on every
-    ``position_stride``-th position of each record (:func:`otbound.lm.measure_laws`: exact where the
+    ``position_stride``-th position of each record (:func:`otbound.report.measure_laws`: exact where the
     verifier has an exact acceptance, else Monte Carlo with ``mc_samples`` draft tuples), one
-    checkpoint cell per record; returns the rows of :func:`otbound.lm.aggregate` (means over
+    checkpoint cell per record; returns the rows of :func:`otbound.report.aggregate` (means over
     positions, 95% CIs cluster-robust over prompts).
     """
     from tqdm import tqdm
 
     from otbound import SAMPLINGS
-    from otbound.lm import aggregate, measure_laws
-    from otbound.lm._measure import _int_keys
+    from otbound.report import aggregate, measure_laws
+    from otbound.report._measure import _int_keys
 
     results = []
     for i, rec in enumerate(tqdm(records, desc="measure", file=sys.stderr)):
@@ -325,7 +353,9 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
             p, q = rec.laws_at(sel)
             res = measure_laws(p, q, params["num_drafts"], verifiers=verifiers, samplings=SAMPLINGS,
                                mc_samples=params.get("mc_samples", 64), seed=[params["seed"], i])
-            res.update(dataset=rec.dataset, temperature=rec.temperature, prompt_id=rec.prompt_id, positions=int(p.shape[0]))
+            res.update(
+                dataset=rec.dataset, temperature=rec.temperature, prompt_id=rec.prompt_id, positions=int(p.shape[0])
+            )
             checkpoint.put(key, res)
         results.append(_int_keys(dict(res)))
     return aggregate(results)

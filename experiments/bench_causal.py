@@ -5,7 +5,7 @@
 For each (V, L, K) it builds the draft trie once (random Dirichlet target, draft = 20/80 mixture
 of the target and an independent Dirichlet model) and times, as medians of several runs:
 
-* ``lp``                 — the trie LP of otbound._block_lp (``block_bound(kind="causal")``);
+* ``lp``                 — the trie LP of otbound.block._lp (``block_bound(kind="causal")``);
 * ``plain_exchangeable`` — theory.md's LP with the K drafts collapsed to multisets;
 * ``plain``              — theory.md's LP over ordered draft tuples (the baseline).
 
@@ -20,10 +20,10 @@ import argparse
 import statistics
 import time
 
-from otbound._block_lp import solve_selection_lp
-from otbound._block_plain import causal_lp_plain
-from otbound._block_tree import build_tree
-from otbound.block_models import dirichlet_model, mixture_model
+from otbound.block._lp import solve_selection_lp
+from otbound.block._plain import causal_lp_plain
+from otbound.block._tree import build_tree
+from otbound.block.models import dirichlet_model, mixture_model
 
 CASES = [
     (4, 3, 2, ("lp", "plain_exchangeable", "plain")),
@@ -61,7 +61,10 @@ def main(argv=None):
                 values[method] = solve(tree, k, method)
                 times.append(time.perf_counter() - t0)
             medians[method] = statistics.median(times)
-            print(f"  {method:<20} U_causal = {values[method]:.12f}   median {medians[method]:8.3f} s over {runs} runs", flush=True)
+            print(
+                f"  {method:<20} U_causal = {values[method]:.12f}   median {medians[method]:8.3f} s over {runs} runs",
+                flush=True,
+            )
         for method in ("plain_exchangeable", "plain"):
             if method not in methods:
                 print(f"  {method:<20} not run (size out of reach)")

@@ -27,7 +27,7 @@ which the header reports):
 
 Families (synthetic; real-model rows come from the experiments that trace the Qwen pair):
 ``lm``: z ~ N(0, 2.5²) logits, q = softmax(z), p = softmax(z + N(0, 1)) (as in tests/test_token_bounds.py);
-``zipf``: :func:`otbound.compare.synthetic_pair` ("zipf", T = 1); ``dirichlet``: the same, "dirichlet".
+``zipf``: :func:`otbound.report.synthetic_pair` ("zipf", T = 1); ``dirichlet``: the same, "dirichlet".
 
 Usage: ``python experiments/bench_token_bounds.py [--quick]``.
 """
@@ -48,9 +48,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import otbound as ob  # noqa: E402
-from otbound import token_bounds as tb  # noqa: E402
-from otbound.compare import synthetic_pair  # noqa: E402
-from otbound.draft_laws import greedy_split  # noqa: E402
+from otbound.report import synthetic_pair  # noqa: E402
+from otbound.token import bounds as tb  # noqa: E402
+from otbound.token.draft_laws import greedy_split  # noqa: E402
 
 LM_VOCAB = 151_936
 
@@ -123,12 +123,35 @@ def bench_with_replacement(args) -> None:
             assert err < 1e-12, f"with replacement disagrees with the plain sort by {err}"
             t_api, _ = median_time(lambda: ob.optimal_acceptance(P, Q, k), args.repeats)
             ms = [x / n * 1e3 for x in (t_sort, t_fast, c_sort, c_fast, t_api, t_read)]
-            rows.append([fam, k, f"{ms[0]:.2f}", f"{ms[1]:.3f}", f"{t_sort / t_fast:.1f}x", f"{ms[2]:.2f} / {ms[3]:.3f}",
-                         f"{ms[4]:.3f}", f"{ms[5]:.3f}", f"{err:.0e}"])
-    table(f"alpha* with replacement, V = {LM_VOCAB:,}, {args.rows} rows (ms per row, median of {args.repeats}; wall clock,"
-          " and CPU time)",
-          ["family", "K", "plain sort", "bucket B&B", "speed-up", "CPU sort / B&B", "API (+checks)", "read p,q", "max |diff|"],
-          rows)
+            rows.append(
+                [
+                    fam,
+                    k,
+                    f"{ms[0]:.2f}",
+                    f"{ms[1]:.3f}",
+                    f"{t_sort / t_fast:.1f}x",
+                    f"{ms[2]:.2f} / {ms[3]:.3f}",
+                    f"{ms[4]:.3f}",
+                    f"{ms[5]:.3f}",
+                    f"{err:.0e}",
+                ]
+            )
+    table(
+        f"alpha* with replacement, V = {LM_VOCAB:,}, {args.rows} rows "
+        f"(ms per row, median of {args.repeats}; wall clock, and CPU time)",
+        [
+            "family",
+            "K",
+            "plain sort",
+            "bucket B&B",
+            "speed-up",
+            "CPU sort / B&B",
+            "API (+checks)",
+            "read p,q",
+            "max |diff|",
+        ],
+        rows,
+    )
 
     rows = []
     for fam in args.families:
@@ -151,7 +174,9 @@ def bench_without_replacement(args) -> None:
         P, Q = family(fam, args.wor_rows, LM_VOCAB, seed=3)
         n = P.shape[0]
         for k in args.wor_drafts:
-            t_fast, c_fast, (val, _) = median_time(lambda: tb._without_replacement(P, Q, k, False), args.repeats, cpu=True)
+            t_fast, c_fast, (val, _) = median_time(
+                lambda: tb._without_replacement(P, Q, k, False), args.repeats, cpu=True
+            )
             m = min(args.ref_rows, n)
             t0 = time.perf_counter()
             ref, _ = tb._without_replacement_reference(P[:m], Q[:m], k, False)

@@ -41,8 +41,12 @@ def main(argv=None) -> dict:
     def measure(heads, run_args) -> dict:
         heads.eval()
         with torch.no_grad():
-            train = objective(heads(data["h"][probe]), None, dense, subset=True, exact_ids=data["exact_idx"][probe]).exact
-        per_pos, _ = real.greedy_and_proxy({"x": heads}, feats["eval"], streams["eval"], st.prompt_lens["eval"], cand, lookup, run_args)
+            train = objective(
+                heads(data["h"][probe]), None, dense, subset=True, exact_ids=data["exact_idx"][probe]
+            ).exact
+        per_pos, _ = real.greedy_and_proxy(
+            {"x": heads}, feats["eval"], streams["eval"], st.prompt_lens["eval"], cand, lookup, run_args
+        )
         return {"train_exact": float(train), "heldout_proxy_block": float(np.mean(per_pos["x"]["proxy_block"])),
                 "heldout_greedy": float(np.mean(per_pos["x"]["greedy"]))}
 
@@ -53,7 +57,9 @@ def main(argv=None) -> dict:
         heads, _ = real.train_heads(objective, data, st.out_weight, run_args, len(cand))
         res[f"lr={lr:g}, steps={steps}"] = dict(measure(heads, run_args), seconds=time.perf_counter() - t0)
         print(json.dumps(res, indent=1), flush=True)
-    out = args.out.with_name(args.out.stem + "_exact_only.json")  # next to the ablation's results (--tiny: in its work folder)
+    out = args.out.with_name(
+        args.out.stem + "_exact_only.json"
+    )  # next to the ablation's results (--tiny: in its work folder)
     _common.write_json(out, res)
     print(f"wrote {out}")
     return res

@@ -58,8 +58,12 @@ import _common  # noqa: E402
 
 from otbound.objectives import ABLATION, DrafterObjective, conditional_accepted_length, expected_accepted_length  # noqa: E402
 
-TINY_DRAFT = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
-TINY_TARGET = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96)
+TINY_DRAFT = dict(
+    num_hidden_layers=2, hidden_size=32, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64
+)
+TINY_TARGET = dict(
+    num_hidden_layers=2, hidden_size=48, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,7 +266,9 @@ def exact_t1(pair, heads_by_obj, feats, seqs, prompt_lens, cand, args, path: Pat
             if cached_seq != i:
                 layers, cached_seq = prefix_cache(pair.target, seqs[i]), i
             with torch.no_grad():
-                q_c = torch.stack([torch.softmax(heads_by_obj[n](feats["h"][i][t : t + 1]).double(), -1)[0] for n in names])
+                q_c = torch.stack(
+                    [torch.softmax(heads_by_obj[n](feats["h"][i][t : t + 1]).double(), -1)[0] for n in names]
+                )
             q = torch.zeros(len(names), L, vocab, dtype=torch.float64).scatter_(-1, cand.expand(len(names), L, -1), q_c)
             gen = torch.Generator().manual_seed(args.seed * 1_000_003 + i * 10_007 + t)
             x = cand[torch.multinomial(q_c.reshape(-1, q_c.shape[-1]), 1, generator=gen).reshape(len(names), L)]
@@ -336,8 +342,12 @@ def run(args) -> dict:
             save_atomic({"state": heads.state_dict(), "info": info}, path)
         heads_by_obj[obj.name], train_info[obj.name] = heads.eval(), info
 
-    per_pos, coverage = greedy_and_proxy(heads_by_obj, feats["eval"], streams["eval"], prompt_lens["eval"], cand, lookup, args)
-    t1_rows = exact_t1(pair, heads_by_obj, feats["eval"], streams["eval"], prompt_lens["eval"], cand, args, work / "exact_t1.jsonl")
+    per_pos, coverage = greedy_and_proxy(
+        heads_by_obj, feats["eval"], streams["eval"], prompt_lens["eval"], cand, lookup, args
+    )
+    t1_rows = exact_t1(
+        pair, heads_by_obj, feats["eval"], streams["eval"], prompt_lens["eval"], cand, args, work / "exact_t1.jsonl"
+    )
 
     names = list(heads_by_obj)
     base = names[0]
@@ -371,15 +381,20 @@ def run(args) -> dict:
 def table(res: dict) -> str:
     cfg = res["config"]
     lines = [
-        f"\n{res['pair']}  L={cfg['length']}  train examples={res['train_examples']}  candidate vocab={res['candidate_vocab']} "
+        f"\n{res['pair']}  L={cfg['length']}  train examples={res['train_examples']}  "
+        f"candidate vocab={res['candidate_vocab']} "
         f"(held-out target mass inside ≥ {res['heldout_target_mass_in_candidates']:.3f})",
         f"greedy τ over {res['eval_positions_greedy']} held-out positions; T=1 exact over {res['eval_positions_t1']}; "
         "E[τ] excludes the bonus token; ± = standard error",
-        f"{'objective':<20} {'greedy τ':>15} {'gain':>7} {'T=1 token E[τ]':>17} {'gain':>7} {'T=1 block E[τ]':>17} {'gain':>7} {'proxy block':>11}",
+        f"{'objective':<20} {'greedy τ':>15} {'gain':>7} {'T=1 token E[τ]':>17} {'gain':>7} "
+        f"{'T=1 block E[τ]':>17} {'gain':>7} {'proxy block':>11}",
     ]
     for name, r in res["objectives"].items():
-        cells = [f"{r[k]['mean']:7.3f} ± {r[k]['se']:.3f} " + (f"{r[k]['gain_pct']:+6.1f}%" if r[k]["gain_pct"] is not None else "    n/a")
-                 for k in ("greedy", "t1_token", "t1_block")]
+        cells = [
+            f"{r[k]['mean']:7.3f} ± {r[k]['se']:.3f} "
+            + (f"{r[k]['gain_pct']:+6.1f}%" if r[k]["gain_pct"] is not None else "    n/a")
+            for k in ("greedy", "t1_token", "t1_block")
+        ]
         lines.append(f"{name:<20} " + " ".join(f"{c:>25}" for c in cells) + f" {r['proxy_block']['mean']:11.3f}")
     return "\n".join(lines)
 

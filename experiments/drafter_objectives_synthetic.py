@@ -45,6 +45,7 @@ import _common  # noqa: E402
 
 import otbound  # noqa: E402
 from otbound.objectives import ABLATION, DrafterObjective, expected_accepted_length  # noqa: E402
+
 TARGETS = ("per-position", "markov")
 LABELS = ("soft", "sampled", "greedy")
 
@@ -133,10 +134,12 @@ def block_bounds(q: torch.Tensor, levels, kind: str, contexts: int) -> float:
             lv = levels[len(prefix)][c]
             return lv[row if lv.shape[0] > 1 else 0].numpy()
 
-        def draft(prefix):
+        def draft(prefix, qc=qc):
             return qc[len(prefix)]
 
-        values.append(otbound.block_bound(target, draft, vocab_size=vocab, num_drafts=1, block_len=length, kind=kind).value)
+        values.append(
+            otbound.block_bound(target, draft, vocab_size=vocab, num_drafts=1, block_len=length, kind=kind).value
+        )
     return float(np.mean(values))
 
 
@@ -185,7 +188,9 @@ def run(args) -> dict:
                 data = training_data(levels, labels, args.per_context, gen)
                 shape = (args.contexts, args.vocab, args.length)
                 bounds = args.bound_contexts if seed == 0 else 0
-                per_seed.append({obj.name: evaluate(train(obj, data, shape, args, seed), levels, bounds) for obj in ABLATION})
+                per_seed.append(
+                    {obj.name: evaluate(train(obj, data, shape, args, seed), levels, bounds) for obj in ABLATION}
+                )
             results["runs"][f"{kind}/{labels}"] = summarise(per_seed)
     results["seconds"] = time.perf_counter() - t0
     return results
@@ -214,7 +219,8 @@ def table(results: dict) -> str:
     for run_name, rows in results["runs"].items():
         kind, labels = run_name.split("/")
         lines.append(
-            f"\ntarget={kind} labels={labels}  V={cfg['vocab']} L={cfg['length']} contexts={cfg['contexts']} rank={cfg['rank']} "
+            f"\ntarget={kind} labels={labels}  V={cfg['vocab']} L={cfg['length']} contexts={cfg['contexts']} "
+            f"rank={cfg['rank']} "
             f"seeds={cfg['seeds']}  E[τ] excludes the bonus token (max {cfg['length']})"
         )
         lines.append(
@@ -252,13 +258,24 @@ def parse(argv=None):
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.03)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--bound-contexts", type=int, default=2, help="contexts (seed 0) checked against otbound.block_bound; 0: none")
+    ap.add_argument(
+        "--bound-contexts", type=int, default=2, help="contexts (seed 0) checked against otbound.block_bound; 0: none"
+    )
     ap.add_argument("--quick", action="store_true", help="reduced run for tests (seconds)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default: data/results/objectives_synthetic.json; with --quick out/objectives_synthetic_quick.json)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file (default: data/results/objectives_synthetic.json; "
+        "with --quick out/objectives_synthetic_quick.json)",
+    )
     args = ap.parse_args(argv)
     if args.out is None:  # a quick run never overwrites the stored full-size results
-        args.out = _common.ROOT / "out" / "objectives_synthetic_quick.json" if args.quick else _common.RESULTS / "objectives_synthetic.json"
+        args.out = (
+            _common.ROOT / "out" / "objectives_synthetic_quick.json"
+            if args.quick
+            else _common.RESULTS / "objectives_synthetic.json"
+        )
     if args.quick:
         args.contexts, args.vocab, args.length, args.steps, args.seeds, args.per_context = 8, 4, 3, 60, 1, 16
         args.batch, args.bound_contexts = 64, min(args.bound_contexts, 1)

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common
+import numpy as np
 
 NAME = "fig_block_bounds"
 KINDS = ("causal", "joint", "per_level")
@@ -34,7 +33,7 @@ KIND_LABELS = {"causal": "U_causal (lossless)", "joint": "U_joint (block OT)", "
 
 
 def random_pair(vocab_size, seed):
-    from otbound.block_models import dirichlet_model, mixture_model
+    from otbound.block.models import dirichlet_model, mixture_model
 
     target = dirichlet_model(vocab_size, concentration=1.0, seed=2 * seed, name="target")
     draft = mixture_model(target, dirichlet_model(vocab_size, concentration=1.0, seed=2 * seed + 1), 0.5, name="draft")
@@ -45,18 +44,21 @@ def random_pair(vocab_size, seed):
 LOSSLESS_TOL = 1e-9
 
 
-def _verifier_values(target, draft, v, k, l, skipped) -> dict:
+def _verifier_values(target, draft, v, k, ell, skipped) -> dict:
     """{name: (E[τ], lossless error)} for every block verifier that runs at (K, L), both exact."""
     from otbound import InvalidInputError
-    from otbound.block_verifiers import BLOCK_VERIFIERS
+    from otbound.block.verifiers import BLOCK_VERIFIERS
 
     out = {}
     for name, ver in BLOCK_VERIFIERS.items():
-        kw = dict(vocab_size=v, num_drafts=k, block_len=l)
+        kw = dict(vocab_size=v, num_drafts=k, block_len=ell)
         try:
-            out[name] = (float(ver.expected_accepted(target, draft, **kw)), float(ver.lossless_error(target, draft, **kw)))
+            out[name] = (
+                float(ver.expected_accepted(target, draft, **kw)),
+                float(ver.lossless_error(target, draft, **kw)),
+            )
         except (InvalidInputError, NotImplementedError) as exc:
-            skipped.setdefault(name, f"K={k}, L={l}: {exc}")
+            skipped.setdefault(name, f"K={k}, L={ell}: {exc}")
     return out
 
 
@@ -67,27 +69,31 @@ def compute_for(args):
 def compute(args, params, checkpoint) -> dict:
     from tqdm import tqdm
 
-    from otbound.block_bounds import block_bound
-    from otbound.block_models import context_free_model
+    from otbound.block.bounds import block_bound
+    from otbound.block.models import context_free_model
 
     v = params["vocab_size"]
     skipped: dict = {}
     random_cells = []
-    jobs = [(k, l) for k in params["num_drafts"] for l in params["block_lens"]]
-    for k, l in tqdm(jobs, desc="block cells", file=sys.stderr):
-        key = f"K={k},L={l}"
+    jobs = [(k, ell) for k in params["num_drafts"] for ell in params["block_lens"]]
+    for k, ell in tqdm(jobs, desc="block cells", file=sys.stderr):
+        key = f"K={k},L={ell}"
         cell = checkpoint.get(key)
         if cell is None:
             per_b, per_v = {}, {}
             for s in range(params["models"]):
                 target, draft = random_pair(v, params["seed"] + s)
                 for kind in KINDS:
-                    per_b.setdefault(kind, []).append(block_bound(target, draft, vocab_size=v, num_drafts=k, block_len=l, kind=kind).value)
-                if v ** (k * l) <= params["max_verifier_tuples"]:  # verifiers' exact E[τ] enumerates the V^(KL) draft tuples
-                    for name, val in _verifier_values(target, draft, v, k, l, skipped).items():
+                    per_b.setdefault(kind, []).append(
+                        block_bound(target, draft, vocab_size=v, num_drafts=k, block_len=ell, kind=kind).value
+                    )
+                if (
+                    v ** (k * ell) <= params["max_verifier_tuples"]
+                ):  # verifiers' exact E[τ] enumerates the V^(KL) draft tuples
+                    for name, val in _verifier_values(target, draft, v, k, ell, skipped).items():
                         per_v.setdefault(name, []).append(val)
             full = {n: x for n, x in per_v.items() if len(x) == params["models"]}
-            cell = dict(num_drafts=k, block_len=l, models=params["models"],
+            cell = dict(num_drafts=k, block_len=ell, models=params["models"],
                         bounds={kk: float(np.mean(x)) for kk, x in per_b.items()},
                         verifiers={n: float(np.mean([a for a, _ in x])) for n, x in full.items()},
                         lossless_error={n: float(max(e for _, e in x)) for n, x in full.items()})
@@ -95,32 +101,63 @@ def compute(args, params, checkpoint) -> dict:
         random_cells.append(cell)
     p_toy, q_toy = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
     toy_v = _verifier_values(p_toy, q_toy, 2, 1, 2, skipped)
-    toy = dict(bounds={kind: block_bound(p_toy, q_toy, vocab_size=2, num_drafts=1, block_len=2, kind=kind).value for kind in KINDS},
-               verifiers={n: a for n, (a, _) in toy_v.items()}, lossless_error={n: e for n, (_, e) in toy_v.items()})
+    toy = dict(
+        bounds={
+            kind: block_bound(p_toy, q_toy, vocab_size=2, num_drafts=1, block_len=2, kind=kind).value for kind in KINDS
+        },
+        verifiers={n: a for n, (a, _) in toy_v.items()},
+        lossless_error={n: e for n, (_, e) in toy_v.items()},
+    )
     brackets, tree, why = _brackets(args, params, checkpoint)
-    return {"random": random_cells, "sun_toy": toy, "brackets": brackets, "tree_verifiers": tree, "brackets_note": why, "skipped": skipped}
+    return {
+        "random": random_cells,
+        "sun_toy": toy,
+        "brackets": brackets,
+        "tree_verifiers": tree,
+        "brackets_note": why,
+        "skipped": skipped,
+    }
 
 
 def _bracket_rows(target, draft, v, params, source) -> list:
-    from otbound.block_bounds import block_bound_bracket
+    from otbound.block.bounds import block_bound_bracket
 
     rows = []
     for m in params["top_m"]:
         for kind in KINDS:
-            b = block_bound_bracket(target, draft, vocab_size=v, num_drafts=params["bracket_drafts"], block_len=params["bracket_len"], kind=kind, top_m=m)
-            rows.append(dict(source=source, kind=kind, top_m=m, num_drafts=b.num_drafts, block_len=b.block_len, lower=b.lower, upper=b.upper,
-                             truncated_target_mass=b.truncated_target_mass, truncated_draft_mass=b.truncated_draft_mass))
+            b = block_bound_bracket(
+                target,
+                draft,
+                vocab_size=v,
+                num_drafts=params["bracket_drafts"],
+                block_len=params["bracket_len"],
+                kind=kind,
+                top_m=m,
+            )
+            rows.append(
+                dict(
+                    source=source,
+                    kind=kind,
+                    top_m=m,
+                    num_drafts=b.num_drafts,
+                    block_len=b.block_len,
+                    lower=b.lower,
+                    upper=b.upper,
+                    truncated_target_mass=b.truncated_target_mass,
+                    truncated_draft_mass=b.truncated_draft_mass,
+                )
+            )
     return rows
 
 
 def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]:
     """Each block verifier's E[τ] where the draft tuples cannot be enumerated: the mean of its exact
-    ``E[τ | drafts]`` (:meth:`~otbound.block_verifiers.BlockVerifier.conditional_accepted`) over
+    ``E[τ | drafts]`` (:meth:`~otbound.block.verifiers.BlockVerifier.conditional_accepted`) over
     ``tree_tuples`` tuples drawn from the draft (K = ``bracket_drafts``, L = ``bracket_len``), with
     a 95% normal CI; the same tuples for every verifier. Returns (rows, {skipped verifier: why})."""
     from otbound import InvalidInputError
-    from otbound.block_models import sample_blocks
-    from otbound.block_verifiers import BLOCK_VERIFIERS
+    from otbound.block.models import sample_blocks
+    from otbound.block.verifiers import BLOCK_VERIFIERS
 
     k, length, n = params["bracket_drafts"], params["bracket_len"], params["tree_tuples"]
     drafts = sample_blocks(draft, n * k, length, rng=rng).reshape(n, k, length)
@@ -139,7 +176,7 @@ def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]
 def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
     """Brackets and Monte Carlo verifier values for the synthetic large-vocabulary models and, where
     possible, the real pair: (bracket rows, verifier rows, note on what was not computed)."""
-    from otbound.block_models import mixture_model, zipf_model
+    from otbound.block.models import mixture_model, zipf_model
 
     rows, tree = checkpoint.get("brackets-synthetic"), checkpoint.get("tree-verifiers-synthetic")
     if rows is None or tree is None:
@@ -176,7 +213,9 @@ def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
                 if real is None:
                     new_real += _bracket_rows(target, draft, pair.vocab_size, params, source)
                 if real_tree is None:
-                    new_tree += _tree_verifier_rows(target, draft, params, source, np.random.default_rng([params["seed"], 2, i]))[0]
+                    new_tree += _tree_verifier_rows(
+                        target, draft, params, source, np.random.default_rng([params["seed"], 2, i])
+                    )[0]
         if real is None:
             real = new_real
             checkpoint.put("brackets-real", real)
@@ -187,7 +226,7 @@ def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     res = results["results"]
     cells = res["random"]
@@ -199,7 +238,9 @@ def draw(results, out, formats) -> list:
     verifiers = list(dict.fromkeys(n for c in cells for n in c["verifiers"]))
     lossy = not_lossless(res)
     alpha = {"causal": 1, "joint": 0.7, "per_level": 0.45}
-    for ax, (xname, fixed, xs) in zip(axes[0], (("num_drafts", ("block_len", l_fix), ks), ("block_len", ("num_drafts", k_fix), ls))):
+    for ax, (xname, fixed, xs) in zip(
+        axes[0], (("num_drafts", ("block_len", l_fix), ks), ("block_len", ("num_drafts", k_fix), ls))
+    ):
         sel = sorted((c for c in cells if c[fixed[0]] == fixed[1]), key=lambda c: c[xname])
         x = [c[xname] for c in sel]
         for kind, st in zip(KINDS, ("-o", "--s", ":^")):
@@ -212,14 +253,28 @@ def draw(results, out, formats) -> list:
         ax.set_xticks(xs)
         ax.set_xlabel({"num_drafts": "number of draft blocks K", "block_len": "block length L"}[xname])
         short = {"block_len": "L", "num_drafts": "K"}[fixed[0]]
-        ax.set_title(f"random models, {short} = {fixed[1]}, V = {results['params']['vocab_size']} ({cells[0]['models']} pairs)")
+        ax.set_title(
+            f"random models, {short} = {fixed[1]}, V = {results['params']['vocab_size']} ({cells[0]['models']} pairs)"
+        )
     axes[0, 0].set_ylabel("E[τ] (accepted draft tokens / iteration)")
     axes[0, 0].legend(frameon=False, fontsize=5.5)
     sources = list(dict.fromkeys(b["source"] for b in res["brackets"]))
-    groups = [("synthetic", [s for s in sources if s.startswith("synthetic")]), ("real pair", [s for s in sources if s.startswith("real")])]
-    for ax, (label, srcs) in zip(axes[1], groups):
+    groups = [
+        ("synthetic", [s for s in sources if s.startswith("synthetic")]),
+        ("real pair", [s for s in sources if s.startswith("real")]),
+    ]
+    for ax, (_label, srcs) in zip(axes[1], groups):
         if not srcs:
-            ax.text(0.5, 0.5, res.get("brackets_note") or "no brackets", ha="center", va="center", wrap=True, fontsize=6, transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                res.get("brackets_note") or "no brackets",
+                ha="center",
+                va="center",
+                wrap=True,
+                fontsize=6,
+                transform=ax.transAxes,
+            )
             ax.set_axis_off()
             continue
         rows = [b for b in res["brackets"] if b["source"] in srcs]
@@ -239,7 +294,10 @@ def draw(results, out, formats) -> list:
         ax.set_xlabel("tokens kept per node m (rest merged)")
         r0 = rows[0]
         what = srcs[0] if len(srcs) == 1 else f"real pair, mean of {len(srcs)} contexts"
-        ax.set_title(f"brackets [lower, upper] and verifiers (MC), K = {r0['num_drafts']}, L = {r0['block_len']}:\n{what}", fontsize=6)
+        ax.set_title(
+            f"brackets [lower, upper] and verifiers (MC), K = {r0['num_drafts']}, L = {r0['block_len']}:\n{what}",
+            fontsize=6,
+        )
     axes[1, 0].set_ylabel("E[τ]: bound bracket, verifiers")
     if axes[1, 0].has_data():
         axes[1, 0].legend(frameon=False, fontsize=5, ncol=2)
@@ -256,24 +314,48 @@ def table(results) -> str:
     res = results["results"]
     cells = res["random"]
     verifiers = list(dict.fromkeys(n for c in cells for n in c["verifiers"]))
-    lines = ["| K | L | " + " | ".join(KIND_LABELS[k] for k in KINDS) + " | " + " | ".join(verifiers) + " |", "|---|---|" + "---|" * (len(KINDS) + len(verifiers))]
+    lines = [
+        "| K | L | " + " | ".join(KIND_LABELS[k] for k in KINDS) + " | " + " | ".join(verifiers) + " |",
+        "|---|---|" + "---|" * (len(KINDS) + len(verifiers)),
+    ]
     for c in cells:
-        vals = [f"{c['bounds'][k]:.4f}" for k in KINDS] + [f"{c['verifiers'][n]:.4f}" if n in c["verifiers"] else "—" for n in verifiers]
+        vals = [f"{c['bounds'][k]:.4f}" for k in KINDS] + [
+            f"{c['verifiers'][n]:.4f}" if n in c["verifiers"] else "—" for n in verifiers
+        ]
         lines.append(f"| {c['num_drafts']} | {c['block_len']} | " + " | ".join(vals) + " |")
     toy = res["sun_toy"]
-    lines += ["", "Sun et al. toy (×9): " + ", ".join(f"{k} {9 * v:.4f}" for k, v in {**toy["bounds"], **toy["verifiers"]}.items())]
+    lines += [
+        "",
+        "Sun et al. toy (×9): "
+        + ", ".join(f"{k} {9 * v:.4f}" for k, v in {**toy["bounds"], **toy["verifiers"]}.items()),
+    ]
     lines += [f"Not run: `{n}` — {why}" for n, why in res["skipped"].items()]
     for n in sorted(not_lossless(res)):
         worst = max(c.get("lossless_error", {}).get(n, 0.0) for c in cells + [toy])
-        lines.append(f"**`{n}` is not lossless**: exact sequence-level error up to {worst:.3g} (its E[τ] may exceed U_causal).")
+        lines.append(
+            f"**`{n}` is not lossless**: exact sequence-level error up to {worst:.3g} (its E[τ] may exceed U_causal)."
+        )
     if res["brackets"]:
         lines += ["", "| source | kind | m | lower | upper | P(target leaves kept tree) |", "|---|---|---|---|---|---|"]
-        lines += [f"| {b['source']} | {b['kind']} | {b['top_m']} | {b['lower']:.4f} | {b['upper']:.4f} | {b['truncated_target_mass']:.3f} |" for b in res["brackets"]]
+        lines += [
+            f"| {b['source']} | {b['kind']} | {b['top_m']} | {b['lower']:.4f} | {b['upper']:.4f} "
+            f"| {b['truncated_target_mass']:.3f} |"
+            for b in res["brackets"]
+        ]
     if res.get("tree_verifiers"):
-        lines += ["", "Verifiers on the same trees (Monte Carlo: mean of the exact E[τ | drafts] over drawn draft tuples, ± 95% CI):", "",
-                  "| source | K | L | verifier | E[τ] | tuples |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['source']} | {r['num_drafts']} | {r['block_len']} | {r['verifier']} | {r['mean']:.4f} ± {r['ci']:.4f} | {r['tuples']} |"
-                  for r in res["tree_verifiers"]]
+        lines += [
+            "",
+            "Verifiers on the same trees (Monte Carlo: mean of the exact E[τ | drafts] over drawn draft tuples, "
+            "± 95% CI):",
+            "",
+            "| source | K | L | verifier | E[τ] | tuples |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['source']} | {r['num_drafts']} | {r['block_len']} | {r['verifier']} "
+            f"| {r['mean']:.4f} ± {r['ci']:.4f} | {r['tuples']} |"
+            for r in res["tree_verifiers"]
+        ]
     if res.get("brackets_note"):
         lines += ["", res["brackets_note"]]
     return "\n".join(lines)
@@ -285,9 +367,22 @@ def main(argv=None) -> list:
         params = dict(vocab_size=2, num_drafts=[1, 2], block_lens=[1, 2], models=1, max_verifier_tuples=256, seed=0,
                       zipf_vocab=200, top_m=[1, 2, 4], bracket_drafts=2, bracket_len=2, tree_tuples=40, real_contexts=0)
     else:
-        params = dict(_common.REAL_TRACES, vocab_size=4, num_drafts=[1, 2, 3, 4], block_lens=[1, 2, 3], models=4, max_verifier_tuples=4**6,
-                      zipf_vocab=1000, top_m=[1, 2, 4, 8], bracket_drafts=2, bracket_len=2, tree_tuples=200,
-                      real_contexts=4, context_position=8, bracket_temperature=1.0)
+        params = dict(
+            _common.REAL_TRACES,
+            vocab_size=4,
+            num_drafts=[1, 2, 3, 4],
+            block_lens=[1, 2, 3],
+            models=4,
+            max_verifier_tuples=4**6,
+            zipf_vocab=1000,
+            top_m=[1, 2, 4, 8],
+            bracket_drafts=2,
+            bracket_len=2,
+            tree_tuples=200,
+            real_contexts=4,
+            context_position=8,
+            bracket_temperature=1.0,
+        )
     results = _common.load_or_compute(args, NAME, params, compute_for(args))
     return _common.finish(NAME, results, args, draw, table)
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common
+import numpy as np
 
 NAME = "fig_khisti_toy"
 FAMILIES = {"A": (1 / 3, 2 / 3), "B": (1 / 6, 5 / 6)}  # law = [first, q2, total - q2]
@@ -45,7 +44,7 @@ def laws(case: str, q2: float) -> tuple[np.ndarray, np.ndarray]:
 
 def compute(params, checkpoint) -> dict:
     from otbound import optimal_acceptance
-    from otbound.verifiers import VERIFIERS
+    from otbound.token.verifiers import VERIFIERS
 
     k = params["num_drafts"]
     out = {}
@@ -65,12 +64,17 @@ def compute(params, checkpoint) -> dict:
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     res = results["results"]
     fig, axes = plots.figure(nrows=len(READINGS), ncols=len(FAMILIES), sharey=True)
-    styles = {"optimal": ("k-", "optimum α*"), "khisti_is": ("C2-.", None), "kseq": ("C0--", None), "rrs": ("C3:", None),
-              "khisti_lp": ("C1o", None)}
+    styles = {
+        "optimal": ("k-", "optimum α*"),
+        "khisti_is": ("C2-.", None),
+        "kseq": ("C0--", None),
+        "rrs": ("C3:", None),
+        "khisti_lp": ("C1o", None),
+    }
     k = results["params"]["num_drafts"]
     for i, reading in enumerate(READINGS):
         for j, fam in enumerate(FAMILIES):
@@ -78,7 +82,13 @@ def draw(results, out, formats) -> list:
             for name in ["optimal"] + [n for n in c if n not in ("q2", "optimal")]:
                 style, label = styles.get(name, ("-", None))
                 every = max(1, len(c["q2"]) // 12) if name == "khisti_lp" else 1  # markers on the optimum's line
-                ax.plot(c["q2"][::every], c[name][::every], style, markersize=3, label=label or VERIFIER_LABELS.get(name, name))
+                ax.plot(
+                    c["q2"][::every],
+                    c[name][::every],
+                    style,
+                    markersize=3,
+                    label=label or VERIFIER_LABELS.get(name, name),
+                )
             first, total = FAMILIES[fam]
             varied = f"[{_frac(first)}, q₂, {_frac(total)} − q₂]"
             role = ("target", "draft") if reading == "paper" else ("draft", "target")
@@ -111,7 +121,12 @@ def summary(results) -> str:
 
 def main(argv=None) -> list:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
-    params = {"cases": [f"{r}/{f}" for r in READINGS for f in FAMILIES], "num_drafts": 2, "points": 13 if args.quick else 201, "verifiers": list(VERIFIER_LABELS)}
+    params = {
+        "cases": [f"{r}/{f}" for r in READINGS for f in FAMILIES],
+        "num_drafts": 2,
+        "points": 13 if args.quick else 201,
+        "verifiers": list(VERIFIER_LABELS),
+    }
     results = _common.load_or_compute(args, NAME, params, compute)
     return _common.finish(NAME, results, args, draw, summary)
 

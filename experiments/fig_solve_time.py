@@ -1,6 +1,6 @@
 """Solve time of α* against V and K: primal LP (HiGHS, cvxpy, POT), max-flow, and the dual prefix form.
 
-Instances: the ``zipf`` synthetic pair of :func:`otbound.compare.synthetic_pair` (target logits
+Instances: the ``zipf`` synthetic pair of :func:`otbound.report.synthetic_pair` (target logits
 −1.1·log rank, draft = target + N(0, 1) noise, T = 1) over V tokens; K drafts i.i.d. from q.
 Methods (each returns α*; all are checked against the dual on every instance):
 
@@ -24,13 +24,18 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
 import _common
+import numpy as np
 
 NAME = "fig_solve_time"
 METHODS = ("dual", "maxflow", "highs", "pot", "cvxpy")
-LABELS = {"dual": "dual (prefix form)", "maxflow": "max-flow (scipy, Dinic)", "highs": "LP, HiGHS", "pot": "LP, POT network simplex", "cvxpy": "LP, cvxpy"}
+LABELS = {
+    "dual": "dual (prefix form)",
+    "maxflow": "max-flow (scipy, Dinic)",
+    "highs": "LP, HiGHS",
+    "pot": "LP, POT network simplex",
+    "cvxpy": "LP, cvxpy",
+}
 
 #: scipy's maximum_flow wraps int64 capacities modulo 2^32 (scipy 1.17: a capacity 2^40 + 5 carries a
 #: flow of 5), so capacities must fit in int32: the scale is 2^30 and the total capacity out of the
@@ -49,7 +54,7 @@ def maxflow_acceptance(p, draft_joint) -> tuple[float, float]:
     import scipy.sparse
     from scipy.sparse.csgraph import maximum_flow
 
-    from otbound.token_bounds import _check_joint, _membership_edges
+    from otbound.token.bounds import _check_joint, _membership_edges
 
     p, joint = _check_joint(p, draft_joint)
     v = p.size
@@ -66,7 +71,7 @@ def maxflow_acceptance(p, draft_joint) -> tuple[float, float]:
 
 
 def _instance(v, k, seed):
-    from otbound.compare import synthetic_pair
+    from otbound.report import synthetic_pair
 
     return synthetic_pair("zipf", v, 1.0, np.random.default_rng([seed, v, k]))
 
@@ -96,7 +101,14 @@ def compute(params, checkpoint) -> dict:
         key = f"K={k},V={v}"
         cell = checkpoint.get(key)
         if cell is None:
-            cell = {"num_drafts": k, "vocab_size": v, "tuples": v**k, "median_s": {}, "max_abs_diff_vs_dual": {}, "runs": {}}
+            cell = {
+                "num_drafts": k,
+                "vocab_size": v,
+                "tuples": v**k,
+                "median_s": {},
+                "max_abs_diff_vs_dual": {},
+                "runs": {},
+            }
             pairs = [_instance(v, k, params["seed"] + i) for i in range(params["instances"])]
             explicit = v**k <= params["max_tuples"]
             joints = [draft_joint(q, k) if explicit else None for _, q in pairs]
@@ -154,7 +166,10 @@ def table(results) -> str:
         "|---|---|---|" + "---|" * len(methods),
     ]
     for c in cells:
-        row = [f"{1e3 * c['median_s'][m]:.3g}" + (" †" if inaccurate(c, m) else "") if m in c["median_s"] else "—" for m in methods]
+        row = [
+            f"{1e3 * c['median_s'][m]:.3g}" + (" †" if inaccurate(c, m) else "") if m in c["median_s"] else "—"
+            for m in methods
+        ]
         lines.append(f"| {c['num_drafts']} | {c['vocab_size']} | {c['tuples']:.3g} | " + " | ".join(row) + " |")
     lines.append("")
     lines.append(
@@ -166,7 +181,7 @@ def table(results) -> str:
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     cells = results["results"]["cells"]
     ks = sorted({c["num_drafts"] for c in cells})
@@ -177,7 +192,11 @@ def draw(results, out, formats) -> list:
             pts = [(c["vocab_size"], c["median_s"][m]) for c in cells if c["num_drafts"] == k and m in c["median_s"]]
             if pts:
                 line = ax.loglog(*zip(*pts), markers[m], label=LABELS[m])[0]
-                bad = [(c["vocab_size"], c["median_s"][m]) for c in cells if c["num_drafts"] == k and m in c["median_s"] and inaccurate(c, m)]
+                bad = [
+                    (c["vocab_size"], c["median_s"][m])
+                    for c in cells
+                    if c["num_drafts"] == k and m in c["median_s"] and inaccurate(c, m)
+                ]
                 if bad:
                     ax.loglog(*zip(*bad), "x", color=line.get_color(), markersize=9, label=f"{LABELS[m]}: wrong value")
         ax.set_xlabel("vocabulary size V")
@@ -190,7 +209,16 @@ def draw(results, out, formats) -> list:
 def main(argv=None) -> list:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
     if args.quick:
-        params = dict(vocab_sizes=[4, 8, 16], num_drafts=[2, 3], instances=1, repeats=2, max_tuples=4096, max_pot_cells=1e6, budget_s=5.0, seed=0)
+        params = dict(
+            vocab_sizes=[4, 8, 16],
+            num_drafts=[2, 3],
+            instances=1,
+            repeats=2,
+            max_tuples=4096,
+            max_pot_cells=1e6,
+            budget_s=5.0,
+            seed=0,
+        )
     else:
         params = dict(
             vocab_sizes=[4, 8, 16, 32, 64, 128, 256, 1024, 8192, 32768, 151936],

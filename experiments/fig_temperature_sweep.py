@@ -12,24 +12,36 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common
 import fig_verifier_table
+import numpy as np
 
 NAME = "fig_temperature_sweep"
 COLORS = {"with_replacement": "C0", "without_replacement": "C1", "greedy": "C2"}
 #: verifier -> (line style, marker); the colour is that of its draft law
-STYLES = {"nss": (":", "x"), "rrs": ("--", "s"), "kseq": ("-.", "^"), "khisti_is": (":", "v"), "rrs_wor": ("--", "s"), "spechub": ("-.", "d")}
+STYLES = {
+    "nss": (":", "x"),
+    "rrs": ("--", "s"),
+    "kseq": ("-.", "^"),
+    "khisti_is": (":", "v"),
+    "rrs_wor": ("--", "s"),
+    "spechub": ("-.", "d"),
+}
 
 
 def curves(rows, k, dataset=None):
-    """{(law, verifier): (temperatures, mean acceptance)} at K = k, pooled over datasets (position-weighted) unless one is named."""
+    """{(law, verifier): (temperatures, mean acceptance)} at K = k, pooled over datasets
+    (position-weighted) unless one is named."""
     out = {}
     for (law, ver) in dict.fromkeys((r["sampling"], r["verifier"]) for r in rows if r["num_drafts"] == k):
         pts = {}
         for r in rows:
-            if r["num_drafts"] == k and r["sampling"] == law and r["verifier"] == ver and dataset in (None, r["dataset"]):
+            if (
+                r["num_drafts"] == k
+                and r["sampling"] == law
+                and r["verifier"] == ver
+                and dataset in (None, r["dataset"])
+            ):
                 s, n = pts.get(r["temperature"], (0.0, 0))
                 pts[r["temperature"]] = (s + r["acceptance"] * r["positions"], n + r["positions"])
         ts = sorted(pts)
@@ -38,7 +50,7 @@ def curves(rows, k, dataset=None):
 
 
 def draw(results, out, formats) -> list:
-    from otbound import plots
+    from otbound.report import plots
 
     rows = results["results"]["rows"]
     ks = sorted({r["num_drafts"] for r in rows})
@@ -49,7 +61,16 @@ def draw(results, out, formats) -> list:
                 ax.plot(t, acc, "-o", color=COLORS[law], lw=1.6, label=f"α*, {law.replace('_', ' ')}")
             elif ver not in ("greedy", "ot"):  # greedy and ot reach α* of their law exactly: drawn as the α* line
                 ls, marker = STYLES.get(ver, ("--", "."))
-                ax.plot(t, acc, linestyle=ls, marker=marker, markerfacecolor="none", color=COLORS[law], lw=0.9, label=f"{ver} ({law.replace('_', ' ')})")
+                ax.plot(
+                    t,
+                    acc,
+                    linestyle=ls,
+                    marker=marker,
+                    markerfacecolor="none",
+                    color=COLORS[law],
+                    lw=0.9,
+                    label=f"{ver} ({law.replace('_', ' ')})",
+                )
         ax.set_xlabel("temperature T (both models)")
         ax.set_title(f"K = {k} drafts, HumanEval + MT-Bench pooled")
     axes[0, 0].set_ylabel("acceptance α (mean over positions)")
@@ -60,11 +81,16 @@ def draw(results, out, formats) -> list:
 def table(results) -> str:
     rows = results["results"]["rows"]
     temps = sorted({r["temperature"] for r in rows})
-    lines = ["| K | law | verifier | " + " | ".join(f"T = {t:g}" for t in temps) + " |", "|---|---|---|" + "---|" * len(temps)]
+    lines = [
+        "| K | law | verifier | " + " | ".join(f"T = {t:g}" for t in temps) + " |",
+        "|---|---|---|" + "---|" * len(temps),
+    ]
     for k in sorted({r["num_drafts"] for r in rows}):
         for (law, ver), (t, acc) in curves(rows, k).items():
             vals = dict(zip(t.tolist(), acc.tolist()))
-            lines.append(f"| {k} | {law} | {ver} | " + " | ".join(f"{vals[x]:.4f}" if x in vals else "—" for x in temps) + " |")
+            lines.append(
+                f"| {k} | {law} | {ver} | " + " | ".join(f"{vals[x]:.4f}" if x in vals else "—" for x in temps) + " |"
+            )
     return "\n".join(lines)
 
 

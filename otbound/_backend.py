@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def _is_torch(x) -> bool:
+def is_torch(x) -> bool:
     mod = type(x).__module__
     return mod.startswith("torch") and hasattr(x, "detach")
 
 
 def to_numpy(x):
     """Return ``(array, device)``; ``device`` is None for non-torch input."""
-    if _is_torch(x):
+    if is_torch(x):
         return x.detach().to("cpu").double().numpy(), x.device
     return x, None
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from otbound import InvalidInputError
-from otbound.block_bounds import KINDS, block_bound, block_bound_bracket
-from otbound.block_models import context_free_model, dirichlet_model, mixture_model, tabulated_model, zipf_model
+from otbound.block.bounds import KINDS, block_bound, block_bound_bracket
+from otbound.block.models import context_free_model, dirichlet_model, mixture_model, tabulated_model, zipf_model
 
 TOL = 1e-8
 
@@ -26,7 +26,9 @@ def sun_toy():
 
 
 def random_pair(v, seed, concentration=0.7):
-    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(v, seed=seed + 1000, concentration=concentration)
+    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(
+        v, seed=seed + 1000, concentration=concentration
+    )
 
 
 def adversarial_pairs():
@@ -121,7 +123,7 @@ def test_certificates():
     tg, dr = random_pair(3, 21)
     k, length = 2, 2
     per = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="per_level", return_certificate=True)
-    from otbound.block_models import prefix_law
+    from otbound.block.models import prefix_law
 
     for ell, (h, val) in enumerate(zip(per.certificate["binding_sets"], per.levels), start=1):
         p, q = prefix_law(tg, ell), prefix_law(dr, ell)
@@ -148,7 +150,9 @@ def test_certificates():
             assert val <= selected[pre].sum() + 1e-9, (kind, pre)
             parent = through[pre[:-1]] if kind == "causal" else prefix_law(tg, len(pre) - 1)[pre[:-1]]
             assert val <= parent * tg(pre[:-1])[pre[-1]] + 1e-9, (kind, pre)
-    emd = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="joint", method="emd", return_certificate=True)
+    emd = block_bound(
+        tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="joint", method="emd", return_certificate=True
+    )
     assert emd.certificate["plan"].sum() == pytest.approx(1.0)
     # the plan couples the K-multisets of draft blocks with the target's blocks, and its expected
     # longest common prefix is the value
@@ -156,8 +160,12 @@ def test_certificates():
     blocks = [np.unravel_index(b, (3,) * length) for b in range(3**length)]
     np.testing.assert_allclose(plan.sum(0), prefix_law(tg, length).ravel(), atol=1e-12)
     q_block = prefix_law(dr, length).ravel()
-    multiset_prob = [math.factorial(k) / np.prod([math.factorial(c) for c in np.unique(m, return_counts=True)[1]]) * np.prod(q_block[m])
-                     for m in multisets]
+    multiset_prob = [
+        math.factorial(k)
+        / np.prod([math.factorial(c) for c in np.unique(m, return_counts=True)[1]])
+        * np.prod(q_block[m])
+        for m in multisets
+    ]
     np.testing.assert_allclose(plan.sum(1), multiset_prob, atol=1e-12)
 
     def lcp(a, b):

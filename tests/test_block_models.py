@@ -6,7 +6,7 @@ import scipy.stats
 from stat_power import chi2_power
 
 from otbound import InvalidInputError
-from otbound.block_models import (
+from otbound.block.models import (
     BlockModel,
     as_block_model,
     context_free_model,

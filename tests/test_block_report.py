@@ -2,8 +2,8 @@
 
 import pytest
 
-from otbound._report_block import block_section
-from otbound.block_verifiers import BLOCK_VERIFIERS
+from otbound.block.verifiers import BLOCK_VERIFIERS
+from otbound.report._block import block_section
 
 
 def test_block_section_rows_and_figure():
@@ -21,6 +21,8 @@ def test_block_section_rows_and_figure():
                     continue
                 r = sel[name]
                 assert r["expected_accepted"] <= causal + 1e-9 + 5 * r["stderr"]
-            assert sel["causal_optimal"]["expected_accepted"] == pytest.approx(causal, abs=1e-8 + 5 * sel["causal_optimal"]["stderr"])
+            assert sel["causal_optimal"]["expected_accepted"] == pytest.approx(
+                causal, abs=1e-8 + 5 * sel["causal_optimal"]["stderr"]
+            )
     assert {r["method"] for r in rows if r["kind"] == "verifier"} == {"exact", "monte_carlo"}
     assert len(fig.axes) == 2

@@ -18,9 +18,9 @@ import scipy.stats
 from stat_power import chi2_power
 
 from otbound import InvalidInputError
-from otbound.block_bounds import block_bound
-from otbound.block_models import context_free_model, dirichlet_model, prefix_law, tabulated_model
-from otbound.block_verifiers import BLOCK_VERIFIERS, generate
+from otbound.block.bounds import block_bound
+from otbound.block.models import context_free_model, dirichlet_model, prefix_law, tabulated_model
+from otbound.block.verifiers import BLOCK_VERIFIERS, generate
 
 LOSSLESS = [name for name in BLOCK_VERIFIERS if name != "spectr_gbv"]
 ALL = list(BLOCK_VERIFIERS)
@@ -31,7 +31,9 @@ def sun_toy():
 
 
 def random_pair(v, seed, concentration=0.7):
-    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(v, seed=seed + 100, concentration=concentration)
+    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(
+        v, seed=seed + 100, concentration=concentration
+    )
 
 
 def instances():
@@ -59,7 +61,14 @@ def causal(tg, dr, v, k, length):
 
 @pytest.mark.parametrize(
     "name,value",
-    [("token", 10 / 9), ("block", 11 / 9), ("traversal", 11 / 9), ("causal_optimal", 11 / 9), ("multipath_rrs", 10 / 9), ("multipath_kseq", 10 / 9)],
+    [
+        ("token", 10 / 9),
+        ("block", 11 / 9),
+        ("traversal", 11 / 9),
+        ("causal_optimal", 11 / 9),
+        ("multipath_rrs", 10 / 9),
+        ("multipath_kseq", 10 / 9),
+    ],
 )
 def test_sun_toy(name, value):
     tg, dr = sun_toy()
@@ -100,7 +109,7 @@ def test_exact_expectation_matches_monte_carlo(name):
     tg, dr = random_pair(3, 2)
     k, length, n = 2, 2, 40_000
     rng = np.random.default_rng(7)
-    from otbound.block_models import sample_blocks
+    from otbound.block.models import sample_blocks
 
     drafts = sample_blocks(dr, n * k, length, rng).reshape(n, k, length)
     res = BLOCK_VERIFIERS[name].sample(tg, dr, drafts, rng)
@@ -120,7 +129,7 @@ def test_conditional_accepted_averages_to_the_exact_value(name):
     """E[τ | tuple] weighted by each tuple's draft probability sums to E[τ] exactly (all V^(KL) tuples)."""
     import itertools
 
-    from otbound.block_models import sequence_probability
+    from otbound.block.models import sequence_probability
 
     tg, dr = random_pair(3, 5)
     v, k, length = 3, 2, 2
@@ -156,7 +165,9 @@ SEQ_N, SEQ_LEN = 250_000, 4
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_sequence_level_lossless(name):
     tg, dr = random_pair(3, 2)
-    seqs = generate(BLOCK_VERIFIERS[name], tg, dr, num_drafts=2, block_len=2, length=SEQ_LEN, num_samples=SEQ_N, rng=2024)
+    seqs = generate(
+        BLOCK_VERIFIERS[name], tg, dr, num_drafts=2, block_len=2, length=SEQ_LEN, num_samples=SEQ_N, rng=2024
+    )
     assert g_test_pvalue(seqs, tg, SEQ_LEN) > 1e-3
 
 
@@ -192,7 +203,11 @@ def test_spectr_gbv_lossless(inst):
     assert BLOCK_VERIFIERS["spectr_gbv"].lossless_error(tg, dr, vocab_size=v, num_drafts=k, block_len=length) < 1e-12
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="for K >= 2 SpecTr-GBV distorts even the first token's marginal (no later iteration can repair it)")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="for K >= 2 SpecTr-GBV distorts even the first token's marginal (no later iteration can repair it)",
+)
 def test_spectr_gbv_first_token_marginal_k2():
     tg, dr = random_pair(3, 2)
     law = BLOCK_VERIFIERS["spectr_gbv"].iteration_law(tg, dr, vocab_size=3, num_drafts=2, block_len=2)
@@ -205,11 +220,15 @@ def test_spectr_gbv_first_token_marginal_k2():
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="iterated SpecTr-GBV output is not distributed as the target")
 def test_spectr_gbv_sequence_level_lossless():
     tg, dr = random_pair(3, 2)
-    seqs = generate(BLOCK_VERIFIERS["spectr_gbv"], tg, dr, num_drafts=2, block_len=2, length=SEQ_LEN, num_samples=SEQ_N, rng=2024)
+    seqs = generate(
+        BLOCK_VERIFIERS["spectr_gbv"], tg, dr, num_drafts=2, block_len=2, length=SEQ_LEN, num_samples=SEQ_N, rng=2024
+    )
     assert g_test_pvalue(seqs, tg, SEQ_LEN) > 1e-3
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="for K >= 2 SpecTr-GBV's E[τ] stays below the joint-OT bound it claims to attain")
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="for K >= 2 SpecTr-GBV's E[τ] stays below the joint-OT bound it claims to attain"
+)
 @pytest.mark.parametrize("k", [2, 3])
 def test_spectr_gbv_attains_joint_bound(k):
     tg, dr = random_pair(3, k)

@@ -8,7 +8,24 @@ from otbound import compare
 
 
 def test_synthetic_report(tmp_path):
-    out = compare.main(["--synthetic", "--out", str(tmp_path), "--instances", "2", "--num-drafts", "1", "2", "--temperature", "1.0", "--vocab-size", "8", "--mc-samples", "4000"])
+    out = compare.main(
+        [
+            "--synthetic",
+            "--out",
+            str(tmp_path),
+            "--instances",
+            "2",
+            "--num-drafts",
+            "1",
+            "2",
+            "--temperature",
+            "1.0",
+            "--vocab-size",
+            "8",
+            "--mc-samples",
+            "4000",
+        ]
+    )
     report = json.loads((out / "report.json").read_text())
     rows = report["rows"]
     assert (out / "report.md").read_text().startswith("# otbound")

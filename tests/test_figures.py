@@ -199,13 +199,23 @@ def test_real_pair_without_traces_or_results_says_how(tmp_path):
 
 
 def test_command_line(tmp_path):
-    cmd = [sys.executable, str(EXPERIMENTS / "fig_khisti_toy.py"), "--quick", "--out", str(tmp_path), "--formats", "png"]
+    cmd = [
+        sys.executable,
+        str(EXPERIMENTS / "fig_khisti_toy.py"),
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--formats",
+        "png",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "fig_khisti_toy.png").is_file() and "max(α* − α)" in done.stdout
 
 
-@pytest.mark.parametrize("name", ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table"])
+@pytest.mark.parametrize(
+    "name", ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table"]
+)
 def test_stored_full_results_are_sane(name):
     """The committed data/results/<name>.json (when present) passes the same checks as the quick run."""
     path = _common.RESULTS / f"{name}.json"

@@ -13,11 +13,13 @@ torch = pytest.importorskip("torch")
 
 from otbound import optimal_acceptance  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
-from otbound.lm import (  # noqa: E402
+from otbound.lm import (  # noqa: E402  # noqa: E402
     HashMismatchError,
     ModelUnavailableError,
     Prompt,
     TokenizerMismatchError,
+    _offline,
+    _wheels,
     aggregate,
     cluster_mean_ci,
     collect_block_traces,
@@ -33,7 +35,6 @@ from otbound.lm import (  # noqa: E402
     random_pair,
     run_real_report,
 )
-from otbound.lm import _offline, _wheels  # noqa: E402
 from otbound.lm._prompts import repo_prompts_dir  # noqa: E402
 
 V = 259  # 256 byte-level symbols + <eos>, <user>, <bot>
@@ -352,7 +353,7 @@ def test_block_traces(pair, tmp_path):
 
 def test_block_verifiers_run_on_stored_trees(pair, tmp_path):
     """E[τ | drafts] of every block verifier from a stored tree equals the value from the live models."""
-    from otbound.block_verifiers import BLOCK_VERIFIERS
+    from otbound.block.verifiers import BLOCK_VERIFIERS
     from otbound.lm import lm_block_models
 
     collect_traces(pair, toy_prompts(2), tmp_path / "t", temperatures=(0.9,), max_new_tokens=6, progress=False)
@@ -455,7 +456,7 @@ def test_measure_laws_respects_the_bounds():
 
 def test_monte_carlo_matches_the_exact_value():
     """Force Monte Carlo on a verifier with an exact value and compare (20k draws per position)."""
-    from otbound.lm import _measure
+    from otbound.report import _measure
 
     rng = np.random.default_rng(4)
     p, q = random_laws(rng, 3, 10)

@@ -11,7 +11,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NAMES = ["01_quickstart", "02_verifiers_on_real_traces", "03_block_bounds"]
+NAMES = ["01_quickstart", "02_verifiers_on_real_traces", "03_block_bounds", "05_check_your_verifier"]
 #: per-notebook execution limit (each is designed to finish in well under a minute on 2 cores)
 TIMEOUT_S = 180
 
@@ -34,7 +34,9 @@ def test_stored_without_outputs(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_runs_top_to_bottom(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
     client.execute()  # raises CellExecutionError naming the failing cell
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

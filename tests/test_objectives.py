@@ -171,7 +171,9 @@ def test_mixed_forms_and_batches_broadcast():
         batch = expected_accepted_length(qb[:, None], pb[None, :], verification)
         assert batch.shape == (4, 4)
         for i, j in itertools.product(range(4), range(4)):
-            assert float(batch[i, j]) == pytest.approx(float(expected_accepted_length(qb[i], pb[j], verification)), abs=1e-13)
+            assert float(batch[i, j]) == pytest.approx(
+                float(expected_accepted_length(qb[i], pb[j], verification)), abs=1e-13
+            )
 
 
 def test_special_cases():
@@ -259,7 +261,9 @@ def test_conditional_accepted_length_averages_to_exact(verification):
         q = random_pair(rng, vocab, length, tree=False, kinds=("dirichlet", "sparse"))[0]
         _, p_tree = random_pair(rng, vocab, length, tree=True, kinds=("dirichlet", "sparse", "onehot"))
         pf = _law_fn(p_tree)
-        blocks = [x for x in itertools.product(range(vocab), repeat=length) if all(q[i, x[i]] > 0 for i in range(length))]
+        blocks = [
+            x for x in itertools.product(range(vocab), repeat=length) if all(q[i, x[i]] > 0 for i in range(length))
+        ]
         along = np.stack([np.stack([pf(x[:i]) for i in range(length)]) for x in blocks])
         weights = np.array([np.prod(q[np.arange(length), x]) for x in blocks])
         qs = np.broadcast_to(q, along.shape)
@@ -315,10 +319,10 @@ def test_gradcheck_losses():
     probs = torch.softmax(torch.randn(3, 4, 5, dtype=torch.float64, generator=gen), -1)
     for target in (ids, probs):
         for fn in (
-            lambda a: position_weighted_ce(a, target, gamma=0.7),
-            lambda a: first_error_focal(a, target),
-            lambda a: first_error_focal(a, target, focal_gamma=2.0),
-            lambda a: chain_term(a, target),
+            lambda a, target=target: position_weighted_ce(a, target, gamma=0.7),
+            lambda a, target=target: first_error_focal(a, target),
+            lambda a, target=target: first_error_focal(a, target, focal_gamma=2.0),
+            lambda a, target=target: chain_term(a, target),
         ):
             assert torch.autograd.gradcheck(fn, (z,), eps=1e-6, atol=1e-8)
 
@@ -392,7 +396,9 @@ def test_drafter_objective_composition():
     # exact_ids: the exact term is the top-m lower bound computed from gathered laws
     top = probs.topk(2, -1).indices
     sub = DrafterObjective("sub", ce_weight=0.0, exact=1.0)(z, None, probs, exact_ids=top)
-    ref_sub = expected_accepted_length(torch.softmax(z, -1).gather(-1, top), probs.gather(-1, top), "block", subset=True)
+    ref_sub = expected_accepted_length(
+        torch.softmax(z, -1).gather(-1, top), probs.gather(-1, top), "block", subset=True
+    )
     torch.testing.assert_close(sub.exact, ref_sub.mean())
     assert float(sub.exact) <= float(expected_accepted_length(torch.softmax(z, -1), probs, "block").mean()) + 1e-12
     # subset: sub-probability target rows; soft labels are the renormalised rows
@@ -400,7 +406,9 @@ def test_drafter_objective_composition():
     soft = DrafterObjective("soft", gamma=0.3, chain=1.0, exact=1.0)(z, None, part, subset=True)
     torch.testing.assert_close(soft.ce, position_weighted_ce(z, probs, 0.3).mean())
     torch.testing.assert_close(soft.chain, chain_term(z, probs).mean())
-    torch.testing.assert_close(soft.exact, expected_accepted_length(torch.softmax(z, -1), part, "block", subset=True).mean())
+    torch.testing.assert_close(
+        soft.exact, expected_accepted_length(torch.softmax(z, -1), part, "block", subset=True).mean()
+    )
     names = [o.name for o in ABLATION]
     assert names[0] == "baseline CE" and len(set(names)) == len(names)
 
@@ -471,6 +479,8 @@ def test_block_value_equals_causal_bound_and_block_verifier():
             qf, pf = _law_fn(q), _law_fn(p)
             ours = expected_accepted_length(_t(q), _t(p), "block")
             bound = otbound.block_bound(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length, kind="causal")
-            verifier = otbound.BLOCK_VERIFIERS["block"].expected_accepted(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length)
+            verifier = otbound.BLOCK_VERIFIERS["block"].expected_accepted(
+                pf, qf, vocab_size=vocab, num_drafts=1, block_len=length
+            )
             assert float(ours) == pytest.approx(bound.value, abs=1e-8)  # the LP at HiGHS tolerances 1e-10
             assert float(ours) == pytest.approx(verifier, abs=1e-9)

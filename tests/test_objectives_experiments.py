@@ -26,7 +26,9 @@ def test_synthetic_quick(tmp_path):
     res = _load("drafter_objectives_synthetic").main(["--quick", "--out", str(out)])
     saved = json.loads(out.read_text())
     length = saved["config"]["length"]
-    assert set(saved["runs"]) == {f"{t}/{lab}" for t in ("per-position", "markov") for lab in ("soft", "sampled", "greedy")}
+    assert set(saved["runs"]) == {
+        f"{t}/{lab}" for t in ("per-position", "markov") for lab in ("soft", "sampled", "greedy")
+    }
     for run, rows in res["runs"].items():
         assert list(rows) == NAMES
         for name, r in rows.items():
@@ -38,7 +40,9 @@ def test_synthetic_quick(tmp_path):
             assert bd["per_level_bound"] >= bd["block"] - 1e-9
         # greedy labels: the exact term on one-hot laws is the chain term, so the two rows coincide
         if run.endswith("greedy"):
-            assert rows["+exact (for chain)"]["block"]["mean"] == pytest.approx(rows["+chain"]["block"]["mean"], abs=1e-9)
+            assert rows["+exact (for chain)"]["block"]["mean"] == pytest.approx(
+                rows["+chain"]["block"]["mean"], abs=1e-9
+            )
     # the exact objective optimises what is measured: at temperature 1 it beats CE on both targets
     for run in ("per-position/soft", "per-position/sampled", "markov/soft", "markov/sampled"):
         rows = res["runs"][run]

@@ -113,7 +113,7 @@ def test_subset_mass_takes_masks_or_distinct_integer_ids():
 
 
 def test_size_guards_refuse_before_allocating():
-    from otbound._block_tree import build_tree
+    from otbound.block._tree import build_tree
 
     target = ob.dirichlet_model(2, seed=0)
     t0 = time.perf_counter()
@@ -154,7 +154,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 
 def _hammer(path, tag, n):
-    from otbound.reports import write_report
+    from otbound.report.tables import write_report
 
     for i in range(n):
         write_report(path, f"writer {tag}", [], meta={"i": i, "pad": "x" * 20_000})

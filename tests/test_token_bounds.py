@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import otbound as ob
-from otbound.draft_laws import inclusion_probabilities
+from otbound.token.draft_laws import inclusion_probabilities
 
 LAWS = ("with_replacement", "without_replacement", "greedy")
 AGREE = 1e-9  # dual vs LP vs brute force (HiGHS tolerances 1e-10; quadrature < 1e-12)
@@ -209,7 +209,7 @@ def test_batches_and_torch(law):
 
 
 def test_with_replacement_matches_plain_sort_at_lm_scale():
-    from otbound.token_bounds import _with_replacement_sorted
+    from otbound.token.bounds import _with_replacement_sorted
 
     rng = np.random.default_rng(7)
     z = rng.standard_normal((3, 151_936)) * 2.5
@@ -272,7 +272,7 @@ def test_sampled_drafts_follow_their_law(q, k):
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 16])
 def test_fast_without_replacement_matches_reference_dp(k):
     """The fast clock-integral path against the token-by-token reference DP at V = 2,000."""
-    from otbound.token_bounds import _without_replacement, _without_replacement_reference
+    from otbound.token.bounds import _without_replacement, _without_replacement_reference
 
     rng = np.random.default_rng(k)
     z = rng.standard_normal((2, 2000)) * 2.0

@@ -25,7 +25,7 @@ import scipy.stats
 from stat_power import chi2_power
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
-from otbound.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
+from otbound.token.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
 
 N = 200_000
 ALPHA = 1e-3
@@ -255,7 +255,8 @@ PAIRS = _random_pairs(24, 1)
 
 @pytest.mark.parametrize(
     "verifier",
-    [VERIFIERS[n] for n in NAMES] + [NaiveVerifier("without_replacement"), NaiveVerifier("greedy"), OTVerifier("greedy")],
+    [VERIFIERS[n] for n in NAMES]
+    + [NaiveVerifier("without_replacement"), NaiveVerifier("greedy"), OTVerifier("greedy")],
     ids=lambda v: f"{v.name}-{v.sampling}",
 )
 def test_acceptance_equals_enumeration_and_at_most_optimal(verifier):
@@ -399,9 +400,14 @@ def test_optimal_importance_selection_reaches_alpha_star_at_two_drafts():
     """Khisti et al.'s canonical decomposition: with LP-optimal selection weights, IS + speculative
     sampling attains α* for K = 2 i.i.d. drafts (plain IS weights do not: see khisti_is)."""
     rng = np.random.default_rng(11)
-    cases = [(np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5])), (np.array([1.0, 0.0, 0.0]), np.array([0.2, 0.3, 0.5])),
-             (np.array([1 / 3] * 3), np.array([1 / 3, 0.05, 0.95 - 1 / 3]))]
-    cases += [(rng.dirichlet(np.full(v, c)), rng.dirichlet(np.full(v, c))) for v in (2, 4, 6, 9) for c in (0.2, 1.0, 5.0)]
+    cases = [
+        (np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5])),
+        (np.array([1.0, 0.0, 0.0]), np.array([0.2, 0.3, 0.5])),
+        (np.array([1 / 3] * 3), np.array([1 / 3, 0.05, 0.95 - 1 / 3])),
+    ]
+    cases += [
+        (rng.dirichlet(np.full(v, c)), rng.dirichlet(np.full(v, c))) for v in (2, 4, 6, 9) for c in (0.2, 1.0, 5.0)
+    ]
     gaps = []
     for p, q in cases:
         best = optimal_acceptance(p, q, 2)

@@ -9,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import otbound
-from otbound import InvalidInputError, VERIFIERS, draft_joint, optimal_acceptance, sample_drafts
-from otbound.verifiers import NaiveVerifier, OTVerifier, run
-from otbound.verifiers import _ot
+from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, sample_drafts
+from otbound.token.verifiers import NaiveVerifier, OTVerifier, _ot, run
 
 P = np.array([0.1, 0.2, 0.3, 0.4])
 Q = np.array([0.4, 0.3, 0.2, 0.1])
@@ -19,7 +18,7 @@ Q = np.array([0.4, 0.3, 0.2, 0.1])
 
 def test_registry():
     assert set(VERIFIERS) == {"nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is", "khisti_lp", "ot"}
-    assert otbound.VERIFIERS is otbound.verifiers.VERIFIERS
+    assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
     laws = {k: v.sampling for k, v in VERIFIERS.items()}
     assert laws["rrs_wor"] == "without_replacement"
@@ -30,7 +29,7 @@ def test_registry():
 
 
 def test_sample_result_and_reproducibility():
-    for name, v in VERIFIERS.items():
+    for v in VERIFIERS.values():
         drafts = sample_drafts(Q, 2, v.sampling, 1000, 0)
         a = v.sample(P, Q, drafts, 5)
         b = v.sample(P, Q, drafts, np.random.default_rng(5))

@@ -15,33 +15,42 @@ Traces
     blocks of length L with both models' laws along them; ``BlockRecord.block_models()`` turns a
     stored tree into block models for the block verifiers, :func:`lm_block_models` wraps the live
     pair at a context.
-Measurements
-    :func:`measure_laws`, :func:`measure_trace`, :func:`aggregate` — α* per draft law and K, each
-    verifier's acceptance (exact or Monte Carlo), mean ± 95% CI per (dataset, T, K);
-    :func:`run_real_report` does it all, resumably. :func:`greedy_decode` — greedy decoding with or
-    without speculative verification.
+Decoding
+    :func:`greedy_decode` — greedy decoding with or without speculative verification.
+
+This layer produces laws; it does not measure them. The measurements (:func:`measure_laws`,
+:func:`measure_trace`, :func:`aggregate`, :func:`cluster_mean_ci`, :func:`run_real_report`) live in
+:mod:`otbound.report` and stay importable from here (forwarded on first use).
 """
 
 from otbound.lm._blocks import BLOCKS_FORMAT, BlockRecord, collect_block_traces, lm_block_models, load_block_traces
-from otbound.lm._decode import laws64
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
 from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
-from otbound.lm._offline import OFFLINE_MODELS
+from otbound.lm._offline import OFFLINE_MODELS, ensure_converted
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_prompt, load_prompts, repo_prompts_dir
-from otbound.lm._report import run_real_report
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, trace_path
 from otbound.lm._wheels import cache_root
+from otbound.token.logits import laws_from_logits as laws64  # the law of a stored trace
 
 __all__ = [
     "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
-    "TokenizerMismatchError", "TraceRecord", "aggregate", "build_prompt_files", "cache_root",
-    "check_same_tokenizer", "cluster_mean_ci", "collect_block_traces", "collect_traces", "encode_prompt",
-    "greedy_decode", "laws64", "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces",
-    "measure_laws", "measure_trace", "random_pair", "repo_prompts_dir", "run_real_report", "trace_path",
+    "TokenizerMismatchError", "TraceRecord", "build_prompt_files", "cache_root", "check_same_tokenizer",
+    "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode", "laws64", "lm_block_models",
+    "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair", "repo_prompts_dir", "trace_path",
     "verify_offline_model",
 ]
+
+_MOVED_TO_REPORT = ("aggregate", "cluster_mean_ci", "measure_laws", "measure_trace", "run_real_report")
+
+
+def __getattr__(name):
+    # the measurements moved up to otbound.report (which imports this layer); forwarded lazily
+    if name in _MOVED_TO_REPORT:
+        import otbound.report
+
+        return getattr(otbound.report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,11 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
+from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
-from otbound.draft_laws import sample_drafts
 from otbound.lm import _store
-from otbound.lm._decode import cache_prefix, forward, laws64, prefix_cache
-from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _bar, _check_config, _files, load_traces
+from otbound.lm._decode import cache_prefix, forward, prefix_cache
+from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _check_config, _files, load_traces
+from otbound.token.draft_laws import sample_drafts
+from otbound.token.logits import laws_from_logits as laws64
 
 BLOCKS_FORMAT = "otbound-blocks-1"
 
@@ -73,11 +75,11 @@ class BlockRecord(LogitLaws):
         return int(self.drafts.shape[1])
 
     def block_models(self):
-        """``(target, draft)`` as :func:`otbound.block_models.tabulated_model` block models over the
+        """``(target, draft)`` as :func:`otbound.block.models.tabulated_model` block models over the
         prefixes of the stored draft tree (relative to ``prefix``): block verifiers'
         ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
         models. A prefix off the tree is an error naming it."""
-        from otbound.block_models import tabulated_model
+        from otbound.block.models import tabulated_model
 
         target, draft = {}, {}
         for k, block in enumerate(self.drafts.tolist()):
@@ -90,15 +92,15 @@ class BlockRecord(LogitLaws):
 
 
 def lm_block_models(pair, context, temperature):
-    """A loaded pair's target and draft as block models (:mod:`otbound.block_models`) at a fixed
+    """A loaded pair's target and draft as block models (:mod:`otbound.block.models`) at a fixed
     ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64. Each
     model runs once over the context (KV cache); every new prefix is then one cached forward over
     the last context token and the prefix, keeping only the last logits (results cached per
-    prefix by :class:`~otbound.block_models.BlockModel`). For block bounds, truncated-tree
+    prefix by :class:`~otbound.block.models.BlockModel`). For block bounds, truncated-tree
     brackets and block verifiers on the live models."""
     import torch
 
-    from otbound.block_models import BlockModel
+    from otbound.block.models import BlockModel
 
     context = [int(t) for t in context]
 
@@ -108,7 +110,9 @@ def lm_block_models(pair, context, temperature):
         def fn(prefix):
             cache = cache_prefix(model, layers, len(context) - 1, 1)
             ids = torch.tensor([context[-1:] + list(prefix)], device=pair.device)
-            return laws64(forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature)
+            return laws64(
+                forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature
+            )
 
         return BlockModel(pair.vocab_size, fn, name=name)
 
@@ -163,7 +167,7 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     targets = []
     for f in files:
         meta = _store.read_meta(f)
-        cell = Path(out) / _store.safe_name(meta["dataset"]) / _store.temperature_dir(meta["temperature"])
+        cell = Path(out) / safe_name(meta["dataset"]) / temperature_dir(meta["temperature"])
         targets.append(cell / f.name)
     config = {"num_drafts": k, "block_length": block_length, "positions_per_trace": int(positions_per_trace),
               "seed": int(seed), "logits_dtype": logits_dtype}
@@ -173,7 +177,7 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
     if todo and callable(pair):
         pair = pair()
-    bar = _bar(len(todo), "block traces", progress)
+    bar = progress_bar(len(todo), "block traces", progress)
     for f, o in todo:
         (record,) = load_traces(f)
         m = min(positions_per_trace, record.positions)

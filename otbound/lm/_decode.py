@@ -7,8 +7,6 @@ positions (padded and unpadded logits agree to ~1e-6 in float32; the tests check
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
     """``model(...)`` logits, without autograd. The cache goes in as the 4th positional argument,
@@ -114,13 +112,3 @@ def cache_prefix(model, layers, length: int, copies: int):
     cache = DynamicCache([(k[..., :length, :], v[..., :length, :]) for k, v in layers], config=model.config)
     cache.batch_repeat_interleave(copies)
     return cache
-
-
-def laws64(logits, temperature: float) -> np.ndarray:
-    """Float64 laws ``softmax(logits / T)`` along the last axis (max-shifted; each row sums to 1
-    within ~1e-16·sqrt(V) float64 rounding). This is *the* law of a stored trace."""
-    x = np.asarray(logits, dtype=np.float64) / float(temperature)
-    x -= x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
-    return x

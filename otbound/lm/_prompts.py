@@ -18,11 +18,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from otbound._io import write_text_atomic
 from otbound._validation import InvalidInputError
 from otbound.lm._wheels import PinnedWheel, cache_root, ensure_wheels
 
@@ -76,10 +76,8 @@ def build_prompt_files(out_dir, *, download: bool = True, progress: bool = True)
             rows = [{"id": f"mtbench/{r['question_id']}", "category": r["category"],
                      "prompt": r["turns"][0], "turns": r["turns"]} for r in rows]
         target = out / f"{name}.jsonl"
-        tmp = target.with_suffix(".jsonl.tmp")
         lines = [json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows]
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, target)
+        write_text_atomic(target, "".join(lines))
         written += [target, out / licence_name]
     return written
 

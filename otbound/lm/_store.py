@@ -1,16 +1,15 @@
 """Atomic, self-describing safetensors files for traces and block traces.
 
 A file holds named tensors plus string metadata; ``meta`` (a JSON object) is stored under the
-metadata key ``"otbound"``, with a SHA-256 per tensor under ``"sha256"`` that :func:`read` checks
-(:class:`otbound._integrity.CorruptFileError` on a mismatch or an unreadable, e.g. truncated, file).
-Files are written under a unique temporary name and moved into place with ``os.replace``
+metadata key ``"otbound"``, with a SHA-256 per tensor under ``"sha256"`` and one of the metadata
+under ``"meta_sha256"`` that :func:`read` checks (:class:`otbound._integrity.CorruptFileError` on a
+mismatch or an unreadable, e.g. truncated, file). Files are written atomically
 (:func:`otbound._io.atomic_path`), so an interrupted run never leaves a file that looks finished.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +18,6 @@ from otbound._integrity import CorruptFileError, check_digests, content_key, ten
 from otbound._io import atomic_path
 
 STORE_DTYPES = ("float32", "float16")
-
-
-def safe_name(text: str) -> str:
-    """File-name form of a prompt id (``HumanEval/0`` -> ``HumanEval_0``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "prompt"
-
-
-def temperature_dir(temperature: float) -> str:
-    return f"T{float(temperature):g}"
 
 
 def write_atomic(path: Path, tensors: dict, meta: dict) -> None:

@@ -24,9 +24,10 @@ tensor             shape, dtype                meaning
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
 SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
-logits divided by T (:func:`otbound.lm.laws64`), computed identically on every read, so each row
-sums to 1 up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``); storing float32
-softmax rows instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
+logits divided by T (:func:`otbound.token.laws_from_logits`, also :func:`otbound.lm.laws64`),
+computed identically on every read, so each row sums to 1 up to float64 rounding (≈1e-16·√V, far
+inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet that tolerance in
+general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
 """
@@ -44,10 +45,12 @@ from pathlib import Path
 import numpy as np
 
 from otbound._integrity import CorruptFileError
+from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.lm import _store
-from otbound.lm._decode import laws64, sample_continuations, stop_token_ids, teacher_forced_logits
+from otbound.lm._decode import sample_continuations, stop_token_ids, teacher_forced_logits
 from otbound.lm._prompts import encode_prompt
+from otbound.token.logits import laws_from_logits as laws64
 
 TRACE_FORMAT = "otbound-trace-1"
 
@@ -110,8 +113,8 @@ def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
 
 
 def trace_path(out, prompt, temperature) -> Path:
-    return Path(out) / _store.safe_name(prompt.dataset) / _store.temperature_dir(temperature) / (
-        _store.safe_name(prompt.id) + ".safetensors")
+    return Path(out) / safe_name(prompt.dataset) / temperature_dir(temperature) / (
+        safe_name(prompt.id) + ".safetensors")
 
 
 def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: int = 64,
@@ -150,7 +153,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
         return [path for row in paths for path in row]
     bs = batch_size or (32 if pair.device.type == "cuda" else 8)
     stops = stop_token_ids(pair.tokenizer, pair.target)
-    bar = _bar(len(todo), "traces", progress)
+    bar = progress_bar(len(todo), "traces", progress)
     n_pos, t0 = 0, time.perf_counter()
     for temp in temps:
         # batches of similar prompt lengths: left padding then wastes little compute. Batches are formed
@@ -228,12 +231,6 @@ def _check_one_pair(paths) -> None:
 
 
 _PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size")
-
-
-def _bar(total, desc, progress):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="prompt", disable=not progress, file=sys.stderr)
 
 
 def load_traces(path, *, dataset: str | None = None, temperature: float | None = None):

@@ -1,0 +1,59 @@
+"""POT's network simplex (``ot.emd``) with its stopping status checked.
+
+``ot.emd`` stops at ``numItermax`` pivots and returns the current, feasible but non-optimal plan
+with only a ``UserWarning``: an acceptance bound computed from it would be silently too low. Here a
+non-optimal exit is an error naming the limit. And HiGHS: :func:`solve_lp`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+#: default pivot limit (POT's own default is 100,000, reached on the V ≈ 400, K = 2 acceptance LP)
+EMD_MAX_ITER = 10_000_000
+
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
+def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray, *, max_iter: int = EMD_MAX_ITER) -> np.ndarray:
+    """Optimal plan of ``min <π, cost>`` with marginals ``a``, ``b`` (POT ``ot.emd``).
+
+    Raises ``RuntimeError`` unless the network simplex reports optimality (e.g. ``max_iter`` pivots
+    were reached, or the marginals have different totals).
+    """
+    import ot
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the status is checked below instead
+        plan, log = ot.emd(a, b, cost, numItermax=int(max_iter), log=True)
+    if log["result_code"] != 1:  # 1 = OPTIMAL in POT's network simplex
+        raise RuntimeError(f"POT ot.emd did not reach optimality ({log['warning']}); max_iter={int(max_iter):,}")
+    return plan
+
+
+def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
+    """``scipy.optimize.linprog`` with HiGHS at ``HIGHS_OPTIONS``.
+
+    HiGHS presolve occasionally reports a feasible LP as infeasible at these tight tolerances when
+    some probabilities are tiny (seen with draft blocks of mass ~1e−10); the solve is then repeated
+    without presolve before giving up.
+    """
+    import scipy.optimize  # imported here: it costs ~0.3 s at ``import otbound``
+
+    res = None
+    for presolve in (True, False):
+        res = scipy.optimize.linprog(
+            cost,
+            A_ub=a_ub,
+            b_ub=b_ub,
+            A_eq=a_eq,
+            b_eq=b_eq,
+            bounds=bounds,
+            method="highs",
+            options={**HIGHS_OPTIONS, "presolve": presolve},
+        )
+        if res.status == 0:
+            return res
+    raise RuntimeError(f"HiGHS failed on the {what}: {res.message}")

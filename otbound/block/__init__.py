@@ -1,0 +1,35 @@
+"""The block layer (theory.md §4): block models, the block bounds U_per-level ≥ U_joint ≥ U_causal
+and the block verifiers.
+
+* :mod:`otbound.block.models` — explicit autoregressive models (prefix → next-token law).
+* :mod:`otbound.block.bounds` — :func:`block_bound`, :func:`block_bound_bracket`; the draft trie in
+  :mod:`otbound.block._tree`, the LPs in :mod:`otbound.block._lp` / :mod:`otbound.block._plain`, the
+  top-m truncation in :mod:`otbound.block._truncate`.
+* :mod:`otbound.block.verifiers` — block verifiers, registry :data:`BLOCK_VERIFIERS`.
+"""
+
+from otbound.block._lp import MAX_SPLIT_VARIABLES
+from otbound.block._tree import MAX_TREE_CELLS
+from otbound.block.bounds import KINDS, BlockBound, BlockBracket, block_bound, block_bound_bracket
+from otbound.block.models import (
+    BlockModel,
+    as_block_model,
+    context_free_model,
+    dirichlet_model,
+    mixture_model,
+    prefix_law,
+    sample_blocks,
+    sequence_probability,
+    shifted_model,
+    tabulated_model,
+    zipf_model,
+)
+from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample, BlockVerifier, generate
+
+__all__ = [
+    "BLOCK_VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample", "BlockVerifier", "KINDS",
+    "MAX_SPLIT_VARIABLES", "MAX_TREE_CELLS",
+    "as_block_model", "block_bound", "block_bound_bracket", "context_free_model", "dirichlet_model", "generate",
+    "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",
+    "zipf_model",
+]

@@ -1,0 +1,272 @@
+"""Block-level upper bounds on E[τ] for K i.i.d. draft blocks of L tokens (theory.md §4).
+
+``E[τ]`` counts accepted draft tokens (bonus/correction excluded; block efficiency is ``E[τ] + 1``).
+Three bounds, from loose to exact, ``U_causal ≤ U_joint ≤ U_per-level``:
+
+* ``"per_level"`` — ``Σ_{ℓ=1..L} α*(p_{1:ℓ}, q_{1:ℓ}^{⊗K})``: the token-level optimum
+  (:func:`otbound.optimal_acceptance`, i.i.d. drafts; SpecTr 2310.15141, Hu et al. 2502.18779)
+  applied to the joint prefix laws flattened over ``V^ℓ``.
+* ``"joint"`` — ``max_π E_π[max_k LCP(X^(k), Y_{1:L})]`` over couplings of the K draft blocks with
+  a target block (the block OT problem of SpecTr-GBV, 2604.25925).
+* ``"causal"`` — the best ``E[τ]`` of any single-iteration lossless verifier: the LP of theory.md
+  §4. For ``K = 1`` it equals block verification (Sun et al. 2403.10444).
+
+Methods: joint and causal are solved exactly by one sparse LP over the draft trie
+(``method="lp"``, the default; derivation in :mod:`otbound.block._lp`: the K drafts enter only
+through the law of the selected block, built by pairwise splits, so the size is
+``(K − 1)·V^{2L}`` instead of ``V^{LK}`` draft tuples). Independent references:
+``method="emd"`` (joint; network simplex between multisets of blocks and target blocks),
+``method="plain"`` / ``"plain_exchangeable"`` (causal; theory.md's LP over ordered tuples /
+multisets). Tolerances: LP values are HiGHS optima at feasibility tolerance ``1e-10`` (agreement
+between methods ~``1e-9``); per-level values are exact up to float64 summation.
+
+For vocabularies too large to enumerate, :func:`block_bound_bracket` gives a certified
+``[lower, upper]`` bracket from a top-m truncation of the draft tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block._tree import build_tree
+from otbound.block.models import as_block_model
+from otbound.token.bounds import optimal_acceptance
+
+KINDS = ("per_level", "joint", "causal")
+_METHODS = {"per_level": ("prefix",), "joint": ("lp", "emd"), "causal": ("lp", "plain", "plain_exchangeable")}
+
+
+@dataclass
+class BlockBound:
+    """A block bound on ``E[τ]`` (accepted draft tokens, bonus excluded).
+
+    value: the bound. levels: ``levels[ℓ−1] = P(τ ≥ ℓ)`` under the optimum (per-level: the level's
+    own optimum α*_ℓ), so ``value = levels.sum()`` (None for the reference methods).
+    certificate (on request):
+
+    * per_level — ``{"binding_sets": [H*_ℓ as a (V,)*ℓ mask]}``: ``α*_ℓ = 1 + p(H*) − q(H*)^K``;
+    * joint / causal, ``method="lp"`` — ``{"selected_law": law of the selected draft block, shape
+      (V,)*L; "through": P(node accepted/matched) for every prefix, dict prefix → prob;
+      "keep": the pairwise split matrices (K − 1 arrays (V^L, V^L))}``;
+    * joint, ``method="emd"`` — ``{"multisets": (T, K) block indices, "plan": (T, V^L) coupling}``.
+    """
+
+    value: float
+    kind: str
+    num_drafts: int
+    block_len: int
+    vocab_size: int
+    method: str
+    levels: np.ndarray | None = None
+    certificate: dict | None = field(default=None, repr=False)
+
+
+def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
+    if kind not in KINDS:
+        raise InvalidInputError(f"unknown block bound kind {kind!r}; expected one of {KINDS}")
+    if method is None:
+        method = _METHODS[kind][0]
+    if method not in _METHODS[kind]:
+        raise InvalidInputError(
+            f"method {method!r} is not available for kind {kind!r}; expected one of {_METHODS[kind]}"
+        )
+    k = check_num_drafts(num_drafts)
+    block_len = check_positive_int(block_len, "block_len")
+    target = as_block_model(target, vocab_size, "target")
+    draft = as_block_model(draft, vocab_size, "draft")
+    return target, draft, k, int(block_len), method
+
+
+def block_bound(
+    target,
+    draft,
+    *,
+    vocab_size: int,
+    num_drafts: int,
+    block_len: int,
+    kind: str,
+    method: str | None = None,
+    return_certificate: bool = False,
+) -> BlockBound:
+    """The block bound ``kind`` on ``E[τ]`` for K i.i.d. draft blocks of ``block_len`` tokens.
+
+    ``U_causal ≤ U_joint ≤ U_per-level`` (module docstring: per-level Σ_ℓ α*(p_{1:ℓ}, q_{1:ℓ}^{⊗K});
+    joint = the block OT problem of SpecTr-GBV 2604.25925; causal = the best single-iteration
+    lossless verifier, theory.md §4, equal to block verification of Sun et al. 2403.10444 at K = 1).
+    Exact float64 on the full ``V^L`` draft tree.
+
+    Parameters
+    ----------
+    target, draft : callable or BlockModel
+        ``prefix (tuple of ints) -> law over vocab_size tokens`` (:class:`otbound.BlockModel`).
+    vocab_size : int
+        V.
+    num_drafts : int
+        K, i.i.d. draft blocks.
+    block_len : int
+        L, tokens per block.
+    kind : {"per_level", "joint", "causal"}
+        Which bound.
+    method : str, optional
+        "prefix" (per_level); "lp" (default) or "emd" (joint); "lp" (default), "plain" or
+        "plain_exchangeable" (causal). LP values are HiGHS optima at feasibility tolerance 1e-10.
+    return_certificate : bool
+        Attach the solver's certificate (binding sets, selected-block law, ...).
+
+    Returns
+    -------
+    BlockBound
+        ``value`` (the bound on E[τ], bonus excluded), per-level ``levels``, ``method`` and the
+        optional ``certificate``.
+    """
+    target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method)
+    # only the plain LPs read the bonus laws
+    tree = build_tree(target, draft, length, with_bonus=method.startswith("plain"))
+    return bound_on_tree(tree, k, kind, method=method, return_certificate=return_certificate)
+
+
+def bound_on_tree(
+    tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None
+) -> BlockBound:
+    """The bound on a built trie; ``selectable`` (mask over nodes): the lower side of a truncation
+    bracket, where no other node may be accepted."""
+    v, length = tree.vocab_size, tree.block_len
+    cert = None
+    levels = None
+    if kind == "per_level":
+        levels = np.empty(length)
+        sets = []
+        for ell in range(1, length + 1):
+            sl = tree.level(ell)
+            p, q = tree.p_path[sl], tree.q_path[sl]
+            if selectable is not None:  # cells that may never be accepted: separate p and q copies
+                bad = ~selectable[sl]
+                p = np.concatenate([np.where(bad, 0.0, p), p[bad], np.zeros(bad.sum())])
+                q = np.concatenate([np.where(bad, 0.0, q), np.zeros(bad.sum()), q[bad]])
+            res = optimal_acceptance(
+                p / p.sum(), q / q.sum(), k, "with_replacement", return_certificate=return_certificate
+            )
+            if return_certificate:
+                levels[ell - 1] = res.value
+                sets.append(res.binding_set[: v**ell].reshape((v,) * ell))
+            else:
+                levels[ell - 1] = res
+        value = float(levels.sum())
+        if return_certificate:
+            cert = {"binding_sets": sets}
+    elif method == "lp":
+        from otbound.block._lp import solve_selection_lp
+
+        sol = solve_selection_lp(tree, k, kind, selectable)
+        value = sol.value
+        levels = np.array([sol.through[tree.level(ell)].sum() for ell in range(1, length + 1)])
+        if return_certificate:
+            cert = {
+                "selected_law": sol.selected_law.reshape((v,) * length),
+                "through": {tree.prefix(i): float(sol.through[i]) for i in range(tree.num_nodes)},
+                "keep": sol.keep,
+            }
+    elif method == "emd":
+        from otbound.block._plain import joint_ot_emd
+
+        if return_certificate:
+            value, tuples, plan = joint_ot_emd(tree, k, return_plan=True)
+            cert = {"multisets": tuples, "plan": plan}
+        else:
+            value = joint_ot_emd(tree, k)
+    else:
+        from otbound.block._plain import causal_lp_plain
+
+        value = causal_lp_plain(tree, k, exchangeable=method == "plain_exchangeable")
+    return BlockBound(
+        value=float(value),
+        kind=kind,
+        num_drafts=k,
+        block_len=length,
+        vocab_size=v,
+        method=method,
+        levels=levels,
+        certificate=cert,
+    )
+
+
+@dataclass
+class BlockBracket:
+    """Certified bracket ``lower ≤ U_kind ≤ upper`` from a top-m truncation of the draft tree.
+
+    truncated_target_mass / truncated_draft_mass: probability that a target / draft block leaves
+    the kept tree (hits an "other" cell) within ``block_len`` tokens. nodes_evaluated: prefixes at
+    which each model was called.
+    """
+
+    lower: float
+    upper: float
+    kind: str
+    top_m: int
+    num_drafts: int
+    block_len: int
+    truncated_target_mass: float
+    truncated_draft_mass: float
+    nodes_evaluated: int
+
+
+def block_bound_bracket(
+    target,
+    draft,
+    *,
+    vocab_size: int,
+    num_drafts: int,
+    block_len: int,
+    kind: str,
+    top_m: int,
+) -> BlockBracket:
+    """``[lower, upper]`` around the block bound ``kind`` from the top-``m`` tokens per node.
+
+    At every kept prefix the ``top_m`` tokens by ``p + q`` are kept and the rest merged into one
+    "other" cell ⊥ (derived; proved in :mod:`otbound.block._truncate`, tested on small models):
+
+    * upper — the bound for the merged models, ⊥ followed by ⊥ deterministically in both: any
+      coupling / lossless verifier of the original models maps to one of the merged models with at
+      least the same ``E[τ]`` (merging can only raise an OT value);
+    * lower — the same merged models with ⊥ never accepted (no prefix through ⊥ is selectable): any
+      such plan lifts back to the original models (the ⊥ token is resampled from the target's law
+      inside the cell), so its value is attained.
+
+    Only kept prefixes are evaluated: ``Σ_{d<L} m^d`` model calls per model.
+
+    Parameters
+    ----------
+    target, draft, vocab_size, num_drafts, block_len, kind
+        As for :func:`block_bound`.
+    top_m : int
+        Tokens kept per node.
+
+    Returns
+    -------
+    BlockBracket
+        ``lower ≤ U_kind ≤ upper`` and the probability that a target / draft block leaves the kept
+        tree.
+    """
+    from otbound.block._truncate import truncated_tree
+
+    target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, None)
+    trunc = truncated_tree(target, draft, length, check_positive_int(top_m, "top_m"))
+    tree = trunc.tree
+    upper = bound_on_tree(tree, k, kind, method=method).value
+    lower = bound_on_tree(tree, k, kind, method=method, selectable=trunc.selectable).value
+    leaves = tree.level(length)
+    kept = trunc.selectable[leaves]
+    return BlockBracket(
+        lower=float(lower),
+        upper=float(upper),
+        kind=kind,
+        top_m=int(top_m),
+        num_drafts=k,
+        block_len=length,
+        truncated_target_mass=max(0.0, float(1.0 - tree.p_path[leaves][kept].sum())),  # clip float round-off
+        truncated_draft_mass=max(0.0, float(1.0 - tree.q_path[leaves][kept].sum())),
+        nodes_evaluated=trunc.nodes_evaluated,
+    )

@@ -1,0 +1,52 @@
+"""Block verifiers (theory.md §4): registry :data:`BLOCK_VERIFIERS` (name → verifier object).
+
+========================= ===================================================================
+name                      algorithm
+========================= ===================================================================
+``token``                 speculative sampling token by token along the first draft
+``block``                 block verification (Sun et al. 2403.10444), first draft
+``multipath_rrs``         SpecInfer RRS at every node of the K-draft tree
+``multipath_kseq``        SpecTr K-SEQ at every node of the K-draft tree
+``traversal``             traversal verification (Weng et al. 2505.12398), K draft branches
+``spectr_gbv``            SpecTr-GBV (Lin et al. 2604.25925), Alg. 1 as recovered
+``causal_optimal``        attains U_causal: LP draft choice + block verification (derived)
+========================= ===================================================================
+
+Every verifier has ``sample(target, draft, drafts, rng)`` (one iteration; drafts ``(K, L)`` or
+``(n, K, L)``) → :class:`BlockSample`, the exact ``output_law`` given one draft tuple, the exact
+one-iteration ``iteration_law`` and ``expected_accepted`` (exact ``E[τ]``, bonus excluded) by
+enumeration on small models; :func:`generate` iterates a verifier to a fixed output length.
+"""
+
+from otbound.block.verifiers._base import BlockSample, BlockVerifier, generate
+from otbound.block.verifiers.chain import BlockVerification, TokenChain
+from otbound.block.verifiers.multipath import MultiPathVerifier
+from otbound.block.verifiers.optimal import CausalOptimal
+from otbound.block.verifiers.spectr_gbv import SpecTrGBV
+from otbound.block.verifiers.traversal import TraversalVerification
+
+BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
+    v.name: v
+    for v in (
+        TokenChain(),
+        BlockVerification(),
+        MultiPathVerifier("rrs"),
+        MultiPathVerifier("kseq"),
+        TraversalVerification(),
+        SpecTrGBV(),
+        CausalOptimal(),
+    )
+}
+
+__all__ = [
+    "BLOCK_VERIFIERS",
+    "BlockSample",
+    "BlockVerifier",
+    "BlockVerification",
+    "CausalOptimal",
+    "MultiPathVerifier",
+    "SpecTrGBV",
+    "TokenChain",
+    "TraversalVerification",
+    "generate",
+]

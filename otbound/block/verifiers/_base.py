@@ -1,0 +1,338 @@
+"""Common machinery of the block verifiers: one algorithm, two executions (implementation).
+
+A verifier is written once as a *walk*: ``walk(inst, oracle) -> (accepted_prefix, law)``, where
+``inst`` holds everything the verifier computes from the target, the draft and one draft tuple
+(``prepare``), every random decision goes through ``oracle.bernoulli(prob)`` or
+``oracle.categorical(law)``, and the walk ends with the accepted draft prefix and the law of the
+correction (or bonus) token. The same walk is
+
+* *sampled*: the oracle answers with uniforms from a generator (one walk per sample, the rows that
+  share a draft tuple share ``inst``, correction tokens drawn in one inverse-CDF pass per law);
+* *enumerated exactly*: the oracle replays a fixed list of answers and queues the alternatives
+  (depth-first over the decision tree), which gives the exact law of the emitted sequence given
+  the drafts, and by summing over all draft tuples, exact ``E[τ]`` and the exact one-iteration law
+  of the output — the losslessness check needs no sampling at all.
+
+Terminology (theory.md §0): ``τ`` = accepted draft tokens, the emitted sequence is ``τ + 1`` tokens
+(bonus/correction included), ``E[τ]`` excludes the bonus.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
+from otbound.token.draft_laws import inverse_cdf
+
+# draft tuples enumerated for exact E[τ] at most ((V^L)^K)
+MAX_EXACT_TUPLES = 2_000_000
+
+
+@dataclass
+class BlockSample:
+    """One verification iteration per row.
+
+    tokens: ``(n, L + 1)`` int64, the emitted tokens (accepted draft tokens, then the correction or
+    bonus token), padded with −1. num_accepted: ``(n,)`` τ (the bonus/correction is not counted).
+    """
+
+    tokens: np.ndarray
+    num_accepted: np.ndarray
+
+
+class _RandomOracle:
+    __slots__ = ("_rng", "_u")
+
+    def __init__(self, rng):
+        self._rng = rng
+        self._u = []
+
+    def _next(self) -> float:
+        if not self._u:
+            self._u = self._rng.random(4096).tolist()
+        return self._u.pop()
+
+    def bernoulli(self, prob: float) -> bool:
+        return self._next() < prob
+
+    def categorical(self, law: np.ndarray) -> int:
+        return int(inverse_cdf(law, np.array([self._next()]))[0])
+
+
+class _ReplayOracle:
+    """Replays ``path`` then takes the first alternative of every new decision, queueing the rest."""
+
+    __slots__ = ("path", "taken", "weight", "pending")
+
+    def __init__(self, path, pending):
+        self.path = path
+        self.taken = []
+        self.weight = 1.0
+        self.pending = pending
+
+    def bernoulli(self, prob: float) -> bool:
+        prob = min(max(float(prob), 0.0), 1.0)
+        pos = len(self.taken)
+        if pos < len(self.path):
+            b = self.path[pos]
+        elif prob >= 1.0:
+            b = True
+        elif prob <= 0.0:
+            b = False
+        else:
+            b = True
+            self.pending.append(tuple(self.taken) + (False,))
+        self.weight *= prob if b else 1.0 - prob
+        self.taken.append(b)
+        return b
+
+    def categorical(self, law: np.ndarray) -> int:
+        pos = len(self.taken)
+        if pos < len(self.path):
+            i = self.path[pos]
+        else:
+            nz = np.flatnonzero(law > 0)
+            i = int(nz[0])
+            self.pending.extend(tuple(self.taken) + (int(j),) for j in nz[1:])
+        self.weight *= float(law[i])
+        self.taken.append(i)
+        return i
+
+
+def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """``norm((weights)_+)``; ``fallback`` when the positive part is empty (a zero-probability branch)."""
+    w = np.maximum(weights, 0.0)
+    s = w.sum()
+    return w / s if s > 0 else fallback
+
+
+class BlockVerifier:
+    """Base class: subclasses define ``prepare`` and ``walk`` (see the module docstring)."""
+
+    name = "base"
+    reference = ""
+
+    # -- to implement -----------------------------------------------------------------------
+    def prepare(self, target: BlockModel, draft: BlockModel, drafts: tuple, cache: dict):
+        raise NotImplementedError
+
+    def walk(self, inst, oracle):
+        raise NotImplementedError
+
+    # -- exact ---------------------------------------------------------------------------------
+    def _outcomes(self, inst):
+        """All ``(probability, accepted_prefix, correction_law)`` of one draft tuple."""
+        out, pending = [], [()]
+        while pending:
+            oracle = _ReplayOracle(pending.pop(), pending)
+            prefix, law = self.walk(inst, oracle)
+            if oracle.weight > 0:
+                out.append((oracle.weight, prefix, law))
+        return out
+
+    def output_law(self, target, draft, drafts) -> dict:
+        """Exact law ``{emitted sequence: probability}`` of one iteration given a ``(K, L)`` draft tuple."""
+        batch, single = _check_drafts(drafts, _vocab(target))
+        if not single:
+            raise InvalidInputError(f"output_law takes one draft tuple of shape (K, L), got {batch.shape}")
+        target, draft = _models(target, draft)
+        tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in batch[0]))
+        return _emitted_law(self._outcomes(self.prepare(target, draft, tup, {})))
+
+    def iteration_law(self, target, draft, *, vocab_size, num_drafts, block_len) -> dict:
+        """Exact law of the emitted sequence of one iteration, drafts drawn from the draft model."""
+        law = {}
+        for prob, outcomes in self._all_tuples(target, draft, vocab_size, num_drafts, block_len):
+            for seq, pr in _emitted_law(outcomes).items():
+                law[seq] = law.get(seq, 0.0) + prob * pr
+        return law
+
+    def lossless_error(self, target, draft, *, vocab_size, num_drafts, block_len) -> float:
+        """Exact ``max_v |P(output continued by p = v) − p(v)|`` over ``v ∈ V^{L+1}`` (0 iff lossless).
+
+        One iteration's emitted sequence, continued by sampling the target, must be distributed as
+        the target (theory.md §4); float64 round-off leaves ~1e-16.
+        """
+        target, draft = _models(target, draft, vocab_size)
+        length = check_positive_int(block_len, "block_len")
+        v = target.vocab_size
+        law = self.iteration_law(target, draft, vocab_size=v, num_drafts=num_drafts, block_len=length)
+        full = np.zeros(v ** (length + 1))
+        for seq, prob in law.items():
+            rest = length + 1 - len(seq)
+            start = int(np.ravel_multi_index(seq, (v,) * len(seq))) * v**rest
+            full[start : start + v**rest] += prob * prefix_law(shifted_model(target, seq), rest).ravel()
+        return float(np.abs(full - prefix_law(target, length + 1).ravel()).max())
+
+    def expected_accepted(self, target, draft, *, vocab_size, num_drafts, block_len) -> float:
+        """Exact ``E[τ]`` (bonus excluded) by enumerating every draft tuple and every decision."""
+        total = 0.0
+        for prob, outcomes in self._all_tuples(target, draft, vocab_size, num_drafts, block_len):
+            total += prob * sum(w * len(prefix) for w, prefix, _ in outcomes)
+        return total
+
+    def conditional_accepted(self, target, draft, drafts) -> np.ndarray:
+        """Exact ``E[τ | drafts]`` (bonus excluded) for each ``(K, L)`` tuple of ``drafts``
+        (``(n, K, L)``; a single ``(K, L)`` tuple gives a scalar), over the verifier's own randomness.
+
+        Its mean over tuples drawn from the draft model is an unbiased, Rao-Blackwellised estimate
+        of :meth:`expected_accepted` that only queries the models along the drawn tuples — the way
+        to measure a verifier on a real language model, whose ``V^{KL}`` tuples cannot be
+        enumerated.
+        """
+        batch, single = _check_drafts(drafts, _vocab(target))
+        target, draft = _models(target, draft)
+        n, k, length = batch.shape
+        keys, inverse = np.unique(batch.reshape(n, -1), axis=0, return_inverse=True)
+        cache: dict = {}
+        values = np.empty(keys.shape[0])
+        for g, key in enumerate(keys):
+            tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in key.reshape(k, length)))
+            values[g] = self._conditional_value(self.prepare(target, draft, tup, cache))
+        out = values[inverse.reshape(-1)]
+        return out[0] if single else out
+
+    def _conditional_value(self, inst) -> float:
+        """``E[τ | drafts]`` of one prepared tuple; by default from every outcome of :meth:`walk`."""
+        return sum(w * len(prefix) for w, prefix, _ in self._outcomes(inst))
+
+    def _all_tuples(self, target, draft, vocab_size, num_drafts, block_len):
+        target, draft = _models(target, draft, vocab_size)
+        k = check_num_drafts(num_drafts)
+        length = check_positive_int(block_len, "block_len")
+        v = target.vocab_size
+        if v**length > MAX_EXACT_TUPLES:  # estimate before building the V^L prefix law
+            raise InvalidInputError(
+                f"exact enumeration would tabulate V^L = {v}^{length} draft blocks (limit "
+                f"otbound.block.verifiers._base.MAX_EXACT_TUPLES = {MAX_EXACT_TUPLES}; raise it to go further): "
+                "too many; estimate with sample() instead"
+            )
+        law = prefix_law(draft, length)
+        blocks = [(pre, float(law[pre])) for pre in np.ndindex(law.shape) if law[pre] > 0]
+        if len(blocks) ** k > MAX_EXACT_TUPLES:
+            raise InvalidInputError(
+                f"exact enumeration needs {len(blocks)}^{k} draft tuples (V = {v}, L = {length}; limit "
+                f"otbound.block.verifiers._base.MAX_EXACT_TUPLES = {MAX_EXACT_TUPLES}, raise it to go further): "
+                "too many; estimate with sample() instead"
+            )
+        cache: dict = {}
+        for combo in itertools.product(blocks, repeat=k):
+            prob = float(np.prod([c[1] for c in combo]))
+            drafts = tuple(c[0] for c in combo)
+            yield prob, self._outcomes(self.prepare(target, draft, drafts, cache))
+
+    # -- sampling ------------------------------------------------------------------------------
+    def sample(self, target, draft, drafts, rng=None) -> BlockSample:
+        """One iteration for every row of ``drafts`` (``(K, L)`` or ``(n, K, L)`` token ids)."""
+        rng = np.random.default_rng(rng)
+        target, draft = _models(target, draft)
+        batch, single = _check_drafts(drafts, target.vocab_size)
+        n, k, length = batch.shape
+        tokens = np.full((n, length + 1), -1, dtype=np.int64)
+        accepted = np.zeros(n, dtype=np.int64)
+        keys, inverse = np.unique(batch.reshape(n, -1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        cache: dict = {}
+        order = np.argsort(inverse, kind="stable")  # rows grouped by draft tuple in one sort
+        for g, rows in enumerate(np.split(order, np.cumsum(np.bincount(inverse, minlength=keys.shape[0]))[:-1])):
+            tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in keys[g].reshape(k, length)))
+            inst = self.prepare(target, draft, tup, cache)
+            self._sample_group(inst, rows, tokens, accepted, rng)
+        if single:
+            return BlockSample(tokens[0], accepted[0])
+        return BlockSample(tokens, accepted)
+
+    def _sample_group(self, inst, rows, tokens, accepted, rng):
+        """Walk once per row; write the accepted prefix and draw corrections law by law."""
+        oracle = _RandomOracle(rng)
+        laws: dict = {}
+        for r in rows.tolist():
+            prefix, law = self.walk(inst, oracle)
+            n_acc = len(prefix)
+            tokens[r, :n_acc] = prefix
+            accepted[r] = n_acc
+            laws.setdefault(id(law), (law, []))[1].append(r)
+        for law, members in laws.values():
+            members = np.asarray(members)
+            tokens[members, accepted[members]] = inverse_cdf(law, rng.random(members.size))
+
+
+def _vocab(model) -> int:
+    if isinstance(model, BlockModel):
+        return model.vocab_size
+    raise InvalidInputError("pass the target as a BlockModel (or give vocab_size to the exact methods)")
+
+
+def _models(target, draft, vocab_size=None):
+    v = vocab_size if vocab_size is not None else _vocab(target)
+    return as_block_model(target, v, "target"), as_block_model(draft, v, "draft")
+
+
+def _check_drafts(drafts, vocab_size: int):
+    a = np.asarray(drafts)
+    if a.ndim not in (2, 3) or a.size == 0:
+        raise InvalidInputError(f"drafts must have shape (K, L) or (n, K, L), got {a.shape}")
+    if not np.issubdtype(a.dtype, np.integer):
+        raise InvalidInputError(f"drafts must be integer token ids, got dtype {a.dtype}")
+    if a.min() < 0 or a.max() >= vocab_size:
+        raise InvalidInputError(f"drafts contain a token outside the vocabulary 0..{vocab_size - 1}")
+    single = a.ndim == 2
+    return (a[None] if single else a).astype(np.int64), single
+
+
+def _draftable(draft: BlockModel, drafts: tuple) -> tuple:
+    """``drafts`` itself, after checking every block has positive probability under the draft model."""
+    for row in drafts:
+        for i, tok in enumerate(row):
+            if draft(row[:i])[tok] <= 0:
+                raise InvalidInputError(
+                    f"draft block {list(row)} has draft probability 0 at position {i}: it cannot be drafted"
+                )
+    return drafts
+
+
+def _emitted_law(outcomes) -> dict:
+    law: dict = {}
+    for w, prefix, corr in outcomes:
+        for y in np.flatnonzero(corr > 0).tolist():
+            seq = tuple(prefix) + (y,)
+            law[seq] = law.get(seq, 0.0) + w * float(corr[y])
+    return law
+
+
+def generate(
+    verifier: BlockVerifier, target, draft, *, num_drafts: int, block_len: int, length: int, num_samples: int, rng=None
+) -> np.ndarray:
+    """Iterate ``verifier`` from an empty context until ``length`` tokens; returns ``(num_samples, length)``.
+
+    Each iteration draws K i.i.d. draft blocks from the draft model continuing the tokens emitted so
+    far (samples sharing a context share one batch of model calls). The output is the sequence a
+    user sees: its law must be the target's (sequence-level losslessness).
+    """
+    rng = np.random.default_rng(rng)
+    target, draft = _models(target, draft)
+    k = check_num_drafts(num_drafts)
+    blen = check_positive_int(block_len, "block_len")
+    n, total = int(num_samples), int(length)
+    out = np.full((n, total + blen + 1), -1, dtype=np.int64)
+    filled = np.zeros(n, dtype=np.int64)
+    while True:
+        active = np.flatnonzero(filled < total)
+        if active.size == 0:
+            return out[:, :total]
+        contexts: dict = {}
+        for r in active.tolist():
+            contexts.setdefault(tuple(out[r, : filled[r]].tolist()), []).append(r)
+        for ctx, rows in contexts.items():
+            rows = np.asarray(rows)
+            tgt, drf = shifted_model(target, ctx), shifted_model(draft, ctx)
+            blocks = sample_blocks(drf, rows.size * k, blen, rng).reshape(rows.size, k, blen)
+            res = verifier.sample(tgt, drf, blocks, rng)
+            for i, r in enumerate(rows.tolist()):
+                m = int(res.num_accepted[i]) + 1
+                out[r, filled[r] : filled[r] + m] = res.tokens[i, :m]
+                filled[r] += m

@@ -1,0 +1,92 @@
+"""Single-draft block verifiers: token-level speculative sampling and block verification.
+
+* :class:`TokenChain` (``"token"``) — speculative sampling token by token along the draft
+  (Leviathan et al. 2211.17192; Chen et al. 2302.01318): accept ``X_i`` w.p.
+  ``min(1, p(X_i|X_<i)/q(X_i|X_<i))``; at the first rejection emit a token from
+  ``norm((p(·|X_<i) − q(·|X_<i))_+)``; if all ``L`` are accepted, a bonus token from ``p(·|X_{1:L})``.
+* :class:`BlockVerification` (``"block"``) — Sun et al., "Block Verification Accelerates Speculative
+  Decoding" (2403.10444), Alg. 2: ``p_0 = 1``, ``p_i = min{1, p_{i−1} p(X_i|X_<i)/q(X_i|X_<i)}``;
+  ``h_L = p_L``, for ``i < L``
+  ``h_i = Σ_x (p_i p(x|X_≤i) − q(x|X_≤i))_+ / (Σ_x (p_i p(x|X_≤i) − q(x|X_≤i))_+ + 1 − p_i)``
+  (so ``h_0 = 1``); for ``i = L, L−1, …, 0`` draw a fresh ``η ~ U(0, 1)`` and stop at the first
+  ``η ≤ h_i``: ``τ = i``, correction from ``p(·|X_{1:L})`` if ``τ = L`` else from
+  ``norm((p_τ p(·|X_≤τ) − q(·|X_≤τ))_+)``. Optimal among single-draft lossless verifiers: its
+  ``E[τ]`` equals ``U_causal`` at ``K = 1`` (tested).
+
+Both read only the first draft when given ``K > 1`` drafts (their value is then the ``K = 1`` one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound.block.verifiers._base import BlockVerifier, residual
+
+
+def block_schedule(target, draft_law, tokens: tuple, *, root_p: float = 1.0, root_law=None) -> list:
+    """Block verification's tests ``[(i, h_i, correction law), …]`` for ``i = L..0`` (Sun et al. Alg. 2).
+
+    ``draft_law(prefix)`` is the draft's next-token law (a model, or any law the block was drawn from).
+    ``root_p`` / ``root_law``: the running ``p_0`` and the target's law at the root (default 1 and
+    ``target(())``); traversal verification chains blocks through them, feeding each block the
+    previous one's ``(h_0, law_0)``.
+    """
+    length = len(tokens)
+
+    def law_at(i):
+        return root_law if i == 0 and root_law is not None else target(tokens[:i])
+
+    ps = [float(root_p)]
+    for i, x in enumerate(tokens):
+        ps.append(min(1.0, ps[-1] * float(law_at(i)[x]) / float(draft_law(tokens[:i])[x])))
+    sched = [(length, ps[length], target(tokens))]
+    for i in range(length - 1, -1, -1):
+        p_here = law_at(i)
+        pos = np.maximum(ps[i] * p_here - draft_law(tokens[:i]), 0.0)
+        s = float(pos.sum())
+        den = s + (1.0 - ps[i])  # not (s + 1) − p_i: that loses s when s ≪ 1
+        # den = 0 only when p_i = 1 and p = q at this node: the walk stops earlier with probability 1
+        h = s / den if den > 0 else 1.0
+        sched.append((i, h, pos / s if s > 0 else p_here))
+    return sched
+
+
+def walk_schedule(tokens: tuple, sched: list, oracle):
+    """Run the tests ``i = L..1``; ``h_0 = 1`` (no test) ends the scan at the root."""
+    for i, h, law in sched[:-1]:
+        if oracle.bernoulli(h):
+            return tokens[:i], law
+    return (), sched[-1][2]
+
+
+class TokenChain(BlockVerifier):
+    name = "token"
+    reference = "speculative sampling (Leviathan et al. 2211.17192; Chen et al. 2302.01318)"
+
+    def prepare(self, target, draft, drafts, cache):
+        tokens = drafts[0]
+        steps = []
+        for i, x in enumerate(tokens):
+            pre = tokens[:i]
+            p, q = target(pre), draft(pre)
+            steps.append((min(1.0, float(p[x]) / float(q[x])), residual(p - q, p)))
+        return tokens, steps, target(tokens)
+
+    def walk(self, inst, oracle):
+        tokens, steps, bonus = inst
+        for i, (acc, res) in enumerate(steps):
+            if not oracle.bernoulli(acc):
+                return tokens[:i], res
+        return tokens, bonus
+
+
+class BlockVerification(BlockVerifier):
+    name = "block"
+    reference = "block verification (Sun et al. 2403.10444, Alg. 2)"
+
+    def prepare(self, target, draft, drafts, cache):
+        tokens = drafts[0]
+        return tokens, block_schedule(target, draft, tokens)
+
+    def walk(self, inst, oracle):
+        return walk_schedule(*inst, oracle)

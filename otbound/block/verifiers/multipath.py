@@ -1,0 +1,102 @@
+"""Multi-path token-level verification: a token-level multi-draft verifier at every tree node.
+
+The K i.i.d. draft blocks form a tree (drafts sharing a prefix share its node). At node ``u`` (root
+first) the next tokens of the ``c`` drafts passing through ``u`` are ``c`` i.i.d. draws of
+``q(·|u)`` (independent of everything decided above ``u``), so a lossless token-level verifier
+``V`` for i.i.d. drafts applied to that row emits ``Y ~ p(·|u)`` exactly. If ``Y`` equals one of the
+row's tokens (a residual sample equal to a draft counts, theory.md §0) the walk moves to the child
+``u·Y`` with the drafts that drafted ``Y``; otherwise ``Y`` is the correction token and the
+iteration stops. At depth ``L`` the bonus token is drawn from ``p(·|u)``. Lossless by induction
+over the depth.
+
+* ``multipath_rrs``: ``V`` = SpecInfer recursive rejection sampling (Miao et al. 2305.09781);
+* ``multipath_kseq``: ``V`` = SpecTr K-SEQ (Sun et al. 2310.15141), ``K`` = drafts at the node.
+
+The token-level verifiers are otbound's :data:`otbound.token.verifiers.VERIFIERS` (``conditional_law``
+for the exact law, ``sample`` — the algorithm itself, batched over the samples at a node — for
+sampling).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound.block.verifiers._base import BlockVerifier
+from otbound.token.draft_laws import inverse_cdf
+
+
+class MultiPathVerifier(BlockVerifier):
+    def __init__(self, token_verifier: str):
+        self.token_verifier = token_verifier
+        self.name = f"multipath_{token_verifier}"
+        self.reference = f"token-level {token_verifier} at every node of the draft tree"
+
+    def _verifier(self):
+        from otbound.token.verifiers import VERIFIERS
+
+        return VERIFIERS[self.token_verifier]
+
+    def prepare(self, target, draft, drafts, cache):
+        # token-level laws are shared by every draft tuple with the same (node, row): cache them
+        return np.asarray(drafts, dtype=np.int64), target, draft, cache.setdefault("laws", {})
+
+    def _law(self, inst, node: tuple, row: np.ndarray) -> np.ndarray:
+        """The token-level verifier's exact law of the token emitted at ``node`` given ``row``."""
+        _, target, draft, laws = inst
+        key = (node, row.tobytes())
+        law = laws.get(key)
+        if law is None:
+            law = laws[key] = self._verifier().conditional_law(target(node), draft(node), row)
+        return law
+
+    def walk(self, inst, oracle):
+        drafts, target = inst[0], inst[1]
+        members = np.arange(drafts.shape[0])
+        node: tuple = ()
+        for depth in range(drafts.shape[1]):
+            row = drafts[members, depth]
+            y = oracle.categorical(self._law(inst, node, row))
+            if not np.any(row == y):
+                return node, np.eye(target.vocab_size)[y]
+            members = members[row == y]
+            node = node + (y,)
+        return node, target(node)
+
+    def _conditional_value(self, inst) -> float:
+        """``E[τ | drafts]`` by recursion over the draft tree: at a node, the emitted token moves to
+        a child only if it equals one of the row's tokens, so only those branches are followed
+        (the walk's replay would enumerate all V outcomes of every node)."""
+        drafts = inst[0]
+
+        def value(node: tuple, members: np.ndarray) -> float:
+            depth = len(node)
+            if depth == drafts.shape[1]:
+                return 0.0
+            row = drafts[members, depth]
+            law = self._law(inst, node, row)
+            return sum(
+                law[y] * (1.0 + value(node + (y,), members[row == y])) for y in np.unique(row).tolist() if law[y] > 0
+            )
+
+        return value((), np.arange(drafts.shape[0]))
+
+    def _sample_group(self, inst, rows, tokens, accepted, rng):
+        """Breadth-first over the draft tree, one batched token-level call per (node, group)."""
+        drafts, target, draft, _ = inst
+        verifier = self._verifier()
+        length = drafts.shape[1]
+        stack = [((), np.arange(drafts.shape[0]), rows)]
+        while stack:
+            node, members, where = stack.pop()
+            depth = len(node)
+            if depth == length:
+                tokens[where, depth] = inverse_cdf(target(node), rng.random(where.size))
+                accepted[where] = depth
+                continue
+            row = drafts[members, depth]
+            out = verifier.sample(target(node), draft(node), np.broadcast_to(row, (where.size, row.size)), rng).tokens
+            tokens[where, depth] = out
+            hit = np.isin(out, row)
+            accepted[where[~hit]] = depth
+            for y in np.unique(out[hit]).tolist():
+                stack.append((node + (y,), members[row == y], where[out == y]))

@@ -1,0 +1,50 @@
+"""Conformance kit: check anyone's verifier for losslessness and its distance to the optimum (issue 16).
+
+Bring a verifier, get its exact output law, its lossless error, a minimal counterexample if it has
+one, and its acceptance against α* (token level) or ``E[τ]`` against U_causal / U_joint (block level):
+
+* :func:`check_token_verifier` — ``verify(p, q, drafts, coin, draw) -> token`` (exact mode) or
+  ``verify(p, q, drafts, rng) -> token`` (sample mode, G-test with power ≥ 0.99 against a 1%
+  distortion);
+* :func:`check_block_verifier` — ``verify(target, draft, blocks, coin, draw) -> emitted tokens``
+  (exact) or ``verify(target, draft, blocks, rng)`` (sample);
+* :func:`enumerate_outcomes` — the exact law of any function of ``coin`` / ``draw``;
+* adapters for the package's own verifiers, and :mod:`otbound.conformance.examples` (SpecInfer RRS
+  written against ``coin`` / ``draw``);
+* CLI: ``python -m otbound.conformance MODULE:FUNCTION --level token|block --num-drafts K``.
+"""
+
+from otbound.conformance._adapters import (
+    as_sampler,
+    block_adapter,
+    block_sample_adapter,
+    token_law_adapter,
+    token_sample_adapter,
+)
+from otbound.conformance._block import check_block_verifier
+from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
+from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
+from otbound.conformance._stats import power, samples_for_power
+from otbound.conformance._token import check_token_verifier
+from otbound.conformance._tree import ConformanceError, enumerate_outcomes
+
+__all__ = [
+    "as_sampler",
+    "BlockInstance",
+    "ConformanceError",
+    "ConformanceResult",
+    "Counterexample",
+    "InstanceReport",
+    "TokenInstance",
+    "block_adapter",
+    "block_instances",
+    "block_sample_adapter",
+    "check_block_verifier",
+    "check_token_verifier",
+    "enumerate_outcomes",
+    "power",
+    "samples_for_power",
+    "token_instances",
+    "token_law_adapter",
+    "token_sample_adapter",
+]

@@ -1,0 +1,262 @@
+"""Block-level conformance check (implementation of :func:`check_block_verifier`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from otbound import InvalidInputError, block_bound, prefix_law, sample_blocks, shifted_model
+from otbound._validation import check_num_drafts, check_positive_int
+from otbound.conformance._common import (
+    as_token_id,
+    check_callable,
+    check_mode,
+    exact_counterexample,
+    frozen,
+    most_significant_failure,
+    sample_plan,
+)
+from otbound.conformance._instances import BlockInstance, block_instances, shrink_block
+from otbound.conformance._result import (
+    MAX_ROWS,
+    ConformanceResult,
+    Counterexample,
+    InstanceReport,
+)
+from otbound.conformance._stats import degrees_of_freedom, g_test
+from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
+
+#: exact mode enumerates at most this many draft tuples ((#blocks)^K) per instance
+MAX_TUPLES = 20_000
+#: default exact-mode tolerance on the continued law's max |error| (float64 round-off: ~1e-15)
+TOLERANCE = 1e-10
+
+
+def check_block_verifier(
+    verify,
+    *,
+    vocab_size: int,
+    num_drafts: int,
+    block_len: int,
+    instances: int | Sequence = 8,
+    seed: int = 0,
+    mode: str = "exact",
+    tolerance: float = TOLERANCE,
+    batch: bool = False,
+    level: float = 1e-3,
+    distortion: float = 0.01,
+    power: float = 0.99,
+    samples: int | None = None,
+    max_branches: int = MAX_BRANCHES,
+    shrink: bool = True,
+    name: str | None = None,
+) -> ConformanceResult:
+    """Check a block verifier (K i.i.d. draft blocks of L tokens) for one-iteration losslessness
+    and measure its ``E[τ]`` against ``U_causal`` (and ``U_joint``) of :func:`otbound.block_bound`.
+
+    The verifier reads the target and the draft models (callables ``prefix tuple -> law (V,)``)
+    and ``blocks`` (int array (K, L), each row drawn from the draft model) and returns the emitted
+    tokens of one iteration: ``τ`` accepted tokens forming a prefix of some draft block, then one
+    correction / bonus token (``1 ≤ len ≤ L + 1``); ``τ = len − 1``. Lossless (theory.md §4): the
+    emitted sequence continued by sampling the target to ``L + 1`` tokens has the target's law over
+    ``V^{L+1}``; the lossless error is the max absolute difference of those two laws.
+
+    **mode="exact"**: ``verify(target, draft, blocks, coin, draw) -> tokens``, randomness only via
+    ``coin(prob) -> bool`` and ``draw(law) -> int``. Every draft tuple of positive probability and
+    every branch are enumerated, so laws and ``E[τ]`` are exact; pass iff error ≤ ``tolerance``
+    (default 1e-10). A failing instance is shrunk (smaller K, shorter blocks, fewer tokens) to the
+    ``counterexample``.
+
+    **mode="sample"**: ``verify(target, draft, blocks, rng) -> tokens``; with ``batch=True``
+    ``verify(target, draft, blocks (n, K, L), rng) -> (n, L + 1)`` int array padded with −1. The
+    emitted sequences are continued by the target and G-tested over ``V^{L+1}`` cells at level
+    ``level / #instances``, with ``n`` chosen for power ≥ ``power`` against any total-variation
+    distortion ``distortion`` of the continued law (see :func:`check_token_verifier`); e.g. V = 2,
+    L = 2 (7 degrees of freedom), 8 instances: n = 131,946 per instance, power 0.9900.
+
+    ``instances``: a count (adversarial family then random models) or a sequence of
+    :class:`BlockInstance`. Models are tabulated for prefixes of length ``0..L``; asking a longer
+    prefix is an error.
+    """
+    label = check_callable(verify, name)
+    v = check_positive_int(vocab_size, "vocab_size")
+    if v < 2:
+        raise InvalidInputError(f"vocab_size must be at least 2, got {v}")
+    k = check_num_drafts(num_drafts)
+    length = check_positive_int(block_len, "block_len")
+    mode = check_mode(mode)
+    if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
+        insts = block_instances(v, length, check_positive_int(instances, "instances"), int(seed))
+    else:
+        insts = list(instances)
+        for i, t in enumerate(insts):
+            if not isinstance(t, BlockInstance) or (t.vocab_size, t.block_len) != (v, length):
+                raise InvalidInputError(
+                    f"instance {i} must be a BlockInstance with vocab_size {v} and block_len {length}"
+                )
+    if not insts:
+        raise InvalidInputError("no instance to check")
+    if mode == "exact":
+        reports = [_exact_report(verify, t, k, tolerance, max_branches) for t in insts]
+
+        def fails(t, kk):
+            return _exact_law(verify, t, kk, max_branches)[0] > tolerance
+
+        cex = exact_counterexample(
+            reports, insts, k, (lambda t, kk: shrink_block(t, kk, fails)) if shrink else None,
+            lambda t, kk: _counterexample(verify, t, kk, max_branches),
+        )  # fmt: skip
+        return ConformanceResult(
+            "block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label
+        )
+    plan = sample_plan(level, distortion, power, samples, len(insts))
+    rng = np.random.default_rng(seed)
+    reports, laws = [], []
+    for t in insts:
+        rep, law = _sample_report(verify, t, k, plan, batch, rng)
+        reports.append(rep)
+        laws.append(law)
+    cex = None
+    i = most_significant_failure(reports)
+    if i is not None:
+        t = insts[i]
+        target_law = _seq_dict(prefix_law(t.models()[0], length + 1))
+        cex = Counterexample(
+            "block", v, k, "with_replacement", reports[i].lossless_error, t.target, t.draft, laws[i], target_law,
+            _worst(laws[i], target_law), block_len=length, label=t.label,
+        )  # fmt: skip
+    return ConformanceResult(
+        "block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label,
+        level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
+    )  # fmt: skip
+
+
+def _draft_tuples(draft, v: int, k: int, length: int):
+    """Every K-tuple of draft blocks with positive probability: yields ``(Q(tuple), blocks (K, L))``."""
+    law = prefix_law(draft, length)
+    blocks = [(np.array(idx), float(law[idx])) for idx in np.ndindex(law.shape) if law[idx] > 0]
+    if len(blocks) ** k > MAX_TUPLES:
+        raise InvalidInputError(
+            f"exact mode would enumerate {len(blocks)}^{k} draft tuples (> {MAX_TUPLES}); "
+            "use smaller V, K or L, or mode='sample'"
+        )
+    for combo in itertools.product(blocks, repeat=k):
+        yield float(np.prod([c[1] for c in combo])), np.stack([c[0] for c in combo])
+
+
+def _emitted(out, blocks: np.ndarray, v: int) -> tuple:
+    """Check one iteration's output: 1..L+1 token ids, all but the last a prefix of some draft block."""
+    try:
+        seq = tuple(as_token_id(y, v, "an emitted token") for y in out)
+    except TypeError:
+        raise ConformanceError(f"the verifier must return a sequence of token ids, got {type(out).__name__}") from None
+    length = blocks.shape[1]
+    if not 1 <= len(seq) <= length + 1:
+        raise ConformanceError(f"the verifier emitted {len(seq)} tokens; one iteration emits 1..{length + 1}")
+    acc = seq[:-1]
+    if acc and not any(tuple(b[: len(acc)]) == acc for b in blocks.tolist()):
+        raise ConformanceError(
+            f"the verifier accepted {list(acc)}, which is not a prefix of any draft block {blocks.tolist()}"
+        )
+    return seq
+
+
+def _exact_law(verify, inst: BlockInstance, k: int, max_branches: int):
+    """``(lossless error, continued law (V^{L+1},), target law, E[τ], rows)`` of one instance."""
+    v, length = inst.vocab_size, inst.block_len
+    target, draft = inst.models()
+    law: dict = {}
+    rows = []
+    for qprob, blocks in _draft_tuples(draft, v, k, length):
+        fb = frozen(blocks)
+        cond: dict = {}
+        for prob, out in enumerate_outcomes(
+            lambda coin, draw, fb=fb: verify(target, draft, fb, coin, draw), max_branches=max_branches, vocab_size=v
+        ):
+            seq = _emitted(out, blocks, v)
+            cond[seq] = cond.get(seq, 0.0) + prob
+        for seq, prob in cond.items():
+            law[seq] = law.get(seq, 0.0) + qprob * prob
+        if len(rows) < MAX_ROWS:
+            rows.append((blocks.tolist(), qprob, cond))
+    tau = sum(prob * (len(seq) - 1) for seq, prob in law.items())
+    full = np.zeros(v ** (length + 1))
+    for seq, prob in law.items():
+        rest = length + 1 - len(seq)
+        start = int(np.ravel_multi_index(seq, (v,) * len(seq))) * v**rest
+        full[start : start + v**rest] += prob * prefix_law(shifted_model(target, seq), rest).ravel()
+    want = prefix_law(target, length + 1).ravel()
+    return float(np.abs(full - want).max()), full, want, float(tau), rows
+
+
+def _bounds(inst: BlockInstance, k: int) -> tuple[float, float]:
+    target, draft = inst.models()
+    kw = dict(vocab_size=inst.vocab_size, num_drafts=k, block_len=inst.block_len)
+    return block_bound(target, draft, kind="causal", **kw).value, block_bound(target, draft, kind="joint", **kw).value
+
+
+def _exact_report(verify, inst, k, tolerance, max_branches) -> InstanceReport:
+    err, full, want, tau, _ = _exact_law(verify, inst, k, max_branches)
+    causal, joint = _bounds(inst, k)
+    return InstanceReport(
+        inst.label, inst.vocab_size, k, err, tau, causal, passed=err <= tolerance, block_len=inst.block_len,
+        joint_bound=joint, total_variation=0.5 * float(np.abs(full - want).sum()),
+    )  # fmt: skip
+
+
+def _seq_dict(law: np.ndarray) -> dict:
+    return {idx: float(law[idx]) for idx in np.ndindex(law.shape)}
+
+
+def _worst(out: dict, want: dict):
+    seq = max(want, key=lambda s: abs(out.get(s, 0.0) - want[s]))
+    return seq, out.get(seq, 0.0), want[seq]
+
+
+def _counterexample(verify, inst, k, max_branches) -> Counterexample:
+    err, full, want, _, rows = _exact_law(verify, inst, k, max_branches)
+    shape = (inst.vocab_size,) * (inst.block_len + 1)
+    out, tgt = _seq_dict(full.reshape(shape)), _seq_dict(want.reshape(shape))
+    return Counterexample(
+        "block", inst.vocab_size, k, "with_replacement", err, inst.target, inst.draft, out, tgt, _worst(out, tgt),
+        block_len=inst.block_len, drafts=rows, label=inst.label,
+    )  # fmt: skip
+
+
+def _sample_report(verify, inst, k, plan, batch, rng):
+    v, length = inst.vocab_size, inst.block_len
+    target, draft = inst.models()
+    want = prefix_law(target, length + 1)
+    n, pw = plan.size_and_power(degrees_of_freedom(want))
+    blocks = sample_blocks(draft, n * k, length, rng).reshape(n, k, length)
+    if batch:
+        toks = np.asarray(verify(target, draft, frozen(blocks), rng))
+        if toks.shape != (n, length + 1) or not np.issubdtype(toks.dtype, np.integer):
+            raise ConformanceError(
+                f"a batched block verifier must return an int array of shape ({n}, {length + 1}), "
+                f"got {toks.dtype} {toks.shape}"
+            )
+        seqs = [_emitted(row[row >= 0], blocks[i], v) for i, row in enumerate(toks)]
+    else:
+        seqs = [_emitted(verify(target, draft, frozen(blocks[i]), rng), blocks[i], v) for i in range(n)]
+    groups: dict = {}
+    for s in seqs:
+        groups[s] = groups.get(s, 0) + 1
+    counts = np.zeros(v ** (length + 1), dtype=np.int64)
+    for s, c in groups.items():
+        rest = length + 1 - len(s)
+        tail = sample_blocks(shifted_model(target, s), c, rest, rng) if rest else np.zeros((c, 0), dtype=np.int64)
+        full = np.concatenate([np.broadcast_to(np.array(s, dtype=np.int64), (c, len(s))), tail], axis=1)
+        np.add.at(counts, np.ravel_multi_index(full.T, (v,) * (length + 1)), 1)
+    _, pval = g_test(counts, want)
+    law = counts / n
+    tau = float(np.mean([len(s) - 1 for s in seqs]))
+    causal, joint = _bounds(inst, k)
+    rep = InstanceReport(
+        inst.label, v, k, float(np.abs(law - want.ravel()).max()), tau, causal, passed=pval >= plan.per_instance_level,
+        block_len=length, joint_bound=joint, total_variation=0.5 * float(np.abs(law - want.ravel()).sum()),
+        samples=n, p_value=pval, power=pw,
+    )  # fmt: skip
+    return rep, _seq_dict(law.reshape(want.shape))

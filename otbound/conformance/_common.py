@@ -1,0 +1,112 @@
+"""Argument checks and the sample-mode plan shared by the token and block checks (implementation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from otbound import InvalidInputError
+from otbound._validation import check_positive_int
+from otbound.conformance._result import SHRINK_CANDIDATES, smallest
+from otbound.conformance._stats import power, samples_for_power
+from otbound.conformance._tree import ConformanceError
+
+MODES = ("exact", "sample")
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Sample mode settings: family-wise ``level`` split over the instances (Bonferroni), the
+    distortion (total variation) the test must detect with probability ≥ ``target_power``, and an
+    optional fixed sample size (None: the smallest size reaching ``target_power``)."""
+
+    level: float
+    distortion: float
+    target_power: float
+    samples: int | None
+    num_instances: int
+
+    @property
+    def per_instance_level(self) -> float:
+        return self.level / self.num_instances
+
+    def size_and_power(self, df: int) -> tuple[int, float]:
+        lvl = self.per_instance_level
+        n = self.samples if self.samples is not None else samples_for_power(df, self.distortion, lvl, self.target_power)
+        return n, power(n, df, self.distortion, lvl)
+
+
+def exact_counterexample(reports, insts, k: int, shrink, counterexample):
+    """The counterexample of an exact run, or None if every instance passed.
+
+    The :data:`SHRINK_CANDIDATES` failing instances of largest error are shrunk with
+    ``shrink(inst, k) -> (inst, k)`` (or taken as they are when ``shrink`` is None); the smallest
+    ``counterexample(inst, k)`` (fewest tokens, drafts, block length; then largest error) is returned.
+    """
+    failing = sorted((i for i, r in enumerate(reports) if not r.passed), key=lambda i: -reports[i].lossless_error)
+    if not failing:
+        return None
+    candidates = [(insts[i], k) for i in failing[: SHRINK_CANDIDATES if shrink else 1]]
+    if shrink is not None:
+        candidates = [shrink(t, k) for t, _ in candidates]
+    return min((counterexample(t, kk) for t, kk in candidates), key=smallest)
+
+
+def most_significant_failure(reports) -> int | None:
+    """Index of the failing instance with the smallest p-value (sample mode), or None."""
+    failing = [(r.p_value, i) for i, r in enumerate(reports) if not r.passed]
+    return min(failing)[1] if failing else None
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+def check_fraction(value, name: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name} must be a number in (0, 1), got {value!r}") from None
+    if not 0.0 < x < 1.0:
+        raise InvalidInputError(f"{name} must lie in (0, 1), got {value!r}")
+    return x
+
+
+def sample_plan(level, distortion, target_power, samples, num_instances: int) -> SamplePlan:
+    return SamplePlan(
+        level=check_fraction(level, "level"),
+        distortion=check_fraction(distortion, "distortion"),
+        target_power=check_fraction(target_power, "power"),
+        samples=None if samples is None else check_positive_int(samples, "samples"),
+        num_instances=num_instances,
+    )
+
+
+def check_callable(verify, name: str | None = None) -> str:
+    """The name of ``verify`` for reports (``name`` if given), after checking it is callable."""
+    if not callable(verify):
+        raise InvalidInputError(f"verify must be a callable, got {type(verify).__name__}")
+    if name is not None:
+        return str(name)
+    return getattr(verify, "__qualname__", None) or getattr(verify, "__name__", None) or repr(verify)
+
+
+def as_token_id(y, vocab_size: int, what: str) -> int:
+    """``y`` as a token id in ``[0, vocab_size)``, else :class:`ConformanceError`."""
+    if isinstance(y, (bool, np.bool_)) or not isinstance(y, (int, np.integer)):
+        raise ConformanceError(f"the verifier returned {y!r} as {what}; expected an integer token id")
+    if not 0 <= int(y) < vocab_size:
+        raise ConformanceError(
+            f"the verifier returned token {int(y)} as {what}, outside the vocabulary 0..{vocab_size - 1}"
+        )
+    return int(y)
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only copy, handed to the verifier under test (a write raises instead of corrupting the check)."""
+    a = np.array(a)
+    a.setflags(write=False)
+    return a

@@ -1,0 +1,220 @@
+"""Token-level conformance check (implementation of :func:`check_token_verifier`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from otbound import InvalidInputError, optimal_acceptance, sample_drafts
+from otbound._validation import as_pair, check_num_drafts, check_positive_int, check_sampling
+from otbound.conformance._common import (
+    as_token_id,
+    check_callable,
+    check_mode,
+    exact_counterexample,
+    frozen,
+    most_significant_failure,
+    sample_plan,
+)
+from otbound.conformance._instances import TokenInstance, shrink_token, token_instances
+from otbound.conformance._result import (
+    MAX_ROWS,
+    ConformanceResult,
+    Counterexample,
+    InstanceReport,
+)
+from otbound.conformance._stats import degrees_of_freedom, g_test
+from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_outcomes
+from otbound.token.verifiers import support_tuples
+
+#: exact mode enumerates at most this many draft tuples per instance
+MAX_TUPLES = 50_000
+#: default exact-mode tolerance on max |output law − p| (float64 sums over tuples and branches: ~1e-15)
+TOLERANCE = 1e-10
+
+
+def check_token_verifier(
+    verify,
+    *,
+    vocab_size: int,
+    num_drafts: int,
+    sampling: str = "with_replacement",
+    instances: int | Sequence = 24,
+    seed: int = 0,
+    mode: str = "exact",
+    tolerance: float = TOLERANCE,
+    batch: bool = False,
+    level: float = 1e-3,
+    distortion: float = 0.01,
+    power: float = 0.99,
+    samples: int | None = None,
+    max_branches: int = MAX_BRANCHES,
+    shrink: bool = True,
+    name: str | None = None,
+) -> ConformanceResult:
+    """Check a token-level multi-draft verifier for losslessness and measure α against α*.
+
+    A verifier maps a target law ``p``, a draft law ``q`` (float64 arrays (V,)) and a draft tuple
+    ``drafts`` (int array (K,), drawn from the draft law ``sampling``) to one emitted token ``Y``.
+    It is lossless iff ``Σ_x̄ Q(x̄) P(Y = · | x̄) = p`` (theory.md §3); its acceptance is
+    ``α = P(Y ∈ x̄)``, at most ``α*`` = :func:`otbound.optimal_acceptance` (p, q, K, sampling) when lossless.
+
+    **mode="exact"**: ``verify(p, q, drafts, coin, draw) -> token``, all randomness through
+    ``coin(prob) -> bool`` and ``draw(law) -> int``. Every draft tuple with ``Q(x̄) > 0`` is
+    enumerated with its probability (:func:`otbound.draft_joint`) and every branch of the verifier's
+    choice tree with its probability, so the output law is exact: an instance passes when
+    ``max |law − p| ≤ tolerance`` (default 1e-10; float64 round-off is ~1e-15). A failing instance is
+    shrunk (fewer tokens, smaller K) to the ``counterexample``.
+
+    **mode="sample"**: ``verify(p, q, drafts, rng) -> token`` (a black box; ``rng`` a numpy
+    Generator), or with ``batch=True`` ``verify(p, q, drafts (n, K), rng) -> tokens (n,)``.
+    Per instance ``n`` draft tuples are drawn, verified, and the histogram of ``Y`` is G-tested
+    against ``p`` at level ``level / #instances`` (Bonferroni: the chance that a lossless verifier
+    fails the run is ≤ ``level``, default 1e-3). ``n`` is the smallest size whose power against
+    *any* distortion of total-variation size ``distortion`` (default 0.01) is ≥ ``power`` (default
+    0.99), from the noncentral chi-square (``λ ≥ 4nδ²``, :mod:`otbound.conformance._stats`); the power
+    actually reached is reported per instance (``InstanceReport.power``, ``ConformanceResult.power``).
+    For example V = 3 (2 degrees of freedom), 24 instances: n = 113,123 per instance, power 0.9900;
+    V = 4: n = 120,478. No shrinking in this mode (statistical failures).
+
+    ``instances``: a count (the adversarial family of :mod:`._instances` first, then random
+    Dirichlet laws from ``seed``) or a sequence of :class:`TokenInstance` / ``(p, q)`` pairs.
+    Returns a :class:`ConformanceResult`. Raises :class:`ConformanceError` when the verifier breaks
+    the contract (a bad probability or law, an output that is not a token id, nondeterminism given
+    coin/draw, more than ``max_branches`` branches for one tuple).
+    """
+    label = check_callable(verify, name)
+    v = check_positive_int(vocab_size, "vocab_size")
+    if v < 2:
+        raise InvalidInputError(f"vocab_size must be at least 2, got {v}")
+    k = check_num_drafts(num_drafts)
+    sampling = check_sampling(sampling)
+    mode = check_mode(mode)
+    insts = _token_list(instances, v, k, sampling, seed)
+    if mode == "exact":
+        reports = [_exact_report(verify, t, k, sampling, tolerance, max_branches) for t in insts]
+
+        def fails(t, kk):
+            return _exact_law(verify, t, kk, sampling, max_branches)[0] > tolerance
+
+        cex = exact_counterexample(
+            reports, insts, k, (lambda t, kk: shrink_token(t, kk, sampling, fails)) if shrink else None,
+            lambda t, kk: _counterexample(verify, t, kk, sampling, max_branches),
+        )  # fmt: skip
+        return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label)
+    plan = sample_plan(level, distortion, power, samples, len(insts))
+    rng = np.random.default_rng(seed)
+    reports, laws = [], []
+    for t in insts:
+        rep, law = _sample_report(verify, t, k, sampling, plan, batch, rng)
+        reports.append(rep)
+        laws.append(law)
+    cex = None
+    i = most_significant_failure(reports)
+    if i is not None:
+        t = insts[i]
+        cex = Counterexample(
+            level="token", vocab_size=v, num_drafts=k, sampling=sampling, lossless_error=reports[i].lossless_error,
+            target=t.p, draft=t.q, output_law=laws[i], target_law=t.p, worst=int(np.argmax(np.abs(laws[i] - t.p))),
+            label=t.label,
+        )  # fmt: skip
+    return ConformanceResult(
+        "token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
+        level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
+    )  # fmt: skip
+
+
+def _token_list(instances, v, k, sampling, seed) -> list[TokenInstance]:
+    if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
+        out = token_instances(v, k, sampling, check_positive_int(instances, "instances"), int(seed))
+    else:
+        out = []
+        for i, t in enumerate(instances):
+            if not isinstance(t, TokenInstance):
+                p, q = as_pair(*t)
+                t = TokenInstance(f"instance {i}", p, q)
+            if t.vocab_size != v:
+                raise InvalidInputError(f"instance {i} has {t.vocab_size} tokens, expected vocab_size = {v}")
+            check_num_drafts(k, t.q, sampling)
+            out.append(t)
+    if not out:
+        raise InvalidInputError(f"no instance: the {sampling} law needs K = {k} tokens of positive draft mass")
+    return out
+
+
+def _conditional_laws(verify, inst: TokenInstance, k: int, sampling: str, max_branches: int):
+    """``(weights (m,), tuples (m, K), laws (m, V))``: every draft tuple, Q(x̄), exact law of Y given it."""
+    v = inst.vocab_size
+    weights, tuples = support_tuples(inst.q, k, sampling)
+    if len(weights) > MAX_TUPLES:
+        raise InvalidInputError(
+            f"exact mode would enumerate {len(weights)} draft tuples (> {MAX_TUPLES}); "
+            "use smaller V or K, or mode='sample'"
+        )
+    p, q = frozen(inst.p), frozen(inst.q)
+    laws = np.zeros((len(weights), v))
+    for i, tup in enumerate(tuples):
+        drafts = frozen(tup)
+        for prob, y in enumerate_outcomes(
+            lambda coin, draw, drafts=drafts: verify(p, q, drafts, coin, draw), max_branches=max_branches, vocab_size=v
+        ):
+            laws[i, as_token_id(y, v, "the emitted token")] += prob
+    return weights, tuples, laws
+
+
+def _exact_law(verify, inst, k, sampling, max_branches):
+    """``(lossless error, output law, acceptance, (weights, tuples, laws))``."""
+    weights, tuples, laws = _conditional_laws(verify, inst, k, sampling, max_branches)
+    out = weights @ laws
+    hit = np.zeros(laws.shape, dtype=bool)
+    hit[np.arange(len(tuples))[:, None], tuples] = True
+    acceptance = float(weights @ np.where(hit, laws, 0.0).sum(axis=1))
+    return float(np.abs(out - inst.p).max()), out, acceptance, (weights, tuples, laws)
+
+
+def _exact_report(verify, inst, k, sampling, tolerance, max_branches) -> InstanceReport:
+    err, out, acc, _ = _exact_law(verify, inst, k, sampling, max_branches)
+    opt = float(optimal_acceptance(inst.p, inst.q, k, sampling))
+    tv = 0.5 * float(np.abs(out - inst.p).sum())
+    return InstanceReport(inst.label, inst.vocab_size, k, err, acc, opt, passed=err <= tolerance, total_variation=tv)
+
+
+def _counterexample(verify, inst, k, sampling, max_branches) -> Counterexample:
+    err, out, _, (weights, tuples, laws) = _exact_law(verify, inst, k, sampling, max_branches)
+    rows = [(tuple(int(x) for x in t), float(w), law) for w, t, law in zip(weights, tuples, laws, strict=True)][
+        :MAX_ROWS
+    ]
+    worst = int(np.argmax(np.abs(out - inst.p)))
+    return Counterexample(
+        "token", inst.vocab_size, k, sampling, err, inst.p, inst.q, out, inst.p, worst, drafts=rows, label=inst.label
+    )
+
+
+def _sample_report(verify, inst, k, sampling, plan, batch, rng):
+    v = inst.vocab_size
+    n, pw = plan.size_and_power(degrees_of_freedom(inst.p))
+    drafts = sample_drafts(inst.q, k, sampling, n, rng)
+    p, q = frozen(inst.p), frozen(inst.q)
+    if batch:
+        tokens = np.asarray(verify(p, q, frozen(drafts), rng))
+        if tokens.shape != (n,) or not np.issubdtype(tokens.dtype, np.integer):
+            raise ConformanceError(
+                f"a batched verifier must return an integer array of shape ({n},), got {tokens.dtype} {tokens.shape}"
+            )
+        if tokens.min() < 0 or tokens.max() >= v:
+            raise ConformanceError(f"the verifier returned a token outside the vocabulary 0..{v - 1}")
+    else:
+        tokens = np.fromiter(
+            (as_token_id(verify(p, q, drafts[i], rng), v, "the emitted token") for i in range(n)), np.int64, n
+        )
+    counts = np.bincount(tokens, minlength=v)
+    _, pval = g_test(counts, inst.p)
+    law = counts / n
+    acc = float((tokens[:, None] == drafts).any(axis=1).mean())
+    opt = float(optimal_acceptance(inst.p, inst.q, k, sampling))
+    rep = InstanceReport(
+        inst.label, v, k, float(np.abs(law - inst.p).max()), acc, opt, passed=pval >= plan.per_instance_level,
+        total_variation=0.5 * float(np.abs(law - inst.p).sum()), samples=n, p_value=pval, power=pw,
+    )  # fmt: skip
+    return rep, law

@@ -1,0 +1,122 @@
+"""Bring-your-own-verifier examples, written against the kit's two primitives ``coin`` and ``draw``.
+
+Correct verifiers:
+
+* :func:`rrs` — SpecInfer's recursive rejection sampling (Miao et al. 2305.09781), drafts i.i.d.
+  from q, written the way a serving engine would, every random decision a ``coin`` or a ``draw``::
+
+      python -m otbound.conformance otbound.conformance.examples:rrs --level token --num-drafts 2
+
+* :data:`block_verification` — the package's block verification (Sun et al. 2403.10444) through
+  :func:`otbound.conformance.block_adapter`.
+
+Defective verifiers, short re-implementations of three defects in public code described in issue 16
+(found in an earlier review; each is caught by exact mode with a minimal counterexample, see
+``tests/test_conformance.py`` and ``experiments/conformance_public_defects.py``):
+
+* :func:`rrs_skip_repeats` — RRS that skips a draft token it has already tried;
+* :func:`block_shared_uniform` — block verification drawing one uniform for the whole backward scan;
+* :func:`block_cumulative_products` — block verification that accepts ``x_{1:i}`` while the product
+  of ``i`` uniforms is at most the product of the ratios ``p(x_j|x_<j)/q(x_j|x_<j)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.polynomial import Polynomial
+
+from otbound import BLOCK_VERIFIERS
+from otbound.block.verifiers.chain import block_schedule
+from otbound.conformance._adapters import block_adapter
+
+
+def _residual(a, b):
+    """``norm((a − b)_+)``; ``a`` when that is empty (a branch of probability 0)."""
+    d = np.maximum(a - b, 0.0)
+    s = d.sum()
+    return d / s if s > 0 else a
+
+
+def rrs(p, q, drafts, coin, draw):
+    """SpecInfer RRS: try x_1..x_K in turn, accept x_i w.p. min(1, p_i(x_i)/q(x_i)), else
+    p_{i+1} = norm((p_i − q)_+); if all are rejected, emit a draw from p_{K+1}."""
+    cur = np.asarray(p, dtype=np.float64)
+    for x in drafts:
+        if coin(min(1.0, cur[x] / q[x])):
+            return int(x)
+        cur = _residual(cur, q)
+    return draw(cur)
+
+
+#: Sun et al.'s block verification (2403.10444) from the package, adapted to the kit's interface
+block_verification = block_adapter(BLOCK_VERIFIERS["block"])
+
+
+# -- defective (issue 16) --------------------------------------------------------------------------
+
+
+def rrs_skip_repeats(p, q, drafts, coin, draw):
+    """RRS that skips a draft token already tried (defect described in issue 16).
+
+    Once ``x`` is rejected, a later copy of ``x`` is skipped instead of being tried against the
+    next residual — so the residual update ``p_{i+1} = norm((p_i − q)_+)`` of that round is lost.
+    Lossy on tuples with repeated tokens: p = (.1, .4, .5), q = (.6, .2, .2), K = 2 gives the output
+    law (.1, .42, .48).
+    """
+    unique = list(dict.fromkeys(int(x) for x in drafts))
+    return rrs(p, q, unique, coin, draw)
+
+
+def block_shared_uniform(target, draft, blocks, coin, draw):
+    """Block verification with ONE uniform η for the whole backward scan (defect described in issue 16).
+
+    Sun et al. stop at the first ``i = L, L−1, …`` with a *fresh* ``η_i ≤ h_i``; here the same η is
+    compared with every ``h_i``. In coin form: having passed tests with thresholds up to ``m``
+    (so η > m), the next test succeeds with probability ``(h_i − m)_+ / (1 − m)``.
+    """
+    x = tuple(int(t) for t in blocks[0])
+    above = 0.0  # η > above is known
+    for i, h, law in block_schedule(target, draft, x)[:-1]:
+        if coin(max(h - above, 0.0) / (1.0 - above) if above < 1.0 else 0.0):
+            return list(x[:i]) + [draw(law)]
+        above = max(above, h)
+    return [draw(block_schedule(target, draft, x)[-1][2])]
+
+
+def stay_above(thresholds) -> list[float]:
+    """``P(S_1 ≥ a_1, …, S_i ≥ a_i)`` for ``i = 1..n``, where ``S_i = −log(U_1⋯U_i)`` (a sum of ``i``
+    Exp(1) variables) and ``a_i`` = ``thresholds[i-1]``.
+
+    Exact: restricted to the earlier constraints, ``S_i`` has density ``e^{−s} g_i(s)`` on
+    ``s ≥ l_{i−1}`` with ``l_i = max(l_{i−1}, a_i)``, ``g_1 = 1``, ``g_{i+1}(s) = ∫_{l_i}^s g_i``
+    (polynomials), and ``∫_l^∞ e^{−s} g(s) ds = e^{−l} Σ_d g^{(d)}(l)``.
+    """
+    out, g, lo = [], Polynomial([1.0]), 0.0
+    for a in thresholds:
+        lo = max(lo, a)
+        if not np.isfinite(lo):
+            out.append(0.0)
+            continue
+        out.append(float(np.exp(-lo) * sum(g.deriv(d)(lo) for d in range(g.degree() + 1))))
+        g = g.integ(lbnd=lo)
+    return out
+
+
+def block_cumulative_products(target, draft, blocks, coin, draw):
+    """Block verification comparing cumulative products (defect described in issue 16).
+
+    Draws ``U_1..U_L`` and accepts ``x_{1:i}`` while ``U_1⋯U_i ≤ Π_{j≤i} p(x_j|x_<j)/q(x_j|x_<j)``
+    (no clipping of the running ratio at 1, unlike Sun et al.'s ``p_i``); at the first failure ``i``
+    it corrects from ``norm((p(·|x_<i) − q(·|x_<i))_+)``, after ``L`` acceptances it draws the bonus.
+    The test of step ``i`` given steps ``< i`` passed is the coin ``P_i / P_{i−1}`` of :func:`stay_above`.
+    """
+    x = tuple(int(t) for t in blocks[0])
+    ratio, thresholds = 1.0, []
+    for i in range(len(x)):
+        ratio *= target(x[:i])[x[i]] / draft(x[:i])[x[i]]
+        thresholds.append(-np.log(ratio) if ratio > 0 else np.inf)
+    passed = [1.0] + stay_above(thresholds)
+    for i in range(len(x)):
+        if not coin(passed[i + 1] / passed[i] if passed[i] > 0 else 0.0):
+            return list(x[:i]) + [draw(_residual(target(x[:i]), draft(x[:i])))]
+    return list(x) + [draw(target(x))]

@@ -1,0 +1,135 @@
+"""The synthetic section of the report: random target/draft laws, α* per draft law and each verifier's
+acceptance on them (theory.md §0-3), and the token-level figure."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from otbound._validation import InvalidInputError
+from otbound.report import plots, tables
+from otbound.token.bounds import optimal_acceptance
+from otbound.token.logits import laws_from_logits
+
+SYNTHETIC_FAMILIES = ("dirichlet", "zipf")
+
+
+def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """A target/draft pair (p, q) from logits, temperature applied to both (theory.md §0) by
+    :func:`otbound.token.laws_from_logits`.
+
+    dirichlet: logits = log of independent Dirichlet(0.5) draws.
+    zipf: target logits −1.1·log(rank) over a random permutation; the draft's are the target's plus
+    N(0, 1) noise (a draft model that mostly agrees with the target).
+    """
+    if family == "dirichlet":
+        lp = np.log(rng.dirichlet(np.full(vocab_size, 0.5)) + 1e-300)
+        lq = np.log(rng.dirichlet(np.full(vocab_size, 0.5)) + 1e-300)
+    elif family == "zipf":
+        lp = -1.1 * np.log(1.0 + rng.permutation(vocab_size))
+        lq = lp + rng.standard_normal(vocab_size)
+    else:
+        raise ValueError(f"unknown synthetic family {family!r}; expected one of {SYNTHETIC_FAMILIES}")
+
+    # logits shifted to a maximum of 0 (the same laws; and, to the bit, those of the stored results)
+    return laws_from_logits(lp - lp.max(), temperature), laws_from_logits(lq - lq.max(), temperature)
+
+
+def synthetic_rows(
+    families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000
+):
+    """Table rows on random laws; ``max_plan_cells`` caps the ``ot`` verifier's LP plan (|V|^(K+1)
+    entries) so the report stays fast: larger cells are reported as not run."""
+    from otbound.token.verifiers import VERIFIERS, OTVerifier
+
+    verifiers = {**VERIFIERS, "ot": OTVerifier(max_plan_cells=max_plan_cells)}
+
+    rng = np.random.default_rng(seed)
+    rows, skipped = [], set()
+    jobs = [(f, t) for f in families for t in temperatures]
+    for family, temperature in tqdm(jobs, desc="synthetic laws", file=sys.stderr):
+        pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
+        for k in num_drafts_list:
+            per = {}
+            for p, q in pairs:
+                try:
+                    bound = {
+                        law: optimal_acceptance(p, q, k, law)
+                        for law in ("with_replacement", "without_replacement", "greedy")
+                    }
+                except InvalidInputError as err:  # a law the bound refuses (denormals it cannot resolve)
+                    skipped.add(f"an instance at K={k}, T={temperature}: {err}")
+                    continue
+                for law, a in bound.items():
+                    per.setdefault((law, "optimal", "exact"), []).append((a, a))
+                for name, ver in verifiers.items():
+                    try:
+                        acc, method = ver.acceptance_or_estimate(p, q, k, mc_samples, rng)
+                    except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
+                        skipped.add(f"{name} at K={k}: {err}")
+                        continue
+                    per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
+            for (law, name, method), vals in per.items():
+                acc, ci = tables.mean_ci([a for a, _ in vals])
+                opt = float(np.mean([o for _, o in vals]))
+                rows.append(
+                    dict(
+                        dataset=f"{family} (V={vocab_size})",
+                        temperature=temperature,
+                        num_drafts=k,
+                        sampling=law,
+                        verifier=name,
+                        acceptance=acc,
+                        acceptance_ci=ci,
+                        optimal=opt,
+                        efficiency=acc / opt if opt > 0 else float("nan"),
+                        positions=len(vals),
+                        method=method,
+                    )
+                )
+    return rows, sorted(skipped)
+
+
+def token_figure(rows, out: Path) -> Path:
+    """α* against K per draft law and dataset (left); verifier efficiency at the largest K (right)."""
+    fig, axes = plots.figure(ncols=2)
+    ax = axes[0, 0]
+    t_mid = sorted({r["temperature"] for r in rows})[len({r["temperature"] for r in rows}) // 2]
+    for d in dict.fromkeys(r["dataset"] for r in rows):
+        for law, style in (("with_replacement", "-o"), ("without_replacement", "--s"), ("greedy", ":^")):
+            pts = sorted(
+                (r["num_drafts"], r["acceptance"])
+                for r in rows
+                if r["verifier"] == "optimal"
+                and r["sampling"] == law
+                and r["dataset"] == d
+                and r["temperature"] == t_mid
+            )
+            if pts:
+                ax.plot(*zip(*pts), style, label=f"{d.split(' ')[0]}, {law.replace('_', ' ')}")
+    ax.set_xlabel("number of drafts K")
+    ax.set_ylabel("optimal acceptance α*")
+    ax.set_title(f"OT bound, T = {t_mid}")
+    ax.legend(frameon=False)
+    ax = axes[0, 1]
+    k_max = max(r["num_drafts"] for r in rows if r["verifier"] != "optimal")
+    sel = [
+        r
+        for r in rows
+        if r["verifier"] != "optimal" and r["num_drafts"] == (2 if k_max >= 2 else k_max) and r["temperature"] == t_mid
+    ]
+    names = list(dict.fromkeys(r["verifier"] for r in sel))
+    datasets = list(dict.fromkeys(r["dataset"] for r in sel))
+    width = 0.8 / max(1, len(datasets))
+    for j, d in enumerate(datasets):
+        eff = [next((r["efficiency"] for r in sel if r["verifier"] == n and r["dataset"] == d), np.nan) for n in names]
+        ax.bar(np.arange(len(names)) + j * width, eff, width, label=d.split(" ")[0])
+    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=45, ha="right")
+    ax.set_ylabel("efficiency (acceptance / α* of its law)")
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title(f"verifiers at K = {2 if k_max >= 2 else k_max}, T = {t_mid}")
+    ax.legend(frameon=False)
+    return plots.save(fig, out / "token_bounds")[0]

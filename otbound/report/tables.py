@@ -1,0 +1,92 @@
+"""Report rows, tables (Hu et al. 2502.18779 Table 1 layout) and the report.md / report.json writer.
+
+A *row* is a dict with at least ``dataset``, ``temperature``, ``num_drafts``, ``sampling``,
+``verifier`` (``"optimal"`` for the bound α* of that law), ``acceptance`` (None: skipped),
+``optimal`` (α* of the verifier's law), ``positions`` (how many (p, q) pairs were averaged);
+optional ``acceptance_ci`` (half width of the 95% interval), ``efficiency`` (acceptance / optimal),
+``method`` ("exact" or "monte_carlo").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from otbound._io import write_text_atomic
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """Mean and the half width of its normal 95% interval (1.96·s/√n; 0 for n < 2)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        return float(x.mean()), 0.0
+    return float(x.mean()), float(1.96 * x.std(ddof=1) / math.sqrt(x.size))
+
+
+def _cell(row) -> str:
+    if row["acceptance"] is None:
+        return "n/a"
+    s = f"{row['acceptance']:.4f}"
+    ci = row.get("acceptance_ci")
+    if ci:
+        s += f" ± {ci:.4f}"
+    if row["verifier"] != "optimal" and row.get("optimal"):
+        s += f" ({100 * row['acceptance'] / row['optimal']:.1f}%)"
+    return s
+
+
+def main_table(rows, temperature, num_drafts) -> str:
+    """Markdown table for one (T, K): rows = each law's optimum then its verifiers; columns = datasets.
+
+    Cells: mean acceptance ± 95% CI half width (efficiency = acceptance / α* of the verifier's law).
+    """
+    sel = [r for r in rows if r["temperature"] == temperature and r["num_drafts"] == num_drafts]
+    datasets = list(dict.fromkeys(r["dataset"] for r in sel))
+    names = []
+    for law in dict.fromkeys(r["sampling"] for r in sel):
+        if law is not None:  # law None: verifiers skipped at this K (acceptance None)
+            names.append((law, "optimal"))
+        names += [(law, v) for v in dict.fromkeys(r["verifier"] for r in sel if r["sampling"] == law) if v != "optimal"]
+    lookup = {(r["sampling"], r["verifier"], r["dataset"]): r for r in sel}
+    lines = [
+        f"| K = {num_drafts}, T = {temperature} | " + " | ".join(datasets) + " |",
+        "|---" * (len(datasets) + 1) + "|",
+    ]
+    for law, v in names:
+        label = f"**optimal ({law})**" if v == "optimal" else f"{v} ({law or 'skipped'})"
+        cells = [_cell(lookup[(law, v, d)]) if (law, v, d) in lookup else "—" for d in datasets]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def all_tables(rows) -> str:
+    keys = sorted({(r["temperature"], r["num_drafts"]) for r in rows})
+    return "\n\n".join(main_table(rows, t, k) for t, k in keys)
+
+
+def write_report(
+    out, title: str, rows, *, sections: list[str] = (), figures: list[str] = (), meta: dict | None = None
+) -> Path:
+    """Write ``out/report.md`` and ``out/report.json`` (atomically); return the folder."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = [f"# {title}", ""]
+    if meta:
+        md += [f"- {k}: {v}" for k, v in meta.items()] + [""]
+    md += [
+        "Token-level acceptance α = P(emitted token ∈ drafts). Cells: mean ± 95% CI half width over",
+        "positions; in parentheses the efficiency = acceptance / α* of the verifier's own draft law.",
+        "",
+        all_tables([r for r in rows if "block_len" not in r]),
+        "",
+    ]
+    md += list(sections)
+    md += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
+    write_text_atomic(out / "report.md", "\n".join(md) + "\n")
+    write_text_atomic(
+        out / "report.json", json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float)
+    )
+    return out

@@ -1,0 +1,539 @@
+"""Q(H) for drafts drawn without replacement, by exponential clocks (theory.md §2, derived).
+
+Give token i a clock T_i ~ Exp(q_i); the order in which the clocks ring is a sequential draw without
+replacement from q. The first K drafts all lie in H iff the K-th ring inside H comes before the
+first ring outside H, whose time is Exp(1 − s), s = q(H). Hence
+
+    Q(H) = ∫_0^∞ (1 − s) e^{−(1−s) t} P[N_H(t) ≥ K] dt,   N_H(t) = Σ_{i∈H} Bernoulli(1 − e^{−q_i t}),
+
+with Q(H) = 1[#{i ∈ H : q_i > 0} ≥ K] when H holds all of q's mass (s = 1). The mass outside H is
+always summed directly (never as 1 − s) so that near-complete sets keep full relative accuracy.
+
+Reference (:func:`wor_prefix_mass`, the independent check): x = ln t on [ln t_lo, ln t_hi] in
+Gauss–Legendre panels of width ``PANEL_WIDTH`` with ``PANEL_NODES`` nodes each.
+t_lo = ((K+1)! · 1e-17)^{1/(K+1)} bounds the neglected head by 1e-17 (P[N ≥ K] ≤ (ts)^K / K!), and
+t_hi = 40 / min(1 − s) bounds the neglected tail by e^{−40}. The Poisson-binomial law of N_H(t),
+truncated at K (an absorbing state "≥ K"), is updated one token at a time on the fixed grid, so all
+nested prefixes H_1 ⊂ H_2 ⊂ … cost one pass (a Python loop over tokens: about 1 s at V = 151,936).
+
+Fast path (:class:`PairMass`, :class:`ClockMass`; used by the branch and bound of
+:mod:`otbound.token.bounds`): Q at chosen positions of a ratio order, from cumulative sums.
+
+* K = 2 in closed form: Q(H) = Σ_{i∈H} q_i (s − q_i)/(1 − q_i) = s − (1 − s) Σ_{i∈H} q_i/(1 − q_i).
+* K ≥ 3: the same integral, but the law of N_H(t) is not built token by token. Its generating
+  function is ∏_i (1 − π_i + π_i z) = e^{−t q(H)} ∏_i (1 + ρ_i z), ρ_i = e^{q_i t} − 1. For the small
+  tokens (x_i = q_i t ≤ x0 = 4/(K − 1) at a node) log ∏ (1 + ρ_i z) mod z^K needs only the power sums
+  P_j = Σ_i ρ_i^j, j < K, and ρ^j = Σ_n j! S(n, j) x^n / n! (S: Stirling numbers of the second kind,
+  all terms positive), so P_j(t) = Σ_n c_{jn} (tθ)^n Σ_i (q_i/θ)^n: moments of q, bucket sums from one
+  bincount per order over the row (orders truncated per token to a relative 1e-16 of x_i). The
+  coefficients e_0..e_{K−1} follow by Newton's identities; x0 keeps them well conditioned (rounding
+  amplified by at most about e^{(K−1)x0} = e^4). Tokens with q_i > θ = x0/t_end ("exact", few:
+  at most 1/θ) are treated exactly at the nodes where they are large, by the positive recursion
+  e_b ← e_b + ρ_i e_{b−1} (cumulative sums, no cancellation; x capped at 45, ρ scaled by e^{−45}).
+  The grid (Gauss–Legendre in ln t, panels of width 1.8/K^{1/4}, 12 nodes) runs from t_lo to a
+  t_end chosen by the caller so that every prefix it asks about has e^{−out·t_end} ≤ e^{−40} or
+  P[N_H(t_end) < K] ≤ e^{−40}; the tail beyond t_end is then e^{−out·t_end} in closed form.
+  K > ``MAX_FAST_DRAFTS`` uses the reference.
+
+Measured error of the fast path (experiments/bench_token_bounds.py): α* against brute force over
+all subsets (V ≤ 8, K ≤ 4) below 3e-15; α* against the reference at V = 2,000–3,000 (K ≤ 16) below
+2e-14 and at V = 151,936 (K ≤ 8) below 1e-13, adversarial laws (near-deterministic, disjoint
+supports, flat, zipf at T = 2) included; Q(H) against the reference at every prefix of random
+orders (V ≤ 3,000, K ≤ 16) below 2e-13 (the worst case: near-deterministic q, grid to t ≈ 1e7).
+Stated tolerance: 1e-12.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+PANEL_WIDTH = 0.5
+PANEL_NODES = 8
+
+
+def _t_lo(num_drafts: int) -> float:
+    """The grid's lower end: the mass neglected below it is at most 1e-17 (module docstring)."""
+    return (math.factorial(num_drafts + 1) * 1e-17) ** (1.0 / (num_drafts + 1))
+
+
+def _log_panels(x_lo: float, x_hi: float, width: float, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre nodes t_j in x = ln t on equal panels of about ``width`` over [x_lo, x_hi],
+    and weights ω_j for ∫ f(t) dt = Σ ω_j f(t_j) (dt = t dx)."""
+    n_panels = max(1, math.ceil((x_hi - x_lo) / width))
+    gx, gw = _gauss_legendre(nodes)
+    edges = np.linspace(x_lo, x_hi, n_panels + 1)
+    half = 0.5 * (edges[1:] - edges[:-1])
+    mid = 0.5 * (edges[1:] + edges[:-1])
+    t = np.exp((mid[:, None] + half[:, None] * gx[None, :]).ravel())
+    return t, (half[:, None] * gw[None, :]).ravel() * t
+
+
+def _grid(num_drafts: int, min_out: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes t_j and weights ω_j (for ∫ f(t) dt = Σ ω_j f(t_j)) on the log-t panels."""
+    t_hi = TAIL / max(min_out, 1e-300)
+    return _log_panels(math.log(_t_lo(num_drafts)), math.log(t_hi), PANEL_WIDTH, PANEL_NODES)
+
+
+CLOCK_FLOOR = 1e-300  # smallest positive q whose clock fits float64: 40 / q and its grid stay finite
+NEGLIGIBLE = 1e-16  # total change of α* (or of any Q(H)) allowed when dropping negligible tokens
+
+
+def clock_law(q: np.ndarray, num_drafts: int) -> np.ndarray:
+    """q with its negligible tiny tokens dropped, for the clock integral; refuses what float64 cannot do.
+
+    Dropping a set D of tokens (and renormalising) changes the law of the K drafts without
+    replacement by at most P(a token of D is drafted) ≤ K q(D) / (1 − M) in total variation, M the
+    mass of the K − 1 largest q's (each draw sees at least 1 − M undrawn mass); as every Q(H) and
+    α* are 1-Lipschitz in that law, they change by at most as much. D = {i : 0 < q_i < τ} with
+    τ = ``NEGLIGIBLE`` (1 − M) / (K V) keeps that below 1e-16 (1 − M summed directly); only tokens
+    below ``CLOCK_FLOOR`` are dropped, so other laws are untouched. A positive q_i below
+    ``CLOCK_FLOOR`` that is not negligible (it may be drafted, e.g. to complete K distinct drafts) needs clock times beyond float64's range: :class:`InvalidInputError`.
+    Returns q itself when it has no positive entry below ``CLOCK_FLOOR``.
+    """
+    from otbound._validation import InvalidInputError
+
+    q = np.asarray(q, dtype=np.float64)
+    k = int(num_drafts)
+    tiny = (q > 0) & (q < CLOCK_FLOOR)
+    if not tiny.any():
+        return q
+    rest = np.delete(q, np.argpartition(q, q.size - k + 1)[q.size - k + 1 :]).sum() if k > 1 else 1.0
+    drop = tiny & (q < NEGLIGIBLE * rest / (k * q.size))
+    kept = q if not drop.any() else np.where(drop, 0.0, q) / q[~drop].sum()
+    small = (kept > 0) & (kept < CLOCK_FLOOR)
+    if small.any():
+        raise InvalidInputError(
+            f"q has {int(small.sum())} positive entries below {CLOCK_FLOOR:g} (smallest {kept[small].min():.3g}) "
+            f"that the K={k} drafts without replacement may draw (up to {min(1.0, k * kept[small].sum() / rest):.3g} "
+            f"probability): float64 cannot resolve their draw (clock times beyond its range, denormal ratios); "
+            f"set them to 0 or raise them to {CLOCK_FLOOR:g}"
+        )
+    return kept
+
+
+def wor_prefix_mass(q: np.ndarray, order: np.ndarray, num_drafts: int) -> np.ndarray:
+    """Q(H_m) for the nested prefixes H_m = {order[0..m-1]}, m = 1..len(order) (checked input)."""
+    q = np.asarray(q, dtype=np.float64)
+    q = clock_law(q, num_drafts)
+    order = np.asarray(order, dtype=np.int64)
+    k = int(num_drafts)
+    qo = q[order]
+    in_order = np.zeros(q.size, dtype=bool)
+    in_order[order] = True
+    rest = float(q[~in_order].sum())
+    # mass outside H_m, summed from the tail so that it is accurate when tiny
+    out = rest + np.concatenate([np.cumsum(qo[::-1])[::-1][1:], [0.0]])
+    positive_count = np.cumsum(qo > 0)
+    result = np.zeros(order.size)
+    pos_out = out[out > 0]
+    if pos_out.size == 0:
+        result[:] = (positive_count >= k).astype(np.float64)
+        return result
+    t, wt = _grid(k, float(pos_out.min()))
+    state = np.zeros((k + 1, t.size))  # P(N = 0..K-1), and P(N >= K) in the last row
+    state[0] = 1.0
+    for m in range(order.size):
+        qi = qo[m]
+        if qi > 0:
+            pi = -np.expm1(-qi * t)
+            moved = state[:k] * pi
+            state[:k] -= moved
+            state[1:] += moved
+        if positive_count[m] < k:
+            continue
+        o = out[m]
+        if o == 0.0:
+            result[m] = 1.0
+        else:
+            result[m] = float(np.dot(wt * o * np.exp(-o * t), state[k]))
+    return np.minimum(result, 1.0)
+
+
+def wor_exclusion_mass(q: np.ndarray, num_drafts: int) -> np.ndarray:
+    """Q(V ∖ {y}) for every token y: the probability that y is not among the K drafts.
+
+    One clock pass per token with q_y > 0: O(V²) — for moderate vocabularies.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    out = np.ones(q.size)
+    everyone = np.arange(q.size)
+    for y in np.flatnonzero(q > 0):
+        out[y] = wor_prefix_mass(q, everyone[everyone != y], num_drafts)[-1]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# fast path (module docstring)
+
+TAIL = 40.0  # tails neglected beyond e^{-40} = 4e-18
+_X_CAP = 45.0
+_SERIES_SPAN = 4.0  # (K − 1) x0
+_SERIES_TOL = 1e-16  # truncation of each token's moment series, relative to its x = q t
+_FAST_PANEL_WIDTH = 1.8  # divided by K^0.25: the law of N sharpens in ln t as K grows
+_FAST_PANEL_NODES = 12
+_FAST_PANEL_POWER = 0.25
+_EXACT_CHUNK = 1024
+_BANDED_WORK = 2000  # exact tokens × (K − 1) from which they are exact only where large (ClockMass)
+MAX_FAST_DRAFTS = 16  # beyond this the reference DP is used
+
+
+def _fast_grid(num_drafts: int, t_end: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Gauss–Legendre nodes in ln t on [t_lo, t_hi ≥ t_end], weights for ∫ dt, and t_hi."""
+    t_lo = _t_lo(num_drafts)
+    x_hi = math.log(max(t_end, 2.0 * t_lo))
+    t, w = _log_panels(math.log(t_lo), x_hi, _FAST_PANEL_WIDTH / num_drafts**_FAST_PANEL_POWER, _FAST_PANEL_NODES)
+    return t, w, math.exp(x_hi)
+
+
+@functools.lru_cache(maxsize=None)
+def _gauss_legendre(n: int):
+    return np.polynomial.legendre.leggauss(n)
+
+
+def _series_error(j_max: int, order: int, x: float) -> float:
+    """Bound on the series truncation of ρ^j (j ≤ j_max) after ``order`` terms, relative to x."""
+    return j_max ** (order + 1) * x**order * math.exp(j_max * x) / math.factorial(order + 1)
+
+
+def _series_order(j_max: int, x: float) -> int:
+    order = 1
+    while _series_error(j_max, order, x) > _SERIES_TOL:
+        order += 1
+    return order
+
+
+def _series_limit(j_max: int, order: int, x0: float) -> float:
+    """Largest x ≤ x0 whose series is accurate after ``order`` terms (bisection in log x)."""
+    lo, hi = 1e-300, x0
+    if _series_error(j_max, order, hi) <= _SERIES_TOL:
+        return hi
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if _series_error(j_max, order, mid) <= _SERIES_TOL else (lo, mid)
+    return lo
+
+
+def _stirling_coefficients(j_max: int, order: int) -> np.ndarray:
+    """c[j−1, n−1] = j! S(n, j) / n!: the Taylor coefficients of (e^x − 1)^j, n = 1..order."""
+    base = np.array([1.0 / math.factorial(n) for n in range(1, order + 1)])  # e^x − 1 = Σ x^n / n!
+    out = np.zeros((j_max, order))
+    power = np.zeros(order + 1)
+    power[0] = 1.0  # coefficients of (e^x − 1)^0 in x^0..x^order
+    for j in range(j_max):
+        power = np.convolve(power, np.concatenate([[0.0], base]))[: order + 1]
+        out[j] = power[1:]
+    return out
+
+
+def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
+    """Positive recursion e_b ← e_b + ρ_i e_{b−1} (b = 1..J) over tokens in order at nodes t.
+
+    e'_b = e_b(ρ e^{−45}) with ρ_i = e^{x_i} − 1, x_i = min(q_i t, 45) (a token with x ≥ 45 has rung
+    up to e^{−45}), and Σ x; starting from (e_start (J, T), sx_start (T,)); returns the states after
+    the tokens ``keep`` (−1: the start) as (J, len(keep), T) and (len(keep), T). Cumulative sums of
+    positive terms only, along contiguous (node, token) arrays, in chunks of tokens.
+    """
+    e = np.repeat(e_start[:, None, :], keep.size, axis=1)
+    sx = np.repeat(sx_start[None, :], keep.size, axis=0)
+    carry_e, carry_sx = e_start.copy(), sx_start.copy()
+    scale = math.exp(-_X_CAP)
+    for c0 in range(0, q_tokens.size, _EXACT_CHUNK):
+        qc = q_tokens[c0 : c0 + _EXACT_CHUNK]
+        x = np.minimum(np.outer(t, qc), _X_CAP)  # (T, n)
+        rho = np.expm1(x)
+        rho *= scale
+        rows = np.flatnonzero((keep >= c0) & (keep < c0 + qc.size))
+        local = keep[rows] - c0
+        x[:, 0] += carry_sx
+        np.cumsum(x, axis=1, out=x)
+        sx[rows] = x[:, local].T
+        carry_sx = x[:, -1].copy()
+        old = carry_e.copy()
+        level, prev = np.empty_like(rho), np.empty_like(rho)
+        for b in range(j_max):  # e_b after token l: old_b + Σ_{l' ≤ l} ρ_l' e_{b−1}(before l')
+            if b == 0:
+                np.copyto(level, rho)
+            else:
+                np.multiply(rho[:, 1:], prev[:, :-1], out=level[:, 1:])
+                np.multiply(rho[:, 0], old[b - 1], out=level[:, 0])
+            level[:, 0] += old[b]
+            np.cumsum(level, axis=1, out=level)
+            e[b, rows] = level[:, local].T
+            carry_e[b] = level[:, -1]
+            level, prev = prev, level
+    return e, sx
+
+
+@functools.lru_cache(maxsize=None)
+def _series_setup(j_max: int):
+    """Order N, coefficients c[j−1, n−1] and per-order limits (in units of x0) of the moment series."""
+    x0 = _SERIES_SPAN / j_max
+    order = _series_order(j_max, x0)
+    limits = {n: _series_limit(j_max, n, x0) / x0 for n in (2, 3, 4, 5, 6, 8, 10, 13, 17, 22, 28) if n < order}
+    return x0, order, _stirling_coefficients(j_max, order), limits
+
+
+class PairMass:
+    """Q(H) for K = 2 in closed form (derived from the sequential draw):
+
+        Q(H) = Σ_{i∈H} q_i (s − q_i)/(1 − q_i) = s − (1 − s) Σ_{i∈H} q_i/(1 − q_i).
+
+    Exact up to rounding; 1 − q_i is the mass of the other tokens (summed directly when q_i > 1/2).
+    Features: one per token, u_i = q_i / (1 − q_i). Stretch bound: adding mass x to H_s gives
+    Q ≤ Q_s + x (1 + U_s − out_s) + x² (u ≥ q for every token).
+    """
+
+    leaf = 1 << 62  # positions cost nothing: evaluate every position of a stretch at once
+    has_exact = False
+    num_features = 1
+
+    def __init__(self, q: np.ndarray):
+        self.big = int(np.argmax(q))
+        rest = np.delete(q, self.big).sum() if q[self.big] > 0.5 else 1.0 - q[self.big]
+        self.rest_of_big = float(rest)
+
+    def chain_features(self, base: np.ndarray, q_tokens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Features after 0..n of the tokens (in order), starting from ``base``."""
+        denom = np.where(tokens == self.big, self.rest_of_big, 1.0 - q_tokens)
+        return base + np.concatenate([[0.0], np.cumsum(q_tokens / denom)])[:, None]
+
+    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            u = q / (1.0 - q)
+        u[self.big] = q[self.big] / self.rest_of_big
+        return np.bincount(keys, weights=u, minlength=num_keys + 1)[:num_keys, None]
+
+    def mass(self, features, out, inside, exact=None, out_next=None):
+        """Q at positions (cumulative features, q outside, q inside); with ``out_next`` also the
+        stretch bound coefficients (D1, C2, C3 = 0): Q(H_s ∪ S) ≤ Q_s + D1 x + C2 x²/2, x = q(S)."""
+        q_mass = np.clip(inside - out * features[:, 0], 0.0, 1.0)
+        if out_next is None:
+            return q_mass
+        return q_mass, 1.0 + features[:, 0] - out, np.full(out.size, 2.0), np.zeros(out.size)
+
+
+class _ChainSums:
+    """Running moment sums over the tokens of a chain: row j = base + Σ_{l<j} (y_l^1..y_l^N).
+
+    Most tokens need few orders (``limit``): the first ``low`` orders are summed for every token,
+    the rest only over the few tokens with y above limit[low] (found by position at lookup).
+    """
+
+    LOW = 6
+
+    def __init__(self, base, y, order, limit):
+        low = min(self.LOW, order)
+        self.base, self.low = base, low
+        self.low_sums = np.zeros((y.size + 1, low))
+        np.cumsum(np.cumprod(np.repeat(y[:, None], low, axis=1), axis=1), axis=0, out=self.low_sums[1:])
+        self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
+        yh = y[self.high]
+        powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
+        self.high_sums = np.zeros((yh.size + 1, order - low))
+        np.cumsum(powers, axis=0, out=self.high_sums[1:])
+
+    def __getitem__(self, idx):
+        idx = np.asarray(idx)
+        out = np.empty((idx.size, self.base.size))
+        out[:] = self.base
+        out[:, : self.low] += self.low_sums[idx]
+        out[:, self.low :] += self.high_sums[np.searchsorted(self.high, idx, side="left")]
+        return out
+
+
+class ClockMass:
+    """Q(H) for K ≥ 3 at many positions of one ratio order by the clock integral (fast path above).
+
+    Exact tokens are exact only where they are large: a token with y = q/θ in (2^{c−1}, 2^c] (class
+    c ≥ 1) has x = q t ≤ x0 at the nodes with t ≤ t_end / 2^c, and there it joins the moment sums
+    (in units of 2^c θ, so every term is ≤ 1); at the other nodes it enters the positive recursion.
+    Nodes are grouped by c(t) = ⌊log2(t_end / t)⌋: in group c the classes ≤ c are moments, the
+    classes > c exact. So the recursion costs about (nodes per octave) × (exact tokens) instead of
+    (all nodes) × (exact tokens). With few exact tokens (``_BANDED_WORK``) they are simply exact at
+    every node (fewer, larger array operations).
+
+    Stretch bound (derived): see :meth:`_stretch_bound`.
+    """
+
+    leaf = 24  # stretches up to this many positions are evaluated whole
+    has_exact = True
+
+    def __init__(self, num_drafts: int, t_end: float):
+        k = int(num_drafts)
+        self.j_max = j_max = k - 1
+        self.t, self.wt, self.t_end = _fast_grid(k, t_end)
+        self.t_lo = _t_lo(k)
+        # progressive truncation: after order n only tokens with q/θ > limit[n] need more terms
+        x0, self.order, coef, self.limit = _series_setup(j_max)
+        self.num_features = self.order
+        self.theta = x0 / self.t_end
+        self.tt = self.t * self.theta  # ≤ x0
+        self.coef = coef
+        self.power_map = self._map(coef, self.tt)
+        node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
+        self.n_class = int(node_class[0]) + 1
+        cuts = np.flatnonzero(np.diff(node_class)) + 1
+        self.groups = [(int(node_class[s]), np.arange(s, e)) for s, e in zip(np.r_[0, cuts], np.r_[cuts, self.t.size])]
+        self.halving = 0.5 ** np.arange(1, self.order + 1)
+
+    @staticmethod
+    def _map(coef, scaled_t):
+        """(N, J·T) map from moments Σ (q/u)^n to power sums: c_{jn} (t u)^n at the given t·u."""
+        powers = scaled_t[None, :] ** np.arange(1, coef.shape[1] + 1)[:, None]  # (N, T)
+        return (coef.T[:, :, None] * powers[:, None, :]).reshape(coef.shape[1], -1)
+
+    # -- smooth (small) tokens
+    def is_exact(self, q_tokens: np.ndarray) -> np.ndarray:
+        return q_tokens > self.theta
+
+    def chain_features(self, base: np.ndarray, q_tokens: np.ndarray, tokens=None) -> "_ChainSums":
+        """Moments after 0..n of the tokens (in order) starting from ``base`` (exact tokens add none)."""
+        y = np.where(self.is_exact(q_tokens), 0.0, q_tokens / self.theta)
+        return _ChainSums(base, y, self.order, self.limit)
+
+    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None) -> np.ndarray:
+        """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored).
+
+        Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
+        the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
+        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows).
+        """
+        out = np.zeros((num_keys + 1, self.order))
+        y = np.divide(q, self.theta, out=None if work is None else work["y"])
+        y[np.flatnonzero(q > self.theta)] = 0.0  # exact tokens: no moments here
+        w = np.empty_like(y) if work is None else work["w"]
+        np.copyto(w, y)
+        for n in range(1, self.order + 1):
+            out[:, n - 1] = np.bincount(keys, weights=w, minlength=num_keys + 1)
+            if n == self.order:
+                break
+            if n in self.limit:
+                keep = np.flatnonzero(y > self.limit[n])
+                if keep.size == 0:
+                    break
+                if 2 * keep.size < y.size:
+                    y, w, keys = y[keep], w[keep], keys[keep]
+            w *= y
+        return out[:num_keys]
+
+    # -- exact tokens
+    def start(self, q_exact: np.ndarray):
+        """Exact-token state of the empty prefix, for the exact tokens ``q_exact`` of the row: moment
+        sums Σ (y/2^c)^n of each class c that is small somewhere (c_lo..n_class−1), and over the grid
+        e'_b (b = 1..J) and Σ x of the tokens exact at each node."""
+        cls = self._classes(q_exact)
+        banded = q_exact.size * self.j_max >= _BANDED_WORK  # else: exact everywhere, fewer calls
+        self.class_lo = int(cls.min()) if banded and cls.size else self.n_class
+        self.recursion_groups = self.groups if banded else [(-1, np.arange(self.t.size))]
+        self.group_maps = {
+            c: (nodes, self._map(self.coef, self.tt[nodes] * 2.0**c)) for c, nodes in self.groups if c >= self.class_lo
+        }
+        width = max(0, self.n_class - self.class_lo)
+        return np.zeros((1, width, self.order)), np.zeros((self.j_max, 1, self.t.size)), np.zeros((1, self.t.size))
+
+    def _classes(self, q_exact):
+        mant, expo = np.frexp(q_exact / self.theta)
+        return expo - (mant == 0.5)  # y = q/θ in (2^{c−1}, 2^c]
+
+    @staticmethod
+    def concat_states(states):
+        return tuple(np.concatenate([s[i] for s in states], axis=1 if i == 1 else 0) for i in range(3))
+
+    def run_exact(self, q_exact: np.ndarray, start, keep: np.ndarray):
+        """States after the exact tokens ``keep`` (indices into q_exact, −1: the start), in order."""
+        keep = np.asarray(keep, dtype=np.int64)
+        sums, e, sx = (np.repeat(s, keep.size, axis=1 if i == 1 else 0) for i, s in enumerate(start))
+        if q_exact.size == 0:
+            return sums, e, sx
+        y = q_exact / self.theta
+        cls = self._classes(q_exact)
+        for c in range(self.class_lo, self.n_class):  # moments of each class, in units of 2^c θ
+            idx = np.flatnonzero(cls == c)
+            if idx.size:
+                run = np.zeros((idx.size + 1, self.order))
+                powers = np.cumprod(np.repeat((y[idx] / 2.0**c)[:, None], self.order, axis=1), axis=1)
+                np.cumsum(powers, axis=0, out=run[1:])
+                sums[:, c - self.class_lo] += run[np.searchsorted(idx, keep, side="right")]
+        for c, nodes in self.recursion_groups:  # the recursion over the tokens exact at the nodes of group c
+            idx = np.flatnonzero(cls > c)
+            if idx.size:
+                last = np.searchsorted(idx, keep, side="right") - 1
+                e_start, sx_start = start[1][:, 0, nodes], start[2][0, nodes]
+                e[:, :, nodes], sx[:, nodes] = _recursion(
+                    self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max
+                )
+        return sums, e, sx
+
+    # -- the integrals
+    def mass(self, features, out, inside=None, exact=None, out_next=None):
+        """Q at positions (cumulative small-token moments, q outside, exact-token states); with
+        ``out_next`` (q outside the stretch end) also the stretch bound coefficients (D1, C2, C3)."""
+        npos, nt, jm = features.shape[0], self.t.size, self.j_max
+        # einsum, not matmul: OpenBLAS threads small products and stalls badly on busy machines
+        psum = np.einsum("pn,nq->pq", features, self.power_map).reshape(npos, jm, nt)
+        lam = features[:, :1] * self.tt[None, :]
+        if exact is not None and exact[0].shape[1]:  # exact tokens where they are small: classes ≤ c
+            sums = exact[0]
+            acc = np.zeros((npos, self.order))
+            for c in range(self.class_lo, self.n_class):
+                acc *= self.halving  # Σ_{c' ≤ c} 2^{−(c−c') n} Σ_{class c'} (y/2^{c'})^n = Σ (y/2^c)^n
+                acc += sums[:, c - self.class_lo]
+                if c in self.group_maps:
+                    nodes, group_map = self.group_maps[c]
+                    psum[:, :, nodes] += np.einsum("pn,nq->pq", acc, group_map).reshape(npos, jm, nodes.size)
+                    lam[:, nodes] += acc[:, :1] * (self.tt[nodes] * 2.0**c)[None, :]
+        g = np.exp(-lam)
+        e = [None]  # e_0 = 1
+        cum = [g]  # P[N_small ≤ c]
+        for a in range(1, jm + 1):  # Newton's identities
+            acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
+            for j in range(2, a + 1):
+                term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
+                acc = acc + term if j % 2 else acc - term
+            e.append(acc / a)
+            cum.append(cum[-1] + g * e[a])
+        if exact is None:
+            at_most = cum  # P[N ≤ m], m = 0..J
+        else:
+            _, e_ex, sx = exact
+            p_exact = [np.exp(-sx)]  # P[N_exact = b]
+            with np.errstate(divide="ignore"):
+                p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
+            levels = range(jm + 1) if out_next is not None else (jm,)
+            at_most = {m: sum(p_exact[b] * cum[m - b] for b in range(m + 1)) for m in levels}
+        t, wt, t_end = self.t[None, :], self.wt[None, :], self.t_end
+        o = out[:, None]
+        q_mass = np.clip(((wt * o * np.exp(-o * t)) * (1.0 - at_most[jm])).sum(axis=1) + np.exp(-out * t_end), 0.0, 1.0)
+        if out_next is None:
+            return q_mass
+        return (q_mass,) + self._stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2])
+
+    def _stretch_bound(self, out, out_next, below_k, below_k1, below_k2):
+        """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
+        Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
+        with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
+        (1 − out_e t) by 1)
+        D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
+        C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
+        (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
+        t, t_end, t_lo = self.t[None, :], self.t_end, self.t_lo
+        oe = out_next[:, None]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            decay = self.wt[None, :] * np.exp(-oe * t)
+            tail = np.exp(-out_next * t_end) * below_k[:, -1]
+            inv = 1.0 / out_next
+            tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
+            for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
+                tail_moment.append(np.float64(t_end) ** m * tail * inv + m * inv * tail_moment[-1])
+            a = (decay * (1.0 - oe * t) * below_k).sum(axis=1) + t_lo + tail_moment[0]
+            decay *= t
+            b = (decay * (below_k - below_k1)).sum(axis=1) + t_lo**2 / 2 + tail_moment[1]
+            decay *= t
+            c2 = (decay * (below_k1 - below_k2)).sum(axis=1) + t_lo**3 / 3 + tail_moment[2]
+            decay *= t
+            c3 = (decay * below_k2).sum(axis=1) + t_lo**4 / 4 + tail_moment[3]
+            finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
+            return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))

@@ -1,0 +1,33 @@
+"""NSS / naive verification: ignore the drafts, sample ``Y ~ p``, accepted iff ``Y ∈ x̄``.
+
+Lossless trivially. Acceptance ``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts
+``Σ_t p(t)(1 − (1 − q(t))^K)`` (theory.md §3); for the other laws the inclusion probabilities of
+:func:`otbound.token.draft_laws.inclusion_probabilities`. This is what deterministic top-k trees
+(EAGLE-style, one-hot q) amount to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound._validation import check_sampling
+from otbound.token.draft_laws import inclusion_probabilities
+from otbound.token.verifiers._base import Verifier, draw
+
+
+class NaiveVerifier(Verifier):
+    """Naive speculative sampling (NSS): Y ~ p regardless of the drafts; works for any draft law."""
+
+    name = "nss"
+
+    def __init__(self, sampling: str = "with_replacement"):
+        self.sampling = check_sampling(sampling)
+
+    def _laws(self, p, q, aux, drafts):
+        return np.broadcast_to(p, (drafts.shape[0], p.size)).copy()
+
+    def _sample(self, p, q, aux, drafts, rng):
+        return draw(p, rng.random(drafts.shape[0]))
+
+    def _closed_form(self, p, q, aux, k):
+        return float(p @ inclusion_probabilities(q, k, self.sampling))

@@ -1,0 +1,74 @@
+"""The package layout (issue 11): light top-level import, one direction of private imports."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "otbound"
+SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity"}  # top-level modules every layer may use
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                          check=True, cwd=PACKAGE.parent).stderr
+
+
+def test_import_otbound_does_not_import_torch_and_is_fast():
+    code = "import sys, otbound; assert 'torch' not in sys.modules, 'import otbound imported torch'"
+    # best of 3: the machine is shared; one cold start may be slow for reasons outside the package
+    seconds = []
+    for _ in range(3):
+        log = _run(code)
+        assert "torch" not in log
+        line = next(row for row in log.splitlines() if row.rstrip().endswith("| otbound"))
+        seconds.append(int(line.split("|")[1]) / 1e6)  # cumulative microseconds of `import otbound`
+    assert min(seconds) < 1.0, f"import otbound took {min(seconds):.2f} s (best of 3)"
+
+
+def test_objectives_still_reachable_from_the_top_level():
+    out = subprocess.run(
+        [sys.executable, "-c", "import otbound as ob; import otbound.objectives as m; "
+         "assert ob.objectives is m and ob.DrafterObjective is m.DrafterObjective "
+         "and ob.expected_accepted_length is m.expected_accepted_length; print('ok')"],
+        capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "ok"
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_no_private_name_crosses_a_layer():
+    """A module imports private names (``_x``) only from its own layer; the shared base modules at
+    the top level export public names only."""
+    offences = []
+    for file in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(file.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(file.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("otbound")):
+                continue
+            for alias in node.names:
+                names = f"{node.module}.{alias.name}".split(".")
+                layer = _layer(".".join(names))
+                if layer in SHARED_BASE:
+                    private = [n for n in names[2:] if n.startswith("_")]
+                else:
+                    private = [n for n in names[1:] if n.startswith("_")] if layer != _layer(module) else []
+                if private:
+                    offences.append(f"{module} imports {'.'.join(names)}")
+    assert not offences, "\n".join(offences)
+
+
+def test_names_before_the_layer_folders_still_resolve():
+    import otbound
+    import otbound.block.verifiers
+    import otbound.report.tables
+    import otbound.token.bounds
+    import otbound.token.verifiers
+
+    assert otbound.verifiers is otbound.token.verifiers
+    assert otbound.token_bounds is otbound.token.bounds
+    assert otbound.block_verifiers is otbound.block.verifiers
+    assert otbound.reports is otbound.report.tables
