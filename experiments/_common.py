@@ -72,7 +72,8 @@ def _results_key(stored: dict) -> str:
     """Checksum of a results file's parameters and results (``meta.sha256``), over their JSON form."""
     from otbound._integrity import content_key
 
-    return content_key(json.loads(json.dumps({"params": stored["params"], "results": stored["results"]}, default=_jsonable)))
+    both = {"params": stored["params"], "results": stored["results"]}
+    return content_key(json.loads(json.dumps(both, default=_jsonable)))
 
 
 def _read_results(path: Path):

@@ -138,7 +138,8 @@ def check_manifest(folder, manifest: dict, *, full: bool, exclude=()) -> str | N
     folder = Path(folder)
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - set(exclude)
     if present != set(manifest):
-        return f"files differ: missing {sorted(set(manifest) - present)[:3]}, unexpected {sorted(present - set(manifest))[:3]}"
+        missing, unexpected = sorted(set(manifest) - present)[:3], sorted(present - set(manifest))[:3]
+        return f"files differ: missing {missing}, unexpected {unexpected}"
     for rel, want in manifest.items():
         st = (folder / rel).stat()
         if st.st_size != want["size"]:

@@ -158,17 +158,25 @@ def parse_args(argv=None):
         "--datasets", nargs="+", default=["humaneval", "mtbench"], help="shipped prompt sets or JSONL files"
     )
     ap.add_argument("--num-prompts", type=positive_int, default=3, help="prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=positive_int, default=32, help="target-sampled continuation length per prompt")
+    ap.add_argument(
+        "--max-new-tokens", type=positive_int, default=32, help="target-sampled continuation length per prompt"
+    )
     ap.add_argument("--vocab-size", type=vocabulary, default=24, help="synthetic vocabulary size")
     ap.add_argument("--instances", type=positive_int, default=16, help="synthetic (p, q) pairs per (family, T)")
     ap.add_argument("--mc-samples", type=positive_int, default=None,
                     help="Monte Carlo draft tuples where no exact acceptance exists (default: 20,000 per synthetic "
                          "instance and block cell, 16 per real-trace position)")
-    ap.add_argument("--block-drafts", type=positive_int, nargs="+", default=[1, 2, 3], help="K values of the block section")
-    ap.add_argument("--block-lens", type=positive_int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
+    ap.add_argument(
+        "--block-drafts", type=positive_int, nargs="+", default=[1, 2, 3], help="K values of the block section"
+    )
+    ap.add_argument(
+        "--block-lens", type=positive_int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section"
+    )
     ap.add_argument("--block-vocab", type=vocabulary, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--seed", type=non_negative_int, default=0)
-    ap.add_argument("--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)")
+    ap.add_argument(
+        "--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)"
+    )
     return check_args(ap, ap.parse_args(argv))
 
 

@@ -196,7 +196,11 @@ def test_spectr_gbv_single_draft_reaches_joint_bound_above_causal():
     assert joint > causal(tg, dr, 3, 1, 2) + 1e-3
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="SpecTr-GBV (Alg. 1 as recovered, no Alg. 2) is not lossless in one iteration")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="SpecTr-GBV (Alg. 1 as recovered, no Alg. 2) is not lossless in one iteration",
+)
 @pytest.mark.parametrize("inst", instances()[:3], ids=IDS[:3])
 def test_spectr_gbv_lossless(inst):
     tg, dr, v, k, length = inst
@@ -217,7 +221,9 @@ def test_spectr_gbv_first_token_marginal_k2():
     np.testing.assert_allclose(first, tg(()), atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="iterated SpecTr-GBV output is not distributed as the target")
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="iterated SpecTr-GBV output is not distributed as the target"
+)
 def test_spectr_gbv_sequence_level_lossless():
     tg, dr = random_pair(3, 2)
     seqs = generate(
@@ -227,7 +233,9 @@ def test_spectr_gbv_sequence_level_lossless():
 
 
 @pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="for K >= 2 SpecTr-GBV's E[τ] stays below the joint-OT bound it claims to attain"
+    strict=True,
+    raises=AssertionError,
+    reason="for K >= 2 SpecTr-GBV's E[τ] stays below the joint-OT bound it claims to attain",
 )
 @pytest.mark.parametrize("k", [2, 3])
 def test_spectr_gbv_attains_joint_bound(k):

@@ -22,8 +22,23 @@ import pytest
 
 from otbound import compare
 
-SYNTHETIC = ["--synthetic", "--vocab-size", "6", "--instances", "3", "--num-drafts", "1", "2", "3",
-             "--temperature", "0.7", "1.0", "--mc-samples", "500", "--out"]
+SYNTHETIC = [
+    "--synthetic",
+    "--vocab-size",
+    "6",
+    "--instances",
+    "3",
+    "--num-drafts",
+    "1",
+    "2",
+    "3",
+    "--temperature",
+    "0.7",
+    "1.0",
+    "--mc-samples",
+    "500",
+    "--out",
+]
 FORK = multiprocessing.get_context("fork")
 
 
@@ -52,8 +67,19 @@ def tiny_model_report(out: Path) -> None:
     data = out.parent / "prompts.jsonl"
     if not data.exists():
         data.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ["def f(", "hello", "x = 1", "abc"]))
-    run_real_report(pair, datasets=[data], num_prompts=4, max_new_tokens=4, temperatures=(0.8, 1.0), num_drafts=(2,),
-                    out=out, progress=False, verifiers=["rrs"], mc_samples=8, batch_size=2)
+    run_real_report(
+        pair,
+        datasets=[data],
+        num_prompts=4,
+        max_new_tokens=4,
+        temperatures=(0.8, 1.0),
+        num_drafts=(2,),
+        out=out,
+        progress=False,
+        verifiers=["rrs"],
+        mc_samples=8,
+        batch_size=2,
+    )
 
 
 def _run(target, out: Path) -> float:

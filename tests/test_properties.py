@@ -113,13 +113,19 @@ def test_dtypes_and_batches_agree_with_rows(pq, k, kind):
     cast = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
     for sampling in LAWS:
         try:
-            batch = ob.optimal_acceptance(torch.tensor(rows_p) if kind == "torch" else rows_p,
-                                          torch.tensor(rows_q) if kind == "torch" else rows_q, k, sampling)
+            batch = ob.optimal_acceptance(
+                torch.tensor(rows_p) if kind == "torch" else rows_p,
+                torch.tensor(rows_q) if kind == "torch" else rows_q,
+                k,
+                sampling,
+            )
         except ob.InvalidInputError:
             continue
         batch = np.asarray(batch.numpy() if kind == "torch" else batch)
         for i in range(2):
-            assert batch[i] == pytest.approx(ob.optimal_acceptance(cast(rows_p[i]), cast(rows_q[i]), k, sampling), abs=1e-12)
+            assert batch[i] == pytest.approx(
+                ob.optimal_acceptance(cast(rows_p[i]), cast(rows_q[i]), k, sampling), abs=1e-12
+            )
 
 
 @settings(max_examples=30, deadline=None)
@@ -158,8 +164,12 @@ def test_denormal_draft_entries_right_or_refused(tiny):
 def test_cancellation_in_the_candidate_cut_is_gone():
     """1 − M (mass outside the K − 1 largest q's) was computed as 1 − Σ top: with tiny tokens it
     cancelled to ~1e-16 and the binding token was cut (α* = 1 returned for a true 0.133)."""
-    q = np.array([0.006525929424594212, 9.639201114146892e-31, 0.39805312078356225, 6.430799828706642e-32, 0.5954209497918435])
-    p = np.array([0.008700517963943772, 4.5942994387135124e-10, 0.0008578240133309323, 0.9294999112707113, 0.06094174629258411])
+    q = np.array(
+        [0.006525929424594212, 9.639201114146892e-31, 0.39805312078356225, 6.430799828706642e-32, 0.5954209497918435]
+    )
+    p = np.array(
+        [0.008700517963943772, 4.5942994387135124e-10, 0.0008578240133309323, 0.9294999112707113, 0.06094174629258411]
+    )
     brute = ob.optimal_acceptance_brute_force(p, ob.draft_joint(q, 4, "without_replacement")).value
     assert brute == pytest.approx(0.1330426293195468, abs=1e-12)
     assert ob.optimal_acceptance(p, q, 4, "without_replacement") == pytest.approx(brute, abs=1e-12)

@@ -71,23 +71,49 @@ def test_a_file_as_out_is_refused(tmp_path, capsys):
 
 
 def test_cli_subprocess_exit_code_and_message(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "otbound.compare", "--synthetic", "--temperature", "-1", "--out", str(tmp_path / "r")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "otbound.compare", "--synthetic", "--temperature", "-1", "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert run.returncode == 2
-    assert run.stderr.strip() == "python -m otbound.compare: error: argument --temperature: must be a finite temperature > 0, got '-1'"
+    assert (
+        run.stderr.strip()
+        == "python -m otbound.compare: error: argument --temperature: must be a finite temperature > 0, got '-1'"
+    )
 
 
 def test_report_records_effective_settings_and_its_values_follow_from_its_rows(tmp_path):
-    argv = ["--synthetic", "--vocab-size", "5", "--instances", "2", "--num-drafts", "1", "2",
-            "--temperature", "1.0", "--out", str(tmp_path)]
+    argv = [
+        "--synthetic",
+        "--vocab-size",
+        "5",
+        "--instances",
+        "2",
+        "--num-drafts",
+        "1",
+        "2",
+        "--temperature",
+        "1.0",
+        "--out",
+        str(tmp_path),
+    ]
     compare.main([*argv, "--mc-samples", "300"])
     report = json.loads((tmp_path / "report.json").read_text())
     settings = report["meta"]["settings"]
     assert settings == {"num_drafts": [1, 2], "temperatures": [1.0], "mc_samples": 300, "seed": 0}
-    optimal = {(r["dataset"], r["num_drafts"], r["sampling"]): r["acceptance"] for r in report["rows"] if r["verifier"] == "optimal"}
+    optimal = {
+        (r["dataset"], r["num_drafts"], r["sampling"]): r["acceptance"]
+        for r in report["rows"]
+        if r["verifier"] == "optimal"
+    }
     for r in report["rows"]:
         # efficiency = acceptance / α* of the verifier's own law (recomputed from the rows; 1e-12)
-        assert r["efficiency"] == pytest.approx(r["acceptance"] / optimal[(r["dataset"], r["num_drafts"], r["sampling"])], abs=1e-12)
+        assert r["efficiency"] == pytest.approx(
+            r["acceptance"] / optimal[(r["dataset"], r["num_drafts"], r["sampling"])], abs=1e-12
+        )
         assert r["acceptance"] <= r["optimal"] + (0 if r["method"] == "exact" else 5 * 0.5 / np.sqrt(300))
     compare.main(argv)  # no --mc-samples: the default actually used is recorded, not None
     assert json.loads((tmp_path / "report.json").read_text())["meta"]["settings"]["mc_samples"] == 20_000
@@ -102,8 +128,14 @@ def test_subset_mass_takes_masks_or_distinct_integer_ids():
     for law in ob.SAMPLINGS:
         by_mask = ob.subset_mass(q, np.array([True, False, True]), 2, law)
         assert ob.subset_mass(q, [0, 2], 2, law) == by_mask == ob.subset_mass(q, [2, 0], 2, law)
-    for bad, what in (([1, 0, 0], "repeats"), ([0.0, 1.0], "integer"), ([3], "outside"), ([-1], "outside"),
-                      ([True, False], "shape"), ([[0, 1]], "1-D")):
+    for bad, what in (
+        ([1, 0, 0], "repeats"),
+        ([0.0, 1.0], "integer"),
+        ([3], "outside"),
+        ([-1], "outside"),
+        ([True, False], "shape"),
+        ([[0, 1]], "1-D"),
+    ):
         with pytest.raises(ob.InvalidInputError, match=what):
             ob.subset_mass(q, bad, 2)
 
@@ -120,7 +152,14 @@ def test_size_guards_refuse_before_allocating():
     with pytest.raises(ob.InvalidInputError, match="MAX_TREE_CELLS"):  # V^L overflows int64 at L = 70
         build_tree(target, target, 70)
     with pytest.raises(ob.InvalidInputError, match="MAX_SPLIT_VARIABLES"):
-        ob.block_bound(ob.dirichlet_model(6, seed=0), ob.dirichlet_model(6, seed=1), vocab_size=6, num_drafts=2, block_len=5, kind="causal")
+        ob.block_bound(
+            ob.dirichlet_model(6, seed=0),
+            ob.dirichlet_model(6, seed=1),
+            vocab_size=6,
+            num_drafts=2,
+            block_len=5,
+            kind="causal",
+        )
     big = ob.dirichlet_model(12, seed=0)
     with pytest.raises(ob.InvalidInputError, match="MAX_EXACT_TUPLES"):  # before the 12^7 prefix law
         ob.BLOCK_VERIFIERS["token"].expected_accepted(big, big, vocab_size=12, num_drafts=2, block_len=7)
@@ -205,10 +244,16 @@ def test_results_json_of_experiments_checked_on_load(tmp_path, monkeypatch):
     path = tmp_path / "demo.json"
     path.write_text(path.read_text().replace("0.123456789", "0.123456788"))  # one digit changed
     _common._COMPUTED.clear()
-    assert _common.load_or_compute(args, "demo", {"a": 1}, compute)["results"] == {"value": 0.123456789} and len(calls) == 2
+    assert (
+        _common.load_or_compute(args, "demo", {"a": 1}, compute)["results"] == {"value": 0.123456789}
+        and len(calls) == 2
+    )
     path.write_text(path.read_text()[:40])  # truncated
     _common._COMPUTED.clear()
-    assert _common.load_or_compute(args, "demo", {"a": 1}, compute)["results"] == {"value": 0.123456789} and len(calls) == 3
+    assert (
+        _common.load_or_compute(args, "demo", {"a": 1}, compute)["results"] == {"value": 0.123456789}
+        and len(calls) == 3
+    )
 
 
 def test_committed_results_carry_valid_checksums():
@@ -260,7 +305,15 @@ def test_damaged_traces_are_detected_and_recollected(tiny_pair, tmp_path, capsys
     meta["temperature"] = 0.5
     from safetensors.numpy import save_file
 
-    save_file(tensors, str(paths[1]), metadata={"otbound": json.dumps(dict(meta, sha256=_store.tensor_digests(tensors), meta_sha256="0" * 64), sort_keys=True)})
+    save_file(
+        tensors,
+        str(paths[1]),
+        metadata={
+            "otbound": json.dumps(
+                dict(meta, sha256=_store.tensor_digests(tensors), meta_sha256="0" * 64), sort_keys=True
+            )
+        },
+    )
     with pytest.raises(CorruptFileError, match="metadata"):
         list(lm.load_traces(paths[1]))
     # a truncated file
@@ -298,13 +351,17 @@ def test_measurement_cache_is_keyed_by_trace_content(tiny_pair, tmp_path, capsys
     lm = ob_lm()
     prompts = toy_prompts(1)
     kwargs = dict(num_drafts=(2,), verifiers=["rrs"], mc_samples=8, cache_dir=tmp_path / "measure")
-    (first,) = lm.load_traces(lm.collect_traces(tiny_pair, prompts, tmp_path / "t", max_new_tokens=4, seed=0, progress=False)[0])
+    (first,) = lm.load_traces(
+        lm.collect_traces(tiny_pair, prompts, tmp_path / "t", max_new_tokens=4, seed=0, progress=False)[0]
+    )
     cached = lm.measure_trace(first, **kwargs)
     # the trace is re-collected with another seed at the same path: the old measurement must not come back
     import shutil
 
     shutil.rmtree(tmp_path / "t")
-    (second,) = lm.load_traces(lm.collect_traces(tiny_pair, prompts, tmp_path / "t", max_new_tokens=4, seed=1, progress=False)[0])
+    (second,) = lm.load_traces(
+        lm.collect_traces(tiny_pair, prompts, tmp_path / "t", max_new_tokens=4, seed=1, progress=False)[0]
+    )
     assert not np.array_equal(second.tokens, first.tokens)
     fresh = lm.measure_trace(second, num_drafts=(2,), verifiers=["rrs"], mc_samples=8)
     again = lm.measure_trace(second, **kwargs)
@@ -313,7 +370,7 @@ def test_measurement_cache_is_keyed_by_trace_content(tiny_pair, tmp_path, capsys
     (cache_file,) = (tmp_path / "measure").rglob("*.json")
     text = cache_file.read_text()
     digit = next(i for i, c in enumerate(text) if c.isdigit() and text[i - 1] == ".")
-    cache_file.write_text(text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1:])
+    cache_file.write_text(text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1 :])
     capsys.readouterr()
     assert lm.measure_trace(second, **kwargs)["optimal"] == fresh["optimal"]
     assert "damaged" in capsys.readouterr().err
@@ -336,7 +393,9 @@ def test_converted_model_folder_is_checked_fast_on_load_and_fully_on_verify(tmp_
     marker = folder / _offline._MARKER
     marker.write_text(json.dumps({"sha256": model.sha256}))  # the old marker: no manifest, not trusted
     assert "no manifest" in _offline.converted_problem(model)
-    marker.write_text(json.dumps({"sha256": model.sha256, "files": folder_manifest(folder, exclude=(_offline._MARKER,))}))
+    marker.write_text(
+        json.dumps({"sha256": model.sha256, "files": folder_manifest(folder, exclude=(_offline._MARKER,))})
+    )
     assert _offline.converted_problem(model) is None and _offline.converted_problem(model, full=True) is None
     digest = _offline.converted_digest(model)
     stat = (folder / "model.safetensors").stat()

@@ -48,11 +48,27 @@ def _results(seed, prompts=60):
         n = int(rng.integers(2, 30))
         opt = np.clip(rng.beta(8, 2) + rng.normal(0, 0.05, n), 0.05, 1.0)
         acc = opt * np.clip(rng.beta(20, 3) + rng.normal(0, 0.03, n), 0.0, 1.0)
-        out.append({"dataset": "d", "temperature": 1.0, "prompt_id": str(i), "positions": n, "model_dtype": None,
-                    "optimal": {"with_replacement": {2: opt.tolist()}},
-                    "verifiers": {"v": {2: {"sampling": "with_replacement", "acceptance": acc.tolist(),
-                                            "method": "exact", "mc_samples": None}}},
-                    "skipped": {}})
+        out.append(
+            {
+                "dataset": "d",
+                "temperature": 1.0,
+                "prompt_id": str(i),
+                "positions": n,
+                "model_dtype": None,
+                "optimal": {"with_replacement": {2: opt.tolist()}},
+                "verifiers": {
+                    "v": {
+                        2: {
+                            "sampling": "with_replacement",
+                            "acceptance": acc.tolist(),
+                            "method": "exact",
+                            "mc_samples": None,
+                        }
+                    }
+                },
+                "skipped": {},
+            }
+        )
     return out
 
 

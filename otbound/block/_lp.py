@@ -53,7 +53,7 @@ from otbound.block._tree import BlockTree
 
 # (K − 1)·V^{2L} split variables at most
 MAX_SPLIT_VARIABLES = 2_000_000  # ≈ 0.4 GB at LP_BYTES_PER_VARIABLE (20 M needed several times this machine's memory)
-LP_BYTES_PER_VARIABLE = 200  # estimate: sparse constraint entries (3 per split variable, index + value) and HiGHS's copies
+LP_BYTES_PER_VARIABLE = 200  # estimate: sparse entries (3 per split variable, index + value), HiGHS's copies
 
 
 @dataclass

@@ -39,7 +39,8 @@ __all__ = [
     "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "build_prompt_files", "cache_root", "check_same_tokenizer",
-    "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode", "laws64", "lm_block_models",
+    "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode", "laws64",
+    "lm_block_models",
     "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair", "repo_prompts_dir", "trace_path",
     "verify_offline_model",
 ]

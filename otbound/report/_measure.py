@@ -112,7 +112,8 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
               "mc_samples": int(mc_samples), "seed": int(seed),
-              "trace": content_key({"tensors": trace_digests, "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})}
+              "trace": content_key({"tensors": trace_digests,
+                                    "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})}
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / safe_name(record.dataset) / temperature_dir(record.temperature) / (

@@ -90,7 +90,9 @@ def clock_law(q: np.ndarray, num_drafts: int) -> np.ndarray:
     α* are 1-Lipschitz in that law, they change by at most as much. D = {i : 0 < q_i < τ} with
     τ = ``NEGLIGIBLE`` (1 − M) / (K V) keeps that below 1e-16 (1 − M summed directly); only tokens
     below ``CLOCK_FLOOR`` are dropped, so other laws are untouched. A positive q_i below
-    ``CLOCK_FLOOR`` that is not negligible (it may be drafted, e.g. to complete K distinct drafts) needs clock times beyond float64's range: :class:`InvalidInputError`.
+    ``CLOCK_FLOOR`` that is not negligible (it may be drafted, e.g. to complete K distinct drafts)
+    needs clock times beyond float64's range (and overflows the K = 2 closed form's 1/(1 − q_i)):
+    :class:`InvalidInputError`.
     Returns q itself when it has no positive entry below ``CLOCK_FLOOR``.
     """
     from otbound._validation import InvalidInputError

@@ -208,17 +208,20 @@ def _subset_mask(subset, v: int) -> np.ndarray:
     sub = np.asarray(subset.detach().cpu().numpy() if hasattr(subset, "detach") else subset)  # torch: keep its dtype
     if sub.dtype == bool:
         if sub.shape != (v,):
-            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected ({v},); give a boolean mask or token ids")
+            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected ({v},); give a mask or token ids")
         return sub
     if sub.size == 0:
         return np.zeros(v, dtype=bool)
     if sub.ndim != 1 or not np.issubdtype(sub.dtype, np.integer):
-        raise InvalidInputError(f"subset must be a boolean mask or a 1-D list of integer token ids, got {sub.dtype} of shape {sub.shape}")
+        raise InvalidInputError(
+            f"subset must be a boolean mask or a 1-D list of integer token ids, got {sub.dtype} of shape {sub.shape}"
+        )
     if sub.min() < 0 or sub.max() >= v:
-        raise InvalidInputError(f"subset has a token id outside [0, {v}): {int(sub.min() if sub.min() < 0 else sub.max())}")
+        bad = int(sub.min() if sub.min() < 0 else sub.max())
+        raise InvalidInputError(f"subset has a token id outside [0, {v}): {bad}")
     ids, counts = np.unique(sub, return_counts=True)
     if (counts > 1).any():
-        raise InvalidInputError(f"subset repeats token ids {ids[counts > 1].tolist()}; give distinct ids (or a boolean mask)")
+        raise InvalidInputError(f"subset repeats token ids {ids[counts > 1].tolist()}; give distinct ids (or a mask)")
     mask = np.zeros(v, dtype=bool)
     mask[sub] = True
     return mask
