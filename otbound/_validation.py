@@ -72,6 +72,17 @@ def check_positive_int(value, name: str) -> int:
     return int(value)
 
 
+def check_temperatures(temperatures) -> list[float]:
+    """Temperatures as floats, each finite and > 0 (greedy decoding is not a law)."""
+    ts = [float(t) for t in np.atleast_1d(temperatures)]
+    bad = [t for t in ts if not (np.isfinite(t) and t > 0)]
+    if bad or not ts:
+        raise InvalidInputError(
+            f"temperatures must be finite and > 0 (greedy is not a law), got {np.atleast_1d(temperatures).tolist()}"
+        )
+    return ts
+
+
 def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "with_replacement") -> int:
     """Check ``num_drafts`` is an integer >= 1 and, without replacement, at most the support of q."""
     if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)):

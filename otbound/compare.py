@@ -10,6 +10,10 @@ vocabulary at several temperatures; for each K the optimum α* of every draft la
 acceptance (exact where the verifier has a closed form or exact recursion, else Monte Carlo with the
 sample count stated) and efficiency = acceptance / α*. ``--block`` adds the block-level section.
 Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
+
+Every mode runs as checkpointed shards (``<out>/shards``, resumable); ``--engine ray [--address
+ADDRESS]`` runs them on Ray actors (a local Ray instance without an address) with a report
+identical to the default in-process run (see :mod:`otbound.report._distributed`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ import sys
 from pathlib import Path
 
 from otbound._integrity import FolderLockedError, output_lock
-from otbound.report import SYNTHETIC_FAMILIES, plots, synthetic_rows, tables, token_figure
+from otbound._validation import InvalidInputError
+from otbound.report import (
+    SYNTHETIC_FAMILIES,
+    make_executor,
+    paired_section,
+    plots,
+    synthetic_rows,
+    tables,
+    token_figure,
+)
 
 # ---------------------------------------------------------------------------------------------
 # flag checks: every flag is validated before any work (argparse types and check_args); a failure
@@ -177,6 +190,25 @@ def parse_args(argv=None):
     ap.add_argument(
         "--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)"
     )
+    ap.add_argument("--device", default="auto", help="model device; each trace is measured there as it is sampled "
+                    "(default: cuda if available)")
+    ap.add_argument("--dtype", default="auto", help="model dtype: float32, bfloat16, float16 (default: bfloat16 on "
+                    "CUDA and on CPUs with native bfloat16, else float32)")
+    ap.add_argument("--batch-size", type=positive_int, default=None,
+                    help="prompts per collection batch within a shard (default: the whole shard)")
+    ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
+                    help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
+                         "position) or none (the per-position measurements only: enough to re-aggregate and resume)")
+    ap.add_argument("--engine", choices=("local", "ray"), default="local",
+                    help="run the shards in this process, or on Ray actors (pip install 'otbound[ray]'); the report "
+                         "is identical either way (default: %(default)s)")
+    ap.add_argument("--address", default=None,
+                    help="Ray cluster address (e.g. 10.0.0.1:6379 or 'auto'); default: start a local Ray instance")
+    ap.add_argument("--workers", type=positive_int, default=None,
+                    help="Ray actors (default: one per GPU of the cluster, else one per CPU)")
+    ap.add_argument(
+        "--prompts-per-shard", type=positive_int, default=8, help="prompts per shard of the real-model report"
+    )
     return check_args(ap, ap.parse_args(argv))
 
 
@@ -193,11 +225,18 @@ def _run(args) -> Path:
     out = Path(args.out)
     for stale in ("report.md", "report.json"):  # the report is written last: none until this run's is complete
         (out / stale).unlink(missing_ok=True)
+    try:
+        engine = make_executor(args.engine, address=args.address,
+                               **({"num_workers": args.workers} if args.engine == "ray" else {}))
+    except InvalidInputError as exc:
+        print(f"python -m otbound.compare: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     if args.synthetic:
         ks = args.num_drafts
         temps = args.temperature
         rows, skipped = synthetic_rows(
-            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples, args.seed
+            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples, args.seed,
+            engine=engine, out=out,
         )
         meta = {
             "mode": "synthetic",
@@ -224,6 +263,12 @@ def _run(args) -> Path:
             out=out,
             mc_samples=args.mc_samples,
             seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            store_logits=args.store_logits,
+            prompts_per_shard=args.prompts_per_shard,
+            engine=engine,
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {
@@ -233,16 +278,22 @@ def _run(args) -> Path:
             "new tokens": args.max_new_tokens,
             "seed": args.seed,
         }
+        paired = paired_section(rows, out)
     meta["settings"] = effective_settings(args)
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     figures = [token_figure([r for r in rows if r["acceptance"] is not None], out)]
     sections = []
+    if not args.synthetic:
+        meta["largest 95% half-width of a paired gap to α*"] = f"{paired[0]:.4f}"
+        figures.append(paired[1])
+        sections.append(paired[2])
     if args.block:
         from otbound.report import block_markdown, block_section
 
         block_rows, fig = block_section(
-            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.block_mc_samples
+            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.block_mc_samples,
+            engine=engine, out=out,
         )
         figures.append(plots.save(fig, out / "block_bounds")[0])
         rows += block_rows

@@ -234,7 +234,11 @@ def test_user_jsonl(tmp_path):
     f.write_text('{"prompt": "w1 w2"}\n\n{"prompt": "w3", "id": "x"}\n')
     ps = load_prompts(f)
     assert [(p.id, p.dataset, p.text) for p in ps] == [("mine/1", "mine", "w1 w2"), ("x", "mine", "w3")]
+    f.write_text('{"prompt": "pre-tokenised", "token_ids": [3, 0, 7]}\n')
+    assert load_prompts(f)[0].token_ids == (3, 0, 7)
     for bad, msg in [('{"text": "a"}', "non-empty string"), ("{oops", "not valid JSON"),
+                     ('{"prompt": "a", "token_ids": [1, -2]}', "token_ids"),
+                     ('{"prompt": "a", "token_ids": []}', "token_ids"),
                      ('{"prompt": "a", "id": 1}\n{"prompt": "b", "id": 1}', "duplicate")]:
         f.write_text(bad + "\n")
         with pytest.raises(InvalidInputError, match=msg):
@@ -526,3 +530,71 @@ def test_run_real_report_end_to_end_and_resume(pair, tmp_path):
     shutil.rmtree(tmp_path / "out" / "measure")  # recompute in this process, from the stored traces
     again = run_real_report(never, **kwargs)
     assert json.loads(json.dumps(again)) == json.loads(json.dumps(rows))
+
+
+def test_streaming_without_logits_keeps_what_the_report_needs(pair, tmp_path):
+    """--store-logits none: the measurements stored while collecting equal those of a float32 run
+    (same seed), the trace files hold only tokens, a rerun resumes without models, and a new
+    configuration on logit-less traces is refused."""
+    prompts_file = tmp_path / "mine.jsonl"
+    prompts_file.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ["def f(", "hello", "x = 1"]))
+    kwargs = dict(datasets=[prompts_file], num_prompts=3, max_new_tokens=4, temperatures=(0.8,), num_drafts=(2, 3),
+                  progress=False, verifiers=["rrs", "kseq", "rrs_wor", "greedy"], mc_samples=8)
+    full = run_real_report(pair, out=tmp_path / "f32", **kwargs)
+    lean = run_real_report(pair, out=tmp_path / "none", store_logits="none", **kwargs)
+    assert json.loads(json.dumps(lean)) == json.loads(json.dumps(full))
+    files = sorted((tmp_path / "none" / "traces").rglob("*.safetensors"))
+    assert len(files) == 3
+    for f in files:
+        (record,) = load_traces(f)
+        assert record.target_logits is None and record.positions == 4
+    per_pos = {d: sum(f.stat().st_size for f in (tmp_path / d / "traces").rglob("*.safetensors")) / 12
+               for d in ("f32", "none")}
+    assert per_pos["f32"] > 2 * V * 4 > per_pos["none"]
+
+    def never():
+        raise AssertionError("resume must not load models")
+
+    again = run_real_report(never, out=tmp_path / "none", store_logits="none", **kwargs)
+    assert json.loads(json.dumps(again)) == json.loads(json.dumps(full))
+    with pytest.raises(InvalidInputError, match="without logits"):
+        run_real_report(never, out=tmp_path / "none", store_logits="none", **dict(kwargs, num_drafts=(4,)))
+    with pytest.raises(InvalidInputError, match="on_trace"):
+        collect_traces(pair, toy_prompts(1), tmp_path / "x", logits_dtype="none", progress=False)
+
+
+def test_paired_differences_are_means_of_per_position_differences(pair, tmp_path):
+    """Paired gaps and verifier differences: the mean of a_t − b_t with the cluster-robust interval
+    of those differences; aggregate's gap agrees; the report section and figure are written."""
+    from otbound.report import paired_differences
+    from otbound.report import paired_section as _paired_section
+
+    rng = np.random.default_rng(7)
+    results = []
+    for i in range(4):
+        p, q = random_laws(rng, 5, 11)
+        r = measure_laws(p, q, (2, 3), verifiers=["rrs", "kseq", "nss", "rrs_wor"], seed=i)
+        r.update(prompt_id=f"p{i}", dataset="toy", temperature=1.0, positions=5)
+        results.append(r)
+    pairs = paired_differences(results)
+    clusters = np.repeat(np.arange(4), 5)
+    by = {(r["a"], r["b"], r["num_drafts"]): r for r in pairs}
+    rrs = np.concatenate([r["verifiers"]["rrs"][2]["acceptance"] for r in results])
+    kseq = np.concatenate([r["verifiers"]["kseq"][2]["acceptance"] for r in results])
+    opt = np.concatenate([r["optimal"]["with_replacement"][2] for r in results])
+    gap = by[("rrs", "α*(wr)", 2)]
+    assert gap["kind"] == "gap" and gap["difference"] == pytest.approx((rrs - opt).mean(), abs=1e-15)
+    assert gap["difference_ci"] == pytest.approx(cluster_mean_ci(rrs - opt, clusters)[1], abs=1e-15)
+    assert gap["difference"] <= 1e-12  # a lossless verifier never beats its bound
+    diff = by[("kseq", "rrs", 2)]
+    assert diff["kind"] == "verifiers" and diff["difference"] == pytest.approx((kseq - rrs).mean(), abs=1e-15)
+    assert {r["kind"] for r in pairs} == {"gap", "laws", "verifiers"}
+    rows = aggregate(results)
+    agg = next(r for r in rows if r["verifier"] == "rrs" and r["num_drafts"] == 2)
+    assert agg["gap"] == pytest.approx(gap["difference"]) and agg["gap_ci"] == pytest.approx(gap["difference_ci"])
+    # pairing removes the spread of α* across positions: far tighter than the separate intervals
+    assert gap["difference_ci"] < agg["acceptance_ci"]
+    (tmp_path / "paired.json").write_text(json.dumps(pairs))
+    half, fig, text = _paired_section(rows, tmp_path)
+    assert half == max(r["difference_ci"] for r in pairs if r["kind"] == "gap")
+    assert fig.exists() and "gap to α*: rrs − α*(wr)" in text and "kseq − rrs" in text

@@ -17,7 +17,18 @@ Q = np.array([0.4, 0.3, 0.2, 0.1])
 
 
 def test_registry():
-    assert set(VERIFIERS) == {"nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is", "khisti_lp", "ot"}
+    assert set(VERIFIERS) == {
+        "nss",
+        "rrs",
+        "rrs_wor",
+        "kseq",
+        "spechub",
+        "greedy",
+        "khisti_is",
+        "khisti_lp",
+        "ot",
+        "ot_fast",
+    }
     assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
     laws = {k: v.sampling for k, v in VERIFIERS.items()}

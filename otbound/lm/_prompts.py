@@ -94,7 +94,8 @@ def _dataset_file(name: str) -> Path:
 
 def load_prompts(source, num_prompts: int | None = None) -> list[Prompt]:
     """Prompts of a shipped dataset (``"humaneval"``, ``"mtbench"``) or a user JSONL file path
-    (``{"prompt": ...}`` per line, optional ``id``); the first ``num_prompts`` if given."""
+    (``{"prompt": ...}`` per line, optional ``id`` and ``token_ids``: the prompt already tokenised,
+    e.g. for a pair without a tokenizer); the first ``num_prompts`` if given."""
     if isinstance(source, str) and source in _SOURCES:
         path, dataset = _dataset_file(source), source
     else:
@@ -119,7 +120,11 @@ def load_prompts(source, num_prompts: int | None = None) -> list[Prompt]:
             if pid in seen:
                 raise InvalidInputError(f"{path}:{lineno}: duplicate prompt id {pid!r}")
             seen.add(pid)
-            prompts.append(Prompt(pid, dataset, row["prompt"]))
+            ids = row.get("token_ids")
+            valid = isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)
+            if ids is not None and not valid:
+                raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of integers >= 0')
+            prompts.append(Prompt(pid, dataset, row["prompt"], None if ids is None else tuple(ids)))
             if num_prompts is not None and len(prompts) >= num_prompts:
                 break
     if not prompts:

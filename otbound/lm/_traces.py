@@ -30,6 +30,9 @@ inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet
 general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
+``logits_dtype="none"`` (streaming, ``on_trace``) stores the tokens and metadata only; the
+per-position measurements made while collecting (:func:`otbound.lm.run_real_report`) are then all
+that is kept of the laws.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import numpy as np
 
 from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, safe_name, temperature_dir
-from otbound._validation import InvalidInputError, check_positive_int
+from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import _store
 from otbound.lm._decode import sample_continuations, stop_token_ids, teacher_forced_logits
 from otbound.lm._prompts import encode_prompt
@@ -89,21 +92,11 @@ class TraceRecord(LogitLaws):
 
     @property
     def positions(self) -> int:
-        return int(self.target_logits.shape[0])
+        return int(self.tokens.size - self.prompt_length)
 
     @property
     def continuation(self) -> np.ndarray:
         return self.tokens[self.prompt_length:]
-
-
-def _check_temperatures(temperatures) -> list[float]:
-    ts = [float(t) for t in np.atleast_1d(temperatures)]
-    bad = [t for t in ts if not (np.isfinite(t) and t > 0)]
-    if bad or not ts:
-        raise InvalidInputError(
-            f"temperatures must be finite and > 0 (greedy is not a law), got {np.atleast_1d(temperatures).tolist()}"
-        )
-    return ts
 
 
 def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
@@ -119,7 +112,7 @@ def trace_path(out, prompt, temperature) -> Path:
 
 def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: int = 64,
                    batch_size: int | None = None, seed: int = 0, logits_dtype: str = "float32",
-                   progress: bool = True) -> list[Path]:
+                   progress: bool = True, on_trace=None) -> list[Path]:
     """Collect (or resume) the traces of ``prompts`` for each temperature into folder ``out``.
 
     ``pair``: a :class:`ModelPair` (or a callable returning one, called only if some trace is
@@ -129,12 +122,19 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     whenever the pair is loaded (some trace missing). ``batch_size``: prompts per batch (default
     8 on CPU, 32 on CUDA). Returns the paths of all requested traces, in (temperature, prompt)
     order.
+
+    Streaming: ``on_trace(record)`` is called with each new :class:`TraceRecord` before its file is
+    written, its logits still torch tensors on the model's device (e.g. to measure them there, as
+    :func:`otbound.lm.run_real_report` does); ``logits_dtype="none"`` then stores only the tokens
+    and metadata (the file still marks the prompt done, so a rerun resumes after it).
     """
     import torch
 
-    temps = _check_temperatures(temperatures)
-    if logits_dtype not in _store.STORE_DTYPES:
-        raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES}, got {logits_dtype!r}")
+    temps = check_temperatures(temperatures)
+    if logits_dtype not in _store.STORE_DTYPES + ("none",):
+        raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES + ('none',)}, got {logits_dtype!r}")
+    if logits_dtype == "none" and on_trace is None:
+        raise InvalidInputError("logits_dtype='none' keeps no laws: pass on_trace to measure them while collecting")
     max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens")
     ids = [p.id for p in prompts]
     if len(set((p.dataset, p.id) for p in prompts)) != len(prompts):
@@ -179,11 +179,15 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
                 meta = dict(config, format=TRACE_FORMAT, prompt_id=prompt.id, dataset=prompt.dataset,
                             temperature=temp, prompt_length=len(enc), batch_seed=batch_seed,
                             stopped=bool(cont and cont[-1] in stops))
-                _store.write_atomic(path, {
-                    "tokens": np.asarray(enc + cont, dtype=np.int32),
-                    "target_logits": _store.to_store(lt, logits_dtype),
-                    "draft_logits": _store.to_store(ld, logits_dtype),
-                }, meta)
+                tokens = np.asarray(enc + cont, dtype=np.int32)
+                if on_trace is not None:
+                    on_trace(TraceRecord(prompt.id, prompt.dataset, temp, tokens.astype(np.int64), len(enc), lt, ld,
+                                         meta, path))
+                tensors = {"tokens": tokens}
+                if logits_dtype != "none":
+                    tensors.update(target_logits=_store.to_store(lt, logits_dtype),
+                                   draft_logits=_store.to_store(ld, logits_dtype))
+                _store.write_atomic(path, tensors, meta)
                 n_pos += len(cont)
             bar.update(len(missing.intersection(path for _, path in chunk)))
             bar.set_postfix(pos_per_s=f"{n_pos / (time.perf_counter() - t0):.1f}")
@@ -244,7 +248,7 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
             continue
         yield TraceRecord(meta["prompt_id"], meta["dataset"], float(meta["temperature"]),
                           tensors["tokens"].astype(np.int64), int(meta["prompt_length"]),
-                          tensors["target_logits"], tensors["draft_logits"], meta, file)
+                          tensors.get("target_logits"), tensors.get("draft_logits"), meta, file)
 
 
 def _files(path, fmt: str):

@@ -4,11 +4,21 @@ sections, tables and plots.
 Measurements
     :func:`measure_laws`, :func:`measure_trace`, :func:`aggregate`, :func:`cluster_mean_ci` — α* per
     draft law and K, each verifier's acceptance (exact or Monte Carlo), mean ± 95% CI per
-    (dataset, T, K); :func:`run_real_report` does it all for a language-model pair, resumably.
+    (dataset, T, K), on the batched engine (:mod:`otbound.report._engine`: one ratio sort per row for
+    every law, K and closed-form verifier, torch on CPU or CUDA); :func:`run_real_report` does it all
+    for a language-model pair, resumably, measuring each trace as it is sampled.
+Paired statistics
+    :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure`,
+    :func:`max_gap_half_width` — each verifier's gap to α* and the difference between verifiers on
+    the same positions, cluster-robust over prompts.
 Synthetic section
     :func:`synthetic_pair`, :func:`synthetic_rows`, :func:`token_figure`.
 Block section
     :func:`block_section`, :func:`block_markdown`.
+Sharded runs
+    :func:`run_shards`, :class:`Shard`, :func:`make_executor` (``"local"``: this process,
+    ``"ray"``: :class:`RayExecutor`), :func:`read_checkpoints` — every report section as
+    checkpointed shards with a result independent of where they ran (:mod:`otbound.report._distributed`).
 Tables and plots
     :mod:`otbound.report.tables` (markdown tables, ``report.md``/``report.json``) and
     :mod:`otbound.report.plots` (figure style, PNG output).
@@ -16,11 +26,22 @@ Tables and plots
 
 from otbound.report import plots, tables
 from otbound.report._block import block_markdown, block_section
+from otbound.report._distributed import (
+    LocalExecutor,
+    RayExecutor,
+    Shard,
+    make_executor,
+    read_checkpoints,
+    run_shards,
+)
 from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
+from otbound.report._paired import max_gap_half_width, paired_differences, paired_figure, paired_section, paired_tables
 from otbound.report._real import run_real_report
 from otbound.report._synthetic import SYNTHETIC_FAMILIES, synthetic_pair, synthetic_rows, token_figure
 
 __all__ = [
-    "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "measure_laws",
-    "measure_trace", "plots", "run_real_report", "synthetic_pair", "synthetic_rows", "tables", "token_figure",
+    "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",
+    "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "max_gap_half_width",
+    "measure_laws", "measure_trace", "paired_differences", "paired_figure", "paired_section", "paired_tables",
+    "plots", "run_real_report", "synthetic_pair", "synthetic_rows", "tables", "token_figure",
 ]

@@ -13,12 +13,12 @@ accepted draft tokens; block efficiency is ``E[τ] + 1``.
 from __future__ import annotations
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from otbound.block.bounds import KINDS, block_bound
 from otbound.block.models import dirichlet_model, mixture_model, sample_blocks
 from otbound.block.verifiers import BLOCK_VERIFIERS
 from otbound.report import plots
+from otbound.report._distributed import Shard, make_executor, run_shards
 
 _STYLE = {"per_level": ("k", ":"), "joint": ("k", "--"), "causal": ("k", "-")}
 
@@ -35,53 +35,63 @@ def block_section(
     max_exact_tuples: int = 5000,
     mc_samples: int = 20_000,
     progress: bool = True,
+    engine="local",
+    address=None,
+    out=None,
 ):
     """Rows ``{kind: "bound"|"verifier", name, num_drafts, block_len, expected_accepted, method,
-    stderr}`` and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``)."""
+    stderr}`` and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``). One
+    shard per (L, K) cell (:func:`block_cell`), run by ``engine`` and checkpointed under
+    ``<out>/shards`` when ``out`` is given (see :mod:`otbound.report._distributed`)."""
+    names = list(BLOCK_VERIFIERS) if verifiers is None else list(verifiers)
+    common = dict(vocab_size=int(vocab_size), seed=int(seed), concentration=concentration, draft_weight=draft_weight,
+                  verifiers=names, max_exact_tuples=max_exact_tuples, mc_samples=mc_samples)
+    shards = [Shard(f"block-L{length}-K{k}", block_cell, dict(common, block_len=int(length), num_drafts=int(k)))
+              for length in block_lens for k in num_drafts_list]
+    cells = run_shards(shards, out, make_executor(engine, address=address), progress=progress, desc="block section",
+                       unit="cells")
+    rows = [r for c in cells for r in c]
+    return rows, _figure(rows, block_lens, names, vocab_size)
+
+
+def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_weight, verifiers, max_exact_tuples,
+               mc_samples) -> list[dict]:
+    """Rows of one (L, K) cell: the three bounds and every verifier's ``E[τ]`` on the pair fixed by
+    ``seed``; Monte Carlo draft tuples from ``default_rng([seed, L, K])``."""
+    length, k = block_len, num_drafts
     target = dirichlet_model(vocab_size, concentration=concentration, seed=seed, name="target")
     draft = mixture_model(
         target, dirichlet_model(vocab_size, concentration=concentration, seed=seed + 1), draft_weight, name="draft"
     )
-    names = list(BLOCK_VERIFIERS) if verifiers is None else list(verifiers)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, length, k])
     rows = []
-    grid = [(length, k) for length in block_lens for k in num_drafts_list]
-    for length, k in tqdm(grid, desc="block section", disable=not progress):
-        common = {"num_drafts": int(k), "block_len": int(length)}
-        for kind in KINDS:
-            value = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind).value
+    common = {"num_drafts": int(k), "block_len": int(length)}
+    for kind in KINDS:
+        value = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind).value
+        rows.append(
+            {"kind": "bound", "name": kind, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0}
+        )
+    exact = (vocab_size**length) ** k <= max_exact_tuples
+    drafts = None if exact else sample_blocks(draft, mc_samples * k, length, rng).reshape(mc_samples, k, length)
+    for name in verifiers:
+        ver = BLOCK_VERIFIERS[name]
+        if exact:
+            value = ver.expected_accepted(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length)
+            rows.append({"kind": "verifier", "name": name, **common, "expected_accepted": value, "method": "exact",
+                         "stderr": 0.0})
+        else:
+            tau = ver.conditional_accepted(target, draft, drafts)
             rows.append(
-                {"kind": "bound", "name": kind, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0}
+                {
+                    "kind": "verifier",
+                    "name": name,
+                    **common,
+                    "expected_accepted": float(tau.mean()),
+                    "method": "monte_carlo",
+                    "stderr": float(tau.std(ddof=1) / np.sqrt(tau.size)),
+                }
             )
-        exact = (vocab_size**length) ** k <= max_exact_tuples
-        drafts = None if exact else sample_blocks(draft, mc_samples * k, length, rng).reshape(mc_samples, k, length)
-        for name in names:
-            ver = BLOCK_VERIFIERS[name]
-            if exact:
-                value = ver.expected_accepted(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length)
-                rows.append(
-                    {
-                        "kind": "verifier",
-                        "name": name,
-                        **common,
-                        "expected_accepted": value,
-                        "method": "exact",
-                        "stderr": 0.0,
-                    }
-                )
-            else:
-                tau = ver.conditional_accepted(target, draft, drafts)
-                rows.append(
-                    {
-                        "kind": "verifier",
-                        "name": name,
-                        **common,
-                        "expected_accepted": float(tau.mean()),
-                        "method": "monte_carlo",
-                        "stderr": float(tau.std(ddof=1) / np.sqrt(tau.size)),
-                    }
-                )
-    return rows, _figure(rows, block_lens, names, vocab_size)
+    return rows
 
 
 def _figure(rows, block_lens, names, vocab_size):

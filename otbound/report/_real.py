@@ -2,53 +2,126 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
-from otbound._io import progress_bar, write_text_atomic
-from otbound._validation import SAMPLINGS
-from otbound.lm import collect_traces, load_pair, load_prompts, load_traces
-from otbound.report._measure import aggregate, measure_trace
+from otbound._io import write_text_atomic
+from otbound._validation import SAMPLINGS, check_positive_int, check_temperatures
+from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, trace_path
+from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
+from otbound.report._measure import _int_keys, aggregate, measure_trace
+from otbound.report._paired import paired_differences
 
 
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 3,
                     max_new_tokens: int = 32, temperatures=(0.7, 1.0), num_drafts=(2, 3, 4), out="report-real",
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
-                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None) -> list[dict]:
+                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float32",
+                    measure_batch_size: int | None = None, prompts_per_shard: int = 8, engine="local",
+                    address: str | None = None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
     ``<out>/measure``) and return the rows of :func:`otbound.report.aggregate` (also written to
-    ``<out>/rows.json``).
+    ``<out>/rows.json``; the paired differences of :func:`otbound.report.paired_differences` go to
+    ``<out>/paired.json``).
+
+    The work is split into shards, one per (dataset, temperature, chunk of ``prompts_per_shard``
+    prompts) (:func:`trace_shard`), each checkpointed with its per-position results in
+    ``<out>/shards`` and run by ``engine``: ``"local"`` (this process), ``"ray"`` (one
+    model-holding actor per GPU or CPU worker of the Ray cluster at ``address``, or of a local Ray
+    instance without one) or an executor of :mod:`otbound.report._distributed`. Each shard's seed derives
+    from ``seed`` and the shard alone, so the rows are identical whatever the engine, the number
+    of workers, or interruptions and reruns.
 
     ``pair``: a registered pair name, a ``(draft, target)`` pair of ids/paths, a loaded
     :class:`ModelPair` or a callable returning one; it is loaded only if some trace is missing, so
-    a rerun over finished traces needs no model. ``datasets``: shipped names or JSONL paths; the
+    a rerun over finished traces needs no model; with ``engine="ray"`` give a name, ids/paths or a
+    picklable callable, so that each actor loads its own copy. ``datasets``: shipped names or JSONL paths; the
     first ``num_prompts`` of each. ``mc_samples``: draft tuples per position for verifiers without
     an exact acceptance (their per-position noise averages out over the positions and is inside
     the CI).
     ``dtype``: model dtype; ``"auto"`` is bfloat16 on CUDA and on CPUs with native bfloat16, else
     float32 (see :func:`otbound.lm._models.resolve_dtype`). Each row records it as ``model_dtype``.
+
+    Streaming: each new trace is measured as soon as it is sampled, on the device its logits are on
+    (the batched engine, ``measure_batch_size`` positions per call), and its per-position results
+    are stored before the trace file; ``store_logits`` (``"float32"``, ``"float16"`` or ``"none"``)
+    is what the trace keeps besides the tokens. With ``"none"`` the stored measurements are all
+    there is: enough to re-aggregate and to resume, not to measure again with another
+    configuration. ``batch_size``: prompts per collection batch within a shard (default: the
+    whole shard, so that the samples do not depend on the device).
     """
     out = Path(out)
-    prompts = [p for ds in datasets for p in load_prompts(ds, num_prompts)]
-    if hasattr(pair, "target") or callable(pair):
-        loader = pair
-    else:
-        def loader():
-            return load_pair(pair, device=device, dtype=dtype, progress=progress)
-    paths = collect_traces(loader, prompts, out / "traces", temperatures=temperatures, max_new_tokens=max_new_tokens,
-                           batch_size=batch_size, seed=seed, progress=progress)
-    bar = progress_bar(len(paths), "measure", progress)
-    results = []
-    for path in paths:
-        (record,) = load_traces(path)
-        results.append(measure_trace(record, num_drafts, verifiers=verifiers, samplings=samplings,
-                                     mc_samples=mc_samples, seed=seed, cache_dir=out / "measure"))
-        bar.update(1)
-    bar.close()
+    name = pair_name(pair)
+    executor = make_executor(engine, address=address)
+    if not (hasattr(pair, "target") or callable(pair)):  # download/conversion bars only in this process
+        pair = functools.partial(load_pair, pair, device=device, dtype=dtype,
+                                 progress=progress and isinstance(executor, LocalExecutor))
+    prompts_per_shard = check_positive_int(prompts_per_shard, "prompts_per_shard")
+    measure = dict(num_drafts=[int(k) for k in num_drafts], verifiers=None if verifiers is None else list(verifiers),
+                   samplings=list(samplings), mc_samples=int(mc_samples), measure_batch_size=measure_batch_size,
+                   store_logits=store_logits)
+    shards = []
+    for ds in datasets:
+        prompts = load_prompts(ds, num_prompts)
+        for temp in check_temperatures(temperatures):
+            for start in range(0, len(prompts), prompts_per_shard):
+                chunk = prompts[start:start + prompts_per_shard]
+                cell = trace_path("", chunk[0], temp).parent  # <dataset>/T<T>
+                sid = f"real-{cell.parent.name}-{cell.name}-{start // prompts_per_shard}"
+                kwargs = dict(prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid,
+                              max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
+                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk)))
+    per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
+                           count=lambda res: sum(r["positions"] for r in res), unit="positions")
+    results = [_int_keys(r) for res in per_shard for r in res]
     rows = aggregate(results)
     write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
+    write_text_atomic(out / "paired.json", json.dumps(paired_differences(results), indent=1))
     if progress:
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
     return rows
+
+
+def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_tokens, batch_size, seed, num_drafts,
+                verifiers, samplings, mc_samples, measure_batch_size, store_logits) -> list[dict]:
+    """One shard of the real report: collect the traces of ``prompts`` at ``temperature`` (one
+    batch of ``batch_size`` prompts, default all of them, so the samples depend on the shard and
+    the seed only), each measured as it is sampled (:func:`measure_trace`, its seed per trace).
+
+    Traces land in ``<out>/traces`` and measurements are cached in ``<out>/measure`` on the node
+    that runs the shard. A shard's new traces are collected in a staging folder that is renamed
+    as a whole, so a worker killed mid-shard leaves either all of them or none: the retried
+    shard then draws the very same batch.
+    """
+    traces, staging_root = Path(out) / "traces", Path(out) / "traces-staging"
+    done = staging_root / "done" / shard_id
+    options = dict(verifiers=verifiers, samplings=samplings, mc_samples=mc_samples, seed=seed,
+                   cache_dir=Path(out) / "measure", batch_size=measure_batch_size)
+
+    def measure_now(record):
+        measure_trace(record, num_drafts, reuse=False, **options)
+
+    kwargs = dict(temperatures=[temperature], max_new_tokens=max_new_tokens, batch_size=batch_size or len(prompts),
+                  seed=seed, progress=False, logits_dtype=store_logits, on_trace=measure_now)
+    if not done.exists() and not any(trace_path(traces, p, temperature).exists() for p in prompts):
+        for stale in staging_root.glob(f"{shard_id}-*"):  # left by a killed attempt
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = staging_root / f"{shard_id}-{os.getpid()}"
+        collect_traces(load_pair, prompts, staging, **kwargs)
+        done.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, done)
+    if done.exists():  # move a complete shard's traces into place (again, if a move was interrupted)
+        for p in prompts:
+            src, dst = trace_path(done, p, temperature), trace_path(traces, p, temperature)
+            if src.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+        shutil.rmtree(done)
+    # all present now, or present from an earlier run with other chunks (then only the missing ones are collected)
+    paths = collect_traces(load_pair, prompts, traces, **kwargs)
+    return [measure_trace(next(load_traces(path)), num_drafts, **options) for path in paths]

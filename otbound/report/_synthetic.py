@@ -3,14 +3,14 @@ acceptance on them (theory.md §0-3), and the token-level figure."""
 
 from __future__ import annotations
 
-import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from otbound._validation import InvalidInputError
 from otbound.report import plots, tables
+from otbound.report._distributed import Shard, make_executor, run_shards
 from otbound.token.bounds import optimal_acceptance
 from otbound.token.logits import laws_from_logits
 
@@ -38,59 +38,68 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
     return laws_from_logits(lp - lp.max(), temperature), laws_from_logits(lq - lq.max(), temperature)
 
 
-def synthetic_rows(
-    families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed, max_plan_cells=100_000
-):
-    """Table rows on random laws; ``max_plan_cells`` caps the ``ot`` verifier's LP plan (|V|^(K+1)
-    entries) so the report stays fast: larger cells are reported as not run."""
+def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed,
+                   max_plan_cells=100_000, *, engine="local", address=None, out=None, progress=True):
+    """Table rows on random laws, one shard per (family, T) cell (:func:`synthetic_cell`, its seed
+    derived from ``seed`` and the cell), run by ``engine`` (see :func:`otbound.report.run_real_report`)
+    and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``."""
+    shards = [Shard(f"synthetic-{family}-T{float(t):g}", synthetic_cell, dict(
+        family=family, vocab_size=vocab_size, temperature=float(t), num_drafts_list=[int(k) for k in num_drafts_list],
+        instances=instances, mc_samples=mc_samples, seed=seed, max_plan_cells=max_plan_cells), size=instances)
+        for family in families for t in temperatures]
+    cells = run_shards(shards, out, make_executor(engine, address=address), progress=progress, desc="synthetic laws",
+                       unit="instances")
+    return [r for c in cells for r in c["rows"]], sorted({s for c in cells for s in c["skipped"]})
+
+
+def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed,
+                   max_plan_cells) -> dict:
+    """``{"rows", "skipped"}`` of one (family, T) cell; ``max_plan_cells`` caps the ``ot``
+    verifier's LP plan (|V|^(K+1) entries) so the report stays fast: larger cells are reported as
+    not run. Random numbers from ``default_rng([seed, crc32("family|T")])``."""
     from otbound.token.verifiers import VERIFIERS, OTVerifier
 
     verifiers = {**VERIFIERS, "ot": OTVerifier(max_plan_cells=max_plan_cells)}
-
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([int(seed), zlib.crc32(f"{family}|{float(temperature)!r}".encode())])
     rows, skipped = [], set()
-    jobs = [(f, t) for f in families for t in temperatures]
-    for family, temperature in tqdm(jobs, desc="synthetic laws", file=sys.stderr):
-        pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
-        for k in num_drafts_list:
-            per = {}
-            for p, q in pairs:
+    pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
+    for k in num_drafts_list:
+        per = {}
+        for p, q in pairs:
+            laws = ("with_replacement", "without_replacement", "greedy")
+            try:
+                bound = {law: optimal_acceptance(p, q, k, law) for law in laws}
+            except InvalidInputError as err:  # a law the bound refuses (denormals it cannot resolve)
+                skipped.add(f"an instance at K={k}, T={temperature}: {err}")
+                continue
+            for law, a in bound.items():
+                per.setdefault((law, "optimal", "exact"), []).append((a, a))
+            for name, ver in verifiers.items():
                 try:
-                    bound = {
-                        law: optimal_acceptance(p, q, k, law)
-                        for law in ("with_replacement", "without_replacement", "greedy")
-                    }
-                except InvalidInputError as err:  # a law the bound refuses (denormals it cannot resolve)
-                    skipped.add(f"an instance at K={k}, T={temperature}: {err}")
+                    acc, method = ver.acceptance_or_estimate(p, q, k, mc_samples, rng)
+                except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
+                    skipped.add(f"{name} at K={k}: {err}")
                     continue
-                for law, a in bound.items():
-                    per.setdefault((law, "optimal", "exact"), []).append((a, a))
-                for name, ver in verifiers.items():
-                    try:
-                        acc, method = ver.acceptance_or_estimate(p, q, k, mc_samples, rng)
-                    except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
-                        skipped.add(f"{name} at K={k}: {err}")
-                        continue
-                    per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
-            for (law, name, method), vals in per.items():
-                acc, ci = tables.mean_ci([a for a, _ in vals])
-                opt = float(np.mean([o for _, o in vals]))
-                rows.append(
-                    dict(
-                        dataset=f"{family} (V={vocab_size})",
-                        temperature=temperature,
-                        num_drafts=k,
-                        sampling=law,
-                        verifier=name,
-                        acceptance=acc,
-                        acceptance_ci=ci,
-                        optimal=opt,
-                        efficiency=acc / opt if opt > 0 else float("nan"),
-                        positions=len(vals),
-                        method=method,
-                    )
+                per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
+        for (law, name, method), vals in per.items():
+            acc, ci = tables.mean_ci([a for a, _ in vals])
+            opt = float(np.mean([o for _, o in vals]))
+            rows.append(
+                dict(
+                    dataset=f"{family} (V={vocab_size})",
+                    temperature=temperature,
+                    num_drafts=k,
+                    sampling=law,
+                    verifier=name,
+                    acceptance=acc,
+                    acceptance_ci=ci,
+                    optimal=opt,
+                    efficiency=acc / opt if opt > 0 else float("nan"),
+                    positions=len(vals),
+                    method=method,
                 )
-    return rows, sorted(skipped)
+            )
+    return {"rows": rows, "skipped": sorted(skipped)}
 
 
 def token_figure(rows, out: Path) -> Path:

@@ -14,6 +14,7 @@ greedy     greedy              greedy-law optimal verifier (theory.md §3), α =
 khisti_is  with_replacement    IS draft selection + speculative sampling (2410.18234)
 khisti_lp  with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
 ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
+ot_fast    with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
 ========== =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft
@@ -37,6 +38,7 @@ from otbound.token.verifiers._importance import (
 )
 from otbound.token.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.token.verifiers._nss import NaiveVerifier
+from otbound.token.verifiers._optimal import OptimalCoupling, OptimalVerifier, optimal_coupling
 from otbound.token.verifiers._ot import OTVerifier
 from otbound.token.verifiers._rrs import RRSVerifier, RRSWithoutReplacementVerifier
 
@@ -52,6 +54,7 @@ VERIFIERS: dict[str, Verifier] = {
         ImportanceSamplingVerifier(),
         OptimalImportanceVerifier(),
         OTVerifier(),
+        OptimalVerifier(),
     )
 }
 
@@ -75,4 +78,7 @@ __all__ = [
     "OptimalImportanceVerifier",
     "optimal_selection",
     "OTVerifier",
+    "OptimalVerifier",
+    "OptimalCoupling",
+    "optimal_coupling",
 ]

@@ -1,0 +1,289 @@
+"""Sharded report runs: the work split into shards, run by an executor, checkpointed per shard.
+
+A report (real-model, synthetic or block) is a list of :class:`Shard` objects — for the
+real-model report one per (pair, dataset, prompt chunk, temperature), for the synthetic and block
+sections one per cell — each a pure function of its arguments: its random seed is derived from the
+run's seed and the shard's own coordinates, never from the worker or the order in which shards run.
+:func:`run_shards` runs the shards that have no checkpoint yet on an executor and writes each
+result, as it arrives, to ``<out>/shards/<shard id>.json`` (atomically: written to a temporary
+name and moved into place). It then reads every shard's checkpoint back in the shards' own order,
+so a merged report is the same whether the shards ran in this process (:class:`LocalExecutor`, the
+default), on a Ray cluster (:class:`RayExecutor`), partly in an earlier, interrupted run, or twice
+(a retried shard overwrites its checkpoint with the same content; the merge reads each id once).
+
+A checkpoint is reused only if its fingerprint (the shard's function and arguments) matches, so
+a rerun with other settings in the same folder recomputes instead of mixing runs.
+
+Executors
+    :class:`LocalExecutor` runs the shards one after the other in this process.
+    :class:`RayExecutor` runs them on one model-holding Ray actor per GPU (``num_gpus=1``) or, on a
+    cluster without GPUs, per worker CPU (``num_cpus=1``): each actor loads a model pair the first
+    time one of its shards needs it and keeps it for its later shards. An actor killed mid-shard is
+    restarted by Ray and the shard is retried (``max_restarts`` / ``max_task_retries``); if
+    an actor is lost for good its shards go to the others. ``address=None`` starts a local Ray
+    instance (``ray.init(num_cpus=...)``), else connects to the cluster at ``address``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from otbound._io import progress_bar, write_text_atomic
+from otbound._validation import InvalidInputError, check_positive_int
+
+CHECKPOINT_VERSION = 1
+ENGINES = ("local", "ray")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One unit of work: ``fn(**kwargs)``, or ``fn(load_pair, **kwargs)`` when the shard uses a model
+    pair: ``pair`` is its stable name (:func:`pair_name`), ``loader`` the pair itself or what loads
+    it (a zero-argument callable, a registered name or ``(draft, target)``); ``load_pair()`` returns
+    it, loaded once per worker. ``id``: a stable, file-name-safe name, unique within a run.
+    ``size``: work units it holds (prompts, instances), counted by the progress bar."""
+
+    id: str
+    fn: Callable
+    kwargs: dict
+    pair: str | None = None
+    loader: object = dataclasses.field(default=None, repr=False, compare=False)
+    size: int = 1
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the function, the pair's name and the arguments: what the result depends on."""
+        text = json.dumps([CHECKPOINT_VERSION, f"{self.fn.__module__}.{self.fn.__qualname__}", self.pair, self.kwargs],
+                          sort_keys=True, default=_plain)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(obj):
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return repr(obj)
+
+
+class ShardWorker:
+    """Runs shards in one process and keeps the model pairs they load, by name, for later shards."""
+
+    def __init__(self):
+        self._pairs = {}
+
+    def _load(self, name, spec):
+        if name not in self._pairs:
+            if hasattr(spec, "target"):
+                self._pairs[name] = spec
+            elif callable(spec):
+                self._pairs[name] = spec()
+            else:
+                from otbound.lm import load_pair
+
+                self._pairs[name] = load_pair(spec, progress=False)
+        return self._pairs[name]
+
+    def run(self, shard: Shard) -> dict:
+        """``{"result", "worker": "host:pid", "seconds"}`` of one shard."""
+        t0 = time.perf_counter()
+        if shard.pair is None:
+            result = shard.fn(**shard.kwargs)
+        else:
+            result = shard.fn(lambda: self._load(shard.pair, shard.loader), **shard.kwargs)
+        return {"result": result, "worker": f"{socket.gethostname()}:{os.getpid()}",
+                "seconds": time.perf_counter() - t0}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class LocalExecutor:
+    """Runs shards in this process, one after the other (the default engine)."""
+
+    def __init__(self):
+        self.worker = ShardWorker()
+
+    def map(self, shards, on_done) -> None:
+        for shard in shards:
+            on_done(shard, self.worker.run(shard))
+
+
+class RayExecutor:
+    """Runs shards on Ray actors (see the module doc). ``num_workers``: actors (default: one per GPU
+    of the cluster, else one per CPU); ``num_cpus``: CPUs of the local Ray instance started when
+    ``address`` is None (default: all). ``max_restarts`` / ``max_task_retries``: Ray's restart and
+    retry limits for a killed actor. The actors are named (``otbound-worker-<i>``), so every
+    executor of one driver process shares them and the models they have loaded."""
+
+    def __init__(self, *, address: str | None = None, num_workers: int | None = None, num_cpus: int | None = None,
+                 max_restarts: int = 3, max_task_retries: int = 3):
+        ray = require_ray()
+        self.ray = ray
+        if num_workers is not None:
+            num_workers = check_positive_int(num_workers, "num_workers")
+        if not ray.is_initialized():  # (a Ray session this process already started is used as it is)
+            kwargs = dict(include_dashboard=False, log_to_driver=False)
+            if address is None:
+                kwargs.update(num_cpus=num_cpus or max(os.cpu_count() or 1, num_workers or 1),
+                              runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath()}})
+            else:
+                kwargs.update(address=address)
+            ray.init(**kwargs)
+        self.gpus = int(ray.cluster_resources().get("GPU", 0))
+        slots = self.gpus or int(ray.cluster_resources().get("CPU", 1))
+        self.num_workers = num_workers or slots
+        if self.num_workers > slots:
+            kind = "GPUs" if self.gpus else "CPUs"
+            raise InvalidInputError(f"{self.num_workers} workers need {self.num_workers} {kind}; "
+                                    f"the Ray cluster has {slots}")
+        resources = {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
+        cls = ray.remote(ShardWorker)
+        self.actors = [cls.options(name=f"otbound-worker-{i}", get_if_exists=True, max_restarts=max_restarts,
+                                   max_task_retries=max_task_retries, **resources).remote()
+                       for i in range(self.num_workers)]
+
+    def map(self, shards, on_done) -> None:
+        from ray.exceptions import RayActorError
+
+        queue = list(reversed(list(shards)))
+        if any(hasattr(s.loader, "target") for s in queue):
+            raise InvalidInputError("Ray workers load their own copy of a model pair: give a registered name, "
+                                    "(draft, target) ids/paths or a picklable loader, not a loaded pair")
+        running = {}  # object ref -> (shard, actor)
+        idle = list(self.actors)
+        while queue or running:
+            while queue and idle:
+                actor, shard = idle.pop(), queue.pop()
+                running[actor.run.remote(shard)] = (shard, actor)
+            (ref,), _ = self.ray.wait(list(running), num_returns=1)
+            shard, actor = running.pop(ref)
+            try:
+                done = self.ray.get(ref)
+            except RayActorError:  # the actor is gone for good (restarts used up): the shard goes elsewhere
+                self.actors.remove(actor)
+                if not self.actors:
+                    raise
+                queue.append(shard)
+                continue
+            idle.append(actor)
+            on_done(shard, done)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current actors (for monitoring and fault tests)."""
+        return self.ray.get([a.pid.remote() for a in self.actors])
+
+
+def worker_pythonpath() -> str:
+    """``PYTHONPATH`` of local Ray workers: the folder holding the ``otbound`` package this process
+    imported (e.g. a source checkout), then this process's ``PYTHONPATH``."""
+    import otbound
+
+    root = str(Path(otbound.__file__).resolve().parent.parent)
+    return os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise InvalidInputError(
+            "engine 'ray' needs Ray: install the extra with  pip install 'otbound[ray]'  (or pip install 'ray>=2.9')"
+        ) from exc
+    return ray
+
+
+def make_executor(engine="local", *, address: str | None = None, **kwargs):
+    """An executor from an engine name (``"local"`` or ``"ray"``, ``kwargs`` passed to
+    :class:`RayExecutor`) or an executor object (returned as is)."""
+    if not isinstance(engine, str):
+        return engine
+    if engine == "local":
+        if address is not None:
+            raise InvalidInputError("an address is only meaningful with engine='ray'")
+        return LocalExecutor()
+    if engine == "ray":
+        return RayExecutor(address=address, **kwargs)
+    raise InvalidInputError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+
+
+def pair_name(pair) -> str:
+    """A stable name of a model-pair spec (the same in every process): a loaded pair's ``name``,
+    a registered name, ``"draft,target"``, or a callable's qualified name and arguments."""
+    if hasattr(pair, "target"):
+        return str(pair.name)
+    if isinstance(pair, str):
+        return pair
+    if isinstance(pair, (tuple, list)):
+        return ",".join(map(str, pair))
+    if isinstance(pair, functools.partial):
+        return json.dumps([pair_name(pair.func), pair.args, pair.keywords], sort_keys=True, default=_plain)
+    if callable(pair):
+        return f"{getattr(pair, '__module__', '')}.{getattr(pair, '__qualname__', type(pair).__qualname__)}"
+    raise InvalidInputError(f"a model pair must be a loaded pair, a name, (draft, target) or a callable, got {pair!r}")
+
+
+def checkpoint_path(out, shard: Shard) -> Path:
+    return Path(out) / "shards" / f"{shard.id}.json"
+
+
+def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str = "shards",
+               count=None, unit: str = "units") -> list:
+    """Results of ``shards`` in their order: from ``<out>/shards/<id>.json`` where a matching
+    checkpoint exists, else computed by ``executor`` (default :class:`LocalExecutor`) and
+    checkpointed as they arrive (``out=None``: no checkpoints). Every result is read back from its
+    checkpoint (a JSON round trip), so fresh, resumed and distributed runs merge the same values.
+    The progress bar counts shards' sizes and shows ``count(result)`` ``unit`` per second (default:
+    the shards' sizes) and the shards done per worker."""
+    shards = list(shards)
+    ids = [s.id for s in shards]
+    if len(set(ids)) != len(ids):
+        twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+        raise InvalidInputError(f"shard ids must be unique, got duplicates {twice}")
+    executor = executor or LocalExecutor()
+    results = {s.id: None if out is None else _read_checkpoint(out, s) for s in shards}
+    todo = [s for s in shards if results[s.id] is None]
+    bar = progress_bar(sum(s.size for s in shards), desc, progress and bool(todo), unit="")
+    bar.update(sum(s.size for s in shards if results[s.id] is not None))
+    per_worker, t0, units = Counter(), time.perf_counter(), 0
+
+    def on_done(shard, done):
+        nonlocal units
+        text = json.dumps({"id": shard.id, "fingerprint": shard.fingerprint(), **done})
+        if out is not None:
+            write_text_atomic(checkpoint_path(out, shard), text)
+        results[shard.id] = json.loads(text)["result"]
+        per_worker[done["worker"]] += 1
+        units += shard.size if count is None else count(results[shard.id])
+        bar.update(shard.size)
+        bar.set_postfix_str(f"{units / (time.perf_counter() - t0):.1f} {unit}/s; shards per worker "
+                            + ", ".join(f"{w}: {n}" for w, n in sorted(per_worker.items())))
+
+    try:
+        executor.map(todo, on_done)
+    finally:
+        bar.close()
+    return [results[i] for i in ids]
+
+
+def _read_checkpoint(out, shard: Shard):
+    path = checkpoint_path(out, shard)
+    if not path.exists():
+        return None
+    stored = json.loads(path.read_text())
+    return stored["result"] if stored.get("fingerprint") == shard.fingerprint() else None
+
+
+def read_checkpoints(out) -> dict:
+    """``{shard id: stored checkpoint}`` of every checkpoint under ``<out>/shards`` (worker,
+    seconds and result of each), e.g. to see where each shard ran."""
+    folder = Path(out) / "shards"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}

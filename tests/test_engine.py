@@ -1,0 +1,301 @@
+"""The batched measurement engine against the per-row implementations (exact to 1e-9) and, for
+its Monte Carlo part, against exact enumeration at a fixed seed."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import otbound as ob  # noqa: E402
+from otbound import InvalidInputError  # noqa: E402
+from otbound.report import measure_laws  # noqa: E402
+from otbound.report._engine import ENGINE_VERIFIERS, _draw_rejected, _Sorted, measure_batch, measure_rows  # noqa: E402
+from otbound.token.verifiers import VERIFIERS  # noqa: E402
+
+TOL = 1e-9  # the engine's contract against the per-row code (measured: ≤ 1e-14)
+LM_VOCAB = 151_936
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def lm_rows(rng, n, v, scale=2.5, noise=1.0):
+    """Rows shaped like a real draft/target pair: q = softmax(z), p = softmax(z + noise)."""
+    z = rng.normal(size=(n, v)) * scale
+    return _softmax(z + noise * rng.normal(size=z.shape)), _softmax(z)
+
+
+def adversarial_rows(v=6):
+    """Zeros, disjoint supports, identical laws, near-deterministic laws, ties, a mass-1e-30 tail."""
+    rows = []
+    u = np.full(v, 1.0 / v)
+    rows.append((u, u))  # identical, all tied
+    a = np.zeros(v); a[: v // 2] = 1.0  # noqa: E702
+    b = np.zeros(v); b[v // 2 :] = 1.0  # noqa: E702
+    rows.append((a / a.sum(), b / b.sum()))  # disjoint supports
+    rows.append((b / b.sum(), np.full(v, 1.0 / v)))  # p has zeros
+    d = np.full(v, 1e-9); d[0] = 1.0  # noqa: E702
+    rows.append((u, d / d.sum()))  # near-deterministic draft
+    rows.append((d / d.sum(), u))  # near-deterministic target
+    t = np.full(v, 1e-30); t[:3] = [0.5, 0.3, 0.2]  # noqa: E702
+    rows.append((u, t / t.sum()))  # tiny tail: the greedy law's last draft lives in it (K = 4)
+    g = np.array([0.3, 0.3, 0.1, 0.1, 0.1, 0.1][:v] + [0.0] * max(0, v - 6))
+    rows.append((np.roll(u, 1), g / g.sum()))  # ties at the edge of the greedy set
+    z = np.zeros(v); z[[0, 2, 4]] = [0.2, 0.5, 0.3]  # noqa: E702
+    rows.append((z, np.roll(z, 1) * 0.5 + 0.5 * u))  # q > 0 everywhere, p sparse
+    p, q = zip(*rows)
+    return np.array(p), np.array(q)
+
+
+def per_row(name, p, q, k):
+    return np.array([VERIFIERS[name].acceptance(a, b, k) for a, b in zip(p, q)], dtype=float)
+
+
+def check_against_per_row(p, q, ks, verifiers, enumerate_wor=True):
+    res = measure_batch(torch.from_numpy(p), torch.from_numpy(q), ks, verifiers=verifiers, mc_samples=8)
+    for s, by_k in res.optimal.items():
+        for k, vals in by_k.items():
+            ref = ob.optimal_acceptance(p, q, k, s)
+            np.testing.assert_allclose(vals.numpy(), ref, rtol=0, atol=TOL, err_msg=f"{s} K={k}")
+    for name, by_k in res.verifiers.items():
+        for k, vals in by_k.items():
+            if res.methods[name][k] != "exact":
+                continue
+            ref = per_row(name, p, q, k)
+            np.testing.assert_allclose(vals.numpy(), ref, rtol=0, atol=TOL, err_msg=f"{name} K={k}")
+    return res
+
+
+def test_random_rows_agree_with_per_row_code():
+    rng = np.random.default_rng(0)
+    for v in (2, 5, 9, 40):
+        p, q = lm_rows(rng, 5, v)
+        check_against_per_row(p, q, (1, 2), list(ENGINE_VERIFIERS))  # rrs_wor K <= 2 enumerated
+        if v >= 4:
+            check_against_per_row(p, q, (3, 4), [n for n in ENGINE_VERIFIERS if n != "rrs_wor"])
+
+
+def test_adversarial_rows_agree_with_per_row_code():
+    p, q = adversarial_rows()
+    check_against_per_row(p, q, (1, 2), list(ENGINE_VERIFIERS))
+    keep = (q > 0).sum(1) >= 4
+    check_against_per_row(p[keep], q[keep], (3, 4), [n for n in ENGINE_VERIFIERS if n != "rrs_wor"])
+
+
+def test_rrs_without_replacement_k2_is_exact_at_moderate_vocabulary():
+    """K = 2 by the sum over first drafts; enumeration (V² tuples) is the independent check."""
+    rng = np.random.default_rng(1)
+    p, q = lm_rows(rng, 3, 120, scale=1.5)
+    res = measure_batch(p, q, (2,), samplings=(), verifiers=["rrs_wor"])
+    assert res.methods["rrs_wor"][2] == "exact"
+    np.testing.assert_allclose(res.verifiers["rrs_wor"][2].numpy(), per_row("rrs_wor", p, q, 2), rtol=0, atol=TOL)
+
+
+def test_full_vocabulary_rows_agree_with_per_row_code():
+    rng = np.random.default_rng(2)
+    p, q = lm_rows(rng, 2, LM_VOCAB)
+    check_against_per_row(p, q, (2, 3, 4), [n for n in ENGINE_VERIFIERS if n != "rrs_wor"])
+
+
+def test_rejected_draft_law_is_drawn_exactly():
+    """The inverse-CDF draw of a rejected draft against its explicit law (q/S − p_i)_+ off R."""
+    rng = np.random.default_rng(3)
+    p, q = lm_rows(rng, 1, 7, scale=1.0)
+    srt = _Sorted(torch.from_numpy(p), torch.from_numpy(q))
+    ps, qs, r = srt.ps[0].numpy(), srt.qs[0].numpy(), srt.r[0].numpy()
+    # state after rejecting the token at sorted position 0: μ = 1, S = 1 − q_0, h = h(1)
+    mu, s = 1.0, 1.0 - qs[0]
+    h = np.maximum(ps - mu * qs, 0).sum()
+    w = np.maximum(qs / s - np.maximum(ps - mu * qs, 0) / h, 0)
+    w[0] = 0.0
+    n = 40_000
+    shape = (1, n)
+    u = torch.rand(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * w.sum()
+    pos = _draw_rejected(srt, torch.full(shape, mu, dtype=torch.float64), torch.full(shape, h, dtype=torch.float64),
+                         torch.full(shape, s, dtype=torch.float64), torch.full(shape, mu + h / s, dtype=torch.float64),
+                         torch.tensor([[[0]]]).expand(1, n, 1), torch.full((1, n, 1), qs[0], dtype=torch.float64), u)
+    freq = np.bincount(pos[0].numpy(), minlength=7) / n
+    assert freq[0] == 0 and np.all(freq[r >= mu + h / s] == 0)
+    np.testing.assert_allclose(freq, w / w.sum(), atol=0.01)  # 5 standard errors of 40k draws ≤ 0.0125
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_rrs_without_replacement_monte_carlo_matches_enumeration(k):
+    """200 independent copies × 200 paths of a row: the mean is within 5 standard errors of the
+    exact (enumerated) acceptance; a 1% distortion would be ≥ 10 standard errors away."""
+    rng = np.random.default_rng(4 + k)
+    p, q = lm_rows(rng, 3, 6, scale=1.0)
+    for a, b in zip(p, q):
+        exact = VERIFIERS["rrs_wor"].acceptance(a, b, k)
+        res = measure_batch(np.tile(a, (200, 1)), np.tile(b, (200, 1)), (k,), samplings=("without_replacement",),
+                            verifiers=["rrs_wor"], mc_samples=200, seed=k)
+        est = res.verifiers["rrs_wor"][k].numpy()
+        se = est.std(ddof=1) / np.sqrt(est.size)
+        assert res.methods["rrs_wor"][k] == "monte_carlo"
+        assert abs(est.mean() - exact) <= 5 * se + 1e-12, (est.mean(), exact, se)
+        assert se < 0.001  # Rao–Blackwellised: far below the 0.5/sqrt(40000) = 0.0025 of counting
+        assert np.all(est <= res.optimal["without_replacement"][k].numpy() + 5 * se * np.sqrt(200))
+
+
+def test_measure_laws_keeps_its_results():
+    """measure_laws on the engine: the same dict as the per-row code for every exact value."""
+    rng = np.random.default_rng(5)
+    p, q = lm_rows(rng, 4, 6, scale=1.0)
+    res = measure_laws(p, q, (1, 2, 3), mc_samples=16, seed=1)
+    for s, by_k in res["optimal"].items():
+        for k, vals in by_k.items():
+            np.testing.assert_allclose(vals, ob.optimal_acceptance(p, q, k, s), rtol=0, atol=TOL)
+    for name, by_k in res["verifiers"].items():
+        for k, entry in by_k.items():
+            assert entry["sampling"] == VERIFIERS[name].sampling
+            if entry["method"] == "exact":
+                np.testing.assert_allclose(entry["acceptance"], per_row(name, p, q, k), rtol=0, atol=TOL)
+    assert res["verifiers"]["rrs_wor"][3]["method"] == "exact"  # tiny V: enumerated as before
+    assert set(res["skipped"]["spechub"]) == {3}
+    assert set(res["verifiers"]) == set(VERIFIERS)
+
+
+def test_devices_and_inputs_give_the_same_values():
+    rng = np.random.default_rng(6)
+    p, q = lm_rows(rng, 5, 30)
+    a = measure_rows(p, q, (2, 4), batch_size=2, device="cpu")
+    b = measure_rows(torch.from_numpy(p), torch.from_numpy(q), (2, 4), batch_size=2)
+    for s in a.optimal:
+        for k in a.optimal[s]:
+            assert torch.equal(a.optimal[s][k], b.optimal[s][k])
+    for n in a.verifiers:
+        for k in a.verifiers[n]:
+            assert torch.equal(a.verifiers[n][k], b.verifiers[n][k])
+    if torch.cuda.is_available():  # the same code path on the GPU
+        c = measure_rows(p, q, (2, 4), batch_size=2, device="cuda")
+        for s in a.optimal:
+            for k in a.optimal[s]:
+                np.testing.assert_allclose(c.optimal[s][k].numpy(), a.optimal[s][k].numpy(), atol=TOL)
+
+
+def test_bad_input_is_refused():
+    p = np.full((2, 4), 0.25)
+    with pytest.raises(InvalidInputError, match="negative"):
+        measure_batch(p - np.eye(4)[:2] * 0.5, p)
+    with pytest.raises(InvalidInputError, match="NaN"):
+        measure_batch(np.where(np.eye(4)[:2] > 0, np.nan, p), p)
+    with pytest.raises(InvalidInputError, match="sum to 1"):
+        measure_batch(p * 2, p)
+    with pytest.raises(InvalidInputError, match="same shape"):
+        measure_batch(p, np.full((2, 5), 0.2))
+    with pytest.raises(InvalidInputError, match="support of q"):
+        measure_batch(p, np.array([[0.5, 0.5, 0, 0], [0.25] * 4]), (3,))
+    with pytest.raises(InvalidInputError, match="does not compute"):
+        measure_batch(p, p, verifiers=["ot"])
+    with pytest.raises(InvalidInputError, match="batch_size"):
+        measure_rows(p, p, batch_size=0)
+
+
+def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
+    """The prepared accelerator check (experiments/device_engine.py) and the CPU benchmark, tiny."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    try:
+        device = importlib.import_module("device_engine")
+        bench = importlib.import_module("bench_engine")
+    finally:
+        sys.path.pop(0)
+    res = device.main(["--quick", "--device", "cpu", "--out", str(tmp_path / "d.json")])
+    assert res["agreement"]["within_1e-9"]
+    assert res["engine"]["default_set_positions_per_s"] > 0
+    stored = res["collection"]["bytes_per_position"]
+    assert stored["float32"] > stored["float16"] > 0 and stored["none"] > 0
+    assert res["collection"]["stream_measure_positions"] == res["collection"]["collect_positions"]
+    out = bench.main(["--quick", "--repeats", "1"])
+    for fam in ("lm", "zipf"):
+        assert out["families"][fam]["wall"]["engine_ms"] > 0 and out["families"][fam]["cpu"]["legacy_over_engine"] > 0
+
+
+def test_first_draft_shortcut_equals_the_general_round():
+    """rrs_wor K = 2 at V = 151,936: the per-row shortcut for first drafts whose μ_3 crosses no ratio
+    against the general rejection round evaluated for every first draft."""
+    from otbound.report._engine import _reject, _reject_first_drafts
+
+    rng = np.random.default_rng(8)
+    p, q = lm_rows(rng, 2, LM_VOCAB)
+    srt = _Sorted(torch.from_numpy(p), torch.from_numpy(q))
+    mu1 = torch.zeros(2, 1, dtype=torch.float64)
+    mu2 = mu1 + srt.h(mu1)
+    h2 = srt.h(mu2)
+    n_mu2 = srt.count_below(mu2)
+    m = int(n_mu2.max())
+    qx = srt.qs[:, :m]
+    s2 = srt.qc[:, :m] + srt.qsuf_range(1, m + 1)
+    general = _reject(srt, mu2.expand(-1, m), h2.expand(-1, m), s2, qx)
+    for per_row in (True, False):  # the CPU's and the accelerator's way of treating the other drafts
+        fast = _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=per_row)
+        np.testing.assert_allclose(fast.numpy(), general.numpy(), rtol=0, atol=1e-12)
+
+
+WOR_TOL = 1e-12  # α* without replacement: the engine against optimal_acceptance (measured ≤ 1e-15)
+
+
+def wor_adversarial_rows(v=12):
+    """adversarial_rows plus rows aimed at the clock integral: p living in a mass-1e-30 tail of q,
+    near-deterministic q (1 − 1e-12), identical laws (every ratio tied), many tied ratios, disjoint
+    supports with K within q's support."""
+    p0, q0 = adversarial_rows(v)
+    rows = list(zip(p0, q0))
+    rng = np.random.default_rng(9)
+    u = np.full(v, 1.0 / v)
+    t = np.full(v, 1e-30); t[:5] = [0.4, 0.3, 0.15, 0.1, 0.05]  # noqa: E702
+    t /= t.sum()
+    rows.append((np.r_[np.zeros(5), np.full(v - 5, 1.0 / (v - 5))], t))  # p only in q's 1e-30 tail
+    rows.append((u, t))
+    d = np.full(v, 1e-13); d[0] = 1.0  # noqa: E702
+    d /= d.sum()
+    rows += [(u, d), (d, d), (np.roll(d, 1), d)]  # near-deterministic draft (and target)
+    x = rng.random(v); x /= x.sum()  # noqa: E702
+    rows.append((x, x))  # every ratio tied at 1
+    y = rng.integers(1, 4, v).astype(float); y /= y.sum()  # noqa: E702
+    rows.append((y, np.roll(y, 1)))  # many tied ratios
+    a = np.zeros(v); a[::2] = 1.0  # noqa: E702
+    rows.append((a / a.sum(), np.roll(a, 1) / a.sum()))  # disjoint supports, q on half the tokens
+    p, q = zip(*rows)
+    return np.array(p), np.array(q)
+
+
+def check_without_replacement(p, q, ks):
+    for k in ks:
+        keep = (q > 0).sum(1) >= k  # without replacement needs K tokens of positive draft mass
+        a, b = p[keep], q[keep]
+        assert a.shape[0] > 0
+        res = measure_batch(torch.from_numpy(a), torch.from_numpy(b), (k,), samplings=("without_replacement",),
+                            verifiers=())
+        ref = ob.optimal_acceptance(a, b, k, "without_replacement")
+        np.testing.assert_allclose(res.optimal["without_replacement"][k].numpy(), ref, rtol=0, atol=WOR_TOL,
+                                   err_msg=f"K={k}")
+
+
+def test_without_replacement_matches_optimal_acceptance_on_random_and_adversarial_rows():
+    rng = np.random.default_rng(10)
+    for v, scale in ((5, 1.0), (40, 2.5), (300, 2.5), (60, 6.0)):  # scale 6: peaked, near-deterministic q
+        check_without_replacement(*lm_rows(rng, 4, v, scale=scale), (2, 3, 4, 5))
+    check_without_replacement(*wor_adversarial_rows(), (2, 3, 4))
+
+
+def test_without_replacement_matches_optimal_acceptance_at_full_vocabulary():
+    rng = np.random.default_rng(11)
+    p, q = lm_rows(rng, 2, LM_VOCAB)
+    t = np.full(LM_VOCAB, 1e-30); t[:6] = [0.3, 0.25, 0.2, 0.15, 0.06, 0.04]  # noqa: E702
+    p = np.vstack([p, q[:1]])
+    q = np.vstack([q, t / t.sum()])  # a row with a 1e-30 tail holding most of p's mass
+    check_without_replacement(p, q, (2, 3, 4))

@@ -1,0 +1,182 @@
+"""The optimal verifier ``ot_fast`` (otbound/verifiers/_optimal.py): exact losslessness and α* against
+the LP at small V (random and adversarial instances, hypothesis), statistical losslessness at
+V = 1,500, the construction's invariants and exact acceptance at V = 151,936.
+
+Tolerances: conditional laws are exact to float64 rounding (checked to 1e-12); acceptance against
+the dual and the LP to 1e-9 (the LP's feasibility tolerance is 1e-10).
+
+Statistics (fixed seeds, decision rule fixed in advance): N = 200,000 draft tuples at V = 1,500,
+K ∈ {2, 4}. The emitted tokens are binned into B = 16 bins of ≈ equal p-mass along the ratio order
+p/q (the order the construction works in) and, separately, along token ids; a Pearson chi-square on
+each binning at level ALPHA/2 = 5e-4 (df = 15). Power: a distortion moving TV mass δ between bins
+has non-centrality λ = N Σ d²/p ≥ N (2δ)² = 80 at δ = 1%, detected with probability ≥ 0.999 per
+binning (``test_power_of_the_binned_chi_square``: 0.9998). The Monte Carlo acceptance must bracket the exact
+value in its Wilson interval at level 1 − 1e-3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp
+from otbound.token.verifiers import optimal_coupling, run, support_tuples
+
+ATOL = 1e-12
+N = 200_000
+ALPHA = 1e-3
+BINS = 16
+V_STAT = 1_500
+ver = VERIFIERS["ot_fast"]
+
+
+def _check_exact(p, q, k):
+    """Exact law lossless, acceptance = α* (dual, LP) and the closed form = enumeration."""
+    w, tuples = support_tuples(q, k, "with_replacement")
+    laws = ver.conditional_law(p, q, tuples)
+    assert laws.min() >= 0.0
+    np.testing.assert_allclose(laws.sum(axis=1), 1.0, atol=ATOL)
+    np.testing.assert_allclose(w @ laws, p, atol=ATOL)
+    mask = np.zeros(laws.shape, dtype=bool)
+    mask[np.arange(len(tuples))[:, None], tuples] = True
+    enumerated = float(w @ np.where(mask, laws, 0.0).sum(axis=1))
+    star = optimal_acceptance(p, q, k)
+    assert abs(enumerated - star) < 1e-9
+    assert abs(enumerated - optimal_acceptance_lp(p, draft_joint(q, k))) < 1e-9
+    assert abs(ver.acceptance(p, q, k) - enumerated) < ATOL
+
+
+def _law(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x / x.sum()
+
+
+LAW = st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 1.0), st.floats(1e-12, 1e-6)), min_size=2, max_size=6).filter(
+    lambda xs: sum(xs) > 0
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(LAW, LAW, st.integers(1, 3))
+def test_exact_lossless_and_optimal_hypothesis(ps, qs, k):
+    v = min(len(ps), len(qs))
+    if sum(ps[:v]) == 0 or sum(qs[:v]) == 0:
+        return
+    _check_exact(_law(ps[:v]), _law(qs[:v]), k)
+
+
+ADVERSARIAL = {
+    # the canonical case that needs a random partition: α* = 1, neither singletons nor one level work
+    "needs_mixture": (_law([0.3, 0.7]), _law([0.5, 0.5])),
+    "disjoint": (_law([0.5, 0.3, 0.2, 0, 0, 0]), _law([0, 0, 0, 0.2, 0.3, 0.5])),
+    "near_deterministic": (_law([0.998, 0.001, 0.001, 0, 0]), _law([0.002, 0.004, 0.004, 0.49, 0.5])),
+    "ratio_ties": (_law([0.1, 0.2, 0.3, 0.4]), _law([0.1, 0.2, 0.3, 0.4])),
+    "equal_ratio_blocks": (_law([0.05, 0.05, 0.3, 0.3, 0.3]), _law([0.1, 0.1, 0.2, 0.2, 0.4])),
+    "q_zero_on_p_mode": (_law([0.7, 0.1, 0.1, 0.1]), _law([0.0, 0.2, 0.3, 0.5])),
+    # rejection probability 1e-20 rounds the residual mass (p − m on C) to 0 (found by hypothesis)
+    "rejection_below_rounding": (_law([0.0, 1.0]), _law([1e-10, 1.0])),
+    "tiny_masses": (_law([1e-14, 0.5, 0.5 - 1e-14, 1e-15]), _law([0.25, 1e-15, 0.25, 0.5])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_exact_lossless_and_optimal_adversarial(case, k):
+    p, q = ADVERSARIAL[case]
+    _check_exact(p, q, k)
+
+
+def test_random_instances_larger_k():
+    r = np.random.default_rng(5)
+    for i in range(12):
+        v = int(r.integers(3, 6))
+        a = [0.3, 1.0, 3.0][i % 3]
+        _check_exact(r.dirichlet(np.full(v, a)), r.dirichlet(np.full(v, a)), int(r.integers(3, 5)))
+
+
+def test_needs_a_random_partition():
+    """p = (.3, .7), q = (.5, .5), K = 2: α* = 1, the top draft's levels are the whole vocabulary
+    with probability 0.2 and a singleton with 0.8 (the level-rule mixture of the docstring)."""
+    p, q = ADVERSARIAL["needs_mixture"]
+    c = optimal_coupling(p, q, 2)
+    assert c.alpha == pytest.approx(1.0, abs=1e-15)
+    drafts = np.array([[0, 1]])
+    law = ver.conditional_law(p, q, drafts)[0]
+    np.testing.assert_allclose(law, [0.1, 0.9], atol=ATOL)  # 0.2·(1/2) + 0.8·[top = 1]
+    np.testing.assert_allclose(ver.conditional_law(p, q, np.array([[1, 1], [0, 0]])), [[0, 1], [1, 0]], atol=ATOL)
+
+
+def _lm_like(v, seed, temperature=1.0, noise=1.0):
+    r = np.random.default_rng(seed)
+    z = r.standard_normal(v) * 2.5
+    z[:50] += 8 * r.random(50)
+
+    def softmax(x):
+        x = x - x.max()
+        e = np.exp(x)
+        return e / e.sum()
+
+    return softmax(z / temperature), softmax((z + r.standard_normal(v) * noise) / temperature)
+
+
+def _binned_pvalue(tokens, p, key):
+    order = np.argsort(key, kind="stable")
+    edges = np.searchsorted(np.cumsum(p[order]), np.arange(1, BINS) / BINS)
+    bin_of = np.empty(p.size, dtype=np.int64)
+    bin_of[order] = np.searchsorted(edges, np.arange(p.size), side="right")
+    obs = np.bincount(bin_of[tokens], minlength=BINS)
+    exp = np.bincount(bin_of, weights=p, minlength=BINS) * tokens.size
+    keep = exp > 0
+    return float(scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+def test_power_of_the_binned_chi_square():
+    crit = scipy.stats.chi2.isf(ALPHA / 2, BINS - 1)
+    assert scipy.stats.ncx2.sf(crit, BINS - 1, N * (2 * 0.01) ** 2) > 0.999
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_statistically_lossless_at_v_1500(k):
+    p, q = _lm_like(V_STAT, 11 + k)
+    exact = ver.acceptance(p, q, k)
+    assert abs(exact - optimal_acceptance(p, q, k)) < 1e-12
+    res = run(ver, p, q, k, N, 1234 + k, confidence=1 - ALPHA)
+    assert np.bincount(res.sample.tokens, minlength=V_STAT)[p == 0].sum() == 0
+    assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
+    assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
+    assert res.ci_low <= exact <= res.ci_high
+
+
+def test_binned_chi_square_rejects_a_one_percent_distortion():
+    """The same check rejects a sample with 1% of the mass moved from the low-ratio half to the
+    high-ratio half (the shape a wrong thinning or residual would have)."""
+    p, q = _lm_like(V_STAT, 13)
+    res = run(ver, p, q, 2, N, 77)
+    rng = np.random.default_rng(78)
+    low = (p / q) <= np.median(p / q)
+    move = low[res.sample.tokens] & (rng.random(N) < 0.01 / p[low].sum())
+    hi = np.flatnonzero(~low)
+    tokens = res.sample.tokens.copy()
+    tokens[move] = rng.choice(hi, size=int(move.sum()), p=p[hi] / p[hi].sum())
+    assert _binned_pvalue(tokens, p, p / q) < ALPHA / 2
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_full_vocabulary_acceptance_and_invariants(k):
+    """V = 151,936: acceptance = optimal_acceptance (1e-12); selection law m ≥ p on H*, ≤ p off it,
+    total 1; H* has the dual's value; the lifts are ≥ 0 and vanish at the segment ends."""
+    v = 151_936
+    p, q = _lm_like(v, 100 + k)
+    c = optimal_coupling(p, q, k)
+    star = optimal_acceptance(p, q, k, return_certificate=True)
+    assert abs(ver.acceptance(p, q, k) - star.value) < 1e-12
+    assert abs(c.alpha - star.value) < 1e-12
+    in_h = c.rank < c.h
+    assert abs(1 + p[in_h].sum() - q[in_h].sum() ** k - star.value) < 1e-12
+    assert (c.select[in_h] >= p[in_h]).all() and (c.select[~in_h] <= p[~in_h]).all()
+    assert abs(c.select.sum() - 1.0) < 1e-12
+    assert c.lift.min() >= 0.0 and (c.lift[c.records] == 0.0).all()
+    assert c.residual is not None and abs(c.residual.sum() - 1.0) < 1e-12 and (c.residual[in_h] == 0).all()
