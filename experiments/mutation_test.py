@@ -76,9 +76,11 @@ def _pytest(tree: Path, tests, timeout=1800) -> int:
     return subprocess.run(cmd, cwd=tree, env=env, capture_output=True, timeout=timeout).returncode
 
 
-def directed() -> int:
+def directed(only=None) -> int:
     survivors = 0
     for name, file, old, new, tests in DIRECTED:
+        if only and only not in name:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             tree = Path(tmp)
             _copy_tree(tree)
@@ -112,8 +114,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mutmut", nargs="+", metavar="PATH", help="modules to mutate with mutmut")
     ap.add_argument("--tests", nargs="+", default=["tests"], help="tests run against each mutmut mutant")
+    ap.add_argument("--only", default=None, help="directed mutants whose name contains this text")
     args = ap.parse_args(argv)
-    return run_mutmut(args.mutmut, args.tests) if args.mutmut else directed()
+    return run_mutmut(args.mutmut, args.tests) if args.mutmut else directed(args.only)
 
 
 if __name__ == "__main__":
