@@ -62,11 +62,30 @@ def results_dir(args) -> Path:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_jsonable) + "\n")
-    os.replace(tmp, path)
+    """Write ``obj`` as JSON to ``path`` atomically (a unique temporary file, then a rename)."""
+    from otbound._io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(obj, indent=1, default=_jsonable) + "\n")
+
+
+def _results_key(stored: dict) -> str:
+    """Checksum of a results file's parameters and results (``meta.sha256``), over their JSON form."""
+    from otbound._integrity import content_key
+
+    both = {"params": stored["params"], "results": stored["results"]}
+    return content_key(json.loads(json.dumps(both, default=_jsonable)))
+
+
+def _read_results(path: Path):
+    """The stored results file, or None (with a message) when it is unreadable or its checksum fails."""
+    try:
+        stored = json.loads(path.read_text())
+        if stored["meta"]["sha256"] == _results_key(stored):
+            return stored
+    except (ValueError, KeyError, TypeError):
+        pass
+    log(f"{path} is damaged (unreadable JSON or checksum mismatch): recomputing")
+    return None
 
 
 def _jsonable(x):
@@ -140,8 +159,8 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
     key = (str(path), json.dumps(params, sort_keys=True, default=_jsonable))
     if key in _COMPUTED:  # recomputed already in this process (e.g. make_figures: two figures, one result)
         return _COMPUTED[key]
-    if not args.recompute and path.exists():
-        stored = json.loads(path.read_text())
+    stored = _read_results(path) if not args.recompute and path.exists() else None
+    if stored is not None:
         if stored.get("params") == json.loads(json.dumps(params, default=_jsonable)) and stored["meta"][
             "quick"
         ] == bool(args.quick):
@@ -165,6 +184,7 @@ def load_or_compute(args, name: str, params: dict, compute) -> dict:
         "params": params,
         "results": results,
     }
+    stored["meta"]["sha256"] = _results_key(stored)
     write_json(path, stored)
     cp.done()
     _COMPUTED[key] = json.loads(json.dumps(stored, default=_jsonable))

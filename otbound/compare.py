@@ -22,9 +22,12 @@ identical to the default in-process run (see :mod:`otbound.report._distributed`)
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from pathlib import Path
 
+from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
 from otbound.report import (
     SYNTHETIC_FAMILIES,
@@ -36,18 +39,140 @@ from otbound.report import (
     token_figure,
 )
 
+# ---------------------------------------------------------------------------------------------
+# flag checks: every flag is validated before any work (argparse types and check_args); a failure
+# exits with status 2 and one line
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage dump), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def vocabulary(text: str) -> int:
+    value = _int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"a vocabulary needs at least 2 tokens, got {text!r}")
+    return value
+
+
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite temperature > 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Cross-flag and file-system checks (``parser.error`` on the first failure); fills the
+    effective defaults (K, T, sample counts) into ``args`` so that the report records them."""
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {args.out!r} is an existing file, not a folder")
+    parent = next((a for a in [out, *out.parents] if a.exists()), Path("."))
+    if not parent.is_dir() or not _writable(parent):
+        parser.error(f"--out {args.out!r}: {str(parent)!r} is not a writable folder")
+    synthetic = args.synthetic
+    args.num_drafts = args.num_drafts or ([1, 2, 4, 8] if synthetic else [2, 3, 4])
+    args.temperature = args.temperature or ([0.7, 1.0, 1.5] if synthetic else [0.7, 1.0])
+    args.block_mc_samples = 20_000 if args.mc_samples is None else args.mc_samples
+    if args.mc_samples is None:
+        args.mc_samples = 20_000 if synthetic else 16
+    if synthetic and max(args.num_drafts) > args.vocab_size:
+        parser.error(f"--num-drafts {max(args.num_drafts)} exceeds --vocab-size {args.vocab_size}: "
+                     "the draft laws without replacement need K distinct tokens")
+    if not synthetic:
+        from otbound.lm import DATASETS, PAIRS
+
+        for d in args.datasets:
+            if d not in DATASETS and not Path(d).is_file():
+                parser.error(f"--datasets {d!r} is neither a shipped set ({', '.join(DATASETS)}) nor a JSONL file")
+        if "," not in args.pair and args.pair not in PAIRS:
+            parser.error(f"--pair {args.pair!r} is not a registered pair ({', '.join(sorted(PAIRS))}) "
+                         "nor 'DRAFT,TARGET'")
+        if len(args.pair.split(",")) > 2 or any(not s for s in args.pair.split(",")):
+            parser.error(f"--pair {args.pair!r}: expected a registered name or 'DRAFT,TARGET'")
+    if args.block:
+        _check_block_size(parser, args)
+    if args.end_to_end and args.e2e_verifiers:
+        from otbound import BLOCK_VERIFIERS, VERIFIERS
+
+        unknown = [v for v in args.e2e_verifiers if v not in VERIFIERS and v not in BLOCK_VERIFIERS]
+        if unknown:
+            parser.error(f"--e2e-verifiers: unknown verifier(s) {', '.join(unknown)} "
+                         f"(token: {', '.join(VERIFIERS)}; block: {', '.join(BLOCK_VERIFIERS)})")
+    return args
+
+
+def _check_block_size(parser, args) -> None:
+    """The block section's exact objects, estimated before any work: the draft trie and the LP."""
+    from otbound.block import MAX_SPLIT_VARIABLES, MAX_TREE_CELLS
+
+    v, length, k = args.block_vocab, max(args.block_lens), max(args.block_drafts)
+    cells = sum(v**d for d in range(length + 1)) * v
+    if cells > MAX_TREE_CELLS:
+        parser.error(f"--block-vocab {v} --block-lens {length}: the draft trie needs {cells} cells per law "
+                     f"(limit {MAX_TREE_CELLS}); lower them")
+    split = (k - 1) * v ** (2 * length)
+    if split > MAX_SPLIT_VARIABLES:
+        parser.error(f"--block-drafts {k} --block-lens {length} --block-vocab {v}: the exact block LP needs "
+                     f"{split} split variables (limit {MAX_SPLIT_VARIABLES}); lower them")
+
+
+def effective_settings(args) -> dict:
+    """The settings the run actually used, for the report's meta."""
+    out = {"num_drafts": list(args.num_drafts), "temperatures": list(args.temperature),
+           "mc_samples": args.mc_samples, "seed": args.seed}
+    if args.block:
+        out.update(block_drafts=list(args.block_drafts), block_lens=list(args.block_lens),
+                   block_vocab=args.block_vocab, block_mc_samples=args.block_mc_samples)
+    if args.end_to_end:
+        out.update(e2e_pair=args.e2e_pair, e2e_drafts=list(args.e2e_drafts), e2e_lens=list(args.e2e_lens),
+                   e2e_prompts=args.e2e_prompts, e2e_tokens=args.e2e_tokens, e2e_verifiers=args.e2e_verifiers)
+    return out
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", action="store_true", help="synthetic laws instead of a language-model pair")
     ap.add_argument("--block", action="store_true", help="add the synthetic block-level section")
     ap.add_argument("--out", default="otbound-report", help="output folder (default: %(default)s)")
     ap.add_argument(
-        "--num-drafts", type=int, nargs="+", default=None, help="K values (default 2 3 4; synthetic 1 2 4 8)"
+        "--num-drafts", type=positive_int, nargs="+", default=None, help="K values (default 2 3 4; synthetic 1 2 4 8)"
     )
     ap.add_argument(
         "--temperature",
-        type=float,
+        type=temperature,
         nargs="+",
         default=None,
         help="temperatures (default 0.7 1.0; synthetic 0.7 1.0 1.5)",
@@ -58,31 +183,43 @@ def parse_args(argv=None):
     ap.add_argument(
         "--datasets", nargs="+", default=["humaneval", "mtbench"], help="shipped prompt sets or JSONL files"
     )
-    ap.add_argument("--num-prompts", type=int, default=3, help="prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=32, help="target-sampled continuation length per prompt")
-    ap.add_argument("--vocab-size", type=int, default=24, help="synthetic vocabulary size")
-    ap.add_argument("--instances", type=int, default=16, help="synthetic (p, q) pairs per (family, T)")
-    ap.add_argument("--mc-samples", type=int, default=None,
+    ap.add_argument("--num-prompts", type=positive_int, default=3, help="prompts per dataset")
+    ap.add_argument(
+        "--max-new-tokens", type=positive_int, default=32, help="target-sampled continuation length per prompt"
+    )
+    ap.add_argument("--vocab-size", type=vocabulary, default=24, help="synthetic vocabulary size")
+    ap.add_argument("--instances", type=positive_int, default=16, help="synthetic (p, q) pairs per (family, T)")
+    ap.add_argument("--mc-samples", type=positive_int, default=None,
                     help="Monte Carlo draft tuples where no exact acceptance exists (default: 20,000 per synthetic "
                          "instance and block cell, 16 per real-trace position)")
-    ap.add_argument("--block-drafts", type=int, nargs="+", default=[1, 2, 3], help="K values of the block section")
-    ap.add_argument("--block-lens", type=int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section")
-    ap.add_argument("--block-vocab", type=int, default=3, help="vocabulary of the block section's random models")
+    ap.add_argument(
+        "--block-drafts", type=positive_int, nargs="+", default=[1, 2, 3], help="K values of the block section"
+    )
+    ap.add_argument(
+        "--block-lens", type=positive_int, nargs="+", default=[1, 2, 3], help="block lengths L of the block section"
+    )
+    ap.add_argument("--block-vocab", type=vocabulary, default=3, help="vocabulary of the block section's random models")
     ap.add_argument("--end-to-end", action="store_true",
                     help="run the verifiers as speculative decoders (section + figure)")
     ap.add_argument("--e2e-pair", default="tiny", help="'tiny' (random V=12 pair), a registered pair or 'DRAFT,TARGET'")
     ap.add_argument("--e2e-verifiers", nargs="+", default=None,
                     help="verifier names (default: all token and block verifiers)")
-    ap.add_argument("--e2e-drafts", type=int, nargs="+", default=[2], help="K values of the end-to-end section")
-    ap.add_argument("--e2e-lens", type=int, nargs="+", default=[2], help="block lengths L of the end-to-end section")
-    ap.add_argument("--e2e-prompts", type=int, default=4, help="prompts of the end-to-end section")
-    ap.add_argument("--e2e-tokens", type=int, default=12, help="tokens generated per prompt in the end-to-end section")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--e2e-drafts", type=positive_int, nargs="+", default=[2],
+                    help="K values of the end-to-end section")
+    ap.add_argument("--e2e-lens", type=positive_int, nargs="+", default=[2],
+                    help="block lengths L of the end-to-end section")
+    ap.add_argument("--e2e-prompts", type=positive_int, default=4, help="prompts of the end-to-end section")
+    ap.add_argument("--e2e-tokens", type=positive_int, default=12,
+                    help="tokens generated per prompt in the end-to-end section")
+    ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument(
+        "--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)"
+    )
     ap.add_argument("--device", default="auto", help="model device; each trace is measured there as it is sampled "
                     "(default: cuda if available)")
     ap.add_argument("--dtype", default="auto", help="model dtype: float32, bfloat16, float16 (default: bfloat16 on "
                     "CUDA and on CPUs with native bfloat16, else float32)")
-    ap.add_argument("--batch-size", type=int, default=None,
+    ap.add_argument("--batch-size", type=positive_int, default=None,
                     help="prompts per collection batch within a shard (default: the whole shard)")
     ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
                     help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
@@ -92,16 +229,27 @@ def parse_args(argv=None):
                          "is identical either way (default: %(default)s)")
     ap.add_argument("--address", default=None,
                     help="Ray cluster address (e.g. 10.0.0.1:6379 or 'auto'); default: start a local Ray instance")
-    ap.add_argument("--workers", type=int, default=None,
+    ap.add_argument("--workers", type=positive_int, default=None,
                     help="Ray actors (default: one per GPU of the cluster, else one per CPU)")
-    ap.add_argument("--prompts-per-shard", type=int, default=8, help="prompts per shard of the real-model report")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--prompts-per-shard", type=positive_int, default=8, help="prompts per shard of the real-model report"
+    )
+    return check_args(ap, ap.parse_args(argv))
 
 
 def main(argv=None) -> Path:
     args = parse_args(argv)
+    try:
+        with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
+            return _run(args)
+    except FolderLockedError as err:
+        sys.exit(f"python -m otbound.compare: error: {err}")
+
+
+def _run(args) -> Path:
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.md", "report.json"):  # the report is written last: none until this run's is complete
+        (out / stale).unlink(missing_ok=True)
     try:
         engine = make_executor(args.engine, address=args.address,
                                **({"num_workers": args.workers} if args.engine == "ray" else {}))
@@ -111,10 +259,10 @@ def main(argv=None) -> Path:
     if args.end_to_end and not args.synthetic:
         rows, skipped, meta = [], [], {"mode": "end to end"}
     elif args.synthetic:
-        ks = args.num_drafts or [1, 2, 4, 8]
-        temps = args.temperature or [0.7, 1.0, 1.5]
+        ks = args.num_drafts
+        temps = args.temperature
         rows, skipped = synthetic_rows(
-            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples or 20_000, args.seed,
+            SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples, args.seed,
             engine=engine, out=out,
         )
         meta = {
@@ -127,15 +275,20 @@ def main(argv=None) -> Path:
         from otbound.report import run_real_report
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
+        if args.verify and isinstance(pair, str):
+            from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted
+
+            for name in PAIRS[pair]:
+                ensure_converted(OFFLINE_MODELS[name], verify_files=True)  # full check (rebuilt if damaged)
         rows = run_real_report(
             pair=pair,
             datasets=args.datasets,
             num_prompts=args.num_prompts,
             max_new_tokens=args.max_new_tokens,
-            temperatures=args.temperature or [0.7, 1.0],
-            num_drafts=args.num_drafts or [2, 3, 4],
+            temperatures=args.temperature,
+            num_drafts=args.num_drafts,
             out=out,
-            mc_samples=args.mc_samples or 16,
+            mc_samples=args.mc_samples,
             seed=args.seed,
             device=args.device,
             dtype=args.dtype,
@@ -153,6 +306,7 @@ def main(argv=None) -> Path:
             "seed": args.seed,
         }
         paired = paired_section(rows, out)
+    meta["settings"] = effective_settings(args)
     if skipped:
         meta["skipped"] = "; ".join(skipped)
     token_rows = [r for r in rows if r["acceptance"] is not None]
@@ -173,7 +327,7 @@ def main(argv=None) -> Path:
         from otbound.report import block_markdown, block_section
 
         block_rows, fig = block_section(
-            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.mc_samples or 20_000,
+            args.block_drafts, args.block_lens, args.block_vocab, args.seed, mc_samples=args.block_mc_samples,
             engine=engine, out=out,
         )
         figures.append(plots.save(fig, out / "block_bounds")[0])

@@ -6,11 +6,13 @@ with expected count < 5 pooled; a token with p = 0 must never appear), and compa
 acceptance with the exact one by a Wilson interval at confidence 1 − ALPHA. Per stage ALPHA = 1e-3.
 Two-stage rule (:func:`confirmed`): a check that fails is repeated once on an independent fresh
 sample and the test fails only if that fails too. Per test (≤ 2 checks per stage): false alarm
-≤ (2·ALPHA)² = 4e-6, ≤ 1e-3 over the ~250 statistical tests; power ≥ 0.9998 against any 1%-TV
-distortion: its non-centrality is
-λ = N Σ d²/p ≥ N · 4e-4 = 80 (minimum over d with Σ|d| = 0.02, Σ d = 0), detected per stage with
-probability ≥ 0.9999 up to 15 degrees of freedom (checked analytically below, and empirically on a
-worst-case distorted sampler, which is rejected at both stages).
+≤ (2·ALPHA)² = 4e-6, ≤ 1e-3 over the ~250 statistical tests. Power against any 1%-TV distortion:
+its non-centrality is λ = N Σ d²/p ≥ N · 4e-4 (minimum over d with Σ|d| = 0.02, Σ d = 0); every
+chi-square computes its worst-case power for its actual bins and sample size
+(:func:`stat_power.chi2_power`) and asserts ≥ 0.995 per stage, so ≥ 0.99 for the two-stage rule
+(N = 200 000: up to 19 degrees of freedom, per-stage power ≥ 0.9995 up to 15; the V = 300 test has
+about 205 bins and draws N = 400 000: per stage ≥ 0.9989). Checked empirically on a worst-case
+distorted sampler, which is rejected at both stages.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import itertools
 import numpy as np
 import pytest
 import scipy.stats
+from stat_power import chi2_power
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
 from otbound.token.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
@@ -101,6 +104,8 @@ def chi2_pvalue(tokens, p):
     keep = exp > 0
     if keep.sum() < 2:
         return 1.0
+    power = chi2_power(int(keep.sum()) - 1, tokens.size, 0.01, ALPHA)
+    assert power >= 0.995, f"{int(keep.sum())} bins, {tokens.size} draws: power {power:.3f} against a 1% distortion"
     return float(scipy.stats.chisquare(obs[keep], exp[keep]).pvalue)
 
 
@@ -211,7 +216,8 @@ def test_chi2_rejects_one_percent_distortion(case):
 
 
 def test_large_vocabulary_lossless():
-    """V = 300, heavy-tailed laws: chi-square (pooled tail) and exact acceptance within the CI."""
+    """V = 300, heavy-tailed laws: chi-square (pooled tail, ~205 bins, N = 400 000) and exact acceptance
+    within the CI."""
     r = np.random.default_rng(3)
     v = 300
     p = r.dirichlet(np.full(v, 0.2))
@@ -219,8 +225,7 @@ def test_large_vocabulary_lossless():
     q[np.argsort(-p)[:5]] = 0.0  # some of p's top tokens cannot be drafted
     q /= q.sum()
     for name in ["nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is"]:
-        n = N if name != "rrs_wor" else N // 2
-        ok, detail = confirmed(_lossless_check(name, p, q, 2, n), 11)
+        ok, detail = confirmed(_lossless_check(name, p, q, 2, 2 * N), 11)  # ~205 bins: power 0.9989 per stage
         assert ok, (name, detail)
 
 

@@ -8,6 +8,8 @@ and the block verifiers.
 * :mod:`otbound.block.verifiers` — block verifiers, registry :data:`BLOCK_VERIFIERS`.
 """
 
+from otbound.block._lp import MAX_SPLIT_VARIABLES
+from otbound.block._tree import MAX_TREE_CELLS
 from otbound.block.bounds import KINDS, BlockBound, BlockBracket, block_bound, block_bound_bracket
 from otbound.block.models import (
     BlockModel,
@@ -26,6 +28,7 @@ from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample, BlockVerifier,
 
 __all__ = [
     "BLOCK_VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample", "BlockVerifier", "KINDS",
+    "MAX_SPLIT_VARIABLES", "MAX_TREE_CELLS",
     "as_block_model", "block_bound", "block_bound_bracket", "context_free_model", "dirichlet_model", "generate",
     "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",
     "zipf_model",

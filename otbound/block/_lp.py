@@ -52,7 +52,8 @@ from otbound._validation import InvalidInputError
 from otbound.block._tree import BlockTree
 
 # (K − 1)·V^{2L} split variables at most
-MAX_SPLIT_VARIABLES = 20_000_000
+MAX_SPLIT_VARIABLES = 2_000_000  # ≈ 0.4 GB at LP_BYTES_PER_VARIABLE (20 M needed several times this machine's memory)
+LP_BYTES_PER_VARIABLE = 200  # estimate: sparse entries (3 per split variable, index + value), HiGHS's copies
 
 
 @dataclass
@@ -101,13 +102,15 @@ def solve_selection_lp(
     """``U_joint`` (``kind="joint"``) or ``U_causal`` (``kind="causal"``) for K i.i.d. draft blocks."""
     if kind not in ("joint", "causal"):
         raise InvalidInputError(f"unknown block LP kind {kind!r}")
-    v, length, k = tree.vocab_size, tree.block_len, int(num_drafts)
+    v, length, k = int(tree.vocab_size), int(tree.block_len), int(num_drafts)
     n = tree.num_nodes
     nl = v**length
     if (k - 1) * nl * nl > MAX_SPLIT_VARIABLES:
         raise InvalidInputError(
             f"the exact block LP needs (K − 1)·V^(2L) = {(k - 1) * nl * nl} split variables (V = {v}, L = {length}, "
-            f"K = {k}); use block_bound_bracket with a smaller top_m"
+            f"K = {k}), about {(k - 1) * nl * nl * LP_BYTES_PER_VARIABLE / 1e9:.1f} GB; the limit "
+            f"otbound.block._lp.MAX_SPLIT_VARIABLES = {MAX_SPLIT_VARIABLES} (raise it if the memory is there); "
+            "or use block_bound_bracket with a smaller top_m"
         )
     q = tree.q_path[tree.level(length)]
     edge = tree.edge_prob()

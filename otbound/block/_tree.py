@@ -71,14 +71,15 @@ def build_tree(target: BlockModel, draft: BlockModel, block_len: int, *, with_bo
     ``with_bonus=False`` skips the target at depth L (the bonus-token laws, zero rows): the trie LP
     and the per-level bound never read them.
     """
-    v, length = target.vocab_size, int(block_len)
-    sizes = v ** np.arange(length + 1, dtype=np.int64)
-    n = int(sizes.sum())
+    v, length = int(target.vocab_size), int(block_len)
+    n = sum(v**d for d in range(length + 1))  # Python ints: the estimate itself never overflows
     if n * v > MAX_TREE_CELLS:
         raise InvalidInputError(
-            f"the complete draft trie has {n} nodes (V = {v}, L = {length}): too large to enumerate; "
-            "use block_bound_bracket (top-m truncation) instead"
+            f"the complete draft trie has {n} nodes (V = {v}, L = {length}), {n * v} cells per law table "
+            f"(limit otbound.block._tree.MAX_TREE_CELLS = {MAX_TREE_CELLS}, about {16 * MAX_TREE_CELLS / 1e9:.1f} GB; "
+            "raise it to go further): too large to enumerate; use block_bound_bracket (top-m truncation) instead"
         )
+    sizes = v ** np.arange(length + 1, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     depth = np.repeat(np.arange(length + 1), sizes)
     local = np.arange(n) - offsets[depth]

@@ -37,7 +37,7 @@ from otbound.lm._blocks import (
 )
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
 from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
-from otbound.lm._offline import OFFLINE_MODELS
+from otbound.lm._offline import OFFLINE_MODELS, ensure_converted
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_prompt, load_prompts, repo_prompts_dir
@@ -53,9 +53,10 @@ __all__ = [
     "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "build_prompt_files", "cache_root", "check_same_tokenizer",
-    "collect_block_traces", "collect_traces", "encode_prompt", "greedy_decode", "laws64", "lm_block_models",
-    "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair", "repo_prompts_dir", "SpecSampleRun",
-    "resolve_verifier", "speculative_sample", "tiny_pair", "tiny_prompts", "trace_path", "tree_block_models",
+    "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode", "laws64",
+    "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair",
+    "repo_prompts_dir", "SpecSampleRun", "resolve_verifier", "speculative_sample", "tiny_pair", "tiny_prompts",
+    "trace_path", "tree_block_models",
     "verify_offline_model",
 ]
 

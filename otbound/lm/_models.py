@@ -10,7 +10,7 @@ from pathlib import Path
 
 from otbound._validation import InvalidInputError
 from otbound.lm._errors import ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, ensure_converted
+from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, converted_digest, ensure_converted
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -138,7 +138,8 @@ def _load_one(ref, dtype, *, download, progress):
 
     if hasattr(ref, "sha256"):  # registered offline model
         folder = ensure_converted(ref, download=download, progress=progress)
-        src = {"id": ref.name, "sha256": ref.sha256, "gguf": ref.filename, "licence": ref.licence}
+        src = {"id": ref.name, "sha256": ref.sha256, "gguf": ref.filename, "licence": ref.licence,
+               "converted_sha256": converted_digest(ref)}  # the files actually loaded, not only the pin
     else:
         folder = str(ref)
         src = {"id": str(ref)}

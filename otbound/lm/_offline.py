@@ -130,8 +130,43 @@ def _check(model: OfflineModel, digest: str, size: int) -> None:
         )
 
 
-def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bool = True) -> Path:
-    """Return the float32 safetensors folder of ``model``, building it once.
+def converted_problem(model: OfflineModel, *, full: bool = False) -> str | None:
+    """None if the converted folder is the one built for ``model``, else why not.
+
+    The marker records the pinned GGUF SHA-256 and a manifest of the converted files (size,
+    modification time, SHA-256 each, :func:`otbound._integrity.folder_manifest`). Every load checks
+    sizes and times (fast); ``full`` (``--verify``, and whenever the fast check fails) rehashes
+    every file. A folder without a manifest (converted before it existed) is not trusted.
+    """
+    from otbound._integrity import check_manifest
+
+    marker = model.converted_dir / _MARKER
+    if not marker.exists():
+        return "not converted yet"
+    try:
+        info = json.loads(marker.read_text())
+    except ValueError:
+        return f"{marker} is damaged"
+    if info.get("sha256") != model.sha256 or "files" not in info:
+        return f"{marker} is from another source or has no manifest of the converted files"
+    problem = check_manifest(model.converted_dir, info["files"], full=full, exclude=(_MARKER,))
+    if problem is not None and not full:  # moved or touched: only the content decides
+        problem = check_manifest(model.converted_dir, info["files"], full=True, exclude=(_MARKER,))
+    return None if problem is None else f"{model.converted_dir}: {problem}"
+
+
+def converted_digest(model: OfflineModel) -> str:
+    """One SHA-256 over the converted files' recorded digests (what traces record as the model)."""
+    from otbound._integrity import content_key
+
+    files = json.loads((model.converted_dir / _MARKER).read_text())["files"]
+    return content_key({rel: f["sha256"] for rel, f in files.items()})
+
+
+def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bool = True,
+                     verify_files: bool = False) -> Path:
+    """Return the float32 safetensors folder of ``model``, building it once; a folder that fails
+    :func:`converted_problem` (``verify_files``: the full check) is rebuilt, with a message.
 
     Build: write the parts to a temporary GGUF while hashing, refuse a mismatch, load the tokenizer
     with ``gguf_file=`` and the weights with :func:`_load_gguf`, ``save_pretrained`` into a
@@ -142,9 +177,11 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
     from transformers import AutoTokenizer
 
     final = model.converted_dir
-    marker = final / _MARKER
-    if marker.exists() and json.loads(marker.read_text()).get("sha256") == model.sha256:
+    problem = converted_problem(model, full=verify_files)
+    if problem is None:
         return final
+    if final.exists() and progress:
+        print(f"otbound: {problem}; converting again", file=sys.stderr)
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
     work = root / f".tmp-{model.name}-{os.getpid()}"
@@ -165,10 +202,12 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
         with atomic_path(final) as out:
             lm.save_pretrained(str(out))
             tok.save_pretrained(str(out))
+            from otbound._integrity import folder_manifest
+
             (out / _MARKER).write_text(json.dumps({
                 "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
                 "parts": [p.spec for p in model.parts], "licence": model.licence,
-                "torch": torch.__version__,
+                "torch": torch.__version__, "files": folder_manifest(out),
             }, indent=1))
             del lm
             gc.collect()

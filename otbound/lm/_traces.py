@@ -37,6 +37,8 @@ that is kept of the laws.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import _store
@@ -137,15 +140,15 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     if len(set((p.dataset, p.id) for p in prompts)) != len(prompts):
         raise InvalidInputError(f"prompt ids must be unique within a dataset, got {ids}")
     paths = [[trace_path(out, p, t) for p in prompts] for t in temps]
-    todo = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if not path.exists()]
+    todo = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if not _intact(path)]
     config = {"max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype}
     if todo:
         pair = pair() if callable(pair) else pair
         config = _config(pair, max_new_tokens, seed, logits_dtype)
-    for row in paths:
-        for path in row:
-            if path.exists():
-                _check_config(path, config)
+    kept = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if path.exists()]
+    for t, p, path in kept:
+        _check_config(path, dict(config, format=TRACE_FORMAT, temperature=t, dataset=p.dataset, prompt_id=p.id))
+    _check_one_pair([path for _, _, path in kept])
     if not todo:
         return [path for row in paths for path in row]
     bs = batch_size or (32 if pair.device.type == "cuda" else 8)
@@ -153,10 +156,16 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     bar = progress_bar(len(todo), "traces", progress)
     n_pos, t0 = 0, time.perf_counter()
     for temp in temps:
-        # batches of similar prompt lengths: left padding then wastes little compute
-        mine = sorted(((p, path, encode_prompt(pair.tokenizer, p)) for t, p, path in todo if t == temp),
+        # batches of similar prompt lengths: left padding then wastes little compute. Batches are formed
+        # over all prompts, and a batch with any trace missing is sampled whole, so that a resumed run
+        # draws exactly what an uninterrupted one does (the sampler and its seed depend on the batch)
+        missing = {path for t, _, path in todo if t == temp}
+        row = paths[temps.index(temp)]
+        mine = sorted(((p, path, encode_prompt(pair.tokenizer, p)) for p, path in zip(prompts, row)),
                       key=lambda item: len(item[2]))
         for start in range(0, len(mine), bs):
+            if not missing.intersection(path for _, path, _ in mine[start:start + bs]):
+                continue
             chunk = [(p, path) for p, path, _ in mine[start:start + bs]]
             encoded = [enc for _, _, enc in mine[start:start + bs]]
             batch_seed = zlib.crc32(f"{seed}|{temp!r}|{chunk[0][0].dataset}|{chunk[0][0].id}".encode())
@@ -165,6 +174,8 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
                                              vocab_size=pair.vocab_size, stop_ids=stops, generator=gen)
             dl = teacher_forced_logits(pair.draft, encoded, conts, vocab_size=pair.vocab_size)
             for (prompt, path), enc, cont, lt, ld in zip(chunk, encoded, conts, tl, dl):
+                if path not in missing:
+                    continue
                 meta = dict(config, format=TRACE_FORMAT, prompt_id=prompt.id, dataset=prompt.dataset,
                             temperature=temp, prompt_length=len(enc), batch_seed=batch_seed,
                             stopped=bool(cont and cont[-1] in stops))
@@ -178,7 +189,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
                                    draft_logits=_store.to_store(ld, logits_dtype))
                 _store.write_atomic(path, tensors, meta)
                 n_pos += len(cont)
-            bar.update(len(chunk))
+            bar.update(len(missing.intersection(path for _, path in chunk)))
             bar.set_postfix(pos_per_s=f"{n_pos / (time.perf_counter() - t0):.1f}")
     bar.close()
     return [path for row in paths for path in row]
@@ -192,6 +203,38 @@ def _check_config(path: Path, config: dict) -> None:
             f"{path} was collected with a different configuration {diff} (stored, requested); "
             f"write to another folder or delete it"
         )
+
+
+def _intact(path: Path) -> bool:
+    """Whether a stored trace exists and passes its checksums; a damaged one is removed (re-collected)."""
+    if not path.exists():
+        return False
+    try:
+        _store.read(path)
+    except CorruptFileError as err:
+        print(f"otbound: {err}; re-collecting it", file=sys.stderr)
+        path.unlink()
+        return False
+    return True
+
+
+def _check_one_pair(paths) -> None:
+    """Every kept trace of a folder comes from one pair, model dtype and vocabulary (also when no model
+    is loaded to compare them with)."""
+    seen = {}
+    for path in paths:
+        meta = _store.read_meta(path)
+        key = tuple(json.dumps(meta.get(k), sort_keys=True) for k in _PAIR_FIELDS)
+        seen.setdefault(key, path)
+    if len(seen) > 1:
+        (a, pa), (b, pb) = list(seen.items())[:2]
+        raise InvalidInputError(
+            f"the trace folder mixes runs of different pairs: {pa} has {dict(zip(_PAIR_FIELDS, a))}, {pb} has "
+            f"{dict(zip(_PAIR_FIELDS, b))}; write to another folder or delete one"
+        )
+
+
+_PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size")
 
 
 def load_traces(path, *, dataset: str | None = None, temperature: float | None = None):

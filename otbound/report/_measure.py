@@ -29,6 +29,7 @@ the residuals ``acc_t − eff · α*_t`` with the same clustering. The paired ga
 from __future__ import annotations
 
 import json
+import sys
 import zlib
 from pathlib import Path
 
@@ -139,21 +140,36 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     """:func:`measure_laws` on a :class:`TraceRecord`, plus its prompt id, dataset, temperature.
 
     With ``cache_dir`` the result is stored as ``<cache_dir>/<dataset>/T<T>/<id>.json`` (atomic)
-    and reused when the configuration matches (unless ``reuse=False``), so a report resumes
-    without recomputation. A record whose logits are torch tensors (streaming, see
+    and reused only when its key matches: the measurement configuration and a content key of the
+    trace (its tokens and its metadata: pair, converted-model digest, seed, temperature, ...; the
+    logits are a function of these and are checked against their own checksums on load), never its
+    file name, so a re-collected trace is measured again (``reuse=False``: never reused). The cache
+    file carries a checksum of its own content; a damaged or edited one is recomputed (with a
+    message). A record whose logits are torch tensors (streaming, see
     :func:`otbound.lm.collect_traces`) is measured on their device unless ``device`` says otherwise;
     a record stored without logits can only be read back from the cache.
     """
+    from otbound._integrity import content_key, tensor_digest
+
+    trace_key = content_key({"tokens": tensor_digest(np.asarray(record.tokens, dtype=np.int64)),
+                             "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
-              "mc_samples": int(mc_samples), "seed": int(seed), "trace": str(record.path.name if record.path else "")}
+              "mc_samples": int(mc_samples), "seed": int(seed),
+              "trace": trace_key}
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / safe_name(record.dataset) / temperature_dir(record.temperature) / (
             safe_name(record.prompt_id) + ".json")
         if reuse and path.exists():
-            stored = json.loads(path.read_text())
-            if stored.get("config") == config:
+            try:
+                stored = json.loads(path.read_text())
+                intact = stored.pop("sha256") == content_key(stored)
+            except (ValueError, KeyError, AttributeError):
+                intact = False
+            if not intact:
+                print(f"otbound: {path} is damaged (checksum or JSON); measuring again", file=sys.stderr)
+            elif stored.get("config") == config:
                 return _int_keys(stored)
     if record.target_logits is None:
         raise InvalidInputError(
@@ -166,7 +182,8 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     res.update(prompt_id=record.prompt_id, dataset=record.dataset, temperature=record.temperature,
                positions=record.positions, model_dtype=record.meta.get("model_dtype"), config=config)
     if path is not None:
-        write_text_atomic(path, json.dumps(res))
+        plain = json.loads(json.dumps(res))  # the JSON form that is read back and checked
+        write_text_atomic(path, json.dumps(dict(plain, sha256=content_key(plain))))
     return _int_keys(json.loads(json.dumps(res)))
 
 

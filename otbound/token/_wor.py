@@ -77,9 +77,49 @@ def _grid(num_drafts: int, min_out: float) -> tuple[np.ndarray, np.ndarray]:
     return _log_panels(math.log(_t_lo(num_drafts)), math.log(t_hi), PANEL_WIDTH, PANEL_NODES)
 
 
+CLOCK_FLOOR = 1e-300  # smallest positive q whose clock fits float64: 40 / q and its grid stay finite
+NEGLIGIBLE = 1e-16  # total change of α* (or of any Q(H)) allowed when dropping negligible tokens
+
+
+def clock_law(q: np.ndarray, num_drafts: int) -> np.ndarray:
+    """q with its negligible tiny tokens dropped, for the clock integral; refuses what float64 cannot do.
+
+    Dropping a set D of tokens (and renormalising) changes the law of the K drafts without
+    replacement by at most P(a token of D is drafted) ≤ K q(D) / (1 − M) in total variation, M the
+    mass of the K − 1 largest q's (each draw sees at least 1 − M undrawn mass); as every Q(H) and
+    α* are 1-Lipschitz in that law, they change by at most as much. D = {i : 0 < q_i < τ} with
+    τ = ``NEGLIGIBLE`` (1 − M) / (K V) keeps that below 1e-16 (1 − M summed directly); only tokens
+    below ``CLOCK_FLOOR`` are dropped, so other laws are untouched. A positive q_i below
+    ``CLOCK_FLOOR`` that is not negligible (it may be drafted, e.g. to complete K distinct drafts)
+    needs clock times beyond float64's range (and overflows the K = 2 closed form's 1/(1 − q_i)):
+    :class:`InvalidInputError`.
+    Returns q itself when it has no positive entry below ``CLOCK_FLOOR``.
+    """
+    from otbound._validation import InvalidInputError
+
+    q = np.asarray(q, dtype=np.float64)
+    k = int(num_drafts)
+    tiny = (q > 0) & (q < CLOCK_FLOOR)
+    if not tiny.any():
+        return q
+    rest = np.delete(q, np.argpartition(q, q.size - k + 1)[q.size - k + 1 :]).sum() if k > 1 else 1.0
+    drop = tiny & (q < NEGLIGIBLE * rest / (k * q.size))
+    kept = q if not drop.any() else np.where(drop, 0.0, q) / q[~drop].sum()
+    small = (kept > 0) & (kept < CLOCK_FLOOR)
+    if small.any():
+        raise InvalidInputError(
+            f"q has {int(small.sum())} positive entries below {CLOCK_FLOOR:g} (smallest {kept[small].min():.3g}) "
+            f"that the K={k} drafts without replacement may draw (up to {min(1.0, k * kept[small].sum() / rest):.3g} "
+            f"probability): float64 cannot resolve their draw (clock times beyond its range, denormal ratios); "
+            f"set them to 0 or raise them to {CLOCK_FLOOR:g}"
+        )
+    return kept
+
+
 def wor_prefix_mass(q: np.ndarray, order: np.ndarray, num_drafts: int) -> np.ndarray:
     """Q(H_m) for the nested prefixes H_m = {order[0..m-1]}, m = 1..len(order) (checked input)."""
     q = np.asarray(q, dtype=np.float64)
+    q = clock_law(q, num_drafts)
     order = np.asarray(order, dtype=np.int64)
     k = int(num_drafts)
     qo = q[order]
@@ -488,8 +528,8 @@ class ClockMass:
             tail = np.exp(-out_next * t_end) * below_k[:, -1]
             inv = 1.0 / out_next
             tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
-            for m in range(1, 4):
-                tail_moment.append(t_end**m * tail * inv + m * inv * tail_moment[-1])
+            for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
+                tail_moment.append(np.float64(t_end) ** m * tail * inv + m * inv * tail_moment[-1])
             a = (decay * (1.0 - oe * t) * below_k).sum(axis=1) + t_lo + tail_moment[0]
             decay *= t
             b = (decay * (below_k - below_k1)).sum(axis=1) + t_lo**2 / 2 + tail_moment[1]
@@ -497,5 +537,5 @@ class ClockMass:
             c2 = (decay * (below_k1 - below_k2)).sum(axis=1) + t_lo**3 / 3 + tail_moment[2]
             decay *= t
             c3 = (decay * below_k2).sum(axis=1) + t_lo**4 / 4 + tail_moment[3]
-            finite = out_next > 0
-            return tuple(np.where(finite, x, np.inf) for x in (a + out * b, out * c2, out * c3))
+            finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
+            return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))

@@ -271,7 +271,7 @@ def _without_replacement(P, Q, k, want_sets):
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
     work = {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
     for i in range(n):
-        values[i], h = _without_replacement_row(P[i], Q[i], k, want_sets, work)
+        values[i], h = _without_replacement_row(P[i], _wor.clock_law(Q[i], k), k, want_sets, work)
         if h is not None:
             sets[i] = h
     return values, sets
@@ -298,7 +298,7 @@ def _without_replacement_row(p, q, k, want_set, work):
     n_top = min(v, 2 * k + 30)
     top = np.argpartition(q, v - n_top)[v - n_top :]
     top = top[np.argsort(-q[top], kind="stable")]
-    cut = k / max(1.0 - q[top[: k - 1]].sum(), 1e-300) * (1.0 + 1e-9)
+    cut = k / max(np.delete(q, top[: k - 1]).sum(), 1e-300) * (1.0 + 1e-9)  # 1 − M summed directly
     b, top_id, bp, bq, ids = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"])
     nb = ids.size
     if nb == 0:
@@ -549,8 +549,8 @@ def _without_replacement_reference(P, Q, k, want_sets):
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
     r = _ratio(P, Q)
     for i in range(n):
-        top = np.sort(np.partition(Q[i], v - k + 1)[v - k + 1 :]) if k > 1 else np.zeros(0)
-        cut = k / max(1.0 - top.sum(), 1e-300)
+        top = np.argpartition(Q[i], v - k + 1)[v - k + 1 :] if k > 1 else np.zeros(0, dtype=np.int64)
+        cut = k / max(np.delete(Q[i], top).sum(), 1e-300)  # 1 − M summed directly
         cand = np.flatnonzero(r[i] <= cut)
         order = cand[np.argsort(r[i, cand], kind="stable")]
         if order.size == 0:

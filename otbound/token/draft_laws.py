@@ -181,7 +181,8 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     q : array_like, shape (V,)
         The draft model's next-token law.
     subset : array_like
-        H, as a boolean mask of shape (V,) or a list of token ids.
+        H, as a boolean mask of shape (V,) or a list of distinct integer token ids (a 0/1 integer list
+        is ids, so ``[1, 0, 0]`` is refused as a repeated id).
     num_drafts : int
         K.
     sampling : {"with_replacement", "without_replacement", "greedy"}
@@ -194,17 +195,36 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     """
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
-    mask = np.zeros(q.size, dtype=bool)
-    sub = np.asarray(subset)
-    if sub.dtype == bool:
-        if sub.shape != q.shape:
-            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected {q.shape}")
-        mask = sub
-    else:
-        mask[sub.astype(np.int64)] = True
+    mask = _subset_mask(subset, q.size)
     from otbound.token.laws import DRAFT_LAWS
 
     return DRAFT_LAWS[sampling].subset_mass(q, mask, k)
+
+
+def _subset_mask(subset, v: int) -> np.ndarray:
+    """``subset`` as a boolean mask over V: a boolean mask of shape (V,), or distinct integer token ids
+    in [0, V). A 0/1 integer list is ids (never read as a mask); non-integers, duplicates and ids out
+    of range are refused."""
+    sub = np.asarray(subset.detach().cpu().numpy() if hasattr(subset, "detach") else subset)  # torch: keep its dtype
+    if sub.dtype == bool:
+        if sub.shape != (v,):
+            raise InvalidInputError(f"subset mask has shape {sub.shape}, expected ({v},); give a mask or token ids")
+        return sub
+    if sub.size == 0:
+        return np.zeros(v, dtype=bool)
+    if sub.ndim != 1 or not np.issubdtype(sub.dtype, np.integer):
+        raise InvalidInputError(
+            f"subset must be a boolean mask or a 1-D list of integer token ids, got {sub.dtype} of shape {sub.shape}"
+        )
+    if sub.min() < 0 or sub.max() >= v:
+        bad = int(sub.min() if sub.min() < 0 else sub.max())
+        raise InvalidInputError(f"subset has a token id outside [0, {v}): {bad}")
+    ids, counts = np.unique(sub, return_counts=True)
+    if (counts > 1).any():
+        raise InvalidInputError(f"subset repeats token ids {ids[counts > 1].tolist()}; give distinct ids (or a mask)")
+    mask = np.zeros(v, dtype=bool)
+    mask[sub] = True
+    return mask
 
 
 def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:

@@ -205,12 +205,19 @@ class BlockVerifier:
         k = check_num_drafts(num_drafts)
         length = check_positive_int(block_len, "block_len")
         v = target.vocab_size
+        if v**length > MAX_EXACT_TUPLES:  # estimate before building the V^L prefix law
+            raise InvalidInputError(
+                f"exact enumeration would tabulate V^L = {v}^{length} draft blocks (limit "
+                f"otbound.block.verifiers._base.MAX_EXACT_TUPLES = {MAX_EXACT_TUPLES}; raise it to go further): "
+                "too many; estimate with sample() instead"
+            )
         law = prefix_law(draft, length)
         blocks = [(pre, float(law[pre])) for pre in np.ndindex(law.shape) if law[pre] > 0]
         if len(blocks) ** k > MAX_EXACT_TUPLES:
             raise InvalidInputError(
-                f"exact enumeration needs {len(blocks)}^{k} draft tuples (V = {v}, L = {length}): too many; "
-                "estimate with sample() instead"
+                f"exact enumeration needs {len(blocks)}^{k} draft tuples (V = {v}, L = {length}; limit "
+                f"otbound.block.verifiers._base.MAX_EXACT_TUPLES = {MAX_EXACT_TUPLES}, raise it to go further): "
+                "too many; estimate with sample() instead"
             )
         cache: dict = {}
         for combo in itertools.product(blocks, repeat=k):

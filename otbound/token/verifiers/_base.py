@@ -224,6 +224,13 @@ def _check_laws(p, q):
     p, q = as_pair(to_numpy(p)[0], to_numpy(q)[0])
     if p.ndim != 1:
         raise InvalidInputError(f"verifiers take 1-D laws p and q, got shape {p.shape}")
+    with np.errstate(over="ignore"):  # the verifiers' weights and acceptance ratios are p/q
+        over = (q > 0) & np.isinf(p / np.where(q > 0, q, 1.0))
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise InvalidInputError(
+            f"p/q overflows float64 at token {i} (p = {p[i]:.3g}, q = {q[i]:.3g}): set such denormal q entries to 0"
+        )
     return p, q
 
 

@@ -1,0 +1,151 @@
+"""Integrity of stored results: content keys, per-tensor checksums and the output-folder lock.
+
+* :func:`content_key` — SHA-256 of a canonical JSON form: caches are keyed by the content they were
+  computed from (never by a file name), so re-collected inputs are never answered from stale results.
+* :func:`tensor_digests` — SHA-256 per tensor (dtype, shape and bytes); stored with every trace and
+  checked on load (:class:`CorruptFileError` on a mismatch or an unreadable file).
+* :func:`output_lock` — an exclusive lock file ``<folder>/.otbound.lock`` holding the holder's PID,
+  host and start time, created with ``O_CREAT | O_EXCL``; a second run gets :class:`FolderLockedError`
+  naming the holder; the lock of a dead process on this host is taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+from otbound._validation import InvalidInputError
+
+LOCK_NAME = ".otbound.lock"
+
+
+class CorruptFileError(InvalidInputError):
+    """A stored file whose checksum does not match or that cannot be read (truncated, edited)."""
+
+
+class FolderLockedError(RuntimeError):
+    """Another live run holds the output folder."""
+
+
+def content_key(obj) -> str:
+    """SHA-256 (hex) of ``obj`` as canonical JSON (sorted keys, floats by ``repr``)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def tensor_digest(array) -> str:
+    a = np.ascontiguousarray(array)
+    h = hashlib.sha256(f"{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
+    return h.hexdigest()
+
+
+def tensor_digests(tensors: dict) -> dict:
+    """``{name: SHA-256 of (dtype, shape, bytes)}`` for every tensor."""
+    return {name: tensor_digest(t) for name, t in tensors.items()}
+
+
+def check_digests(path, tensors: dict, expected: dict) -> None:
+    """Raise :class:`CorruptFileError` unless every tensor matches its stored digest (and the names agree)."""
+    if set(expected) != set(tensors):
+        raise CorruptFileError(f"{path}: tensors {sorted(tensors)} do not match the stored list {sorted(expected)}")
+    bad = [name for name, t in tensors.items() if tensor_digest(t) != expected[name]]
+    if bad:
+        raise CorruptFileError(f"{path}: checksum mismatch in {bad} (the file was altered or damaged)")
+
+
+def _holder(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def output_lock(folder):
+    """Hold ``<folder>/.otbound.lock`` for the duration of the block (see the module docstring)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _holder(path)
+            pid, host = holder.get("pid"), holder.get("host")
+            if host == me["host"] and isinstance(pid, int) and not _alive(pid):
+                # stale: its process is gone. Remove it only if it is still that same lock file.
+                with contextlib.suppress(FileNotFoundError):
+                    if _holder(path) == holder:
+                        path.unlink()
+                continue
+            raise FolderLockedError(
+                f"{folder} is in use by another otbound run (pid {pid} on host {host}, started "
+                f"{holder.get('started')}); wait for it, or delete {path} if that run is gone"
+            ) from None
+        with os.fdopen(fd, "w") as fh:
+            json.dump(me, fh)
+        break
+    else:
+        raise FolderLockedError(f"could not take the lock {path} (it keeps reappearing)")
+    try:
+        yield path
+    finally:
+        if _holder(path).get("pid") == me["pid"]:
+            path.unlink(missing_ok=True)
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def folder_manifest(folder, *, exclude=()) -> dict:
+    """``{relative path: {"size", "mtime_ns", "sha256"}}`` of every file under ``folder``."""
+    folder = Path(folder)
+    out = {}
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = f.relative_to(folder).as_posix()
+        if rel not in exclude:
+            st = f.stat()
+            out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_sha256(f)}
+    return out
+
+
+def check_manifest(folder, manifest: dict, *, full: bool, exclude=()) -> str | None:
+    """None if ``folder`` matches ``manifest``, else what differs. Fast (``full=False``): the same
+    files with the same sizes and modification times; full: also every file's SHA-256."""
+    folder = Path(folder)
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - set(exclude)
+    if present != set(manifest):
+        missing, unexpected = sorted(set(manifest) - present)[:3], sorted(present - set(manifest))[:3]
+        return f"files differ: missing {missing}, unexpected {unexpected}"
+    for rel, want in manifest.items():
+        st = (folder / rel).stat()
+        if st.st_size != want["size"]:
+            return f"{rel}: {st.st_size} bytes, recorded {want['size']}"
+        if full and file_sha256(folder / rel) != want["sha256"]:
+            return f"{rel}: SHA-256 differs from the one recorded at conversion"
+        if not full and st.st_mtime_ns != want["mtime_ns"]:
+            return f"{rel}: modified after conversion"
+    return None
