@@ -9,7 +9,8 @@ Checks, per verifier:
   worst-case power 0.9945 against any 1%-TV distortion (asserted by :func:`g_test_pvalue` for its
   actual bins; 1e5 sequences had 0.38).
 SpecTr-GBV (2604.25925, Alg. 1 as recovered) fails losslessness and misses the joint-OT bound it
-claims for K ≥ 2: strict xfail tests document it.
+claims for K ≥ 2: strict xfail tests document it. So does HSD (2601.05724, the public code's
+single-draft verification): one iteration is not lossless and E[τ] = U_joint > U_causal at K = 1.
 """
 
 import numpy as np
@@ -22,7 +23,8 @@ from otbound.block.bounds import block_bound
 from otbound.block.models import context_free_model, dirichlet_model, prefix_law, tabulated_model
 from otbound.block.verifiers import BLOCK_VERIFIERS, generate
 
-LOSSLESS = [name for name in BLOCK_VERIFIERS if name != "spectr_gbv"]
+LOSSY = ("spectr_gbv", "hsd")  # published, measured lossy: see the findings sections below
+LOSSLESS = [name for name in BLOCK_VERIFIERS if name not in LOSSY]
 ALL = list(BLOCK_VERIFIERS)
 
 
@@ -242,6 +244,61 @@ def test_spectr_gbv_attains_joint_bound(k):
     tg, dr = random_pair(3, k)
     joint = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=2, kind="joint").value
     assert exact("spectr_gbv", tg, dr, 3, k, 2) == pytest.approx(joint, abs=1e-6)
+
+
+# --- HSD (hierarchical speculative decoding, single draft): findings ------------------------------
+
+
+def hsd_cases():
+    """(target, draft, V, L) at K = 1 where some draft prefix has R_k > max(1, R_L), so HSD's full-block
+    test min(1, R_L) differs from block verification's π_L."""
+    return [(*sun_toy(), 2, 2), (*sun_toy(), 2, 3), (*random_pair(3, 1), 3, 2), (*random_pair(3, 8, 0.08), 3, 2)]
+
+
+def test_hsd_is_block_verification_with_an_uncapped_full_block_test():
+    """HSD's law given the draft equals block verification's when no prefix ratio exceeds max(1, R_L)
+    (Sun et al.'s toy, draft (1, 0): R_1 = 2, R_2 = 1 -> differs; draft (0, 1): R_1 = 1/2 -> equal)."""
+    tg, dr = sun_toy()
+    for drafts, same in (([[0, 1]], True), ([[1, 1]], True), ([[1, 0]], False)):
+        a = BLOCK_VERIFIERS["block"].output_law(tg, dr, np.array(drafts))
+        b = BLOCK_VERIFIERS["hsd"].output_law(tg, dr, np.array(drafts))
+        keys = a.keys() | b.keys()
+        assert (max(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in keys) < 1e-14) is same
+
+
+def test_hsd_exceeds_causal_bound():
+    """HSD's E[τ] lies above U_causal, the most any lossless verifier reaches at K = 1 (possible only
+    because one iteration is not lossless); at L = 2 it equals the joint-OT value U_joint.
+    Sun et al.'s toy: 4/3 = U_joint > 11/9 = U_causal at L = 2 (one-iteration error 2/27);
+    at L = 3, U_causal = 5/3 < E[τ] = 16/9 < U_joint = 50/27."""
+    tg, dr = sun_toy()
+    assert exact("hsd", tg, dr, 2, 1, 2) == pytest.approx(12 / 9, abs=1e-12)
+    assert BLOCK_VERIFIERS["hsd"].lossless_error(tg, dr, vocab_size=2, num_drafts=1, block_len=2) == pytest.approx(
+        2 / 27, abs=1e-12
+    )
+    assert exact("hsd", tg, dr, 2, 1, 3) == pytest.approx(16 / 9, abs=1e-12)
+    assert block_bound(tg, dr, vocab_size=2, num_drafts=1, block_len=3, kind="joint").value == pytest.approx(50 / 27)
+    assert causal(tg, dr, 2, 1, 3) == pytest.approx(5 / 3, abs=1e-9)
+    tg, dr, v, length = hsd_cases()[2]
+    joint = block_bound(tg, dr, vocab_size=v, num_drafts=1, block_len=length, kind="joint").value
+    assert exact("hsd", tg, dr, v, 1, length) == pytest.approx(joint, abs=1e-9)
+    assert joint > causal(tg, dr, v, 1, length) + 1e-2
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="HSD (2601.05724) is not lossless in one iteration")
+@pytest.mark.parametrize("case", hsd_cases(), ids=["toyL2", "toyL3", "K1", "sharp"])
+def test_hsd_lossless(case):
+    tg, dr, v, length = case
+    assert BLOCK_VERIFIERS["hsd"].lossless_error(tg, dr, vocab_size=v, num_drafts=1, block_len=length) < 1e-12
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="iterated HSD output is not distributed as the target")
+def test_hsd_sequence_level_lossless():
+    tg, dr = random_pair(3, 2)
+    seqs = generate(
+        BLOCK_VERIFIERS["hsd"], tg, dr, num_drafts=1, block_len=2, length=SEQ_LEN, num_samples=SEQ_N, rng=2024
+    )
+    assert g_test_pvalue(seqs, tg, SEQ_LEN) > 1e-3
 
 
 def test_bad_drafts_are_named():

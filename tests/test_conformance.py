@@ -121,7 +121,7 @@ def test_kit_enumeration_reproduces_package_conditional_laws(name, mine):
 
 # -- the kit on the package's block verifiers --------------------------------------------------
 
-BLOCK_LOSSLESS = [n for n in BLOCK_VERIFIERS if n != "spectr_gbv"]
+BLOCK_LOSSLESS = [n for n in BLOCK_VERIFIERS if n not in ("spectr_gbv", "hsd")]
 
 
 @pytest.mark.parametrize("name", BLOCK_LOSSLESS)
@@ -157,6 +157,23 @@ def test_spectr_gbv_is_reported_lossy_with_a_minimal_counterexample():
     # its recovered sub-block test is not even a probability on these instances (the package clips it)
     with pytest.raises(oc.ConformanceError, match="outside"):
         oc.check_block_verifier(oc.block_adapter(ver, clip=False), vocab_size=2, num_drafts=2, block_len=2, instances=8)
+
+
+def test_hsd_is_reported_lossy_with_the_same_minimal_counterexample():
+    """HSD (2601.05724) fails on the same smallest instance as SpecTr-GBV: Sun et al.'s toy, K = 1, L = 2,
+    where it emits (1, 0, 1) with probability 2/9 against the target's 4/27."""
+    ver = BLOCK_VERIFIERS["hsd"]
+    res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=2, block_len=2, instances=8)
+    assert not res.passed
+    c = res.counterexample
+    assert (c.vocab_size, c.num_drafts, c.block_len) == (2, 1, 2)
+    assert np.allclose(c.target[()], [1 / 3, 2 / 3]) and np.allclose(c.draft[()], [2 / 3, 1 / 3])
+    assert c.lossless_error == pytest.approx(2 / 27, abs=EXACT)
+    worst_seq, out, want = c.worst
+    assert worst_seq == (1, 0, 1)
+    assert out == pytest.approx(2 / 9, abs=EXACT) and want == pytest.approx(4 / 27, abs=EXACT)
+    tg, dr = oc.BlockInstance("cex", c.vocab_size, c.block_len, c.target, c.draft).models()
+    assert abs(ver.lossless_error(tg, dr, vocab_size=2, num_drafts=1, block_len=2) - c.lossless_error) < EXACT
 
 
 def test_block_sample_mode_passes_the_package_sampler():

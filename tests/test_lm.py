@@ -366,7 +366,7 @@ def test_block_verifiers_run_on_stored_trees(pair, tmp_path):
     for rec in load_block_traces(tmp_path / "b"):
         stored = rec.block_models()
         live = lm_block_models(pair, rec.prefix.tolist(), rec.temperature)
-        for name in ("token", "block", "multipath_rrs", "multipath_kseq", "traversal", "spectr_gbv"):
+        for name in ("token", "block", "multipath_rrs", "multipath_kseq", "traversal", "spectr_gbv", "hsd"):
             ver = BLOCK_VERIFIERS[name]
             a = ver.conditional_accepted(*stored, rec.drafts)
             assert 0.0 <= a <= rec.block_length

@@ -221,7 +221,7 @@ def test_empirical_acceptance_matches_exact_and_stays_under_the_bounds(pair6, na
     for m in meas:
         if m.alpha_sum is not None:
             assert m.acceptance_sum <= m.alpha_sum + 1e-9
-    if meas[0].causal is not None and name != "spectr_gbv":
+    if meas[0].causal is not None and name not in ("spectr_gbv", "hsd"):  # lossy: may exceed U_causal
         assert exact <= meas[0].causal[1] + 1e-9 <= meas[0].per_level[1] + 2e-9
     # E[τ | drafts] averages to E[τ | context] too: the Rao-Blackwellised estimate is unbiased
     assert 0.0 <= min(m.given_drafts for m in meas) and max(m.given_drafts for m in meas) <= length

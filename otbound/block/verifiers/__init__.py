@@ -10,6 +10,7 @@ name                      algorithm
 ``traversal``             traversal verification (Weng et al. 2505.12398), K draft branches
 ``spectr_gbv``            SpecTr-GBV (Lin et al. 2604.25925), Alg. 1 as recovered
 ``causal_optimal``        attains U_causal: LP draft choice + block verification (derived)
+``hsd``                   hierarchical speculative decoding (Zhou et al. 2601.05724), first draft
 ========================= ===================================================================
 
 Every verifier has ``sample(target, draft, drafts, rng)`` (one iteration; drafts ``(K, L)`` or
@@ -20,6 +21,7 @@ enumeration on small models; :func:`generate` iterates a verifier to a fixed out
 
 from otbound.block.verifiers._base import BlockSample, BlockVerifier, generate
 from otbound.block.verifiers.chain import BlockVerification, TokenChain
+from otbound.block.verifiers.hsd import HierarchicalSpeculativeDecoding
 from otbound.block.verifiers.multipath import MultiPathVerifier
 from otbound.block.verifiers.optimal import CausalOptimal
 from otbound.block.verifiers.spectr_gbv import SpecTrGBV
@@ -35,6 +37,7 @@ BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
         TraversalVerification(),
         SpecTrGBV(),
         CausalOptimal(),
+        HierarchicalSpeculativeDecoding(),
     )
 }
 
@@ -44,6 +47,7 @@ __all__ = [
     "BlockVerifier",
     "BlockVerification",
     "CausalOptimal",
+    "HierarchicalSpeculativeDecoding",
     "MultiPathVerifier",
     "SpecTrGBV",
     "TokenChain",
