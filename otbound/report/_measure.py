@@ -233,6 +233,18 @@ def cluster_mean_ci(values, clusters, confidence: float = 0.95) -> tuple[float, 
     return mean, float(scipy.stats.t.ppf(0.5 + confidence / 2, dof) * se)
 
 
+def trace_cells(results):
+    """Yield ``(dataset, T, traces, cluster ids, Ks)`` for each (dataset, temperature) cell of per-trace
+    results, cells sorted; the cluster id of each position is its trace's index within the cell."""
+    cells: dict = {}
+    for r in results:
+        cells.setdefault((r["dataset"], float(r["temperature"])), []).append(r)
+    for (dataset, temp), group in sorted(cells.items()):
+        clusters = np.concatenate([[i] * r["positions"] for i, r in enumerate(group)])
+        ks = sorted({k for r in group for d in r["optimal"].values() for k in d})
+        yield dataset, temp, group, clusters, ks
+
+
 def aggregate(results, confidence: float = 0.95) -> list[dict]:
     """Rows per (dataset, temperature, K, verifier) from :func:`measure_trace` results.
 
@@ -244,13 +256,8 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
     """
-    cells: dict = {}
-    for r in results:
-        cells.setdefault((r["dataset"], float(r["temperature"])), []).append(r)
     rows = []
-    for (dataset, temp), group in sorted(cells.items()):
-        clusters = np.concatenate([[i] * r["positions"] for i, r in enumerate(group)])
-        ks = sorted({k for r in group for d in r["optimal"].values() for k in d})
+    for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
             dtypes = sorted({r.get("model_dtype") for r in group}, key=str)
             base = dict(dataset=dataset, temperature=temp, num_drafts=k, positions=int(clusters.size),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound.report._measure import cluster_mean_ci
+from otbound.report._measure import cluster_mean_ci, trace_cells
 
 LAW_SHORT = {"with_replacement": "wr", "without_replacement": "wor", "greedy": "greedy"}
 
@@ -46,13 +46,8 @@ def paired_differences(results, confidence: float = 0.95) -> list[dict]:
     over the cell's positions and its cluster-robust half-width. ``kind``: ``"gap"`` (a verifier
     against α* of its own law, b = ``"α*(law)"``), ``"laws"`` (two laws' α*) or ``"verifiers"``
     (two verifiers, any laws)."""
-    cells: dict = {}
-    for r in results:
-        cells.setdefault((r["dataset"], float(r["temperature"])), []).append(r)
     rows = []
-    for (dataset, temp), group in sorted(cells.items()):
-        clusters = np.concatenate([[i] * r["positions"] for i, r in enumerate(group)])
-        ks = sorted({k for r in group for d in r["optimal"].values() for k in d})
+    for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
             series, laws = _series(group, k)
             bounds = [n for n in series if n.startswith("α*")]

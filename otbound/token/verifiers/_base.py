@@ -19,6 +19,7 @@ are only reached with probability 0; they are replaced by ``a`` so that nothing 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,25 @@ ENUMERATION_MAX_TUPLES = 200_000
 ENUMERATION_MAX_CELLS = 100_000_000
 #: rows × V cells per vectorised chunk (bounds the memory of per-row laws to ~32 MB).
 CHUNK_CELLS = 4_000_000
+
+
+class PreparedCache(OrderedDict):
+    """The ``size`` most recently prepared (p, q, K) instances of a verifier, keyed by their bytes."""
+
+    def __init__(self, size: int = 16):
+        super().__init__()
+        self.size = int(size)
+
+    def get_or_build(self, p, q, k, build):
+        """The cached value for (p, q, k), else ``build()`` stored (the least recent dropped)."""
+        key = (p.tobytes(), q.tobytes(), k)
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = self[key] = build()
+        if len(self) > self.size:
+            self.popitem(last=False)
+        return value
 
 
 @dataclass

@@ -68,13 +68,12 @@ small-V LP (``ot``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from otbound.token.verifiers._base import Verifier, draw
+from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 
 CACHE_SIZE = 16
 
@@ -233,18 +232,10 @@ class OptimalVerifier(Verifier):
     sampling = "with_replacement"
 
     def __init__(self):
-        self._cache: OrderedDict = OrderedDict()
+        self._cache = PreparedCache(CACHE_SIZE)
 
     def _prepare(self, p, q, k):
-        key = (p.tobytes(), q.tobytes(), k)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        c = optimal_coupling(p, q, k)
-        self._cache[key] = c
-        if len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return c
+        return self._cache.get_or_build(p, q, k, lambda: optimal_coupling(p, q, k))
 
     def _closed_form(self, p, q, aux, k):
         return aux.accepted  # Σ_{H*} p + Σ_C m, summed from the construction (not from optimal_acceptance)

@@ -14,14 +14,12 @@ mass of the repaired plan, by enumeration) equals α* to ~1e-9. Plans are cached
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_sampling
 from otbound.token.bounds import optimal_acceptance_lp
 from otbound.token.draft_laws import draft_joint
-from otbound.token.verifiers._base import Verifier, draw
+from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 
 MAX_PLAN_CELLS = 10_000_000
 CACHE_SIZE = 16
@@ -50,13 +48,12 @@ class OTVerifier(Verifier):
     def __init__(self, sampling: str = "with_replacement", max_plan_cells: int = MAX_PLAN_CELLS):
         self.sampling = check_sampling(sampling)
         self.max_plan_cells = int(max_plan_cells)
-        self._cache: OrderedDict = OrderedDict()
+        self._cache = PreparedCache(CACHE_SIZE)
 
     def _prepare(self, p, q, k):
-        key = (p.tobytes(), q.tobytes(), k)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
+        return self._cache.get_or_build(p, q, k, lambda: self._plan(p, q, k))
+
+    def _plan(self, p, q, k):
         v = q.size
         if v ** (k + 1) > self.max_plan_cells:
             raise InvalidInputError(
@@ -65,11 +62,7 @@ class OTVerifier(Verifier):
             )
         joint = draft_joint(q, k, self.sampling)
         bound = optimal_acceptance_lp(p, joint, return_plan=True)
-        plan = round_plan(bound.plan.reshape(v**k, v), joint.ravel(), p)
-        self._cache[key] = plan
-        if len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return plan
+        return round_plan(bound.plan.reshape(v**k, v), joint.ravel(), p)
 
     def _laws(self, p, q, aux, drafts):
         v = q.size
