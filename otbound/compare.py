@@ -183,7 +183,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--datasets", nargs="+", default=["humaneval", "mtbench"], help="shipped prompt sets or JSONL files"
     )
-    ap.add_argument("--num-prompts", type=positive_int, default=3, help="prompts per dataset")
+    ap.add_argument("--num-prompts", type=positive_int, default=20, help="prompts per dataset (default 20)")
     ap.add_argument(
         "--max-new-tokens", type=positive_int, default=32, help="target-sampled continuation length per prompt"
     )

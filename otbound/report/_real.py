@@ -17,7 +17,7 @@ from otbound.report._measure import _int_keys, aggregate, measure_trace
 from otbound.report._paired import paired_differences
 
 
-def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 3,
+def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 20,
                     max_new_tokens: int = 32, temperatures=(0.7, 1.0), num_drafts=(2, 3, 4), out="report-real",
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
                     mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float32",
