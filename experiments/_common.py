@@ -232,14 +232,7 @@ REAL_TRACES = dict(
     measure="otbound.lm.measure_laws + aggregate",
 )
 #: the same in quick mode (synthetic stand-in: only datasets and prompts_per_dataset are used)
-QUICK_TRACES = dict(
-    datasets=["humaneval", "mtbench"],
-    prompts_per_dataset=2,
-    max_new_tokens=8,
-    seed=0,
-    model_dtype="float32",
-    measure="otbound.lm.measure_laws + aggregate",
-)
+QUICK_TRACES = dict(REAL_TRACES, prompts_per_dataset=2, max_new_tokens=8)
 
 
 def traces_dir(args) -> Path:

@@ -34,6 +34,7 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from otbound import VERIFIERS, optimal_acceptance, sample_drafts  # noqa: E402
+from otbound.token import laws_from_logits  # noqa: E402
 from otbound.token.verifiers import optimal_coupling  # noqa: E402
 from otbound.token.verifiers._optimal import _level_weights  # noqa: E402
 
@@ -45,12 +46,7 @@ def lm_pair(seed: int, temperature: float, v: int = V):
     z = r.standard_normal(v) * 2.5
     z[:50] += 8 * r.random(50)
 
-    def softmax(x):
-        x = x - x.max()
-        e = np.exp(x)
-        return e / e.sum()
-
-    return softmax(z / temperature), softmax((z + r.standard_normal(v)) / temperature)
+    return laws_from_logits(z, temperature), laws_from_logits(z + r.standard_normal(v), temperature)
 
 
 def median_time(fn, runs, *args):

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp
+from otbound.token import laws_from_logits
 from otbound.token.verifiers import optimal_coupling, run, support_tuples
 
 ATOL = 1e-12
@@ -114,12 +115,7 @@ def _lm_like(v, seed, temperature=1.0, noise=1.0):
     z = r.standard_normal(v) * 2.5
     z[:50] += 8 * r.random(50)
 
-    def softmax(x):
-        x = x - x.max()
-        e = np.exp(x)
-        return e / e.sum()
-
-    return softmax(z / temperature), softmax((z + r.standard_normal(v) * noise) / temperature)
+    return laws_from_logits(z, temperature), laws_from_logits(z + r.standard_normal(v) * noise, temperature)
 
 
 def _binned_pvalue(tokens, p, key):

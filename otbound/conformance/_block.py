@@ -13,6 +13,7 @@ from otbound.conformance._common import (
     as_token_id,
     check_callable,
     check_mode,
+    check_vocab,
     exact_counterexample,
     frozen,
     most_significant_failure,
@@ -81,9 +82,7 @@ def check_block_verifier(
     prefix is an error.
     """
     label = check_callable(verify, name)
-    v = check_positive_int(vocab_size, "vocab_size")
-    if v < 2:
-        raise InvalidInputError(f"vocab_size must be at least 2, got {v}")
+    v = check_vocab(vocab_size)
     k = check_num_drafts(num_drafts)
     length = check_positive_int(block_len, "block_len")
     mode = check_mode(mode)

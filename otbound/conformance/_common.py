@@ -59,6 +59,14 @@ def most_significant_failure(reports) -> int | None:
     return min(failing)[1] if failing else None
 
 
+def check_vocab(vocab_size) -> int:
+    """A vocabulary of at least two tokens (one token admits no distortion to detect)."""
+    v = check_positive_int(vocab_size, "vocab_size")
+    if v < 2:
+        raise InvalidInputError(f"vocab_size must be at least 2, got {v}")
+    return v
+
+
 def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
