@@ -225,6 +225,7 @@ def tables(results) -> str:
     wall = res["wall_time_s"]
     notes = [
         f"Source: {res['source']}. " + (f"Command: `{params['command']}`." if params["command"] else ""),
+        "",
         f"Prompts: {', '.join(f'{d} {n}' for d, n in res['prompts'].items())}; {params['max_new_tokens']} new tokens; "
         f"T ∈ {{{', '.join(map(str, params['temperatures']))}}}; K ∈ {{{', '.join(map(str, params['num_drafts']))}}}; "
         f"seed {params['seed']}; model dtype {res['model_dtype']}; {params['mc_samples']} Monte Carlo draft tuples "
@@ -235,7 +236,7 @@ def tables(results) -> str:
         "(cluster-robust over prompts); for a verifier, (efficiency = acceptance / α* of its draft law) and the "
         "paired gap to α* on the same positions ± 95% half width.",
     ]
-    notes += [f"Not run: `{name}` — {why}" for name, why in _skipped(res["rows"]).items()]
+    notes += [""] + [f"- not run: `{name}` — {why}" for name, why in _skipped(res["rows"]).items()]
     return ("\n".join(notes) + "\n\n" + paper_tables(res["rows"]) + "\n\n## Paired differences on the same "
             "positions\n\n" + paired_tables(res["paired"]))
 

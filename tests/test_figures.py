@@ -168,7 +168,7 @@ def test_real_full(quick):
     text = (out / "fig_real_full.md").read_text()
     assert "| with_replacement | T | K = 2: α* | K = 2: kseq |" in text and "gap -" in text
     assert "| without_replacement | T |" in text and "## Paired differences" in text
-    assert "Not run: `spechub` — K = 3" in text
+    assert "- not run: `spechub` — K = 3" in text
 
 
 def test_real_full_imports_a_run_folder(quick, tmp_path):
