@@ -169,6 +169,13 @@ def test_real_full(quick):
     assert "| with_replacement | T | K = 2: α* | K = 2: kseq |" in text and "gap -" in text
     assert "| without_replacement | T |" in text and "## Paired differences" in text
     assert "- not run: `spechub` — K = 3" in text
+    r = next(r for r in res["results"]["rows"] if r["verifier"] == "kseq" and r["num_drafts"] == 3
+             and r["dataset"] == "quick-mtbench" and r["temperature"] == 1.0)
+    table = next(b for b in text.split("\n\n") if b.startswith("| with_replacement |")).splitlines()
+    line = next(x for x in table if x.startswith("| quick-mtbench | 1.0 |"))
+    cell = line.split(" | ")[table[0].split(" | ").index("K = 3: kseq")]
+    assert cell == (f"{r['acceptance']:.4f} ± {r['acceptance_ci']:.4f} ({100 * r['efficiency']:.1f}%); "
+                    f"gap {r['gap']:+.4f} ± {r['gap_ci']:.4f}")
 
 
 def test_real_full_imports_a_run_folder(quick, tmp_path):
