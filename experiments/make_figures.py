@@ -28,6 +28,7 @@ SCRIPTS = (
     "fig_alpha_vs_k",
     "fig_verifier_table",
     "fig_temperature_sweep",
+    "fig_real_full",
 )
 
 

@@ -137,6 +137,81 @@ def test_verifier_table(quick):
     assert (out / "fig_temperature_sweep.md").is_file()
 
 
+def _check_real_full(res):
+    """Rows and paired differences of a fig_real_full result: acceptance never above α* of its law (Monte
+    Carlo: within 3 half-widths), the exact optimal verifiers on α*, the rows' paired gaps equal to the
+    paired differences, every cell present in both."""
+    rows, paired = res["results"]["rows"], res["results"]["paired"]
+    measured = [r for r in rows if r["acceptance"] is not None]
+    assert {r["verifier"] for r in measured} >= {"optimal", "nss", "rrs", "kseq", "ot_fast", "rrs_wor", "greedy"}
+    for r in measured:
+        slack = 3 * r["acceptance_ci"] if r["method"] == "monte_carlo" else 0.0
+        assert r["acceptance"] <= r["optimal"] + slack + 1e-9, r
+        if r["verifier"] in ("optimal", "ot_fast", "greedy"):
+            assert r["acceptance"] == pytest.approx(r["optimal"], abs=1e-9), r
+    gaps = {(r["dataset"], r["temperature"], r["num_drafts"], r["a"]): r for r in paired if r["kind"] == "gap"}
+    for r in measured:
+        if r["verifier"] != "optimal":
+            g = gaps[(r["dataset"], r["temperature"], r["num_drafts"], r["verifier"])]
+            assert g["difference"] == pytest.approx(r["gap"], abs=1e-12)
+            assert g["difference_ci"] == pytest.approx(r["gap_ci"], abs=1e-12)
+    assert res["results"]["wall_time_s"] > 0
+
+
+def test_real_full(quick):
+    out = quick[0]
+    res = _results(out, "fig_real_full")
+    _check_real_full(res)
+    assert res["meta"]["sha256"] == _common._results_key(res)
+    assert res["results"]["prompts"] == {"quick-humaneval": 2, "quick-mtbench": 2}
+    assert sorted({r["num_drafts"] for r in res["results"]["rows"]}) == [2, 3]
+    text = (out / "fig_real_full.md").read_text()
+    assert "| with_replacement | T | K = 2: α* | K = 2: kseq |" in text and "gap -" in text
+    assert "| without_replacement | T |" in text and "## Paired differences" in text
+    assert "- not run: `spechub` — K = 3" in text
+    r = next(r for r in res["results"]["rows"] if r["verifier"] == "kseq" and r["num_drafts"] == 3
+             and r["dataset"] == "quick-mtbench" and r["temperature"] == 1.0)
+    table = next(b for b in text.split("\n\n") if b.startswith("| with_replacement |")).splitlines()
+    line = next(x for x in table if x.startswith("| quick-mtbench | 1.0 |"))
+    cell = line.split(" | ")[table[0].split(" | ").index("K = 3: kseq")]
+    assert cell == (f"{r['acceptance']:.4f} ± {r['acceptance_ci']:.4f} ({100 * r['efficiency']:.1f}%); "
+                    f"gap {r['gap']:+.4f} ± {r['gap_ci']:.4f}")
+
+
+def test_real_full_imports_a_run_folder(quick, tmp_path):
+    """--from-run stores a finished run folder as it is (same rows, the given wall time) and refuses a
+    folder whose settings differ, naming the difference."""
+    import shutil
+
+    fig = importlib.import_module("fig_real_full")
+    run = quick[0] / "fig_real_full-run"
+    opts = ["--quick", "--results", str(tmp_path), "--out", str(tmp_path), "--formats", "png"]
+    fig.main(opts + ["--from-run", str(run), "--wall-time-s", "12.5"])
+    got, want = _results(tmp_path, "fig_real_full"), _results(quick[0], "fig_real_full")
+    assert got["results"]["rows"] == want["results"]["rows"] and got["results"]["paired"] == want["results"]["paired"]
+    assert got["results"]["wall_time_s"] == 12.5 and "--wall-time-s" in got["results"]["wall_time_source"]
+    with pytest.raises(SystemExit):  # argparse error: --from-run needs --wall-time-s
+        fig.main(opts + ["--from-run", str(run)])
+    bad = tmp_path / "bad"
+    shutil.copytree(run, bad, ignore=shutil.ignore_patterns("traces*", "shards", "measure"))
+    opts = ["--quick", "--results", str(bad), "--out", str(bad), "--formats", "png"]  # not computed in this process
+    rows = json.loads((run / "rows.json").read_text())
+    (bad / "rows.json").write_text(json.dumps([r for r in rows if r["num_drafts"] != 3]))
+    with pytest.raises(SystemExit, match="K is"):
+        fig.main(opts + ["--from-run", str(bad), "--wall-time-s", "1"])
+    (bad / "rows.json").write_text(json.dumps(rows))
+    (bad / "report.json").write_text(json.dumps({"meta": {"pair": "someone else's"}}))
+    with pytest.raises(SystemExit, match="the pair is"):
+        fig.main(opts + ["--from-run", str(bad), "--wall-time-s", "1"])
+    assert not (bad / "fig_real_full.json").exists()
+
+
+def test_real_full_without_stored_result_says_how(tmp_path):
+    fig = importlib.import_module("fig_real_full")
+    with pytest.raises(_common.MissingResultsError, match="--from-run RUN_FOLDER --wall-time-s"):
+        fig.main(["--results", str(tmp_path), "--out", str(tmp_path)])
+
+
 def test_block_bounds(quick):
     fig = importlib.import_module("fig_block_bounds")
     res = _results(quick[0], "fig_block_bounds")["results"]
@@ -214,7 +289,8 @@ def test_command_line(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table"]
+    "name",
+    ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table", "fig_real_full"],
 )
 def test_stored_full_results_are_sane(name):
     """The committed data/results/<name>.json (when present) passes the same checks as the quick run."""
@@ -242,6 +318,10 @@ def test_stored_full_results_are_sane(name):
         _check_tree_verifiers(res["results"], fig)
     elif name == "fig_alpha_vs_k":
         assert all(0 <= c["mean"] <= 1 for c in res["results"]["cells"])
+    elif name == "fig_real_full":
+        assert res["meta"]["sha256"] == _common._results_key(res)
+        assert res["results"]["prompts"] == {"humaneval": 164, "mtbench": 80}
+        _check_real_full(res)
     else:
         for r in res["results"]["rows"]:
             if r["method"] == "exact":

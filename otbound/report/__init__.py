@@ -8,7 +8,8 @@ Measurements
     every law, K and closed-form verifier, torch on CPU or CUDA); :func:`run_real_report` does it all
     for a language-model pair, resumably, measuring each trace as it is sampled.
 Paired statistics
-    :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure`,
+    :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure` (its panels:
+    :func:`paired_panels`),
     :func:`max_gap_half_width` — each verifier's gap to α* and the difference between verifiers on
     the same positions, cluster-robust over prompts.
 Synthetic section
@@ -50,7 +51,14 @@ from otbound.report._end_to_end import (
     tree_expected_accepted,
 )
 from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
-from otbound.report._paired import max_gap_half_width, paired_differences, paired_figure, paired_section, paired_tables
+from otbound.report._paired import (
+    max_gap_half_width,
+    paired_differences,
+    paired_figure,
+    paired_panels,
+    paired_section,
+    paired_tables,
+)
 from otbound.report._real import run_real_report
 from otbound.report._synthetic import SYNTHETIC_FAMILIES, synthetic_pair, synthetic_rows, token_figure
 
@@ -59,6 +67,7 @@ __all__ = [
     "end_to_end_section", "measure_run", "tree_expected_accepted",
     "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",
     "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "max_gap_half_width",
-    "measure_laws", "measure_trace", "paired_differences", "paired_figure", "paired_section", "paired_tables",
+    "measure_laws", "measure_trace", "paired_differences", "paired_figure", "paired_panels",
+    "paired_section", "paired_tables",
     "plots", "run_real_report", "synthetic_pair", "synthetic_rows", "tables", "token_figure",
 ]

@@ -98,10 +98,21 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     temps = sorted({r["temperature"] for r in rows})
     t = temps[len(temps) // 2] if temperature is None else temperature
     fig, axes = plots.figure(ncols=2, height=2.8)
+    paired_panels(axes[0], rows, pair_rows, t)
+    return plots.save(fig, Path(out) / "paired_gaps")[0]
+
+
+#: where :func:`paired_panels` puts each panel's legend (keywords of ``Axes.legend``): below the panel
+LEGEND_BELOW = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+
+
+def paired_panels(axes, rows, pair_rows, t, legend=LEGEND_BELOW) -> None:
+    """The two panels of :func:`paired_figure` at temperature ``t``, drawn into ``axes`` (two Axes);
+    ``legend``: keywords of each panel's ``Axes.legend`` (default: below the panel)."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     styles = {"with_replacement": "-o", "without_replacement": "--s", "greedy": ":^"}
     ks = sorted({r["num_drafts"] for r in rows})
-    ax = axes[0, 0]
+    ax = axes[0]
     for i, d in enumerate(datasets):
         for law, style in styles.items():
             pts = sorted((r["num_drafts"], r["acceptance"], r["acceptance_ci"] or 0.0) for r in rows
@@ -116,8 +127,8 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     ax.set_xlabel("number of drafts K")
     ax.set_ylabel("optimal acceptance α* (95% band)")
     ax.set_title(f"OT bound, T = {t}")
-    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    ax = axes[0, 1]
+    ax.legend(frameon=False, **legend)
+    ax = axes[1]
     gaps = [r for r in pair_rows if r["kind"] == "gap" and r["temperature"] == t]
     names = list(dict.fromkeys(r["a"] for r in gaps))
     off_axis = _far_below(gaps, names)
@@ -140,8 +151,7 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     ax.set_xlabel("number of drafts K")
     ax.set_ylabel("acceptance − α* of its law (paired, 95%)")
     ax.set_title(f"verifiers' gap to the bound, T = {t}")
-    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    return plots.save(fig, Path(out) / "paired_gaps")[0]
+    ax.legend(frameon=False, **legend)
 
 
 def _far_below(gaps, names):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from otbound._io import write_text_atomic
+from otbound._validation import SAMPLINGS
 
 
 def mean_ci(values) -> tuple[float, float]:
@@ -60,6 +61,38 @@ def main_table(rows, temperature, num_drafts) -> str:
         cells = [_cell(lookup[(law, v, d)]) if (law, v, d) in lookup else "—" for d in datasets]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def paper_tables(rows) -> str:
+    """Markdown in the layout of Hu et al. (2502.18779) Table 1: one table per draft law; rows =
+    (dataset, T); columns = for each K, α* of the law and then each of its verifiers.
+
+    α* cells: mean ± 95% half width. Verifier cells: mean acceptance ± 95% half width (efficiency =
+    acceptance / α*), then the paired gap to α* on the same positions (row keys ``gap``, ``gap_ci``:
+    mean of acc_t − α*_t, cluster-robust over prompts). Skipped verifiers are left out.
+    """
+    rows = [r for r in rows if r["acceptance"] is not None and "block_len" not in r]
+    out = []
+    laws = list(dict.fromkeys(r["sampling"] for r in rows))
+    for law in sorted(laws, key=lambda s: (SAMPLINGS.index(s) if s in SAMPLINGS else len(SAMPLINGS), laws.index(s))):
+        sel = [r for r in rows if r["sampling"] == law]
+        ks = sorted({r["num_drafts"] for r in sel})
+        columns = [(k, v) for k in ks for v in ["optimal"] + sorted(
+            {r["verifier"] for r in sel if r["num_drafts"] == k and r["verifier"] != "optimal"})]
+        lookup = {(r["dataset"], r["temperature"], r["num_drafts"], r["verifier"]): r for r in sel}
+        head = [f"K = {k}: " + ("α*" if v == "optimal" else v) for k, v in columns]
+        lines = [f"| {law} | T | " + " | ".join(head) + " |", "|---" * (len(columns) + 2) + "|"]
+        for d, t in dict.fromkeys((r["dataset"], r["temperature"]) for r in sel):
+            cells = []
+            for k, v in columns:
+                r = lookup.get((d, t, k, v))
+                cell = "—" if r is None else _cell(r)
+                if r is not None and v != "optimal" and r.get("gap") is not None:
+                    cell += f"; gap {r['gap']:+.4f} ± {r['gap_ci']:.4f}"
+                cells.append(cell)
+            lines.append(f"| {d} | {t} | " + " | ".join(cells) + " |")
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
 
 
 def all_tables(rows) -> str:
