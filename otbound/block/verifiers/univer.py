@@ -147,10 +147,13 @@ class UniVer(BlockVerifier):
         cache: dict = {}
         nodes = np.zeros((n, 1, 0), dtype=np.int64)  # prefixes of the current level, per tree
         for d in range(length):
-            flat = nodes.reshape(-1, d)
+            flat = nodes.reshape(n * m**d, d)
             kids = np.empty((flat.shape[0], m), dtype=np.int64)
-            keys, inverse = np.unique(flat, axis=0, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            if d == 0:
+                keys, inverse = flat[:1], np.zeros(n, dtype=np.int64)
+            else:
+                keys, inverse = np.unique(flat, axis=0, return_inverse=True)
+                inverse = inverse.reshape(-1)
             u = rng.random(flat.shape[0])
             for g, key in enumerate(keys):
                 rows = np.flatnonzero(inverse == g)
