@@ -5,11 +5,12 @@ Decoding", arXiv 2605.04543): tree verification as a conditional OT problem.
 abstract and secondary summaries). The algorithm below is taken from two independent public
 reimplementations that agree with each other formula for formula: an EAGLE-based reproduction
 (``univer_tree.py``/``utils.evaluate_posterior2``, with a worked "root example" in its tests that
-:func:`tests.test_univer` reproduces: marginals ``(0.4, 8/15)``, conditional probabilities
+``tests/test_univer.py`` reproduces: marginals ``(0.4, 8/15)``, conditional probabilities
 ``(0.4, 8/9)``) and a Triton kernel in an SGLang fork (``_univer_verify_kernel``, docstring "UniVer
-verification (arXiv 2605.04543)"). It matches every public statement about the paper: prefix
-acceptance probabilities as scaling factors of the local plans, a top-down mass allocation and a
-post-order decision phase, lossless, and no gain at temperature 0.
+verification (arXiv 2605.04543)"); they differ only in the order siblings are tested (sampled child
+last / first), which changes no marginal and no ``E[τ]``. It matches the public statements about the
+paper: prefix acceptance probabilities as scaling factors of the local plans, a top-down mass
+allocation and a post-order decision phase, lossless.
 
 **Draft tree** (``num_drafts`` = the branching ``m``; the paper's setting per the reproduction).
 Every node ``v`` at depth ``< L`` has ``m`` children: the ``m − 1`` most probable tokens of the draft
@@ -43,7 +44,10 @@ each token ``x`` with mass ``p̃_v p_v(x)`` and ``¬v`` with ``1 − p̃_v`` (ma
 subtree accepts, averaged over its own draws, with probability ``p̃_u``, and sibling subtrees are
 independent, so the sequential tests realise the allocated masses. With ``m = 1`` (one sampled child,
 a chain) this is exactly block verification (Sun et al. 2403.10444; tested law for law). At
-``L = 1`` it attains the optimum for its draft law, ``Σ_{d} p(d) + Σ_{x} min{p(x), r(x)}`` (tested).
+``L = 1`` it attains the optimum for its draft law, ``Σ_{d det} p(d) + Σ_{x not det} min{p(x), r(x)}``
+(tested). For ``L ≥ 2`` its ``E[τ]`` never exceeds U_causal of its own tree law (:meth:`UniVer.own_law_bounds`)
+but can be strictly below it (measured: up to 0.067 tokens at V = 3, m = 2, L = 3,
+``experiments/univer_table.py``): the paper's optimality is within its conditional framework.
 
 Requires at least ``m`` tokens of positive draft probability at every expanded node (else the group
 would be smaller than ``m``: :class:`~otbound.InvalidInputError`). Not in ``BLOCK_VERIFIERS``: every
