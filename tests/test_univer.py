@@ -61,10 +61,14 @@ def instances():
     out.append((*random_pair(3, 8, concentration=0.08), 3, 2, 2))  # near-deterministic laws
     zeros = tabulated_model({(): [0.5, 0.5, 0.0], (0,): [0.0, 0.9, 0.1]}, 3, default=[0.2, 0.1, 0.7])
     out.append((dirichlet_model(3, seed=9), zeros, 3, 2, 2))  # draft zeros (support still ≥ m)
+    holes = tabulated_model({(): [0.0, 0.0, 1.0], (2,): [1.0, 0.0, 0.0]}, 3, default=[0.0, 0.3, 0.7])
+    out.append((holes, dirichlet_model(3, seed=10), 3, 2, 2))  # target zeros where the draft is sure
     return out
 
 
-@pytest.mark.parametrize("inst", instances(), ids=["s0", "s1", "s2", "L3", "m3", "V4", "sharp", "zeros"])
+@pytest.mark.parametrize(
+    "inst", instances(), ids=["s0", "s1", "s2", "L3", "m3", "V4", "sharp", "zeros", "target-zeros"]
+)
 def test_exactly_lossless_and_below_its_causal_bound(inst):
     tg, dr, v, m, length = inst
     assert U.lossless_error(tg, dr, vocab_size=v, num_drafts=m, block_len=length) < 1e-12
@@ -89,6 +93,12 @@ def test_single_level_reaches_the_optimum_of_its_draft_law(seed, m):
     bounds = U.own_law_bounds(tg, dr, vocab_size=5, num_drafts=m, block_len=1)
     assert value == pytest.approx(closed, abs=1e-13)
     assert abs(bounds.causal - value) < 1e-9 and abs(bounds.joint - value) < 1e-9
+
+
+def test_a_tree_of_every_token_accepts_every_level():
+    """m = V: every node has every token as a child, so τ = L with probability 1."""
+    tg, dr = random_pair(3, 4)
+    assert U.expected_accepted(tg, dr, vocab_size=3, num_drafts=3, block_len=2) == pytest.approx(2.0, abs=1e-12)
 
 
 def test_strictly_below_its_causal_bound_at_two_levels():
