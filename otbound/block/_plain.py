@@ -54,8 +54,14 @@ def draft_tuples(tree: BlockTree, num_drafts: int, exchangeable: bool):
 
 def causal_lp_plain(tree: BlockTree, num_drafts: int, *, exchangeable: bool = False) -> float:
     """U_causal by the LP of theory.md §4 over explicit draft tuples (reference / baseline)."""
+    return causal_lp_tuples(tree, *draft_tuples(tree, num_drafts, exchangeable))
+
+
+def causal_lp_tuples(tree: BlockTree, tuples: np.ndarray, probs: np.ndarray) -> float:
+    """The causal LP for any law of draft tuples: ``tuples`` ``(T, K)`` leaf indices (blocks raveled
+    over ``V^L``) with probabilities ``probs`` (a drafting scheme other than K i.i.d. blocks, e.g. a
+    tree; the LP only reads the tuples and their law)."""
     v, length = tree.vocab_size, tree.block_len
-    tuples, probs = draft_tuples(tree, num_drafts, exchangeable)
     nt, k = tuples.shape
     # node ids of every prefix of every block: (T, K, L+1); dedupe per tuple
     nodes = np.empty((nt, k, length + 1), dtype=np.int64)
@@ -117,6 +123,12 @@ def lcp_matrix(tree: BlockTree) -> np.ndarray:
 def joint_ot_emd(tree: BlockTree, num_drafts: int, *, return_plan: bool = False):
     """U_joint by network simplex between multisets of K draft blocks and target blocks."""
     tuples, probs = draft_tuples(tree, num_drafts, exchangeable=True)
+    value, plan = joint_ot_tuples(tree, tuples, probs)
+    return (value, tuples, plan) if return_plan else value
+
+
+def joint_ot_tuples(tree: BlockTree, tuples: np.ndarray, probs: np.ndarray):
+    """``(U_joint, plan)`` for any law of draft tuples (``tuples`` ``(T, K)`` leaf indices, ``probs``)."""
     p = tree.p_path[tree.level(tree.block_len)]
     if tuples.shape[0] * p.size > MAX_EMD_ENTRIES:
         raise InvalidInputError(
@@ -126,6 +138,8 @@ def joint_ot_emd(tree: BlockTree, num_drafts: int, *, return_plan: bool = False)
     reward = lcp[tuples[:, 0]]
     for j in range(1, tuples.shape[1]):
         reward = np.maximum(reward, lcp[tuples[:, j]])
-    plan = emd(probs / probs.sum(), p / p.sum(), -reward.astype(np.float64))
-    value = float((plan * reward).sum())
-    return (value, tuples, plan) if return_plan else value
+    if tuples.shape[0] == 1:  # one tuple: the only coupling (POT's network simplex rejects one source)
+        plan = (p / p.sum())[None]
+    else:
+        plan = emd(probs / probs.sum(), p / p.sum(), -reward.astype(np.float64))
+    return float((plan * reward).sum()), plan

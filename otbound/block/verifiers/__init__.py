@@ -13,6 +13,9 @@ name                      algorithm
 ``hsd``                   hierarchical speculative decoding (Zhou et al. 2601.05724), first draft
 ========================= ===================================================================
 
+:class:`UniVer` (Weng, Hu, Yairi 2605.04543) verifies its own draft tree (top ``m − 1`` draft tokens
+plus one residual sample per node), not K i.i.d. blocks, so it is exported but not in the registry.
+
 Every verifier has ``sample(target, draft, drafts, rng)`` (one iteration; drafts ``(K, L)`` or
 ``(n, K, L)``) → :class:`BlockSample`, the exact ``output_law`` given one draft tuple, the exact
 one-iteration ``iteration_law`` and ``expected_accepted`` (exact ``E[τ]``, bonus excluded) by
@@ -26,6 +29,7 @@ from otbound.block.verifiers.multipath import MultiPathVerifier
 from otbound.block.verifiers.optimal import CausalOptimal
 from otbound.block.verifiers.spectr_gbv import SpecTrGBV
 from otbound.block.verifiers.traversal import TraversalVerification
+from otbound.block.verifiers.univer import UniVer
 
 BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
     v.name: v
@@ -52,5 +56,6 @@ __all__ = [
     "SpecTrGBV",
     "TokenChain",
     "TraversalVerification",
+    "UniVer",
     "generate",
 ]

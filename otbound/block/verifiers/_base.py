@@ -204,7 +204,14 @@ class BlockVerifier:
         target, draft = _models(target, draft, vocab_size)
         k = check_num_drafts(num_drafts)
         length = check_positive_int(block_len, "block_len")
-        v = target.vocab_size
+        cache: dict = {}
+        for prob, drafts in self.draft_tuple_law(draft, k, length):
+            yield prob, self._outcomes(self.prepare(target, draft, drafts, cache))
+
+    # -- the drafting scheme (K i.i.d. blocks; a verifier with its own scheme overrides both) -----
+    def draft_tuple_law(self, draft, num_drafts: int, block_len: int):
+        """Every draft tuple (a tuple of K blocks) with its probability, as ``(prob, drafts)``."""
+        k, length, v = num_drafts, block_len, draft.vocab_size
         if v**length > MAX_EXACT_TUPLES:  # estimate before building the V^L prefix law
             raise InvalidInputError(
                 f"exact enumeration would tabulate V^L = {v}^{length} draft blocks (limit "
@@ -219,11 +226,12 @@ class BlockVerifier:
                 f"otbound.block.verifiers._base.MAX_EXACT_TUPLES = {MAX_EXACT_TUPLES}, raise it to go further): "
                 "too many; estimate with sample() instead"
             )
-        cache: dict = {}
         for combo in itertools.product(blocks, repeat=k):
-            prob = float(np.prod([c[1] for c in combo]))
-            drafts = tuple(c[0] for c in combo)
-            yield prob, self._outcomes(self.prepare(target, draft, drafts, cache))
+            yield float(np.prod([c[1] for c in combo])), tuple(c[0] for c in combo)
+
+    def draw_drafts(self, draft, num: int, num_drafts: int, block_len: int, rng) -> np.ndarray:
+        """``num`` draft tuples ``(num, K, L)`` drawn from the draft model (K i.i.d. blocks each)."""
+        return sample_blocks(draft, num * num_drafts, block_len, rng).reshape(num, num_drafts, block_len)
 
     # -- sampling ------------------------------------------------------------------------------
     def sample(self, target, draft, drafts, rng=None) -> BlockSample:
@@ -309,8 +317,9 @@ def generate(
 ) -> np.ndarray:
     """Iterate ``verifier`` from an empty context until ``length`` tokens; returns ``(num_samples, length)``.
 
-    Each iteration draws K i.i.d. draft blocks from the draft model continuing the tokens emitted so
-    far (samples sharing a context share one batch of model calls). The output is the sequence a
+    Each iteration draws a draft tuple (``verifier.draw_drafts``: K i.i.d. draft blocks, or the
+    verifier's own drafting scheme) from the draft model continuing the tokens emitted so far
+    (samples sharing a context share one batch of model calls). The output is the sequence a
     user sees: its law must be the target's (sequence-level losslessness).
     """
     rng = np.random.default_rng(rng)
@@ -330,7 +339,7 @@ def generate(
         for ctx, rows in contexts.items():
             rows = np.asarray(rows)
             tgt, drf = shifted_model(target, ctx), shifted_model(draft, ctx)
-            blocks = sample_blocks(drf, rows.size * k, blen, rng).reshape(rows.size, k, blen)
+            blocks = verifier.draw_drafts(drf, rows.size, k, blen, rng)
             res = verifier.sample(tgt, drf, blocks, rng)
             for i, r in enumerate(rows.tolist()):
                 m = int(res.num_accepted[i]) + 1
