@@ -9,10 +9,13 @@ of ``--runs`` runs and, across instances, their median and max:
 
 * ``setup``  — :func:`otbound.verifiers.optimal_coupling` (sort by p/q, prefix sums, running
   maxima): what every verified token pays, and all the exact acceptance needs;
-* ``verify`` — setup plus verifying one drafted tuple (the top draft's path in its segment's
-  peeling tree), i.e. the per-token cost in decoding (fresh p, q every token), one run each;
-  ``depth`` is the length of that path; ``torch API`` is the same through the public
-  ``sample`` with torch CPU inputs (converted to numpy; one run);
+* ``verify`` — the public ``sample`` on one drafted tuple with an empty cache: input checks,
+  setup and the top draft's level from the hull (module docstring of ``_optimal``), i.e. the
+  per-token cost in decoding (fresh p, q every token); ``torch API`` is the same with torch CPU
+  inputs (converted to numpy); ``segment`` is the length of the top draft's segment;
+* ``tree`` — the previous sampler's cost for the same tuple: setup plus the top draft's path in its
+  segment's peeling tree (one run; O(segment²) — seconds at K = 8, so only for ``--tree-ks``), and
+  ``depth``, the length of that path;
 * ``maxflow`` — networkx maximum flow on the multiset graph (source → multiset of K drafts →
   token → sink) of the top-``topk`` truncation of the same instance (top tokens of q, both laws
   renormalised), the exact optimal plan of that truncated instance; printed beside ``ot_fast``
@@ -76,9 +79,17 @@ def maxflow_value(p, q, k):
 
 
 def verify_one(p, q, k, drafts):
+    """The previous sampler: setup and the top draft's path in the peeling tree (its length)."""
     c = optimal_coupling(p, q, k)
     top = int(c.rank[drafts].max())
     return len(_level_weights(c, top))
+
+
+def verify_public(p, q, drafts, rng):
+    """One verification through the public API with an empty cache (a fresh p, q)."""
+    ver = VERIFIERS["ot_fast"]
+    ver._cache.clear()
+    ver.sample(p, q, drafts, rng)
 
 
 def main(argv=None):
@@ -90,6 +101,8 @@ def main(argv=None):
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--maxflow-ks", type=int, nargs="*", default=[2, 4], help="K for the max-flow comparison "
                     "(K = 8 at top-10 is 24,310 multisets: minutes in networkx)")
+    ap.add_argument("--tree-ks", type=int, nargs="*", default=[2, 4], help="K at which the previous tree-path "
+                    "sampler is timed too (K = 8 takes seconds per instance)")
     args = ap.parse_args(argv)
     import torch
 
@@ -112,31 +125,37 @@ def main(argv=None):
         a, b = statistics.median(mf), statistics.median(fast)
         print(f"{k:>2} {n_ms:>9} {1e3 * a:11.2f} {1e3 * b:11.3f} {a / b:7.0f}× {diff:9.1e}")
 
-    print(f"\nV = {V}, T = {args.temperature}, {args.instances} instances, medians of {args.runs} runs (ms)")
-    print(f"{'K':>2} {'setup':>16} {'verify':>22} {'depth':>12} {'torch API':>16} {'|α−α*|':>8}")
+    print(f"\nV = {V}, T = {args.temperature}, {args.instances} instances, medians of {args.runs} runs (ms; "
+          "median (max) over instances)")
+    print(f"{'K':>2} {'setup':>16} {'verify':>16} {'torch API':>16} {'segment':>15} {'tree':>18} "
+          f"{'depth':>12} {'tree/verify':>11} {'|α−α*|':>8}")
     for k in args.ks:
-        setup, verify, depth, via_torch, err = [], [], [], [], 0.0
+        setup, verify, via_torch, segment, tree, depth, err = [], [], [], [], [], [], 0.0
         for i in range(args.instances):
             p, q = lm_pair(100 * k + i, args.temperature)
             drafts = sample_drafts(q, k, size=1, rng=rng)
             setup.append(median_time(optimal_coupling, args.runs, p, q, k))
-            ver._cache.clear()
-            t0 = time.process_time()
-            depth.append(verify_one(p, q, k, drafts))  # one run: deep paths take seconds
-            verify.append(time.process_time() - t0)
+            verify.append(median_time(verify_public, args.runs, p, q, drafts, rng))
             pt, qt, dt = torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(drafts)
-
-            ver._cache.clear()
-            via_torch.append(median_time(ver.sample, 1, pt, qt, dt, 0))
+            via_torch.append(median_time(verify_public, args.runs, pt, qt, dt, rng))
+            c = optimal_coupling(p, q, k)
+            u, v = c.segment(int(c.rank[drafts].max()))
+            segment.append(v - u)
+            if k in args.tree_ks:
+                t0 = time.process_time()
+                depth.append(verify_one(p, q, k, drafts))
+                tree.append(time.process_time() - t0)
             err = max(err, abs(ver.acceptance(p, q, k) - optimal_acceptance(p, q, k)))
 
         def fmt(xs):
-            return f"{1e3 * statistics.median(xs):7.2f} (max {1e3 * max(xs):7.1f})"
+            return f"{1e3 * statistics.median(xs):7.2f} (max {1e3 * max(xs):6.1f})" if xs else "—"
 
-        print(
-            f"{k:>2} {fmt(setup):>16} {fmt(verify):>22} {statistics.median(depth):5.0f} (max {max(depth)}) "
-            f"{fmt(via_torch):>16} {err:8.1e}"
-        )
+        tree_cols = f"{'—':>18} {'—':>12} {'—':>11}"
+        if tree:
+            ratio = statistics.median(tree) / statistics.median(verify)
+            tree_cols = f"{fmt(tree):>18} {statistics.median(depth):5.0f} (max {max(depth)}) {ratio:10.1f}×"
+        print(f"{k:>2} {fmt(setup):>16} {fmt(verify):>16} {fmt(via_torch):>16} "
+              f"{statistics.median(segment):7.0f} ({max(segment)}) {tree_cols} {err:8.1e}")
 
 
 if __name__ == "__main__":

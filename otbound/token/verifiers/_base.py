@@ -35,10 +35,33 @@ ENUMERATION_MAX_TUPLES = 200_000
 ENUMERATION_MAX_CELLS = 100_000_000
 #: rows × V cells per vectorised chunk (bounds the memory of per-row laws to ~32 MB).
 CHUNK_CELLS = 4_000_000
+_OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
+
+
+class _LawKey:
+    """Cache key of a checked (p, q, K): hashed from a strided sample of the entries (O(V / 97), not
+    a pass over 2 × V doubles), compared exactly (``np.array_equal``) — a hash collision costs one
+    comparison, never a wrong hit. Holds the checked copies, which the caller cannot mutate."""
+
+    __slots__ = ("p", "q", "k", "_hash")
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, k: int):
+        self.p, self.q, self.k = p, q, k
+        self._hash = hash((p.shape, k, p[::97].tobytes(), q[::97].tobytes(), float(p[-1]), float(q[-1])))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, _LawKey) and self.k == other.k and self.p.shape == other.p.shape
+            and np.array_equal(self.p, other.p) and np.array_equal(self.q, other.q)
+        )
 
 
 class PreparedCache(OrderedDict):
-    """The ``size`` most recently prepared (p, q, K) instances of a verifier, keyed by their bytes."""
+    """The ``size`` most recently prepared (p, q, K) instances of a verifier, keyed by content
+    (:class:`_LawKey`; p and q as returned by the verifiers' input check, fresh arrays)."""
 
     def __init__(self, size: int = 16):
         super().__init__()
@@ -46,7 +69,7 @@ class PreparedCache(OrderedDict):
 
     def get_or_build(self, p, q, k, build):
         """The cached value for (p, q, k), else ``build()`` stored (the least recent dropped)."""
-        key = (p.tobytes(), q.tobytes(), k)
+        key = _LawKey(p, q, k)
         if key in self:
             self.move_to_end(key)
             return self[key]
@@ -244,8 +267,11 @@ def _check_laws(p, q):
     p, q = as_pair(to_numpy(p)[0], to_numpy(q)[0])
     if p.ndim != 1:
         raise InvalidInputError(f"verifiers take 1-D laws p and q, got shape {p.shape}")
-    with np.errstate(over="ignore"):  # the verifiers' weights and acceptance ratios are p/q
-        over = (q > 0) & np.isinf(p / np.where(q > 0, q, 1.0))
+    # the verifiers' weights and acceptance ratios are p/q: it can overflow only where q < 1/DBL_MAX
+    over = np.zeros(q.shape, dtype=bool)
+    if np.count_nonzero(q < _OVERFLOW_Q) > np.count_nonzero(q == 0):
+        with np.errstate(over="ignore"):
+            over = (q > 0) & np.isinf(p / np.where(q > 0, q, 1.0))
     if over.any():
         i = int(np.flatnonzero(over)[0])
         raise InvalidInputError(

@@ -36,6 +36,24 @@ segment's tree walked from its root, stopping at a node with probability w / (ma
 For a fixed partition the selection law is the increments of its chord polygon over all of
 ``[0, 1]``; averaged over the trees it is the increments of M, i.e. m.
 
+**Hull form** (derived here; it makes the tree unnecessary for sampling). At a node ``(u, v)``
+reached with mass ``m``, the lifts are ``D_j = m c_j − γ_j`` with ``γ_j`` the gap between M's chord
+over ``[Q_u, Q_v]`` and M at j (subtracting the ancestors' linear chords leaves gaps unchanged), so
+``w = m − ν(u, v)`` with ``ν(u, v) = max_j γ_j / c_j`` — a function of ``(u, v)`` alone: the
+children receive mass ``ν(u, v)`` whatever the path. Walk the tree with one uniform λ and put
+``ν = 1 − λ``: the node is the level for ``ν ∈ (ν(u, v), m]``, where ``γ_j − ν c_j ≤ 0`` at every
+interior j, i.e. every interior point of ``M − νΦ`` lies on or above its chord — ``(u, v)`` is an
+edge of the lower convex hull of the points ``(Q_j, M_j − νΦ(Q_j))``, and the arg-min ``j*`` joins
+the hull exactly at ``ν(u, v)``. (Records are hull vertices for every ν: ``M − νΦ = (1 − ν)M +
+ν(M − Φ)`` lies above M's supporting line at a record, where ``M = Φ``.) So **the level holding the
+top draft for a uniform ν is the edge of that hull over the top draft's gap**, found in
+:meth:`OptimalCoupling.hull_level` by alternating tangents between the boundaries left and right of
+the gap: with ``(a*, b*)`` the edge, a tangent from any left point touches the right side at or
+before ``b*`` and a tangent from any right point touches the left side at or after ``a*`` (every
+point lies on or above the edge's line), so the search ranges shrink monotonically and the first
+pair that are each other's tangent points is the edge. Tested level for level against the tree
+(``tests/test_optimal_verifier.py``).
+
 **Verifier.** Select ``y`` by that random level rule; if y ∈ H* accept it with probability
 ``p_y / m_y`` (else reject), if y ∈ C accept it; on rejection emit ``Y ~ (p − m)_+ / (1 − α*)``
 (mass on C only). Only the path of the top draft's token in its segment's tree is needed.
@@ -50,12 +68,12 @@ while the residual lives on C — no residual token is a draft. Hence
 enumerated (lossless to 1e-12), by a binned chi-square at V = 1,500, and at V = 151,936.
 
 **Cost** (one row): a sort of the V ratios, O(V) prefix sums and running maxima (the exact
-acceptance needs nothing more), then per tuple the top draft's path in its segment's tree: each
-node costs O(length of its segment), nodes are cached per (p, q, K). The top draft usually sits in a
-short segment (path length 1), but segments can span most of H* and the peeling then splits off a
-token or so per node, so a path can be O(segment) nodes long: O(L²) for a segment of L tokens.
-``experiments/bench_optimal_verifier.py`` measures both (README); a decomposition with a cheap path
-for long segments is open.
+acceptance needs nothing more), then per tuple the top draft's level. The tree's path can be
+O(segment) nodes of O(segment) each — segments span most of H* at K = 8 on LM-like rows (seconds per
+token) — while the hull costs O(segment) per tuple, 1–4 tangent rounds measured; the sampler takes
+levels from the cached tree where a segment's tuples share it and from the hull otherwise
+(``TREE_MAX``, ``TREE_TOKENS_PER_TUPLE``). The exact conditional laws (``conditional_law``) still
+walk the tree. ``experiments/bench_optimal_verifier.py`` measures the cost (README).
 
 **Without replacement.** The construction does not carry over: it rests on Q(H) = Φ(q(H)), one
 convex function of the q-mass, which makes the drafts inside the top draft's level i.i.d. from q
@@ -76,32 +94,34 @@ import numpy as np
 from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 
 CACHE_SIZE = 16
+TREE_MAX = 64  # segments this short always use the tree (at most 64 nodes of ≤ 64 tokens)
+TREE_TOKENS_PER_TUPLE = 16  # longer ones use it when they hold a tuple per 16 of their tokens
 
 
 @dataclass
 class OptimalCoupling:
     """The pieces of the optimal coupling for one (p, q, K), i.i.d. drafts (see module docstring).
 
-    order: token ids sorted by p/q ascending; rank: inverse permutation (token → position).
-    cum_q: Q_j, j = 0..V (float64, V + 1); phi: Φ(Q_j); lift: d_j = M_j − Φ(Q_j) ≥ 0.
-    p_sorted, m_sorted: p and the selection law m in that order; records: sorted contact
-    boundaries (segment ends); h: |H*|; alpha: α* = P_h + 1 − Φ(Q_h); accepted: Σ_{H*} p + Σ_C m
-    (the construction's acceptance). Over tokens (built on first use): ``select`` = m,
-    ``keep`` = acceptance probability of a selected token (p/m on H*, 1 on C), ``residual`` =
-    (p − m)_+ normalised (p on C if that mass rounds to 0).
+    order: token ids sorted by p/q ascending; cum_q, cum_p: Q_j, P_j, j = 0..V (float64, V + 1);
+    phi: Φ(Q_j); run: the running maxima g_j of G; lift: d_j = M_j − Φ(Q_j) = g_j − G_j ≥ 0;
+    p_sorted: p in that order; records: sorted contact boundaries (segment ends); h: |H*|;
+    alpha: α* = P_h + 1 − Φ(Q_h). Built on first use (a verification needs none of them for the
+    tuple it verifies): ``rank`` (token → position), ``m_sorted`` (the selection law m in sorted
+    order), ``accepted`` (Σ_{H*} p + Σ_C m, the construction's acceptance) and, over tokens,
+    ``select`` = m, ``keep`` = acceptance probability of a selected token (p/m on H*, 1 on C),
+    ``residual`` = (p − m)_+ normalised (p on C if that mass rounds to 0).
     """
 
     order: np.ndarray
-    rank: np.ndarray
     cum_q: np.ndarray
+    cum_p: np.ndarray
     phi: np.ndarray
+    run: np.ndarray
     lift: np.ndarray
     p_sorted: np.ndarray
-    m_sorted: np.ndarray
     records: np.ndarray
     h: int
     alpha: float
-    accepted: float
     nodes: dict = field(default_factory=dict, repr=False)
 
     def _by_token(self, sorted_values: np.ndarray) -> np.ndarray:
@@ -110,12 +130,37 @@ class OptimalCoupling:
         return out
 
     @cached_property
-    def keep_sorted(self) -> np.ndarray:
-        h, ps, ms = self.h, self.p_sorted, self.m_sorted
-        keep = np.ones(ps.size)
+    def rank(self) -> np.ndarray:
+        rank = np.empty(self.order.size, dtype=np.int64)
+        rank[self.order] = np.arange(self.order.size)
+        return rank
+
+    @cached_property
+    def m_sorted(self) -> np.ndarray:
+        h, ps = self.h, self.p_sorted
+        m = np.diff(self.cum_p + self.run)  # increments of M_j = P_j + g_j
+        m[:h] = np.maximum(m[:h], ps[:h])  # m ≥ p on H* (rounding only)
+        m[h:] = np.clip(m[h:], 0.0, ps[h:])  # 0 ≤ m ≤ p on C (rounding only)
+        return m
+
+    @cached_property
+    def accepted(self) -> float:
+        return float(self.cum_p[self.h] + self.m_sorted[self.h :].sum())
+
+    def keep_at(self, positions: np.ndarray) -> np.ndarray:
+        """Acceptance probability of a selected token at sorted ``positions``: p/m on H*, 1 on C
+        (m from the prefix sums, without building ``m_sorted``)."""
+        positions = np.asarray(positions)
+        m = (self.cum_p[positions + 1] + self.run[positions + 1]) - (self.cum_p[positions] + self.run[positions])
+        ps = self.p_sorted[positions]
+        m = np.maximum(m, ps)  # m ≥ p on H* (rounding only)
         with np.errstate(divide="ignore", invalid="ignore"):
-            keep[:h] = np.where(ms[:h] > 0, ps[:h] / np.where(ms[:h] > 0, ms[:h], 1.0), 0.0)
-        return np.minimum(keep, 1.0)
+            keep = np.where(m > 0, ps / np.where(m > 0, m, 1.0), 0.0)
+        return np.where(positions < self.h, np.minimum(keep, 1.0), 1.0)
+
+    @cached_property
+    def keep_sorted(self) -> np.ndarray:
+        return self.keep_at(np.arange(self.p_sorted.size))
 
     @cached_property
     def residual_sorted(self) -> np.ndarray:
@@ -139,6 +184,39 @@ class OptimalCoupling:
     @property
     def residual(self) -> np.ndarray:
         return self._by_token(self.residual_sorted)
+
+    def segment(self, top: int) -> tuple[int, int]:
+        """The contact boundaries ``u ≤ top < v`` of the segment holding sorted position ``top``."""
+        r = int(np.searchsorted(self.records, top, side="right"))
+        return int(self.records[r - 1]), int(self.records[r])
+
+    def hull_level(self, top: int, mass: float) -> tuple[int, int]:
+        """The level ``(a, b]`` holding sorted position ``top`` when the peeling has ``mass`` ν left
+        (``ν = 1 − λ``, λ the uniform that walks the tree): the edge of the lower convex hull of the
+        points ``(Q_j, M_j − νΦ(Q_j))``, ``u ≤ j ≤ v``, over the gap ``(Q_top, Q_top+1)``.
+
+        Found by alternating tangents between the boundaries left of the gap (``u..top``) and right
+        of it (``top+1..v``): ``b`` = tangent point from ``a`` on the right, ``a`` = tangent point from
+        ``b`` on the left, each search restricted to the side of the last tangent point where the edge
+        must lie (module docstring, "Hull form"), until ``a`` repeats: ``a`` decreases after the first
+        round, so this ends; 1–4 rounds measured. O(v − u) per round, no tree.
+        """
+        u, v = self.segment(top)
+        qs = self.cum_q[u : v + 1]
+        g = self.lift[u : v + 1] + (1.0 - mass) * self.phi[u : v + 1]  # = M − νΦ (lift = M − Φ)
+        t = top - u
+        a, right_from, left_to = 0, t + 1, t + 1
+        while True:
+            # candidates strictly wider than the pivot (boundaries of zero q-width carry no slope)
+            lo = max(right_from, t + 1 + int(np.searchsorted(qs[t + 1 :], qs[a], side="right")))
+            if lo > qs.size - 1:  # (a, v] has no q-mass: the top draft has probability 0 here
+                return u + a, v
+            b = lo + int(np.argmin((g[lo:] - g[a]) / (qs[lo:] - qs[a])))
+            hi = min(left_to, int(np.searchsorted(qs[: t + 1], qs[b], side="left")))
+            a_next = int(np.argmax((g[b] - g[:hi]) / (qs[b] - qs[:hi])))  # hi ≥ 1: Q_u < Q_b
+            if a_next == a:
+                return u + a, u + b
+            a, right_from, left_to = a_next, b, a_next + 1
 
     def node(self, u: int, v: int, peeled: tuple = (0.0, 0.0, 0.0)):
         """Peeling node for boundaries u < v: ``(w, j*, peeled')``, cached (j* = −1: a single token).
@@ -169,14 +247,13 @@ class OptimalCoupling:
 
 
 def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
-    """Build :class:`OptimalCoupling` for checked 1-D laws p, q and K i.i.d. drafts (O(V log V))."""
+    """Build :class:`OptimalCoupling` for checked 1-D laws p, q and K i.i.d. drafts: a sort of the
+    ratios, two prefix sums and two running maxima (O(V log V))."""
     v = q.size
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = p / q
     ratio[q == 0] = np.inf
     order = np.argsort(ratio, kind="quicksort")
-    rank = np.empty(v, dtype=np.int64)
-    rank[order] = np.arange(v)
     ps, qs = p[order], q[order]
     cum_q = np.empty(v + 1)
     cum_p = np.empty(v + 1)
@@ -195,12 +272,8 @@ def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
     run[h:] = np.maximum.accumulate(g[h:][::-1])[::-1]
     lift = run - g  # ≥ 0 exactly in floating point: run ≥ g elementwise
     records = np.flatnonzero(lift == 0.0)
-    m_sorted = np.diff(cum_p + run)  # increments of M_j = P_j + run_j
-    m_sorted[:h] = np.maximum(m_sorted[:h], ps[:h])  # m ≥ p on H* (rounding only)
-    m_sorted[h:] = np.clip(m_sorted[h:], 0.0, ps[h:])  # 0 ≤ m ≤ p on C (rounding only)
     alpha = float(min(1.0, cum_p[h] + 1.0 - phi[h]))
-    accepted = float(cum_p[h] + m_sorted[h:].sum())
-    return OptimalCoupling(order, rank, cum_q, phi, lift, ps, m_sorted, records, h, alpha, accepted)
+    return OptimalCoupling(order, cum_q, cum_p, phi, run, lift, ps, records, h, alpha)
 
 
 def _level_weights(c: OptimalCoupling, top: int) -> list[tuple[int, int, float]]:
@@ -240,25 +313,50 @@ class OptimalVerifier(Verifier):
     def _closed_form(self, p, q, aux, k):
         return aux.accepted  # Σ_{H*} p + Σ_C m, summed from the construction (not from optimal_acceptance)
 
-    def _levels(self, aux, drafts):
-        """Sorted positions (n, K) and, per row, the top draft's levels padded to a common length:
-        lower ends a, upper ends b (int (n, L)) and probabilities w (float (n, L), 0 as padding)."""
-        pos = aux.rank[drafts]
-        tops, inverse = np.unique(pos.max(axis=1), return_inverse=True)
-        paths = [_level_weights(aux, int(t)) for t in tops]
+    @staticmethod
+    def _paths(aux, tops):
+        """Per row, the levels that can hold sorted position ``tops[i]`` (its path in the peeling tree),
+        padded to a common length: lower ends a, upper ends b (int (n, L)) and probabilities w
+        (float (n, L), 0 as padding)."""
+        uniq, inverse = np.unique(tops, return_inverse=True)
+        paths = [_level_weights(aux, int(t)) for t in uniq]
         width = max(len(x) for x in paths)
-        a = np.zeros((tops.size, width), dtype=np.int64)
-        b = np.zeros((tops.size, width), dtype=np.int64)
-        w = np.zeros((tops.size, width))
+        a = np.zeros((uniq.size, width), dtype=np.int64)
+        b = np.zeros((uniq.size, width), dtype=np.int64)
+        w = np.zeros((uniq.size, width))
         for i, path in enumerate(paths):
             arr = np.array(path)
             a[i, : len(path)], b[i, : len(path)], w[i, : len(path)] = arr[:, 0], arr[:, 1], arr[:, 2]
         inverse = inverse.ravel()
-        return pos, a[inverse], b[inverse], w[inverse]
+        return a[inverse], b[inverse], w[inverse]
+
+    @classmethod
+    def _levels_at(cls, aux, tops, lam):
+        """The level ``(a, b]`` of each row for its uniform ``lam`` (the tree walked with λ, or equally
+        the hull at ``s = 1 − λ``): by the cached tree where a segment's tuples share it (at least one
+        tuple per ``TREE_TOKENS_PER_TUPLE`` tokens of segment, or segments up to ``TREE_MAX`` tokens),
+        else by :meth:`OptimalCoupling.hull_level`, O(segment) per tuple instead of the tree's
+        O(segment²) worst case."""
+        r = np.searchsorted(aux.records, tops, side="right")
+        length = aux.records[r] - aux.records[r - 1]
+        shared = np.bincount(r, minlength=aux.records.size)[r]
+        by_tree = (length <= TREE_MAX) | (shared * TREE_TOKENS_PER_TUPLE >= length)
+        a = np.empty(tops.size, dtype=np.int64)
+        b = np.empty(tops.size, dtype=np.int64)
+        rows = np.flatnonzero(by_tree)
+        if rows.size:
+            pa, pb, pw = cls._paths(aux, tops[rows])
+            last = (pw > 0).sum(axis=1) - 1  # levels fill a prefix of each row; rounding never picks padding
+            level = np.minimum((np.cumsum(pw, axis=1) <= lam[rows, None]).sum(axis=1), last)
+            a[rows], b[rows] = pa[np.arange(rows.size), level], pb[np.arange(rows.size), level]
+        for i in np.flatnonzero(~by_tree):
+            a[i], b[i] = aux.hull_level(int(tops[i]), 1.0 - float(lam[i]))
+        return a, b
 
     def _laws(self, p, q, aux, drafts):
         n, k = drafts.shape
-        pos, a, b, w = self._levels(aux, drafts)
+        pos = aux.rank[drafts]
+        a, b, w = self._paths(aux, pos.max(axis=1))
         inside = (pos[:, None, :] >= a[:, :, None]) & (pos[:, None, :] < b[:, :, None])  # (n, L, K)
         cnt = np.maximum(inside.sum(axis=2, keepdims=True), 1)
         share = (w[:, :, None] * inside / cnt).sum(axis=1)  # P(select draft column j | x̄), (n, K)
@@ -270,16 +368,14 @@ class OptimalVerifier(Verifier):
 
     def _sample(self, p, q, aux, drafts, rng):
         n, k = drafts.shape
-        pos, a, b, w = self._levels(aux, drafts)
-        last = (w > 0).sum(axis=1) - 1  # levels fill a prefix of each row; rounding never picks padding
-        level = np.minimum((np.cumsum(w, axis=1) <= rng.random(n)[:, None]).sum(axis=1), last)
+        pos = aux.rank[drafts]
+        a, b = self._levels_at(aux, pos.max(axis=1), rng.random(n))
         rows = np.arange(n)
-        a, b = a[rows, level], b[rows, level]
         inside = (pos >= a[:, None]) & (pos < b[:, None])
         pick = np.floor(rng.random(n) * inside.sum(axis=1)).astype(np.int64)  # pick-th draft inside
         col = np.argmax(np.cumsum(inside, axis=1) > pick[:, None], axis=1)
         out = drafts[rows, col].copy()
-        rejected = rng.random(n) >= aux.keep_sorted[aux.rank[out]]
+        rejected = rng.random(n) >= aux.keep_at(pos[rows, col])
         if rejected.any():
             out[rejected] = aux.order[draw(aux.residual_sorted, rng.random(int(rejected.sum())))]
         return out
