@@ -13,6 +13,8 @@ of ``--runs`` runs and, across instances, their median and max:
   setup and the top draft's level from the hull (module docstring of ``_optimal``), i.e. the
   per-token cost in decoding (fresh p, q every token); ``torch API`` is the same with torch CPU
   inputs (converted to numpy); ``segment`` is the length of the top draft's segment;
+* ``law`` — the exact conditional law of that tuple (``conditional_law``, set-up cached): the
+  entry masses of its drafts' positions from the hull (the tree's path took seconds at K = 8);
 * ``tree`` — the previous sampler's cost for the same tuple: setup plus the top draft's path in its
   segment's peeling tree (one run; O(segment²) — seconds at K = 8, so only for ``--tree-ks``), and
   ``depth``, the length of that path;
@@ -127,10 +129,10 @@ def main(argv=None):
 
     print(f"\nV = {V}, T = {args.temperature}, {args.instances} instances, medians of {args.runs} runs (ms; "
           "median (max) over instances)")
-    print(f"{'K':>2} {'setup':>16} {'verify':>16} {'torch API':>16} {'segment':>15} {'tree':>18} "
+    print(f"{'K':>2} {'setup':>16} {'verify':>16} {'torch API':>16} {'law':>16} {'segment':>15} {'tree':>18} "
           f"{'depth':>12} {'tree/verify':>11} {'|α−α*|':>8}")
     for k in args.ks:
-        setup, verify, via_torch, segment, tree, depth, err = [], [], [], [], [], [], 0.0
+        setup, verify, via_torch, law, segment, tree, depth, err = [], [], [], [], [], [], [], 0.0
         for i in range(args.instances):
             p, q = lm_pair(100 * k + i, args.temperature)
             drafts = sample_drafts(q, k, size=1, rng=rng)
@@ -138,6 +140,8 @@ def main(argv=None):
             verify.append(median_time(verify_public, args.runs, p, q, drafts, rng))
             pt, qt, dt = torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(drafts)
             via_torch.append(median_time(verify_public, args.runs, pt, qt, dt, rng))
+            ver.conditional_law(p, q, drafts)  # set-up cached
+            law.append(median_time(ver.conditional_law, args.runs, p, q, drafts))
             c = optimal_coupling(p, q, k)
             u, v = c.segment(int(c.rank[drafts].max()))
             segment.append(v - u)
@@ -154,7 +158,7 @@ def main(argv=None):
         if tree:
             ratio = statistics.median(tree) / statistics.median(verify)
             tree_cols = f"{fmt(tree):>18} {statistics.median(depth):5.0f} (max {max(depth)}) {ratio:10.1f}×"
-        print(f"{k:>2} {fmt(setup):>16} {fmt(verify):>16} {fmt(via_torch):>16} "
+        print(f"{k:>2} {fmt(setup):>16} {fmt(verify):>16} {fmt(via_torch):>16} {fmt(law):>16} "
               f"{statistics.median(segment):7.0f} ({max(segment)}) {tree_cols} {err:8.1e}")
 
 

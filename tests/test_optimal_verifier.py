@@ -225,8 +225,7 @@ def test_statistically_lossless_through_the_hull(monkeypatch, k):
     """The sampler with every level taken from the hull (never the tree): the same binned chi-square
     as at V = 1,500 above (N = 200,000, power ≥ 0.999 against a 1% distortion), and the Monte Carlo
     acceptance brackets α*."""
-    monkeypatch.setattr(_optimal, "TREE_MAX", 0)
-    monkeypatch.setattr(_optimal, "TREE_TOKENS_PER_TUPLE", 0)
+    _force_hull(monkeypatch)
     p, q = _lm_like(V_STAT, 31 + k)
     c = optimal_coupling(p, q, k)
     assert np.diff(c.records).max() > 100  # long segments: the case the hull is for
@@ -251,3 +250,26 @@ def test_full_vocabulary_k8_verifies_through_the_hull():
     res = ver.sample(p, q, drafts, r)
     lo, hi = wilson_interval(float(res.accepted.mean()), drafts.shape[0], 1 - ALPHA)
     assert lo <= c.alpha <= hi
+
+
+def _force_hull(monkeypatch):
+    monkeypatch.setattr(_optimal, "TREE_MAX", 0)
+    monkeypatch.setattr(_optimal, "TREE_TOKENS_PER_TUPLE", 0)
+
+
+def test_exact_laws_through_the_hull_equal_the_tree(monkeypatch):
+    """The conditional laws built from the entry masses (no tree) equal the tree's, to 1e-12, on
+    the hull cases (30 drawn tuples each), and stay exactly lossless and optimal on the adversarial
+    instances."""
+    r = np.random.default_rng(23)
+    cases = list(_hull_cases())
+    drafts = {name: sample_drafts(q, k, size=30, rng=r) for name, p, q, k in cases}
+    tree = {name: ver.conditional_law(p, q, drafts[name]) for name, p, q, k in cases}
+    ver._cache.clear()
+    _force_hull(monkeypatch)
+    for name, p, q, _k in cases:
+        np.testing.assert_allclose(ver.conditional_law(p, q, drafts[name]), tree[name], atol=ATOL, err_msg=name)
+    for p, q in ADVERSARIAL.values():
+        for k in (1, 2, 3):
+            _check_exact(p, q, k)
+    ver._cache.clear()

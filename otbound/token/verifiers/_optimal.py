@@ -72,8 +72,11 @@ acceptance needs nothing more), then per tuple the top draft's level. The tree's
 O(segment) nodes of O(segment) each — segments span most of H* at K = 8 on LM-like rows (seconds per
 token) — while the hull costs O(segment) per tuple, 1–4 tangent rounds measured; the sampler takes
 levels from the cached tree where a segment's tuples share it and from the hull otherwise
-(``TREE_MAX``, ``TREE_TOKENS_PER_TUPLE``). The exact conditional laws (``conditional_law``) still
-walk the tree. ``experiments/bench_optimal_verifier.py`` measures the cost (README).
+(``TREE_MAX``, ``TREE_TOKENS_PER_TUPLE``). The exact conditional law of a tuple needs, instead of
+one level, the masses at which the level's left end passes the drafts' positions
+(:meth:`OptimalCoupling.entry_mass`, a few hull rounds each: 2–35 ms per tuple at V = 151,936,
+K = 4, 8, where the tree took seconds). ``experiments/bench_optimal_verifier.py`` measures the cost
+(README).
 
 **Without replacement.** The construction does not carry over: it rests on Q(H) = Φ(q(H)), one
 convex function of the q-mass, which makes the drafts inside the top draft's level i.i.d. from q
@@ -218,6 +221,56 @@ class OptimalCoupling:
                 return u + a, u + b
             a, right_from, left_to = a_next, b, a_next + 1
 
+    def _pierce(self, a: int, b: int, y: int, top: int) -> float:
+        """``max_{y < j ≤ top} γ_j / c_j`` over the chord ``(a, b)``: the mass ν at which the first
+        boundary in ``(y, top]`` would reach the chord of ``M − νΦ`` (−inf if none can)."""
+        qa, qb = self.cum_q[a], self.cum_q[b]
+        t = (self.cum_q[y + 1 : top + 1] - qa) / (qb - qa)
+        c = (1.0 - t) * self.phi[a] + t * self.phi[b] - self.phi[y + 1 : top + 1]
+        gap = (1.0 - t) * self.lift[a] + t * self.lift[b] - self.lift[y + 1 : top + 1]  # γ − c (γ: M's gap)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(c > 0, 1.0 + gap / np.where(c > 0, c, 1.0), -np.inf)
+        return float(ratio.max()) if ratio.size else -np.inf
+
+    def entry_mass(self, top: int, y: int, start: float = 1.0) -> float:
+        """``θ = sup{ν : the level of top at ν starts after y}`` for ``u ≤ y < top``: the level of the
+        top draft holds position y exactly when ``ν > θ`` (given θ ≤ ``start``).
+
+        Iterated from above: with ``(a, b)`` the level at ν (``a ≤ y``), no boundary of ``(y, top]``
+        joins the hull before it reaches the chord ``(a, b)`` (every later edge lies below that chord),
+        so ``θ ≤`` :meth:`_pierce` ``(a, b)``; the iteration stops where the pierce value is the
+        current ν, i.e. where a boundary of ``(y, top]`` touches the current edge: that is θ. ν
+        decreases strictly and the edge changes each round, so it ends (≈ 7 rounds measured at
+        V = 151,936)."""
+        nu = start
+        while nu > 0.0:
+            a, b = self.hull_level(top, nu)
+            if a > y:
+                return nu
+            nxt = self._pierce(a, b, y, top)
+            if not nxt < nu:
+                return nu
+            nu = max(nxt, 0.0)
+        return 0.0
+
+    def column_shares(self, pos: np.ndarray) -> np.ndarray:
+        """``P(the level rule selects draft column j | drafts)`` for one tuple at sorted positions
+        ``pos`` (K,), without the tree: the level's left end sweeps the drafts' distinct positions
+        ``y_1 < … < y_m = top`` of the segment at the masses :meth:`entry_mass` ``θ_1 ≥ … ≥ θ_m = 0``;
+        for ``ν ∈ (θ_i, θ_{i−1}]`` (``θ_0 = 1``) the level holds the columns at ``pos ≥ y_i``, each
+        selected with probability 1 / (their number)."""
+        top = int(pos.max())
+        u, _ = self.segment(top)
+        ys = np.unique(pos[pos >= u])
+        out = np.zeros(pos.size)
+        upper = 1.0
+        for i, y in enumerate(ys):
+            lower = 0.0 if i == ys.size - 1 else self.entry_mass(top, int(y), upper)
+            inside = pos >= y
+            out[inside] += (upper - lower) / inside.sum()
+            upper = lower
+        return out
+
     def node(self, u: int, v: int, peeled: tuple = (0.0, 0.0, 0.0)):
         """Peeling node for boundaries u < v: ``(w, j*, peeled')``, cached (j* = −1: a single token).
 
@@ -330,17 +383,21 @@ class OptimalVerifier(Verifier):
         inverse = inverse.ravel()
         return a[inverse], b[inverse], w[inverse]
 
-    @classmethod
-    def _levels_at(cls, aux, tops, lam):
-        """The level ``(a, b]`` of each row for its uniform ``lam`` (the tree walked with λ, or equally
-        the hull at ``s = 1 − λ``): by the cached tree where a segment's tuples share it (at least one
-        tuple per ``TREE_TOKENS_PER_TUPLE`` tokens of segment, or segments up to ``TREE_MAX`` tokens),
-        else by :meth:`OptimalCoupling.hull_level`, O(segment) per tuple instead of the tree's
-        O(segment²) worst case."""
+    @staticmethod
+    def _by_tree(aux, tops):
+        """Rows whose levels come from the cached tree: segments up to ``TREE_MAX`` tokens, or
+        holding at least one tuple per ``TREE_TOKENS_PER_TUPLE`` of their tokens (the tree's worst
+        case, O(segment²) once, is then shared); the others use the hull, O(segment) per tuple."""
         r = np.searchsorted(aux.records, tops, side="right")
         length = aux.records[r] - aux.records[r - 1]
         shared = np.bincount(r, minlength=aux.records.size)[r]
-        by_tree = (length <= TREE_MAX) | (shared * TREE_TOKENS_PER_TUPLE >= length)
+        return (length <= TREE_MAX) | (shared * TREE_TOKENS_PER_TUPLE >= length)
+
+    @classmethod
+    def _levels_at(cls, aux, tops, lam):
+        """The level ``(a, b]`` of each row for its uniform ``lam``: the tree walked with λ, or equally
+        (module docstring) :meth:`OptimalCoupling.hull_level` at ``ν = 1 − λ``."""
+        by_tree = cls._by_tree(aux, tops)
         a = np.empty(tops.size, dtype=np.int64)
         b = np.empty(tops.size, dtype=np.int64)
         rows = np.flatnonzero(by_tree)
@@ -356,10 +413,16 @@ class OptimalVerifier(Verifier):
     def _laws(self, p, q, aux, drafts):
         n, k = drafts.shape
         pos = aux.rank[drafts]
-        a, b, w = self._paths(aux, pos.max(axis=1))
-        inside = (pos[:, None, :] >= a[:, :, None]) & (pos[:, None, :] < b[:, :, None])  # (n, L, K)
-        cnt = np.maximum(inside.sum(axis=2, keepdims=True), 1)
-        share = (w[:, :, None] * inside / cnt).sum(axis=1)  # P(select draft column j | x̄), (n, K)
+        share = np.empty((n, k))  # P(select draft column j | x̄)
+        by_tree = self._by_tree(aux, pos.max(axis=1))
+        rows = np.flatnonzero(by_tree)
+        if rows.size:
+            a, b, w = self._paths(aux, pos[rows].max(axis=1))
+            inside = (pos[rows, None, :] >= a[:, :, None]) & (pos[rows, None, :] < b[:, :, None])  # (n, L, K)
+            cnt = np.maximum(inside.sum(axis=2, keepdims=True), 1)
+            share[rows] = (w[:, :, None] * inside / cnt).sum(axis=1)
+        for i in np.flatnonzero(~by_tree):
+            share[i] = aux.column_shares(pos[i])
         law = np.zeros((n, q.size))
         np.add.at(law, (np.repeat(np.arange(n), k), drafts.ravel()), share.ravel())
         law *= aux.keep[None, :]
