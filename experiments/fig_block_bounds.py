@@ -17,6 +17,11 @@ Three parts, all E[τ] = expected accepted draft tokens per iteration (bonus tok
   same trees every block verifier whose ``E[τ | drafts]`` needs only the drawn draft tree, by Monte
   Carlo over ``tree_tuples`` draft tuples (``causal_optimal`` needs the complete trie: not run).
 
+The bounds are of K i.i.d. draft blocks. ``univer`` drafts its own tree (``num_drafts`` = m branches
+per node, ``m^L`` paths): it is run on that law, and on the random models it is compared with
+U_causal / U_joint of *its own* tree law (``own_law_bounds``, in the table's last lines); on the
+truncated trees only its Monte Carlo E[τ] on its own trees is shown (no bound of its law there).
+
 Usage: ``python experiments/fig_block_bounds.py [--recompute] [--quick] [--out figures/]``.
 """
 
@@ -45,7 +50,8 @@ LOSSLESS_TOL = 1e-9
 
 
 def _verifier_values(target, draft, v, k, ell, skipped) -> dict:
-    """{name: (E[τ], lossless error)} for every block verifier that runs at (K, L), both exact."""
+    """{name: (E[τ], lossless error, (U_causal, U_joint) of its own draft law or None for K i.i.d.
+    blocks)} for every block verifier that runs at (K, L), all exact."""
     from otbound import InvalidInputError
     from otbound.block.verifiers import BLOCK_VERIFIERS
 
@@ -53,9 +59,14 @@ def _verifier_values(target, draft, v, k, ell, skipped) -> dict:
     for name, ver in BLOCK_VERIFIERS.items():
         kw = dict(vocab_size=v, num_drafts=k, block_len=ell)
         try:
+            own = None
+            if ver.draft_law != "with_replacement":
+                b = ver.own_law_bounds(target, draft, **kw)
+                own = (float(b.causal), float(b.joint))
             out[name] = (
                 float(ver.expected_accepted(target, draft, **kw)),
                 float(ver.lossless_error(target, draft, **kw)),
+                own,
             )
         except (InvalidInputError, NotImplementedError) as exc:
             skipped.setdefault(name, f"K={k}, L={ell}: {exc}")
@@ -95,8 +106,10 @@ def compute(args, params, checkpoint) -> dict:
             full = {n: x for n, x in per_v.items() if len(x) == params["models"]}
             cell = dict(num_drafts=k, block_len=ell, models=params["models"],
                         bounds={kk: float(np.mean(x)) for kk, x in per_b.items()},
-                        verifiers={n: float(np.mean([a for a, _ in x])) for n, x in full.items()},
-                        lossless_error={n: float(max(e for _, e in x)) for n, x in full.items()})
+                        verifiers={n: float(np.mean([a for a, _, _ in x])) for n, x in full.items()},
+                        lossless_error={n: float(max(e for _, e, _ in x)) for n, x in full.items()},
+                        own_bounds={n: [float(np.mean(col)) for col in zip(*[o for _, _, o in x])]
+                                    for n, x in full.items() if x[0][2] is not None})
             checkpoint.put(key, cell)
         random_cells.append(cell)
     p_toy, q_toy = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
@@ -105,8 +118,9 @@ def compute(args, params, checkpoint) -> dict:
         bounds={
             kind: block_bound(p_toy, q_toy, vocab_size=2, num_drafts=1, block_len=2, kind=kind).value for kind in KINDS
         },
-        verifiers={n: a for n, (a, _) in toy_v.items()},
-        lossless_error={n: e for n, (_, e) in toy_v.items()},
+        verifiers={n: a for n, (a, _, _) in toy_v.items()},
+        lossless_error={n: e for n, (_, e, _) in toy_v.items()},
+        own_bounds={n: list(o) for n, (_, _, o) in toy_v.items() if o is not None},
     )
     brackets, tree, why = _brackets(args, params, checkpoint)
     return {
@@ -154,7 +168,8 @@ def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]
     """Each block verifier's E[τ] where the draft tuples cannot be enumerated: the mean of its exact
     ``E[τ | drafts]`` (:meth:`~otbound.block.verifiers.BlockVerifier.conditional_accepted`) over
     ``tree_tuples`` tuples drawn from the draft (K = ``bracket_drafts``, L = ``bracket_len``), with
-    a 95% normal CI; the same tuples for every verifier. Returns (rows, {skipped verifier: why})."""
+    a 95% normal CI; the same K-i.i.d. tuples for every verifier but one with its own drafting
+    scheme (``univer``: its own trees, drawn by ``draw_drafts``). Returns (rows, {skipped verifier: why})."""
     from otbound import InvalidInputError
     from otbound.block.models import sample_blocks
     from otbound.block.verifiers import BLOCK_VERIFIERS
@@ -164,12 +179,14 @@ def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]
     rows, skipped = [], {}
     for name, ver in BLOCK_VERIFIERS.items():
         try:
-            vals = ver.conditional_accepted(target, draft, drafts)
+            own = drafts if ver.draft_law == "with_replacement" else ver.draw_drafts(draft, n, k, length, rng)
+            vals = ver.conditional_accepted(target, draft, own)
         except InvalidInputError as exc:  # causal_optimal solves an LP over the complete draft trie
             skipped[name] = str(exc)
             continue
         rows.append(dict(source=source, verifier=name, num_drafts=k, block_len=length, tuples=n,
-                         mean=float(vals.mean()), ci=float(1.96 * vals.std(ddof=1) / np.sqrt(n))))
+                         mean=float(vals.mean()), ci=float(1.96 * vals.std(ddof=1) / np.sqrt(n)),
+                         draft_law=ver.draft_law))
     return rows, skipped
 
 
@@ -225,6 +242,15 @@ def _brackets(args, params, checkpoint) -> tuple[list, list, str | None]:
     return rows + real, tree + real_tree, None
 
 
+def _verifier_label(name, lossy=()) -> str:
+    """A verifier's legend / column label: its own draft law when it is not K i.i.d. blocks."""
+    from otbound.block.verifiers import BLOCK_VERIFIERS
+
+    ver = BLOCK_VERIFIERS.get(name)
+    label = name if ver is None or ver.draft_law == "with_replacement" else f"{name} (own {ver.draft_law}, m = K)"
+    return f"{label} (NOT lossless)" if name in lossy else label
+
+
 def draw(results, out, formats) -> list:
     from otbound.report import plots
 
@@ -248,8 +274,8 @@ def draw(results, out, formats) -> list:
         for j, name in enumerate(verifiers):
             pts = [(c[xname], c["verifiers"][name]) for c in sel if name in c["verifiers"]]
             if pts:
-                ax.plot(*zip(*pts), "x:" if name in lossy else "x-", color=f"C{j}", lw=0.8,
-                        label=f"{name} (NOT lossless)" if name in lossy else name)
+                style = "x:" if name in lossy else "x-"
+                ax.plot(*zip(*pts), style, color=f"C{j}", lw=0.8, label=_verifier_label(name, lossy))
         ax.set_xticks(xs)
         ax.set_xlabel({"num_drafts": "number of draft blocks K", "block_len": "block length L"}[xname])
         short = {"block_len": "L", "num_drafts": "K"}[fixed[0]]
@@ -288,8 +314,7 @@ def draw(results, out, formats) -> list:
         for name in dict.fromkeys(r["verifier"] for r in tree):  # Monte Carlo E[τ]: no m dependence
             mean = np.mean([r["mean"] for r in tree if r["verifier"] == name])
             color = f"C{verifiers.index(name)}" if name in verifiers else "0.5"
-            ax.axhline(mean, color=color, lw=0.9, ls=":" if name in lossy else "--",
-                       label=f"{name} (NOT lossless)" if name in lossy else name)
+            ax.axhline(mean, color=color, lw=0.9, ls=":" if name in lossy else "--", label=_verifier_label(name, lossy))
         ax.set_xticks(np.arange(len(ms)), [str(m) for m in ms])
         ax.set_xlabel("tokens kept per node m (rest merged)")
         r0 = rows[0]
@@ -315,7 +340,8 @@ def table(results) -> str:
     cells = res["random"]
     verifiers = list(dict.fromkeys(n for c in cells for n in c["verifiers"]))
     lines = [
-        "| K | L | " + " | ".join(KIND_LABELS[k] for k in KINDS) + " | " + " | ".join(verifiers) + " |",
+        "| K | L | " + " | ".join(KIND_LABELS[k] for k in KINDS) + " | "
+        + " | ".join(map(_verifier_label, verifiers)) + " |",
         "|---|---|" + "---|" * (len(KINDS) + len(verifiers)),
     ]
     for c in cells:
@@ -329,6 +355,22 @@ def table(results) -> str:
         "Sun et al. toy (×9): "
         + ", ".join(f"{k} {9 * v:.4f}" for k, v in {**toy["bounds"], **toy["verifiers"]}.items()),
     ]
+    own = sorted({n for c in cells + [toy] for n in c.get("own_bounds", {})})
+    for n in own:
+        lines += [
+            "",
+            f"`{n}` runs on its own draft law (m = K branches per node, K^L paths), not on K i.i.d. blocks: the "
+            "bound columns above are not bounds on it. U_causal / U_joint of its own law (exact LPs over its trees):",
+            "",
+            "| K | L | E[τ] | own U_causal | own U_joint | own U_causal − E[τ] |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c['num_drafts']} | {c['block_len']} | {c['verifiers'][n]:.4f} | {c['own_bounds'][n][0]:.4f} "
+            f"| {c['own_bounds'][n][1]:.4f} | {c['own_bounds'][n][0] - c['verifiers'][n]:.2e} |"
+            for c in cells
+            if n in c.get("own_bounds", {})
+        ]
     lines += [f"Not run: `{n}` — {why}" for n, why in res["skipped"].items()]
     for n in sorted(not_lossless(res)):
         worst = max(c.get("lossless_error", {}).get(n, 0.0) for c in cells + [toy])
@@ -346,14 +388,14 @@ def table(results) -> str:
         lines += [
             "",
             "Verifiers on the same trees (Monte Carlo: mean of the exact E[τ | drafts] over drawn draft tuples, "
-            "± 95% CI):",
+            "± 95% CI; the brackets above are for K i.i.d. blocks, not for another draft law):",
             "",
-            "| source | K | L | verifier | E[τ] | tuples |",
-            "|---|---|---|---|---|---|",
+            "| source | K | L | verifier | draft law | E[τ] | tuples |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {r['source']} | {r['num_drafts']} | {r['block_len']} | {r['verifier']} "
-            f"| {r['mean']:.4f} ± {r['ci']:.4f} | {r['tuples']} |"
+            f"| {r.get('draft_law', 'with_replacement')} | {r['mean']:.4f} ± {r['ci']:.4f} | {r['tuples']} |"
             for r in res["tree_verifiers"]
         ]
     if res.get("brackets_note"):

@@ -121,7 +121,9 @@ def test_kit_enumeration_reproduces_package_conditional_laws(name, mine):
 
 # -- the kit on the package's block verifiers --------------------------------------------------
 
-BLOCK_LOSSLESS = [n for n in BLOCK_VERIFIERS if n not in ("spectr_gbv", "hsd")]
+BLOCK_LOSSLESS = [  # K i.i.d. draft blocks; univer (its own tree law) has its own tests below
+    n for n in BLOCK_VERIFIERS if n not in ("spectr_gbv", "hsd") and BLOCK_VERIFIERS[n].draft_law == "with_replacement"
+]
 
 
 @pytest.mark.parametrize("name", BLOCK_LOSSLESS)
@@ -137,6 +139,50 @@ def test_package_block_verifiers_pass_exact_mode(name):
         assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
     if name == "causal_optimal":
         assert np.abs(res.acceptance - res.optimal).max() < 1e-8
+
+
+def univer_instances():
+    """The kit's V = 3, L = 2 family where UniVer's m = 2 tree exists (≥ 2 drafted tokens of positive
+    probability at every expanded prefix), and the first one where it does not."""
+    insts = oc.block_instances(3, 2, 12, 0)
+    ok = [t for t in insts if all(np.count_nonzero(q > 0) >= 2 for pre, q in t.draft.items() if len(pre) < 2)]
+    return ok, next(t for t in insts if t not in ok)
+
+
+def test_univer_passes_exact_mode_on_its_own_tree_law():
+    """UniVer through the kit with ``drafting``: every tree of its law enumerated, branch by branch;
+    lossless, E[τ] equal to the package's exact value and never above U_causal of its tree law (LP
+    tolerance 1e-9), on the adversarial family (near-deterministic laws included) and random models."""
+    ver = BLOCK_VERIFIERS["univer"]
+    ok, refused = univer_instances()
+    assert len(ok) >= 10 and "near-deterministic models" in [t.label for t in ok]
+    res = oc.check_block_verifier(
+        oc.block_adapter(ver), vocab_size=3, num_drafts=2, block_len=2, instances=ok, drafting=ver
+    )
+    assert res.passed and res.lossless_error < EXACT and res.sampling == "univer_tree"
+    for t, r in zip(ok, res.instances, strict=True):
+        tg, dr = t.models()
+        assert abs(r.acceptance - ver.expected_accepted(tg, dr, vocab_size=3, num_drafts=2, block_len=2)) < EXACT
+        assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
+    assert max(r.optimal - r.acceptance for r in res.instances) > 1e-3  # strictly below its U_causal at L = 2
+    with pytest.raises(InvalidInputError, match="at least 2 draft tokens"):
+        oc.check_block_verifier(oc.block_adapter(ver), vocab_size=3, num_drafts=2, block_len=2, instances=[refused],
+                                drafting=ver)
+    # without drafting the kit hands it K i.i.d. blocks, which are not UniVer trees
+    with pytest.raises(InvalidInputError, match="UniVer"):
+        oc.check_block_verifier(oc.block_adapter(ver), vocab_size=3, num_drafts=2, block_len=2, instances=ok[:1])
+
+
+def test_univer_passes_sample_mode_on_its_own_tree_law():
+    """The package's UniVer sampler on trees drawn by its own ``draw_drafts``: G-test over V^(L+1) = 27
+    cells at the kit's power (≥ 0.99 against a 1% distortion), one random instance."""
+    ver = BLOCK_VERIFIERS["univer"]
+    ok, _ = univer_instances()
+    res = oc.check_block_verifier(
+        oc.block_sample_adapter(ver), vocab_size=3, num_drafts=2, block_len=2, instances=ok[-1:], mode="sample",
+        batch=True, drafting=ver,
+    )
+    assert res.passed and res.power >= 0.99
 
 
 def test_spectr_gbv_is_reported_lossy_with_a_minimal_counterexample():

@@ -53,6 +53,7 @@ def check_block_verifier(
     max_branches: int = MAX_BRANCHES,
     shrink: bool = True,
     name: str | None = None,
+    drafting=None,
 ) -> ConformanceResult:
     """Check a block verifier (K i.i.d. draft blocks of L tokens) for one-iteration losslessness
     and measure its ``E[τ]`` against ``U_causal`` (and ``U_joint``) of :func:`otbound.block_bound`.
@@ -80,6 +81,13 @@ def check_block_verifier(
     ``instances``: a count (adversarial family then random models) or a sequence of
     :class:`BlockInstance`. Models are tabulated for prefixes of length ``0..L``; asking a longer
     prefix is an error.
+
+    ``drafting``: None for K i.i.d. draft blocks, or a
+    :class:`~otbound.block.verifiers.BlockVerifier` with its own drafting scheme (e.g.
+    ``BLOCK_VERIFIERS["univer"]``, whose ``num_drafts`` is the branching m of its tree): draft tuples
+    are then enumerated by its ``draft_tuple_law``, drawn by its ``draw_drafts``, and ``E[τ]`` is
+    compared with U_causal / U_joint of that law (``own_law_bounds``), not of K i.i.d. blocks. An
+    instance on which that law cannot be built raises its :class:`~otbound.InvalidInputError`.
     """
     label = check_callable(verify, name)
     v = check_vocab(vocab_size)
@@ -97,43 +105,55 @@ def check_block_verifier(
                 )
     if not insts:
         raise InvalidInputError("no instance to check")
+    law = "with_replacement" if drafting is None else drafting.draft_law
     if mode == "exact":
-        reports = [_exact_report(verify, t, k, tolerance, max_branches) for t in insts]
+        reports = [_exact_report(verify, t, k, tolerance, max_branches, drafting) for t in insts]
 
         def fails(t, kk):
-            return _exact_law(verify, t, kk, max_branches)[0] > tolerance
+            return _exact_law(verify, t, kk, max_branches, drafting)[0] > tolerance
 
         cex = exact_counterexample(
             reports, insts, k, (lambda t, kk: shrink_block(t, kk, fails)) if shrink else None,
-            lambda t, kk: _counterexample(verify, t, kk, max_branches),
+            lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
         )  # fmt: skip
         return ConformanceResult(
-            "block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label
+            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label
         )
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
     reports, laws = [], []
     for t in insts:
-        rep, law = _sample_report(verify, t, k, plan, batch, rng)
+        rep, out = _sample_report(verify, t, k, plan, batch, rng, drafting)
         reports.append(rep)
-        laws.append(law)
+        laws.append(out)
     cex = None
     i = most_significant_failure(reports)
     if i is not None:
         t = insts[i]
         target_law = _seq_dict(prefix_law(t.models()[0], length + 1))
         cex = Counterexample(
-            "block", v, k, "with_replacement", reports[i].lossless_error, t.target, t.draft, laws[i], target_law,
+            "block", v, k, law, reports[i].lossless_error, t.target, t.draft, laws[i], target_law,
             _worst(laws[i], target_law), block_len=length, label=t.label,
         )  # fmt: skip
     return ConformanceResult(
-        "block", mode, v, k, "with_replacement", float(tolerance), reports, cex, block_len=length, name=label,
+        "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
 
 
-def _draft_tuples(draft, v: int, k: int, length: int):
-    """Every K-tuple of draft blocks with positive probability: yields ``(Q(tuple), blocks (K, L))``."""
+def _draft_tuples(draft, v: int, k: int, length: int, drafting=None):
+    """Every K-tuple of draft blocks with positive probability: yields ``(Q(tuple), blocks (K, L))``
+    (with ``drafting``: every tuple of its own draft law, ``(Q(tuple), paths (rows, L))``)."""
+    if drafting is not None:
+        tuples = list(drafting.draft_tuple_law(draft, k, length))
+        if len(tuples) > MAX_TUPLES:
+            raise InvalidInputError(
+                f"exact mode would enumerate {len(tuples)} draft tuples of {drafting.name!r} (> {MAX_TUPLES}); "
+                "use smaller V, K or L, or mode='sample'"
+            )
+        for prob, paths in tuples:
+            yield prob, np.array(paths, dtype=np.int64)
+        return
     law = prefix_law(draft, length)
     blocks = [(np.array(idx), float(law[idx])) for idx in np.ndindex(law.shape) if law[idx] > 0]
     if len(blocks) ** k > MAX_TUPLES:
@@ -162,13 +182,13 @@ def _emitted(out, blocks: np.ndarray, v: int) -> tuple:
     return seq
 
 
-def _exact_law(verify, inst: BlockInstance, k: int, max_branches: int):
+def _exact_law(verify, inst: BlockInstance, k: int, max_branches: int, drafting=None):
     """``(lossless error, continued law (V^{L+1},), target law, E[τ], rows)`` of one instance."""
     v, length = inst.vocab_size, inst.block_len
     target, draft = inst.models()
     law: dict = {}
     rows = []
-    for qprob, blocks in _draft_tuples(draft, v, k, length):
+    for qprob, blocks in _draft_tuples(draft, v, k, length, drafting):
         fb = frozen(blocks)
         cond: dict = {}
         for prob, out in enumerate_outcomes(
@@ -190,15 +210,18 @@ def _exact_law(verify, inst: BlockInstance, k: int, max_branches: int):
     return float(np.abs(full - want).max()), full, want, float(tau), rows
 
 
-def _bounds(inst: BlockInstance, k: int) -> tuple[float, float]:
+def _bounds(inst: BlockInstance, k: int, drafting=None) -> tuple[float, float]:
     target, draft = inst.models()
     kw = dict(vocab_size=inst.vocab_size, num_drafts=k, block_len=inst.block_len)
+    if drafting is not None:
+        own = drafting.own_law_bounds(target, draft, **kw)
+        return own.causal, own.joint
     return block_bound(target, draft, kind="causal", **kw).value, block_bound(target, draft, kind="joint", **kw).value
 
 
-def _exact_report(verify, inst, k, tolerance, max_branches) -> InstanceReport:
-    err, full, want, tau, _ = _exact_law(verify, inst, k, max_branches)
-    causal, joint = _bounds(inst, k)
+def _exact_report(verify, inst, k, tolerance, max_branches, drafting=None) -> InstanceReport:
+    err, full, want, tau, _ = _exact_law(verify, inst, k, max_branches, drafting)
+    causal, joint = _bounds(inst, k, drafting)
     return InstanceReport(
         inst.label, inst.vocab_size, k, err, tau, causal, passed=err <= tolerance, block_len=inst.block_len,
         joint_bound=joint, total_variation=0.5 * float(np.abs(full - want).sum()),
@@ -214,22 +237,26 @@ def _worst(out: dict, want: dict):
     return seq, out.get(seq, 0.0), want[seq]
 
 
-def _counterexample(verify, inst, k, max_branches) -> Counterexample:
-    err, full, want, _, rows = _exact_law(verify, inst, k, max_branches)
+def _counterexample(verify, inst, k, max_branches, drafting=None) -> Counterexample:
+    err, full, want, _, rows = _exact_law(verify, inst, k, max_branches, drafting)
     shape = (inst.vocab_size,) * (inst.block_len + 1)
     out, tgt = _seq_dict(full.reshape(shape)), _seq_dict(want.reshape(shape))
     return Counterexample(
-        "block", inst.vocab_size, k, "with_replacement", err, inst.target, inst.draft, out, tgt, _worst(out, tgt),
+        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.draft_law, err,
+        inst.target, inst.draft, out, tgt, _worst(out, tgt),
         block_len=inst.block_len, drafts=rows, label=inst.label,
     )  # fmt: skip
 
 
-def _sample_report(verify, inst, k, plan, batch, rng):
+def _sample_report(verify, inst, k, plan, batch, rng, drafting=None):
     v, length = inst.vocab_size, inst.block_len
     target, draft = inst.models()
     want = prefix_law(target, length + 1)
     n, pw = plan.size_and_power(degrees_of_freedom(want))
-    blocks = sample_blocks(draft, n * k, length, rng).reshape(n, k, length)
+    if drafting is None:
+        blocks = sample_blocks(draft, n * k, length, rng).reshape(n, k, length)
+    else:
+        blocks = drafting.draw_drafts(draft, n, k, length, rng)
     if batch:
         toks = np.asarray(verify(target, draft, frozen(blocks), rng))
         if toks.shape != (n, length + 1) or not np.issubdtype(toks.dtype, np.integer):
@@ -252,7 +279,7 @@ def _sample_report(verify, inst, k, plan, batch, rng):
     _, pval = g_test(counts, want)
     law = counts / n
     tau = float(np.mean([len(s) - 1 for s in seqs]))
-    causal, joint = _bounds(inst, k)
+    causal, joint = _bounds(inst, k, drafting)
     rep = InstanceReport(
         inst.label, v, k, float(np.abs(law - want.ravel()).max()), tau, causal, passed=pval >= plan.per_instance_level,
         block_len=length, joint_bound=joint, total_variation=0.5 * float(np.abs(law - want.ravel()).sum()),

@@ -9,7 +9,10 @@ One *iteration* at context ``c`` (prompt + tokens generated so far):
    (:func:`otbound.sample_drafts`): i.i.d. (``with_replacement``, and every block verifier) gives
    ``K`` i.i.d. blocks; ``without_replacement`` / ``greedy`` give ``K`` distinct first tokens
    (then each row continues alone, a single draft from ``q``) — Jeon et al. 2402.14160, Hu et al.
-   2502.18779.
+   2502.18779. A block verifier with its own drafting scheme (``draft_law`` other than
+   ``"with_replacement"``: ``univer``) sets the number of rows (``num_rows``: ``m^L`` paths for
+   branching ``m = K``) and the tokens at each node (``node_drafts``: the top ``m − 1`` draft
+   tokens and one residual sample), so the drafted tree is a draw of its own tree law.
 2. **Score**: one target forward over the ``K`` rows ``[uncached tail of c, block_k]`` gives
    ``p(·|c, block_k[:ℓ])`` for ``ℓ = 0..L`` at every node of the tree.
 3. **Verify**: a token-level verifier of :data:`otbound.VERIFIERS` runs as multi-draft *tree*
@@ -60,7 +63,8 @@ CAUSAL_OPTIMAL_MAX_CELLS = 25_000
 class Iteration(LogitLaws):
     """One iteration of :func:`speculative_sample`.
 
-    context_length: tokens (prompt included) before the iteration. drafts: (K, L) drafted blocks.
+    context_length: tokens (prompt included) before the iteration. drafts: (K, L) drafted blocks
+    (``(m^L, L)`` paths for a verifier with its own tree, ``m = K``: ``univer``).
     num_accepted: τ, draft tokens accepted. token: the correction (``bonus`` False) or bonus token;
     ``emitted`` = the τ accepted tokens then ``token``; ``num_kept`` of them were appended to the
     output (fewer at ``max_new_tokens`` or after a stop token). target_calls: target forwards (1, plus live calls of a
@@ -135,7 +139,8 @@ class SpecSampleRun:
 def resolve_verifier(verifier):
     """``(block_verifier, sampling, name)`` for a name in :data:`otbound.VERIFIERS` or
     :data:`otbound.BLOCK_VERIFIERS`, a token-level :class:`~otbound.Verifier` (run as tree
-    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (i.i.d. drafts)."""
+    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (its ``draft_law``: i.i.d.
+    drafts, or its own scheme). ``sampling`` names the draft law."""
     if isinstance(verifier, str):
         if verifier in VERIFIERS:
             verifier = VERIFIERS[verifier]
@@ -149,7 +154,7 @@ def resolve_verifier(verifier):
     if isinstance(verifier, Verifier):
         return MultiPathVerifier(verifier), verifier.sampling, verifier.name
     if isinstance(verifier, BlockVerifier):
-        return verifier, "with_replacement", verifier.name
+        return verifier, verifier.draft_law, verifier.name
     raise InvalidInputError(f"verifier must be a registered name, a Verifier or a BlockVerifier, got {verifier!r}")
 
 
@@ -221,16 +226,24 @@ def speculative_sample(
     (for :func:`otbound.report.measure_run`; ``K(2L+1)·V·4`` bytes per iteration).
     """
     ids, k, length, temp, limit = _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens)
+    rng = np.random.default_rng(seed)
     if length == 0:
         block, k, name, sampling = None, 1, "target", "none"
+        rows, node_drafts = 1, None
     else:
         block, sampling, name = resolve_verifier(verifier)
+        rows = block.num_rows(k, length)
+        if sampling == block.draft_law:  # a block verifier's drafting scheme (K i.i.d. blocks or its own)
+            def node_drafts(law, n):
+                return block.node_drafts(law, n, k, rng)
+        else:  # a token-level verifier's draft law at every node
+            def node_drafts(law, n):
+                return sample_drafts(law, n, sampling, 1, rng)[0]
     if name == "causal_optimal" and (k - 1) * pair.vocab_size ** (2 * length) > CAUSAL_OPTIMAL_MAX_CELLS:
         raise InvalidInputError(
             f"causal_optimal solves an LP with (K - 1)·V^(2L) = {(k - 1) * pair.vocab_size ** (2 * length)} variables "
             f"per iteration (over {CAUSAL_OPTIMAL_MAX_CELLS} here: too slow)"
         )
-    rng = np.random.default_rng(seed)
     stops = set(stop_token_ids(pair.tokenizer, pair.target))
     v = pair.vocab_size
     target, draft = _CachedModel(pair.target), _CachedModel(pair.draft)
@@ -240,7 +253,7 @@ def speculative_sample(
     while len(seq) - len(ids) < limit and not (len(seq) > len(ids) and seq[-1] in stops):
         n = len(seq)
         t0 = time.perf_counter()
-        drafts, q_logits, d_cache = _draft(draft, seq, k, length, sampling, v, temp, rng)
+        drafts, q_logits, d_cache = _draft(draft, seq, rows, length, node_drafts, v, temp)
         t1 = time.perf_counter()
         tail = seq[target.length :]
         p_logits, t_cache = target.run([tail + row for row in drafts.tolist()], keep=length + 1)
@@ -292,9 +305,10 @@ def speculative_sample(
     )
 
 
-def _draft(model: _CachedModel, seq, k, length, sampling, v, temperature, rng):
-    """K draft rows of ``length`` tokens (module docstring, step 1): ``(drafts (K, L), draft logits
-    (K, L, V) float32 numpy, batched cache)``."""
+def _draft(model: _CachedModel, seq, k, length, node_drafts, v, temperature):
+    """``k`` draft rows of ``length`` tokens (module docstring, step 1), the tokens of the rows through
+    a node drawn by ``node_drafts(law, rows)``: ``(drafts (k, L), draft logits (k, L, V) float32
+    numpy, batched cache)``."""
     drafts = np.zeros((k, length), dtype=np.int64)
     if length == 0:
         return drafts, None, None
@@ -311,7 +325,7 @@ def _draft(model: _CachedModel, seq, k, length, sampling, v, temperature, rng):
         for g in range(keys.shape[0]):
             rows = np.flatnonzero(inverse == g)
             lg[rows] = lg[rows[0]]  # one law per node
-            drafts[rows, depth] = sample_drafts(laws[rows[0]], rows.size, sampling, 1, rng)[0]
+            drafts[rows, depth] = node_drafts(laws[rows[0]], rows.size)
         logits.append(lg)
     return drafts, np.stack(logits, axis=1), cache
 

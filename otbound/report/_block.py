@@ -8,12 +8,22 @@ Carlo mean over ``mc_samples`` drawn draft tuples of the exact ``E[τ | drafts]`
 (``conditional_accepted``: Rao-Blackwellised over the verifier's own coins; method and standard
 error in the row). ``E[τ]`` counts
 accepted draft tokens; block efficiency is ``E[τ] + 1``.
+
+The three bounds are of K i.i.d. draft blocks. A verifier with its own drafting scheme (``univer``:
+``num_drafts`` = the branching m of its tree, ``m^L`` paths) is run on its own draft law
+(``draw_drafts`` / ``draft_tuple_law``) and its row carries ``draft_law`` and ``causal_bound`` /
+``joint_bound``, the bounds of *its own* law (:meth:`~otbound.block.verifiers.BlockVerifier.own_law_bounds`;
+exact cells only, None under Monte Carlo); for the i.i.d. verifiers these are the cell's bounds. A
+verifier whose draft law cannot be built on the pair (UniVer needs ``m`` drafted tokens of positive
+probability per node) gets a row with ``method = "skipped"``, ``expected_accepted`` None and the
+reason in ``note``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from otbound._validation import InvalidInputError
 from otbound.block.bounds import KINDS, block_bound
 from otbound.block.models import dirichlet_model, mixture_model, sample_blocks
 from otbound.block.verifiers import BLOCK_VERIFIERS
@@ -66,31 +76,38 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
     rng = np.random.default_rng([seed, length, k])
     rows = []
     common = {"num_drafts": int(k), "block_len": int(length)}
+    iid = {}
     for kind in KINDS:
-        value = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind).value
+        iid[kind] = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind).value
         rows.append(
-            {"kind": "bound", "name": kind, **common, "expected_accepted": value, "method": "exact", "stderr": 0.0}
+            {"kind": "bound", "name": kind, **common, "expected_accepted": iid[kind], "method": "exact", "stderr": 0.0}
         )
-    exact = (vocab_size**length) ** k <= max_exact_tuples
+    exact = (vocab_size**length) ** k <= max_exact_tuples  # the i.i.d. tuples; every verifier is run alike
     drafts = None if exact else sample_blocks(draft, mc_samples * k, length, rng).reshape(mc_samples, k, length)
+    kw = dict(vocab_size=vocab_size, num_drafts=k, block_len=length)
     for name in verifiers:
         ver = BLOCK_VERIFIERS[name]
-        if exact:
-            value = ver.expected_accepted(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length)
-            rows.append({"kind": "verifier", "name": name, **common, "expected_accepted": value, "method": "exact",
-                         "stderr": 0.0})
-        else:
-            tau = ver.conditional_accepted(target, draft, drafts)
-            rows.append(
-                {
-                    "kind": "verifier",
-                    "name": name,
-                    **common,
-                    "expected_accepted": float(tau.mean()),
-                    "method": "monte_carlo",
-                    "stderr": float(tau.std(ddof=1) / np.sqrt(tau.size)),
-                }
-            )
+        row = {"kind": "verifier", "name": name, **common, "draft_law": ver.draft_law,
+               "causal_bound": iid["causal"], "joint_bound": iid["joint"]}
+        try:
+            if exact:
+                row.update(expected_accepted=ver.expected_accepted(target, draft, **kw), method="exact", stderr=0.0)
+            else:
+                iid_law = ver.draft_law == "with_replacement"
+                tau = ver.conditional_accepted(
+                    target, draft, drafts if iid_law else ver.draw_drafts(draft, mc_samples, k, length, rng)
+                )
+                row.update(expected_accepted=float(tau.mean()), method="monte_carlo",
+                           stderr=float(tau.std(ddof=1) / np.sqrt(tau.size)))
+            if ver.draft_law != "with_replacement":
+                row.update(causal_bound=None, joint_bound=None)
+                if exact:
+                    own = ver.own_law_bounds(target, draft, **kw)
+                    row.update(causal_bound=own.causal, joint_bound=own.joint)
+        except InvalidInputError as exc:  # its draft law cannot be built on this pair (e.g. UniVer, K > support)
+            row.update(expected_accepted=None, method="skipped", stderr=None, causal_bound=None, joint_bound=None,
+                       note=str(exc))
+        rows.append(row)
     return rows
 
 
@@ -99,15 +116,18 @@ def _figure(rows, block_lens, names, vocab_size):
     for ax, length in zip(axes[0], block_lens):
         sel = [r for r in rows if r["block_len"] == length]
         for name in list(KINDS) + names:
-            pts = sorted((r["num_drafts"], r["expected_accepted"], r["stderr"]) for r in sel if r["name"] == name)
+            pts = sorted((r["num_drafts"], r["expected_accepted"], r["stderr"]) for r in sel
+                         if r["name"] == name and r["method"] != "skipped")
             if not pts:
                 continue
             ks, vals, errs = map(np.asarray, zip(*pts))
             if name in KINDS:
                 color, ls = _STYLE[name]
-                ax.plot(ks, vals, color=color, linestyle=ls, label=f"U_{name}")
+                ax.plot(ks, vals, color=color, linestyle=ls, label=f"U_{name} (K i.i.d.)")
             else:
-                ax.errorbar(ks, vals, yerr=2 * errs, marker="o", label=name, capsize=2)
+                law = next(r["draft_law"] for r in sel if r["name"] == name)
+                label = name if law == "with_replacement" else f"{name} (own {law}, m = K)"
+                ax.errorbar(ks, vals, yerr=2 * errs, marker="o", label=label, capsize=2)
         ax.set_title(f"L = {length}, V = {vocab_size}")
         ax.set_xlabel("number of drafts K")
         ax.set_ylabel("E[τ] (accepted, bonus excluded)")
@@ -118,14 +138,23 @@ def _figure(rows, block_lens, names, vocab_size):
 
 
 def block_markdown(block_rows) -> str:
+    def f(x):
+        return "—" if x is None else f"{x:.4f}"
+
     lines = [
         "## Block level: E[τ] (accepted draft tokens per iteration, bonus excluded)",
         "",
-        "| name | kind | K | L | E[τ] |",
-        "|---|---|---|---|---|",
+        "Bounds rows: K i.i.d. draft blocks. Verifier rows: E[τ] on the verifier's own draft law with U_causal / "
+        "U_joint of that law (`univer`: its own tree, m = K branches per node, m^L paths; — under Monte Carlo).",
+        "",
+        "| name | kind | K | L | E[τ] | draft law | U_causal / U_joint of that law |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in block_rows:
-        lines.append(
-            f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {r['expected_accepted']:.4f} |"
-        )
+        if r["kind"] == "bound":
+            tail = "K i.i.d. blocks | |"
+        else:
+            tail = f"{r['draft_law']} | {f(r['causal_bound'])} / {f(r['joint_bound'])} |"
+        value = f"skipped: {r['note']}" if r["method"] == "skipped" else f(r["expected_accepted"])
+        lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {value} | {tail}")
     return "\n".join(lines) + "\n"

@@ -22,7 +22,10 @@ For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, 
   ``(K − 1)·V^{2L} ≤ exact_lp_cells``,
   else the certified top-``m`` bracket :func:`otbound.block_bound_bracket`, reported as
   ``(lower, upper)``); they bound every lossless verifier with i.i.d. drafts (not the
-  without-replacement / greedy tree laws: reported as None there).
+  without-replacement / greedy tree laws: reported as None there). A block verifier with its own
+  drafting scheme (``univer``: its own tree, ``m = K`` branches per node) gets ``causal`` = U_causal
+  of *its own* draft law (``own_law_bounds``, exact, where its trees can be enumerated:
+  ``(V^L)^K ≤ exact_block_tuples``; else None) and ``per_level`` None.
 
 :func:`end_to_end_rows` runs every verifier for each K and L on a set of prompts plus plain
 target sampling, and returns one row per (verifier, K, L) with the empirical mean of ``τ`` and its
@@ -146,6 +149,13 @@ def measure_run(
                     for kind in ("per_level", "causal")
                 ]
                 m.per_level, m.causal = [(b.lower, b.upper) for b in br]
+        elif bounds and token is None and (v**length) ** k <= exact_block_tuples:  # its own draft law
+            tgt, drf = live.models()
+            try:
+                own = block.own_law_bounds(tgt, drf, vocab_size=v, num_drafts=k, block_len=length).causal
+                m.causal = (own, own)
+            except InvalidInputError:  # its law cannot be built here (e.g. UniVer: too few drafted tokens)
+                pass
         out.append(m)
     return out
 
@@ -163,7 +173,10 @@ def _given_context(token, block, models, v, k, length, exact_max_tuples, exact_b
             return None
     if (v**length) ** k > exact_block_tuples:
         return None
-    return float(block.expected_accepted(tgt, drf, vocab_size=v, num_drafts=k, block_len=length))
+    try:
+        return float(block.expected_accepted(tgt, drf, vocab_size=v, num_drafts=k, block_len=length))
+    except InvalidInputError:  # its own draft law cannot be enumerated here
+        return None
 
 
 @dataclass
@@ -325,7 +338,9 @@ def end_to_end_markdown(rows, meta: dict) -> str:
         "given the drafted tree (τ − E[τ|drafts] has mean 0: the residual interval must contain 0); E[τ|ctx]: exact "
         "given the context (enumerated; — where too large); Σα_V / Σα*: the verifier's exact acceptance / the "
         "optimum α* of its draft law summed over the nodes it verified (E[τ] = E[Σα_V] ≤ E[Σα*]); per-level, "
-        "causal: block bounds for K i.i.d. blocks (brackets where truncated; — for non-i.i.d. draft laws).",
+        "causal: block bounds for K i.i.d. blocks (brackets where truncated; — for non-i.i.d. draft laws), "
+        "except law univer_tree: UniVer's own tree (K branches per node, K^L paths) and causal = U_causal of "
+        "that tree law (exact where its trees can be enumerated, else —).",
         "",
         "| verifier | law | K | L | iters | τ ± 95% | E[τ|drafts] | residual ± 95% | E[τ|ctx] | Σα_V | Σα* "
         "| per-level | causal | P(τ≥ℓ), ℓ=1..L | tokens/call | speed-up |",

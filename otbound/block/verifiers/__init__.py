@@ -11,10 +11,14 @@ name                      algorithm
 ``spectr_gbv``            SpecTr-GBV (Lin et al. 2604.25925), Alg. 1 as recovered
 ``causal_optimal``        attains U_causal: LP draft choice + block verification (derived)
 ``hsd``                   hierarchical speculative decoding (Zhou et al. 2601.05724), first draft
+``univer``                UniVer (Weng, Hu, Yairi 2605.04543) on its own tree, ``num_drafts`` = m
 ========================= ===================================================================
 
-:class:`UniVer` (Weng, Hu, Yairi 2605.04543) verifies its own draft tree (top ``m − 1`` draft tokens
-plus one residual sample per node), not K i.i.d. blocks, so it is exported but not in the registry.
+Every verifier but ``univer`` is run with K i.i.d. draft blocks (``draft_law ==
+"with_replacement"``). ``univer`` drafts its own tree (per node the top ``m − 1`` draft tokens plus
+one residual sample; ``m^L`` paths): its drafting hooks (``draft_tuple_law``, ``draw_drafts``,
+``num_rows``, ``node_drafts``) are used by every consumer, and it is compared with the bounds of its
+own law (``own_law_bounds``), not with those of K i.i.d. blocks.
 
 Every verifier has ``sample(target, draft, drafts, rng)`` (one iteration; drafts ``(K, L)`` or
 ``(n, K, L)``) → :class:`BlockSample`, the exact ``output_law`` given one draft tuple, the exact
@@ -22,7 +26,7 @@ one-iteration ``iteration_law`` and ``expected_accepted`` (exact ``E[τ]``, bonu
 enumeration on small models; :func:`generate` iterates a verifier to a fixed output length.
 """
 
-from otbound.block.verifiers._base import BlockSample, BlockVerifier, generate
+from otbound.block.verifiers._base import BlockSample, BlockVerifier, DraftLawBounds, generate
 from otbound.block.verifiers.chain import BlockVerification, TokenChain
 from otbound.block.verifiers.hsd import HierarchicalSpeculativeDecoding
 from otbound.block.verifiers.multipath import MultiPathVerifier
@@ -42,6 +46,7 @@ BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
         SpecTrGBV(),
         CausalOptimal(),
         HierarchicalSpeculativeDecoding(),
+        UniVer(),
     )
 }
 
@@ -51,6 +56,7 @@ __all__ = [
     "BlockVerifier",
     "BlockVerification",
     "CausalOptimal",
+    "DraftLawBounds",
     "HierarchicalSpeculativeDecoding",
     "MultiPathVerifier",
     "SpecTrGBV",

@@ -26,7 +26,7 @@ import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
-from otbound.token.draft_laws import inverse_cdf
+from otbound.token.draft_laws import inverse_cdf, sample_drafts
 
 # draft tuples enumerated for exact E[τ] at most ((V^L)^K)
 MAX_EXACT_TUPLES = 2_000_000
@@ -110,11 +110,23 @@ def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     return w / s if s > 0 else fallback
 
 
+@dataclass
+class DraftLawBounds:
+    """U_causal and U_joint (theory.md §4) of the draft-tuple law a verifier is run with."""
+
+    causal: float
+    joint: float
+
+
 class BlockVerifier:
     """Base class: subclasses define ``prepare`` and ``walk`` (see the module docstring)."""
 
     name = "base"
     reference = ""
+    #: the draft-tuple law the verifier is run with: ``"with_replacement"`` = K i.i.d. blocks (the
+    #: law of :func:`otbound.block_bound`); a verifier with its own drafting scheme names it and
+    #: overrides the five drafting methods below
+    draft_law = "with_replacement"
 
     # -- to implement -----------------------------------------------------------------------
     def prepare(self, target: BlockModel, draft: BlockModel, drafts: tuple, cache: dict):
@@ -208,7 +220,7 @@ class BlockVerifier:
         for prob, drafts in self.draft_tuple_law(draft, k, length):
             yield prob, self._outcomes(self.prepare(target, draft, drafts, cache))
 
-    # -- the drafting scheme (K i.i.d. blocks; a verifier with its own scheme overrides both) -----
+    # -- the drafting scheme (K i.i.d. blocks; a verifier with its own scheme overrides these) ----
     def draft_tuple_law(self, draft, num_drafts: int, block_len: int):
         """Every draft tuple (a tuple of K blocks) with its probability, as ``(prob, drafts)``."""
         k, length, v = num_drafts, block_len, draft.vocab_size
@@ -232,6 +244,26 @@ class BlockVerifier:
     def draw_drafts(self, draft, num: int, num_drafts: int, block_len: int, rng) -> np.ndarray:
         """``num`` draft tuples ``(num, K, L)`` drawn from the draft model (K i.i.d. blocks each)."""
         return sample_blocks(draft, num * num_drafts, block_len, rng).reshape(num, num_drafts, block_len)
+
+    def num_rows(self, num_drafts: int, block_len: int) -> int:
+        """Rows (root-to-leaf draft paths) of one draft tuple: K."""
+        return num_drafts
+
+    def node_drafts(self, law: np.ndarray, num_rows: int, num_drafts: int, rng) -> np.ndarray:
+        """Next tokens of the ``num_rows`` draft rows through one node of draft law ``law``, in row
+        order — how a decoder that drafts depth by depth (:func:`otbound.lm.speculative_sample`)
+        builds this verifier's draft tuple: i.i.d. draws of ``law``."""
+        return sample_drafts(law, num_rows, "with_replacement", 1, rng)[0]
+
+    def own_law_bounds(self, target, draft, *, vocab_size, num_drafts, block_len) -> DraftLawBounds:
+        """U_causal and U_joint of this verifier's draft-tuple law (K i.i.d. blocks:
+        :func:`otbound.block_bound`); a lossless verifier's ``E[τ]`` never exceeds the causal one."""
+        from otbound.block.bounds import block_bound
+
+        kw = dict(vocab_size=vocab_size, num_drafts=num_drafts, block_len=block_len)
+        return DraftLawBounds(
+            block_bound(target, draft, kind="causal", **kw).value, block_bound(target, draft, kind="joint", **kw).value
+        )
 
     # -- sampling ------------------------------------------------------------------------------
     def sample(self, target, draft, drafts, rng=None) -> BlockSample:

@@ -50,48 +50,50 @@ but can be strictly below it (measured: up to 0.067 tokens at V = 3, m = 2, L = 
 ``experiments/univer_table.py``): the paper's optimality is within its conditional framework.
 
 Requires at least ``m`` tokens of positive draft probability at every expanded node (else the group
-would be smaller than ``m``: :class:`~otbound.InvalidInputError`). Not in ``BLOCK_VERIFIERS``: every
-consumer of that registry draws K i.i.d. blocks, which are not UniVer trees.
+would be smaller than ``m``: :class:`~otbound.InvalidInputError`).
+
+In ``BLOCK_VERIFIERS`` as ``univer`` with its own drafting scheme (``draft_law = "univer_tree"``):
+``num_drafts`` is the branching ``m``, so a tuple has ``m^L`` paths, not K blocks. The drafting hooks
+of :class:`~otbound.block.verifiers.BlockVerifier` (``draft_tuple_law``, ``draw_drafts``,
+``num_rows``, ``node_drafts``, ``own_law_bounds``) give its tree law to every consumer: exact
+enumeration, :func:`~otbound.block.verifiers.generate`, the depth-by-depth LM decoder, the
+conformance kit, and the bounds it is compared with — U_causal / U_joint of its *own* tree law, never
+those of K i.i.d. blocks.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
 from otbound.block._tree import build_tree
-from otbound.block.verifiers._base import MAX_EXACT_TUPLES, BlockVerifier, _models, residual
+from otbound.block.verifiers._base import MAX_EXACT_TUPLES, BlockVerifier, DraftLawBounds, _models, residual
 from otbound.token.draft_laws import inverse_cdf
 
 
-@dataclass
-class DraftLawBounds:
-    """U_causal and U_joint for the verifier's own draft-tuple law (exact LPs over every tuple)."""
-
-    causal: float
-    joint: float
-    num_tuples: int
+def _split(q, m: int, where: str):
+    """``(deterministic children, residual law)`` of draft law ``q``: its top ``m − 1`` tokens (ties
+    to the lower id) and ``norm(q`` without them``)``."""
+    q = np.asarray(q, dtype=np.float64)
+    if np.count_nonzero(q > 0) < m:
+        raise InvalidInputError(
+            f"UniVer with branching {m} needs at least {m} draft tokens of positive probability at "
+            f"{where}; the draft law there has {np.count_nonzero(q > 0)}"
+        )
+    det = tuple(int(t) for t in np.argsort(-q, kind="stable")[: m - 1])
+    r = q.copy()
+    r[list(det)] = 0.0
+    return det, r / r.sum()
 
 
 def _group(draft, prefix: tuple, m: int, cache: dict):
-    """``(deterministic children, residual law)`` at ``prefix``: top ``m − 1`` draft tokens and
-    ``norm(q`` without them``)``."""
+    """:func:`_split` of the draft law at ``prefix`` (cached)."""
     key = ("univer-group", prefix, m)
     if key not in cache:
-        q = np.asarray(draft(prefix), dtype=np.float64)
-        if np.count_nonzero(q > 0) < m:
-            raise InvalidInputError(
-                f"UniVer with branching {m} needs at least {m} draft tokens of positive probability at "
-                f"prefix {list(prefix)}; the draft law there has {np.count_nonzero(q > 0)}"
-            )
-        det = tuple(int(t) for t in np.argsort(-q, kind="stable")[: m - 1])
-        r = q.copy()
-        r[list(det)] = 0.0
-        cache[key] = (det, r / r.sum())
+        cache[key] = _split(draft(prefix), m, f"prefix {list(prefix)}")
     return cache[key]
 
 
@@ -114,6 +116,7 @@ def _paths(children: dict, m: int, length: int) -> tuple:
 class UniVer(BlockVerifier):
     name = "univer"
     reference = "UniVer (Weng, Hu, Yairi 2605.04543), as reimplemented publicly (see module docstring)"
+    draft_law = "univer_tree"
 
     # -- drafting scheme -------------------------------------------------------------------------
     def draft_tuple_law(self, draft, num_drafts: int, block_len: int):
@@ -167,6 +170,18 @@ class UniVer(BlockVerifier):
             nxt = np.concatenate([np.repeat(flat, m, axis=0), kids.reshape(-1, 1)], axis=1)
             nodes = nxt.reshape(n, -1, d + 1)
         return nodes
+
+    def num_rows(self, num_drafts: int, block_len: int) -> int:
+        """``m^L`` paths (``m`` = ``num_drafts``)."""
+        return num_drafts**block_len
+
+    def node_drafts(self, law, num_rows: int, num_drafts: int, rng) -> np.ndarray:
+        """The ``m`` children of a node (top ``m − 1`` tokens of ``law``, one residual sample), each
+        repeated over its ``num_rows / m`` consecutive rows (the path order of the module docstring)."""
+        m = int(num_drafts)
+        det, r = _split(law, m, "a drafted node")
+        c = int(inverse_cdf(r, np.random.default_rng(rng).random(1))[0])
+        return np.repeat(np.array(det + (c,), dtype=np.int64), num_rows // m)
 
     # -- verification ----------------------------------------------------------------------------
     def prepare(self, target, draft, drafts, cache):
@@ -239,4 +254,4 @@ class UniVer(BlockVerifier):
         tuples = np.array([[int(np.ravel_multi_index(row, (v,) * length)) for row in paths] for _, paths in law])
         probs = np.array([p for p, _ in law])
         joint, _ = joint_ot_tuples(tree, tuples, probs)
-        return DraftLawBounds(causal_lp_tuples(tree, tuples, probs), joint, len(law))
+        return DraftLawBounds(causal_lp_tuples(tree, tuples, probs), joint)
