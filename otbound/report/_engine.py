@@ -41,7 +41,8 @@ tail, so that tiny tails keep their relative accuracy).
   Rao–Blackwellised: the rejected drafts ``x_1..x_{K−1}`` are drawn from their conditional law
   given rejection (inverse CDF by binary search on the prefix sums) and the path's weight is
   ``Π ρ_i`` (the last round exactly), an unbiased estimate of P(all rejected) with far less
-  variance than counting accepted samples.
+  variance than counting accepted samples. One set of paths of max K rounds serves every K ≥ 3:
+  K's estimate uses the paths' first K rounds (so the estimates of different K are correlated).
 
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); every exact
 value agrees with the per-row implementations to float64 summation error (the tests demand 1e-9
@@ -124,17 +125,56 @@ def check_laws_torch(p, q):
     return out[0], out[1]
 
 
+def _ratio(p, q):
+    """p/q with q = 0 mapped to +inf (0/0 and x/0 alike: last) and −0 to +0 (non-negative floats
+    sort as their bit patterns)."""
+    return (p / q).masked_fill_(q == 0, math.inf).add_(0.0)
+
+
+def _index_bits(v: int) -> int:
+    return max(1, (v - 1).bit_length())
+
+
+def _ratio_order(r):
+    """Per row of ``r`` (non-negative float64, numpy), the indices sorting it by (ratio, index) up
+    to near ties, and the sorted keys: one unsigned-integer sort (numpy's ``argsort`` costs 2.6×
+    ``np.sort`` here, its stable kind 17×). A key is the ratio's bit pattern (monotone for
+    non-negative floats) with its low ⌈log2 V⌉ bits replaced by the index, so ratios closer than
+    a relative 2^(⌈log2 V⌉ − 52) may come out of order: :func:`_fix_near_ties` re-sorts them."""
+    low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
+    key = r.view(np.uint64) & ~low
+    key |= np.arange(r.shape[1], dtype=np.uint64)
+    key.sort(axis=1)
+    return (key & low).astype(np.int64), key
+
+
+def _fix_near_ties(r, order, key, row):
+    """Re-sort row ``row`` of ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within
+    its runs of equal truncated keys (where a descent can lie); in place."""
+    run = key[row] >> np.uint64(_index_bits(order.shape[1]))
+    tied = np.flatnonzero(run[1:] == run[:-1])
+    pos = np.union1d(tied, tied + 1)  # every element of a run of length ≥ 2, in increasing order
+    sub = order[row, pos]
+    order[row, pos] = sub[np.lexsort((sub, r[row, sub], run[pos]))]
+
+
 class _Sorted:
-    """A batch sorted by ratio p/q with prefix sums (module docstring)."""
+    """A batch sorted by ratio p/q (ties by index) with prefix sums (module docstring)."""
 
     def __init__(self, p, q):
         torch = _torch()
-        r = (p / q).masked_fill_(q == 0, math.inf)  # q = 0: last (0/0 and x/0 alike)
-        if r.device.type == "cpu":
-            order = torch.from_numpy(np.argsort(r.numpy(), axis=1))
+        r = _ratio(p, q)
+        if p.device.type == "cpu":
+            order, key = _ratio_order(r.numpy())
+            order = torch.from_numpy(order)
         else:
-            order = torch.argsort(r, dim=1)
-        self.r, self.ps, self.qs = (torch.gather(x, 1, order) for x in (r, p, q))
+            order = torch.sort(r, dim=1, stable=True).indices
+        self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
+        self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
+        if p.device.type == "cpu":
+            for row in torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten().tolist():
+                _fix_near_ties(r.numpy(), order.numpy(), key, row)
+                self.ps[row], self.qs[row], self.r[row] = p[row, order[row]], q[row, order[row]], r[row, order[row]]
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
         # suffix sums summed from the tail (exact in relative terms where they are tiny and get
@@ -249,9 +289,8 @@ def measure_batch(p, q, num_drafts=(2, 3, 4), *, samplings=SAMPLINGS, verifiers=
         elif name in ("greedy", "spechub"):
             vals = greedy
         else:
-            vals = {}
+            vals = _rrs_wor(srt, ks, mc_samples, gen)
             for k in ks:
-                vals[k] = _rrs_wor(srt, k, mc_samples, gen)
                 if k >= 3:
                     res.methods[name][k] = "monte_carlo"
         for k in res.methods[name]:
@@ -265,20 +304,21 @@ def _with_replacement(srt, ks):
     for k in ks:
         m = srt.prefix_limit(torch.full((srt.r.shape[0],), float(k), dtype=torch.float64, device=srt.r.device))
         m = min(m, srt.pc.shape[1])
-        f = srt.pc[:, :m] - srt.qc[:, :m] ** k  # column 0 is the empty set: f = 0
+        f = srt.pc[:, :m] - _power(srt.qc[:, :m], k)  # column 0 is the empty set: f = 0
         out[k] = (1.0 + f.min(1).values.clamp(max=0.0)).clamp(0.0, 1.0)
     return out
 
 
 def _without_replacement(p, q, srt, ks, wr):
     """K = 1: with replacement; K = 2 closed form on the sorted prefixes; K ≥ 3 the clock integral
-    (the without-replacement law's α* routine on the checked batch: the laws and the support were
+    (:func:`otbound.token.bounds.without_replacement_ratio_sorted`, per row on the CPU, on the rows
+    as sorted here: its bucket sums are runs of the sorted row. The laws and the support were
     checked above, so :func:`otbound.optimal_acceptance`'s checks are not repeated per K)."""
     torch = _torch()
-    from otbound.token import draft_law
+    from otbound.token.bounds import without_replacement_ratio_sorted
 
     out = {}
-    law, rows = draft_law("without_replacement"), None
+    rows = None
     for k in ks:
         if k == 1:
             out[k] = wr[k]
@@ -296,9 +336,8 @@ def _without_replacement(p, q, srt, ks, wr):
             f = srt.pc[:, 1:m] - mass.clamp(0.0, 1.0)
             out[k] = (1.0 + f.min(1).values.clamp(max=0.0)).clamp(0.0, 1.0)
         else:
-            rows = (p.cpu().numpy(), q.cpu().numpy()) if rows is None else rows
-            vals = np.clip(law.optimal_acceptance(*rows, k, False)[0], 0.0, 1.0)
-            out[k] = torch.as_tensor(vals, dtype=torch.float64, device=p.device)
+            rows = (srt.ps.cpu().numpy(), srt.qs.cpu().numpy()) if rows is None else rows
+            out[k] = torch.as_tensor(without_replacement_ratio_sorted(*rows, k), dtype=torch.float64, device=p.device)
     return out
 
 
@@ -331,10 +370,24 @@ def _greedy(p, q, srt, ks):
     return out
 
 
+def _power(x, k: int):
+    """x**k for an integer k ≥ 1 by repeated squaring (torch's pow is several times slower than a
+    multiplication on the CPU for k ≥ 4; the results differ by rounding only)."""
+    out, base = None, x
+    while True:
+        if k & 1:
+            out = base if out is None else out * base
+        k >>= 1
+        if not k:
+            return out
+        base = base * base
+
+
 def _nss(p, q, ks):
-    moments, w = [], p
-    for _ in range(max(ks)):
-        w = w * q
+    moments, w = [], p * q
+    for j in range(max(ks)):
+        if j:
+            w.mul_(q)
         moments.append(w.sum(1))
     return {k: sum((-1) ** (j + 1) * math.comb(k, j) * moments[j - 1] for j in range(1, k + 1)) for k in ks}
 
@@ -385,26 +438,33 @@ def _kseq(srt, kt):
     return {int(kk): vals[:, i] for i, kk in enumerate(kt.tolist())}
 
 
-def _rrs_wor(srt, k, mc_samples, gen):
-    """α of RRS without replacement (module docstring): exact for K ≤ 2, Monte Carlo for K ≥ 3."""
+def _rrs_wor(srt, ks, mc_samples, gen):
+    """α of RRS without replacement (module docstring) for every K in ``ks``: exact for K ≤ 2; for
+    K ≥ 3 Monte Carlo on one set of ``mc_samples`` paths of max K rounds, each K's estimate from
+    the paths' first K rounds (a draft's law does not depend on how many drafts follow it, so the
+    first K rounds of a path are a path for K drafts)."""
     torch = _torch()
     b, v = srt.r.shape
     dev = srt.r.device
     f64 = torch.float64
+    out = {}
     mu1 = torch.zeros(b, 1, dtype=f64, device=dev)
     h1 = srt.h(mu1)
-    if k == 1:
-        return 1.0 - _reject(srt, mu1, h1, torch.ones_like(mu1), torch.zeros_like(mu1))[:, 0]
+    if 1 in ks:
+        out[1] = 1.0 - _reject(srt, mu1, h1, torch.ones_like(mu1), torch.zeros_like(mu1))[:, 0]
     # round 1 from the start state (μ = 0, S = 1, nothing removed), then one state per first draft
-    mu2 = mu1 + h1
-    h2 = srt.h(mu2)
-    if k == 2:
+    if 2 in ks:
+        mu2 = mu1 + h1
+        h2 = srt.h(mu2)
         n_mu2 = srt.count_below(mu2)
         n1 = int(n_mu2.max())  # first drafts that can be rejected: r < μ_2
         qx = srt.qs[:, :n1]
         w1 = (qx - srt.ps[:, :n1] / h1).clamp_min(0.0)  # rejection weight of each first draft
         s2 = srt.qc[:, :n1] + srt.qsuf_range(1, n1 + 1)  # Σ_{x ≠ x_1} q
-        return 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+        out[2] = 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+    k = max(ks)
+    if k < 3:
+        return out
     n = int(mc_samples)
     shape = (b, n)
     mu = mu1.expand(shape).contiguous()
@@ -417,6 +477,8 @@ def _rrs_wor(srt, k, mc_samples, gen):
         q_rem = removed_q.sum(2)
         rho = _reject(srt, mu, h, s, q_rem)
         weight = weight * rho
+        if i + 1 >= 3 and i + 1 in ks:
+            out[i + 1] = 1.0 - weight.mean(1)
         if i == k - 1:
             break
         mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
@@ -428,7 +490,7 @@ def _rrs_wor(srt, k, mc_samples, gen):
         s = s - qx
         mu = mu_next
         h = srt.h(mu)
-    return 1.0 - weight.mean(1)
+    return out
 
 
 def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
@@ -446,7 +508,8 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
     q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
     d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
     rho = ((q_hi - qx) / s2 - d).clamp_(0.0, 1.0)
-    r_next = torch.gather(torch.cat([srt.r, torch.full_like(srt.r[:, :1], math.inf)], 1), 1, base)
+    v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
+    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)
     # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
     far = (h2 > (r_next - mu2) * s2) & live
     if per_row is None:
