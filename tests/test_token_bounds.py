@@ -309,6 +309,8 @@ def test_ratio_sorted_rows_give_the_same_value(k):
     ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
     np.testing.assert_allclose(without_replacement_ratio_sorted(ps, qs, k),
                                ob.optimal_acceptance(p, q, k, "without_replacement"), rtol=0, atol=1e-12)
+    with pytest.raises(ob.InvalidInputError, match="sorted by ratio"):
+        without_replacement_ratio_sorted(p[:1], q[:1], k)  # not sorted
 
 
 def test_key_sums_by_runs_equal_bincount():

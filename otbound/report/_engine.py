@@ -365,8 +365,13 @@ def _greedy(p, q, srt, ks):
         for row in torch.nonzero(tied).flatten().tolist():
             idx[row] = torch.as_tensor(greedy_split(q[row].cpu().numpy(), m + 1)[0], device=q.device)
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
-        # q-mass outside G summed directly (never as 1 − q(G): it may be tiny)
-        outside = q.scatter(1, idx, 0.0).sum(1, keepdim=True)
+        # q-mass outside G: summed directly where it may be tiny (q(G) > 1/2; never as 1 − q(G)),
+        # elsewhere the difference of two sums is as accurate
+        in_g = qg.sum(1, keepdim=True)
+        outside = q.sum(1, keepdim=True) - in_g
+        direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
+        if direct.numel():
+            outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
         rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # rest[:, j]: outside the top j
     for k in ks:
         if k == 1:
@@ -530,7 +535,7 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
                                     qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
     else:  # on an accelerator one general round over every first draft beats a per-row loop
         rho = torch.where(far, _reject(srt, mu2.expand_as(s2), h2.expand_as(s2), s2, qx, n_mu2), rho)
-    return torch.where(live, rho, torch.zeros_like(rho))
+    return rho if bool(live.all()) else torch.where(live, rho, torch.zeros_like(rho))
 
 
 def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):

@@ -303,6 +303,12 @@ class KeySums:
         out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
+    def spread(self, table: np.ndarray, out=None) -> np.ndarray:
+        """``table[keys]`` (by runs when the keys are sorted)."""
+        if self.starts is None:
+            return np.take(table, self.keys, out=out)
+        return np.repeat(table[self.at], np.diff(self.starts, append=self.keys.size))
+
     def subset(self, idx: np.ndarray) -> "KeySums":
         """The same sums over the tokens ``idx`` (increasing) only."""
         return KeySums(self.keys[idx], self.length - 1, self.starts is not None)

@@ -153,13 +153,16 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
 
 
 def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None, ratio_sorted=False):
-    """``(b, top, bp, bq, ids)``: the buckets of :func:`_ratio_buckets`, the p and q mass of every
-    bucket id ``0..top`` and the ids below ``top`` holding q mass (in increasing ratio).
+    """``(b, top, bp, bq, ids, sums)``: the buckets of :func:`_ratio_buckets`, the p and q mass of
+    every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio) and the
+    :class:`otbound.token._wor.KeySums` of ``b``.
     ``ratio_sorted``: the row is sorted by ratio (sums of runs, :class:`otbound.token._wor.KeySums`)."""
     b, top = _ratio_buckets(p, q, limit, out=out)
     sums = _wor.KeySums(b, top, ratio_sorted)
+    if ratio_sorted and sums.starts is None:  # the bucket ids of a ratio-sorted row never decrease
+        raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
     bp, bq = sums(p), sums(q)
-    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0)
+    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0), sums
 
 
 def _bucket_floor(ids) -> np.ndarray:
@@ -203,7 +206,7 @@ def _with_replacement(P, Q, k, want_sets):
     scratch = np.empty(v)
     for i in range(n):
         p, q = P[i], Q[i]
-        b, top, bp, bq, ids = _bucket_sums(p, q, float(k), out=scratch)
+        b, top, bp, bq, ids, _ = _bucket_sums(p, q, float(k), out=scratch)
         if ids.size == 0:
             continue
         bp, bq = bp[ids], bq[ids]
@@ -318,18 +321,23 @@ def _without_replacement_row(p, q, k, want_set, work, ratio_sorted=False):
     n_top = min(v, 2 * k + 30)
     top = np.argpartition(q, v - n_top)[v - n_top :]
     top = top[np.argsort(-q[top], kind="stable")]
-    cut = k / max(np.delete(q, top[: k - 1]).sum(), 1e-300) * (1.0 + 1e-9)  # 1 − M summed directly
-    b, top_id, bp, bq, ids = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"], ratio_sorted=ratio_sorted)
+    m = q[top[: k - 1]].sum()
+    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else q.sum() - m  # 1 − M summed directly if small
+    cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
+    b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"],
+                                                 ratio_sorted=ratio_sorted)
     nb = ids.size
     if nb == 0:
         return 1.0, None
-    tail = np.cumsum(bq[::-1])[::-1]  # q mass from bucket j up, summed from the top: accurate when small
-    out = np.concatenate([[tail[0]], tail[ids + 1]])  # chain position i: after i buckets
+    # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
+    held = np.flatnonzero(bq)
+    tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
+    out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
     inside = np.concatenate([[0.0], np.cumsum(bq[ids])])
     fp = np.concatenate([[0.0], np.cumsum(bp[ids])])
     key = np.full(top_id + 1, nb)
     key[ids] = np.arange(nb)
-    keys = np.take(key, b, out=work["keys"])
+    keys = sums.spread(key, out=work["keys"])
     row = (p, q, k, b, ids, keys, fp, out, inside, ratio_sorted)
     if k == 2:
         return _wor_search(row, _wor.PairMass(q), None, want_set, work)
