@@ -143,26 +143,29 @@ def _index_bits(v: int) -> int:
 
 
 def _ratio_order(r):
-    """Per row of ``r`` (non-negative float64, numpy), the indices sorting it by (ratio, index) up
-    to near ties, and the sorted keys: one unsigned-integer sort (numpy's ``argsort`` costs 2.6×
-    ``np.sort`` here, its stable kind 17×). A key is the ratio's bit pattern (monotone for
-    non-negative floats) with its low ⌈log2 V⌉ bits replaced by the index, so ratios closer than
-    a relative 2^(⌈log2 V⌉ − 52) may come out of order: :func:`_fix_near_ties` re-sorts them."""
+    """Per row of ``r`` (non-negative float64, numpy; overwritten: the result lives in its memory),
+    the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort (numpy's
+    ``argsort`` costs 2.6× ``np.sort`` here, its stable kind 17×). A key is the ratio's bit pattern
+    (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the index, so ratios
+    closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order: :func:`_fix_near_ties`."""
     low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
-    key = r.view(np.uint64) & ~low
+    key = r.view(np.uint64)
+    key &= ~low
     key |= np.arange(r.shape[1], dtype=np.uint64)
     key.sort(axis=1)
-    return (key & low).astype(np.int64), key
+    key &= low
+    return key.view(np.int64)
 
 
-def _fix_near_ties(r, order, key, row):
-    """Re-sort row ``row`` of ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within
-    its runs of equal truncated keys (where a descent can lie); in place."""
-    run = key[row] >> np.uint64(_index_bits(order.shape[1]))
+def _fix_near_ties(r, r_in_order, order):
+    """Re-sort one row's ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within its
+    runs of equal truncated ratio, where a descent can lie; in place. ``r``: the row's ratios,
+    ``r_in_order``: the same in the given order."""
+    run = r_in_order.view(np.uint64) >> np.uint64(_index_bits(order.size))
     tied = np.flatnonzero(run[1:] == run[:-1])
     pos = np.union1d(tied, tied + 1)  # every element of a run of length ≥ 2, in increasing order
-    sub = order[row, pos]
-    order[row, pos] = sub[np.lexsort((sub, r[row, sub], run[pos]))]
+    sub = order[pos]
+    order[pos] = sub[np.lexsort((sub, r[sub], run[pos]))]
 
 
 class _Sorted:
@@ -170,18 +173,17 @@ class _Sorted:
 
     def __init__(self, p, q):
         torch = _torch()
-        r = _ratio(p, q)
         if p.device.type == "cpu":
-            order, key = _ratio_order(r.numpy())
-            order = torch.from_numpy(order)
+            order = torch.from_numpy(_ratio_order(_ratio(p, q).numpy()))
         else:
-            order = torch.sort(r, dim=1, stable=True).indices
+            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices
         self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
         self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
         if p.device.type == "cpu":
             for row in torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten().tolist():
-                _fix_near_ties(r.numpy(), order.numpy(), key, row)
-                self.ps[row], self.qs[row], self.r[row] = p[row, order[row]], q[row, order[row]], r[row, order[row]]
+                r = _ratio(p[row], q[row])
+                _fix_near_ties(r.numpy(), self.r[row].numpy(), order[row].numpy())
+                self.ps[row], self.qs[row], self.r[row] = p[row, order[row]], q[row, order[row]], r[order[row]]
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
         # suffix sums summed from the tail (exact in relative terms where they are tiny and get
