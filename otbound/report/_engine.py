@@ -50,7 +50,7 @@ on random, adversarial and V = 151,936 rows; 1e-12 for α* without replacement, 
 
 Speed (``experiments/bench_engine.py``): on the CPU the ordering is one unsigned-integer sort of
 the ratio's bit pattern with the index in its low bits (:func:`_ratio_order`; ``torch.sort`` costs
-15× ``np.sort`` for float64 on one core, numpy's ``argsort`` 2.6×), and the K ≥ 3 clock integral
+16× ``np.sort`` for float64 on one core, numpy's ``argsort`` 2.6×), and the K ≥ 3 clock integral
 runs on the sorted rows; on CUDA the ordering is a stable ``torch.sort``. A batch's working set is
 a dozen (B, V) float64 arrays (≈ 20 MB each for 16 rows at V = 151,936), which glibc's malloc
 maps afresh and returns to the OS on every call: the page faults cost about a quarter of the

@@ -155,8 +155,8 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
 def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None, ratio_sorted=False):
     """``(b, top, bp, bq, ids, sums)``: the buckets of :func:`_ratio_buckets`, the p and q mass of
     every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio) and the
-    :class:`otbound.token._wor.KeySums` of ``b``.
-    ``ratio_sorted``: the row is sorted by ratio (sums of runs, :class:`otbound.token._wor.KeySums`)."""
+    :class:`otbound.token._wor.KeySums` of ``b`` (by runs when ``ratio_sorted``: the row is sorted
+    by ratio)."""
     b, top = _ratio_buckets(p, q, limit, out=out)
     sums = _wor.KeySums(b, top, ratio_sorted)
     if ratio_sorted and sums.starts is None:  # the bucket ids of a ratio-sorted row never decrease
