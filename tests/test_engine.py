@@ -299,3 +299,44 @@ def test_without_replacement_matches_optimal_acceptance_at_full_vocabulary():
     p = np.vstack([p, q[:1]])
     q = np.vstack([q, t / t.sum()])  # a row with a 1e-30 tail holding most of p's mass
     check_without_replacement(p, q, (2, 3, 4))
+
+
+def test_ratio_order_is_the_stable_order():
+    """_Sorted's order (one unsigned sort of ratio bits with the index in the low bits, then an exact
+    re-sort of near ties) is numpy's stable argsort of p/q (q = 0 last): ratios 2^-45 apart, exact
+    ties, zeros of p and of q, −0."""
+    rng = np.random.default_rng(12)
+    repaired = 0
+    for v in (1, 2, 7, 300, 5000):
+        p, q = rng.random((4, v)), rng.random((4, v)) + 0.1
+        p[0] = q[0] * (rng.random(v) + 0.5) * (1 + rng.integers(0, 4, v) * 2.0**-45)  # near ties
+        q[1, rng.random(v) < 0.3] = 0.0
+        p[1, rng.random(v) < 0.3] = 0.0
+        p[2] = q[2] * rng.integers(0, 3, v)  # exact ties and p = 0
+        if v > 1:
+            p[3, ::2] = -0.0  # p[3, 1] > 0 keeps the row a law
+        p[1, 0] = q[1, 0] = 1.0  # every row keeps some mass
+        p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+        srt = _Sorted(torch.from_numpy(p), torch.from_numpy(q))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(q > 0, p / q, np.inf) + 0.0
+        order = np.argsort(r, axis=1, kind="stable")
+        assert np.array_equal(srt.ps.numpy(), np.take_along_axis(p, order, 1))
+        assert np.array_equal(srt.qs.numpy(), np.take_along_axis(q, order, 1))
+        assert np.array_equal(srt.r.numpy(), np.take_along_axis(r, order, 1))
+        key = np.sort(np.ascontiguousarray(r).view(np.uint64) >> np.uint64(max(1, (v - 1).bit_length())), axis=1)
+        with np.errstate(invalid="ignore"):  # inf − inf between q = 0 tokens
+            repaired += int((np.diff(np.take_along_axis(r, np.argsort(key, axis=1, kind="stable"), 1)) < 0).any())
+    assert repaired  # the near-tie repair was exercised
+
+
+def test_rrs_wor_paths_serve_every_k():
+    """One set of Monte Carlo paths serves K = 3 and 4: each K's estimate is the one a run for that K
+    alone gives (the same draws), so each keeps the law checked against enumeration above."""
+    rng = np.random.default_rng(13)
+    p, q = lm_rows(rng, 3, 500)
+    both = measure_batch(p, q, (2, 3, 4), samplings=(), verifiers=["rrs_wor"], mc_samples=32, seed=7)
+    for k in (3, 4):
+        alone = measure_batch(p, q, (k,), samplings=(), verifiers=["rrs_wor"], mc_samples=32, seed=7)
+        assert torch.equal(both.verifiers["rrs_wor"][k], alone.verifiers["rrs_wor"][k])
+        assert both.methods["rrs_wor"][k] == "monte_carlo"

@@ -287,3 +287,46 @@ def test_fast_without_replacement_matches_reference_dp(k):
     for i in range(2):
         h = sets[i]
         assert abs(1 + p[i][h].sum() - ob.subset_mass(q[i], h, k, "without_replacement") - fast[i]) < 1e-10
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_ratio_sorted_rows_give_the_same_value(k):
+    """without_replacement_ratio_sorted (bucket sums and moments by runs of the sorted row, buckets as
+    slices) against optimal_acceptance on the unsorted rows: V = 2,000 LM-like rows, many tied
+    ratios, and a q whose negligible tokens below 1e-300 clock_law drops (that row is re-bucketed
+    unsorted)."""
+    from otbound.token.bounds import without_replacement_ratio_sorted
+
+    rng = np.random.default_rng(20 + k)
+    z = rng.standard_normal((3, 2000)) * 2.5
+    q = np.exp(z - z.max(1, keepdims=True))
+    p = q * np.exp(rng.standard_normal(z.shape))
+    p[1] = q[1] * rng.integers(1, 4, 2000)  # many tied ratios
+    q[2, :5] = 1e-310  # negligible: dropped by clock_law
+    p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+    with np.errstate(divide="ignore", over="ignore"):
+        order = np.argsort(np.where(q > 0, p / q, np.inf), axis=1, kind="stable")
+    ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
+    np.testing.assert_allclose(without_replacement_ratio_sorted(ps, qs, k),
+                               ob.optimal_acceptance(p, q, k, "without_replacement"), rtol=0, atol=1e-12)
+    with pytest.raises(ob.InvalidInputError, match="sorted by ratio"):
+        without_replacement_ratio_sorted(p[:1], q[:1], k)  # not sorted
+
+
+def test_key_sums_by_runs_equal_bincount():
+    from otbound.token._wor import KeySums
+
+    rng = np.random.default_rng(22)
+    keys = np.sort(rng.integers(0, 50, 1000))
+    w = rng.random(1000)
+    sums = KeySums(keys, 60, keys_sorted=True)
+    assert sums.starts is not None  # the runs path, not the bincount fallback
+    np.testing.assert_allclose(sums(w), np.bincount(keys, weights=w, minlength=61), rtol=1e-13, atol=0)
+    idx = np.flatnonzero(w > 0.5)
+    np.testing.assert_allclose(sums.subset(idx)(w[idx]), np.bincount(keys[idx], weights=w[idx], minlength=61),
+                               rtol=1e-13, atol=0)
+    shuffled = rng.permutation(keys)  # claimed sorted but not: verified on the run starts, bincount instead
+    unsorted = KeySums(shuffled, 60, keys_sorted=True)
+    assert unsorted.starts is None
+    np.testing.assert_array_equal(unsorted(w), np.bincount(shuffled, weights=w, minlength=61))
+    np.testing.assert_array_equal(KeySums(np.zeros(0, dtype=np.int64), 5, True)(np.zeros(0)), np.zeros(6))

@@ -41,19 +41,27 @@ tail, so that tiny tails keep their relative accuracy).
   Rao–Blackwellised: the rejected drafts ``x_1..x_{K−1}`` are drawn from their conditional law
   given rejection (inverse CDF by binary search on the prefix sums) and the path's weight is
   ``Π ρ_i`` (the last round exactly), an unbiased estimate of P(all rejected) with far less
-  variance than counting accepted samples.
+  variance than counting accepted samples. One set of paths of max K rounds serves every K ≥ 3:
+  K's estimate uses the paths' first K rounds (so the estimates of different K are correlated).
 
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); every exact
 value agrees with the per-row implementations to float64 summation error (the tests demand 1e-9
 on random, adversarial and V = 151,936 rows; 1e-12 for α* without replacement, measured ≤ 1e-15).
 
-Speed (``experiments/bench_engine.py``): on the CPU the ordering comes from numpy's ``argsort``
-(several times faster than ``torch.sort`` for float64 on one core); on CUDA from ``torch.sort``.
+Speed (``experiments/bench_engine.py``): on the CPU the ordering is one unsigned-integer sort of
+the ratio's bit pattern with the index in its low bits (:func:`_ratio_order`; ``torch.sort`` costs
+16× ``np.sort`` for float64 on one core, numpy's ``argsort`` 2.6×), and the K ≥ 3 clock integral
+runs on the sorted rows; on CUDA the ordering is a stable ``torch.sort``. A batch's working set is
+a dozen (B, V) float64 arrays (≈ 20 MB each for 16 rows at V = 151,936), which glibc's malloc
+maps afresh and returns to the OS on every call: the page faults cost about a quarter of the
+engine's CPU time. The first call therefore asks glibc to keep freed memory for reuse
+(:func:`_retain_freed_memory`; the process keeps its peak heap).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -124,17 +132,58 @@ def check_laws_torch(p, q):
     return out[0], out[1]
 
 
+def _ratio(p, q):
+    """p/q with q = 0 mapped to +inf (0/0 and x/0 alike: last) and −0 to +0 (non-negative floats
+    sort as their bit patterns)."""
+    return (p / q).masked_fill_(q == 0, math.inf).add_(0.0)
+
+
+def _index_bits(v: int) -> int:
+    return max(1, (v - 1).bit_length())
+
+
+def _ratio_order(r):
+    """Per row of ``r`` (non-negative float64, numpy; overwritten: the result lives in its memory),
+    the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort (numpy's
+    ``argsort`` costs 2.6× ``np.sort`` here, its stable kind 17×). A key is the ratio's bit pattern
+    (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the index, so ratios
+    closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order: :func:`_fix_near_ties`."""
+    low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
+    key = r.view(np.uint64)
+    key &= ~low
+    key |= np.arange(r.shape[1], dtype=np.uint64)
+    key.sort(axis=1)
+    key &= low
+    return key.view(np.int64)
+
+
+def _fix_near_ties(r, r_in_order, order):
+    """Re-sort one row's ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within its
+    runs of equal truncated ratio, where a descent can lie; in place. ``r``: the row's ratios,
+    ``r_in_order``: the same in the given order."""
+    run = r_in_order.view(np.uint64) >> np.uint64(_index_bits(order.size))
+    tied = np.flatnonzero(run[1:] == run[:-1])
+    pos = np.union1d(tied, tied + 1)  # every element of a run of length ≥ 2, in increasing order
+    sub = order[pos]
+    order[pos] = sub[np.lexsort((sub, r[sub], run[pos]))]
+
+
 class _Sorted:
-    """A batch sorted by ratio p/q with prefix sums (module docstring)."""
+    """A batch sorted by ratio p/q (ties by index) with prefix sums (module docstring)."""
 
     def __init__(self, p, q):
         torch = _torch()
-        r = (p / q).masked_fill_(q == 0, math.inf)  # q = 0: last (0/0 and x/0 alike)
-        if r.device.type == "cpu":
-            order = torch.from_numpy(np.argsort(r.numpy(), axis=1))
+        if p.device.type == "cpu":
+            order = torch.from_numpy(_ratio_order(_ratio(p, q).numpy()))
         else:
-            order = torch.argsort(r, dim=1)
-        self.r, self.ps, self.qs = (torch.gather(x, 1, order) for x in (r, p, q))
+            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices
+        self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
+        self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
+        if p.device.type == "cpu":
+            for row in torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten().tolist():
+                r = _ratio(p[row], q[row])
+                _fix_near_ties(r.numpy(), self.r[row].numpy(), order[row].numpy())
+                self.ps[row], self.qs[row], self.r[row] = p[row, order[row]], q[row, order[row]], r[order[row]]
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
         # suffix sums summed from the tail (exact in relative terms where they are tiny and get
@@ -194,8 +243,10 @@ def measure_batch(p, q, num_drafts=(2, 3, 4), *, samplings=SAMPLINGS, verifiers=
                   mc_samples: int = 64, seed=0) -> BatchMeasurement:
     """α* for ``samplings`` and each K, and the acceptance of each verifier in ``verifiers``
     (names in :data:`ENGINE_VERIFIERS`), for laws ``p``, ``q`` of shape (B, V) (torch tensors on
-    any device, or numpy arrays: then on the CPU). See the module docstring for the formulas."""
+    any device, or numpy arrays: then on the CPU). See the module docstring for the formulas.
+    The first call keeps glibc from returning freed memory to the OS (:func:`_retain_freed_memory`)."""
     torch = _torch()
+    _retain_freed_memory()
     p, q = check_laws_torch(p, q)
     ks = [check_num_drafts(k) for k in np.atleast_1d(num_drafts).tolist()]
     if not ks:
@@ -249,9 +300,8 @@ def measure_batch(p, q, num_drafts=(2, 3, 4), *, samplings=SAMPLINGS, verifiers=
         elif name in ("greedy", "spechub"):
             vals = greedy
         else:
-            vals = {}
+            vals = _rrs_wor(srt, ks, mc_samples, gen)
             for k in ks:
-                vals[k] = _rrs_wor(srt, k, mc_samples, gen)
                 if k >= 3:
                     res.methods[name][k] = "monte_carlo"
         for k in res.methods[name]:
@@ -265,20 +315,21 @@ def _with_replacement(srt, ks):
     for k in ks:
         m = srt.prefix_limit(torch.full((srt.r.shape[0],), float(k), dtype=torch.float64, device=srt.r.device))
         m = min(m, srt.pc.shape[1])
-        f = srt.pc[:, :m] - srt.qc[:, :m] ** k  # column 0 is the empty set: f = 0
+        f = srt.pc[:, :m] - _power(srt.qc[:, :m], k)  # column 0 is the empty set: f = 0
         out[k] = (1.0 + f.min(1).values.clamp(max=0.0)).clamp(0.0, 1.0)
     return out
 
 
 def _without_replacement(p, q, srt, ks, wr):
     """K = 1: with replacement; K = 2 closed form on the sorted prefixes; K ≥ 3 the clock integral
-    (the without-replacement law's α* routine on the checked batch: the laws and the support were
+    (:func:`otbound.token.bounds.without_replacement_ratio_sorted`, per row on the CPU, on the rows
+    as sorted here: its bucket sums are runs of the sorted row. The laws and the support were
     checked above, so :func:`otbound.optimal_acceptance`'s checks are not repeated per K)."""
     torch = _torch()
-    from otbound.token import draft_law
+    from otbound.token.bounds import without_replacement_ratio_sorted
 
     out = {}
-    law, rows = draft_law("without_replacement"), None
+    rows = None
     for k in ks:
         if k == 1:
             out[k] = wr[k]
@@ -296,9 +347,8 @@ def _without_replacement(p, q, srt, ks, wr):
             f = srt.pc[:, 1:m] - mass.clamp(0.0, 1.0)
             out[k] = (1.0 + f.min(1).values.clamp(max=0.0)).clamp(0.0, 1.0)
         else:
-            rows = (p.cpu().numpy(), q.cpu().numpy()) if rows is None else rows
-            vals = np.clip(law.optimal_acceptance(*rows, k, False)[0], 0.0, 1.0)
-            out[k] = torch.as_tensor(vals, dtype=torch.float64, device=p.device)
+            rows = (srt.ps.cpu().numpy(), srt.qs.cpu().numpy()) if rows is None else rows
+            out[k] = torch.as_tensor(without_replacement_ratio_sorted(*rows, k), dtype=torch.float64, device=p.device)
     return out
 
 
@@ -317,8 +367,13 @@ def _greedy(p, q, srt, ks):
         for row in torch.nonzero(tied).flatten().tolist():
             idx[row] = torch.as_tensor(greedy_split(q[row].cpu().numpy(), m + 1)[0], device=q.device)
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
-        # q-mass outside G summed directly (never as 1 − q(G): it may be tiny)
-        outside = q.scatter(1, idx, 0.0).sum(1, keepdim=True)
+        # q-mass outside G: summed directly where it may be tiny (q(G) > 1/2; never as 1 − q(G)),
+        # elsewhere the difference of two sums is as accurate
+        in_g = qg.sum(1, keepdim=True)
+        outside = q.sum(1, keepdim=True) - in_g
+        direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
+        if direct.numel():
+            outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
         rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # rest[:, j]: outside the top j
     for k in ks:
         if k == 1:
@@ -331,10 +386,24 @@ def _greedy(p, q, srt, ks):
     return out
 
 
+def _power(x, k: int):
+    """x**k for an integer k ≥ 1 by repeated squaring (torch's pow is several times slower than a
+    multiplication on the CPU for k ≥ 4; the results differ by rounding only)."""
+    out, base = None, x
+    while True:
+        if k & 1:
+            out = base if out is None else out * base
+        k >>= 1
+        if not k:
+            return out
+        base = base * base
+
+
 def _nss(p, q, ks):
-    moments, w = [], p
-    for _ in range(max(ks)):
-        w = w * q
+    moments, w = [], p * q
+    for j in range(max(ks)):
+        if j:
+            w.mul_(q)
         moments.append(w.sum(1))
     return {k: sum((-1) ** (j + 1) * math.comb(k, j) * moments[j - 1] for j in range(1, k + 1)) for k in ks}
 
@@ -385,26 +454,33 @@ def _kseq(srt, kt):
     return {int(kk): vals[:, i] for i, kk in enumerate(kt.tolist())}
 
 
-def _rrs_wor(srt, k, mc_samples, gen):
-    """α of RRS without replacement (module docstring): exact for K ≤ 2, Monte Carlo for K ≥ 3."""
+def _rrs_wor(srt, ks, mc_samples, gen):
+    """α of RRS without replacement (module docstring) for every K in ``ks``: exact for K ≤ 2; for
+    K ≥ 3 Monte Carlo on one set of ``mc_samples`` paths of max K rounds, each K's estimate from
+    the paths' first K rounds (a draft's law does not depend on how many drafts follow it, so the
+    first K rounds of a path are a path for K drafts)."""
     torch = _torch()
     b, v = srt.r.shape
     dev = srt.r.device
     f64 = torch.float64
+    out = {}
     mu1 = torch.zeros(b, 1, dtype=f64, device=dev)
     h1 = srt.h(mu1)
-    if k == 1:
-        return 1.0 - _reject(srt, mu1, h1, torch.ones_like(mu1), torch.zeros_like(mu1))[:, 0]
+    if 1 in ks:
+        out[1] = 1.0 - _reject(srt, mu1, h1, torch.ones_like(mu1), torch.zeros_like(mu1))[:, 0]
     # round 1 from the start state (μ = 0, S = 1, nothing removed), then one state per first draft
-    mu2 = mu1 + h1
-    h2 = srt.h(mu2)
-    if k == 2:
+    if 2 in ks:
+        mu2 = mu1 + h1
+        h2 = srt.h(mu2)
         n_mu2 = srt.count_below(mu2)
         n1 = int(n_mu2.max())  # first drafts that can be rejected: r < μ_2
         qx = srt.qs[:, :n1]
         w1 = (qx - srt.ps[:, :n1] / h1).clamp_min(0.0)  # rejection weight of each first draft
         s2 = srt.qc[:, :n1] + srt.qsuf_range(1, n1 + 1)  # Σ_{x ≠ x_1} q
-        return 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+        out[2] = 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+    k = max(ks)
+    if k < 3:
+        return out
     n = int(mc_samples)
     shape = (b, n)
     mu = mu1.expand(shape).contiguous()
@@ -417,6 +493,8 @@ def _rrs_wor(srt, k, mc_samples, gen):
         q_rem = removed_q.sum(2)
         rho = _reject(srt, mu, h, s, q_rem)
         weight = weight * rho
+        if i + 1 >= 3 and i + 1 in ks:
+            out[i + 1] = 1.0 - weight.mean(1)
         if i == k - 1:
             break
         mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
@@ -428,7 +506,7 @@ def _rrs_wor(srt, k, mc_samples, gen):
         s = s - qx
         mu = mu_next
         h = srt.h(mu)
-    return 1.0 - weight.mean(1)
+    return out
 
 
 def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
@@ -446,7 +524,8 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
     q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
     d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
     rho = ((q_hi - qx) / s2 - d).clamp_(0.0, 1.0)
-    r_next = torch.gather(torch.cat([srt.r, torch.full_like(srt.r[:, :1], math.inf)], 1), 1, base)
+    v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
+    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)
     # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
     far = (h2 > (r_next - mu2) * s2) & live
     if per_row is None:
@@ -458,7 +537,7 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
                                     qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
     else:  # on an accelerator one general round over every first draft beats a per-row loop
         rho = torch.where(far, _reject(srt, mu2.expand_as(s2), h2.expand_as(s2), s2, qx, n_mu2), rho)
-    return torch.where(live, rho, torch.zeros_like(rho))
+    return rho if bool(live.all()) else torch.where(live, rho, torch.zeros_like(rho))
 
 
 def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
@@ -499,6 +578,27 @@ def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
         lo = torch.where(below, mid, lo)
         hi = torch.where(below, hi, mid)
     return lo
+
+
+@functools.lru_cache(maxsize=None)
+def _retain_freed_memory() -> bool:
+    """Once per process, on glibc: serve allocations up to 32 MiB (glibc's largest threshold) from
+    the heap instead of fresh mappings, and keep up to 1 GiB of freed heap instead of returning it
+    to the OS (``mallopt(M_MMAP_THRESHOLD)``, ``mallopt(M_TRIM_THRESHOLD)``), so the engine's
+    arrays reuse pages already mapped instead of faulting in new zeroed ones on every call (what
+    ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` in the environment, or jemalloc, would
+    do). Returns whether it applied; elsewhere a no-op."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_trim_threshold, 1 << 30)) and bool(mallopt(m_mmap_threshold, 32 << 20))
 
 
 def default_batch_size(vocab: int, device) -> int:

@@ -278,6 +278,42 @@ def _series_setup(j_max: int):
     return x0, order, _stirling_coefficients(j_max, order), limits
 
 
+class KeySums:
+    """Σ of weights per key 0..``num_keys`` (keys in that range), for several weight rows over the
+    same keys: ``np.bincount``, or, when ``keys_sorted`` (the tokens of a row sorted by ratio, whose
+    bucket keys never decrease), sums of the contiguous runs of equal keys (``np.add.reduceat``: a
+    sequential pass instead of a scatter; the run starts are found once for every weight row).
+    Keys claimed sorted are verified on the run starts (they must increase strictly), else bincount.
+    """
+
+    def __init__(self, keys: np.ndarray, num_keys: int, keys_sorted: bool = False):
+        self.keys, self.length, self.starts = keys, num_keys + 1, None
+        if keys_sorted and keys.size:
+            starts = np.flatnonzero(keys[1:] != keys[:-1])
+            starts += 1
+            starts = np.concatenate([[0], starts])
+            at = keys[starts]
+            if at.size < 2 or bool((at[1:] > at[:-1]).all()):
+                self.starts, self.at = starts, at
+
+    def __call__(self, weights: np.ndarray) -> np.ndarray:
+        if self.starts is None:
+            return np.bincount(self.keys, weights=weights, minlength=self.length)
+        out = np.zeros(self.length)
+        out[self.at] = np.add.reduceat(weights, self.starts)
+        return out
+
+    def spread(self, table: np.ndarray, out=None) -> np.ndarray:
+        """``table[keys]`` (by runs when the keys are sorted)."""
+        if self.starts is None:
+            return np.take(table, self.keys, out=out)
+        return np.repeat(table[self.at], np.diff(self.starts, append=self.keys.size))
+
+    def subset(self, idx: np.ndarray) -> "KeySums":
+        """The same sums over the tokens ``idx`` (increasing) only."""
+        return KeySums(self.keys[idx], self.length - 1, self.starts is not None)
+
+
 class PairMass:
     """Q(H) for K = 2 in closed form (derived from the sequential draw):
 
@@ -302,11 +338,12 @@ class PairMass:
         denom = np.where(tokens == self.big, self.rest_of_big, 1.0 - q_tokens)
         return base + np.concatenate([[0.0], np.cumsum(q_tokens / denom)])[:, None]
 
-    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None,
+                        keys_sorted=False) -> np.ndarray:
         with np.errstate(divide="ignore"):
             u = q / (1.0 - q)
         u[self.big] = q[self.big] / self.rest_of_big
-        return np.bincount(keys, weights=u, minlength=num_keys + 1)[:num_keys, None]
+        return KeySums(keys, num_keys, keys_sorted)(u)[:num_keys, None]
 
     def mass(self, features, out, inside, exact=None, out_next=None):
         """Q at positions (cumulative features, q outside, q inside); with ``out_next`` also the
@@ -396,28 +433,33 @@ class ClockMass:
         y = np.where(self.is_exact(q_tokens), 0.0, q_tokens / self.theta)
         return _ChainSums(base, y, self.order, self.limit)
 
-    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None,
+                        keys_sorted=False) -> np.ndarray:
         """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored).
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
         the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
-        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows).
+        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows); ``keys_sorted``:
+        see :class:`KeySums`.
         """
         out = np.zeros((num_keys + 1, self.order))
         y = np.divide(q, self.theta, out=None if work is None else work["y"])
         y[np.flatnonzero(q > self.theta)] = 0.0  # exact tokens: no moments here
         w = np.empty_like(y) if work is None else work["w"]
         np.copyto(w, y)
+        sums = KeySums(keys, num_keys, keys_sorted)
         for n in range(1, self.order + 1):
-            out[:, n - 1] = np.bincount(keys, weights=w, minlength=num_keys + 1)
+            out[:, n - 1] = sums(w)
             if n == self.order:
                 break
             if n in self.limit:
-                keep = np.flatnonzero(y > self.limit[n])
-                if keep.size == 0:
+                above = y > self.limit[n]
+                count = int(np.count_nonzero(above))
+                if count == 0:
                     break
-                if 2 * keep.size < y.size:
-                    y, w, keys = y[keep], w[keep], keys[keep]
+                if 2 * count < y.size:
+                    keep = np.flatnonzero(above)
+                    y, w, sums = y[keep], w[keep], sums.subset(keep)
             w *= y
         return out[:num_keys]
 

@@ -152,13 +152,17 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
     return bits.view(np.int64), top
 
 
-def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None):
-    """``(b, top, bp, bq, ids)``: the buckets of :func:`_ratio_buckets`, the p and q mass of every
-    bucket id ``0..top`` and the ids below ``top`` holding q mass (in increasing ratio)."""
+def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None, ratio_sorted=False):
+    """``(b, top, bp, bq, ids, sums)``: the buckets of :func:`_ratio_buckets`, the p and q mass of
+    every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio) and the
+    :class:`otbound.token._wor.KeySums` of ``b`` (by runs when ``ratio_sorted``: the row is sorted
+    by ratio)."""
     b, top = _ratio_buckets(p, q, limit, out=out)
-    bp = np.bincount(b, weights=p, minlength=top + 1)
-    bq = np.bincount(b, weights=q, minlength=top + 1)
-    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0)
+    sums = _wor.KeySums(b, top, ratio_sorted)
+    if ratio_sorted and sums.starts is None:  # the bucket ids of a ratio-sorted row never decrease
+        raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+    bp, bq = sums(p), sums(q)
+    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0), sums
 
 
 def _bucket_floor(ids) -> np.ndarray:
@@ -166,9 +170,13 @@ def _bucket_floor(ids) -> np.ndarray:
     return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
 
 
-def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first)."""
-    if len(ids) == 1:
+def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, ratio_sorted=False) -> np.ndarray:
+    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first).
+    ``ratio_sorted``: the row is sorted by ratio, so a bucket's tokens are a run of ``b`` (found by
+    binary search; sorting the run again costs one pass)."""
+    if ratio_sorted and len(ids) == 1:
+        sel = np.arange(np.searchsorted(b, ids[0], "left"), np.searchsorted(b, ids[0], "right"))
+    elif len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
         table = np.zeros(int(b.max()) + 1, dtype=bool)
@@ -198,7 +206,7 @@ def _with_replacement(P, Q, k, want_sets):
     scratch = np.empty(v)
     for i in range(n):
         p, q = P[i], Q[i]
-        b, top, bp, bq, ids = _bucket_sums(p, q, float(k), out=scratch)
+        b, top, bp, bq, ids, _ = _bucket_sums(p, q, float(k), out=scratch)
         if ids.size == 0:
             continue
         bp, bq = bp[ids], bq[ids]
@@ -254,13 +262,15 @@ def _greedy(P, Q, k, want_sets):
     return values, sets
 
 
-def _without_replacement(P, Q, k, want_sets):
+def _without_replacement(P, Q, k, want_sets, ratio_sorted=False):
     """α* for drafts without replacement: branch and bound over ratio buckets with fast Q(H).
 
     Only tokens with p_i/q_i ≤ K / (1 − M) can bind, M the mass of the K − 1 largest q's: adding i
     to H raises Q(H) by at most P(i among the drafts) ≤ K q_i / (1 − M). K = 1 is the i.i.d. case;
     K ≤ ``_wor.MAX_FAST_DRAFTS`` uses the fast prefix masses of :mod:`otbound.token._wor` (closed form for
     K = 2, clock integral with moment sums for K ≥ 3); larger K the reference DP.
+    ``ratio_sorted``: every row is sorted by ratio p/q ascending (q = 0 last), as
+    :func:`without_replacement_ratio_sorted` takes them; binding sets are then in that order.
     """
     if k == 1:  # a single draft has the same law with or without replacement
         return _with_replacement(P, Q, 1, want_sets)
@@ -271,14 +281,27 @@ def _without_replacement(P, Q, k, want_sets):
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
     work = {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
     for i in range(n):
-        values[i], h = _without_replacement_row(P[i], _wor.clock_law(Q[i], k), k, want_sets, work)
+        row_q = Q[i]
+        q = _wor.clock_law(row_q, k)
+        # a law changed by clock_law (dropped tiny tokens, renormalised) may no longer be in ratio order
+        values[i], h = _without_replacement_row(P[i], q, k, want_sets, work, ratio_sorted and q is row_q)
         if h is not None:
             sets[i] = h
     return values, sets
 
 
-def _without_replacement_row(p, q, k, want_set, work):
-    """One row of :func:`_without_replacement`; returns (α*, H* or None). ``work``: scratch arrays.
+def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int) -> np.ndarray:
+    """α* without replacement (:func:`optimal_acceptance`'s value, within its 1e-12) for checked rows
+    (shape (B, V), each a law, K within the support) already sorted by ratio p/q ascending with
+    q = 0 last, as the batched engine sorts them once for every law and K. The branch and bound is
+    the same; its bucket sums and moment features become sums of contiguous runs and a bucket's
+    tokens a slice (no scatter, no search over the row)."""
+    return np.clip(_without_replacement(P, Q, k, False, ratio_sorted=True)[0], 0.0, 1.0)
+
+
+def _without_replacement_row(p, q, k, want_set, work, ratio_sorted=False):
+    """One row of :func:`_without_replacement`; returns (α*, H* or None). ``work``: scratch arrays;
+    ``ratio_sorted``: the row is sorted by ratio (bucket sums and features by runs, buckets as slices).
 
     f(H) = p(H) − Q(H) over prefixes of the ratio order, by branch and bound over chains of
     positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
@@ -298,19 +321,24 @@ def _without_replacement_row(p, q, k, want_set, work):
     n_top = min(v, 2 * k + 30)
     top = np.argpartition(q, v - n_top)[v - n_top :]
     top = top[np.argsort(-q[top], kind="stable")]
-    cut = k / max(np.delete(q, top[: k - 1]).sum(), 1e-300) * (1.0 + 1e-9)  # 1 − M summed directly
-    b, top_id, bp, bq, ids = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"])
+    m = q[top[: k - 1]].sum()
+    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else q.sum() - m  # 1 − M summed directly if small
+    cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
+    b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"],
+                                                 ratio_sorted=ratio_sorted)
     nb = ids.size
     if nb == 0:
         return 1.0, None
-    tail = np.cumsum(bq[::-1])[::-1]  # q mass from bucket j up, summed from the top: accurate when small
-    out = np.concatenate([[tail[0]], tail[ids + 1]])  # chain position i: after i buckets
+    # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
+    held = np.flatnonzero(bq)
+    tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
+    out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
     inside = np.concatenate([[0.0], np.cumsum(bq[ids])])
     fp = np.concatenate([[0.0], np.cumsum(bp[ids])])
     key = np.full(top_id + 1, nb)
     key[ids] = np.arange(nb)
-    keys = np.take(key, b, out=work["keys"])
-    row = (p, q, k, b, ids, keys, fp, out, inside)
+    keys = sums.spread(key, out=work["keys"])
+    row = (p, q, k, b, ids, keys, fp, out, inside, ratio_sorted)
     if k == 2:
         return _wor_search(row, _wor.PairMass(q), None, want_set, work)
     t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
@@ -332,10 +360,10 @@ class _LongerGrid(Exception):
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
-    p, q, k, b, ids, keys, fp, out, inside = row
+    p, q, k, b, ids, keys, fp, out, inside, ratio_sorted = row
     nb = ids.size
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, keys, nb, work), axis=0, out=feats[1:])
+    np.cumsum(ev.bucket_features(q, keys, nb, work, keys_sorted=ratio_sorted), axis=0, out=feats[1:])
     states = None
     if ev.has_exact:
         exact = np.flatnonzero(q > ev.theta)
@@ -349,7 +377,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     f_all = float(fp[nb] - chain.q[nb])
 
     def open_bucket(i):  # chain position i ends bucket i − 1
-        toks = _bucket_tokens(b, ids[i - 1 : i], p, q)
+        toks = _bucket_tokens(b, ids[i - 1 : i], p, q, ratio_sorted)
         if toks.size < 2:
             return None
         if t_cut_before is not None:  # prefixes inside keep at least the last token out
