@@ -268,12 +268,12 @@ def _check_laws(p, q):
     if p.ndim != 1:
         raise InvalidInputError(f"verifiers take 1-D laws p and q, got shape {p.shape}")
     # the verifiers' weights and acceptance ratios are p/q: it can overflow only where q < 1/DBL_MAX
-    over = np.zeros(q.shape, dtype=bool)
-    if np.count_nonzero(q < _OVERFLOW_Q) > np.count_nonzero(q == 0):
-        with np.errstate(over="ignore"):
-            over = (q > 0) & np.isinf(p / np.where(q > 0, q, 1.0))
-    if over.any():
-        i = int(np.flatnonzero(over)[0])
+    if np.count_nonzero(q < _OVERFLOW_Q) == np.count_nonzero(q == 0):
+        return p, q
+    with np.errstate(over="ignore"):
+        over = np.flatnonzero((q > 0) & np.isinf(p / np.where(q > 0, q, 1.0)))
+    if over.size:
+        i = int(over[0])
         raise InvalidInputError(
             f"p/q overflows float64 at token {i} (p = {p[i]:.3g}, q = {q[i]:.3g}): set such denormal q entries to 0"
         )
