@@ -54,8 +54,8 @@ from otbound.report._end_to_end import (
     measure_run,
     tree_expected_accepted,
 )
-from otbound.report._metrics import METRIC_NAMES, engine_metrics, metrics_from_levels
 from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
+from otbound.report._metrics import METRIC_NAMES, engine_metrics, metrics_from_levels
 from otbound.report._paired import (
     max_gap_half_width,
     paired_differences,

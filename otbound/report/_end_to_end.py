@@ -389,7 +389,8 @@ def end_to_end_markdown(rows, meta: dict) -> str:
             f"{r.mean_accepted:.3f} ± {r.accepted_ci:.3f} | {r.given_drafts:.3f} | "
             f"{r.residual:+.3f} ± {r.residual_ci:.3f} | {f(r.given_context)} | "
             f"{f(r.acceptance_sum)} | {f(r.alpha_sum)} | {br(r.per_level_lower, r.per_level_upper)} | "
-            f"{br(r.causal_lower, r.causal_upper)} | {r.mean_acceptance_length:.3f} ± {r.mean_acceptance_length_ci:.3f} | "
+            f"{br(r.causal_lower, r.causal_upper)} | "
+            f"{r.mean_acceptance_length:.3f} ± {r.mean_acceptance_length_ci:.3f} | "
             f"{r.acceptance_rate:.3f} | {pos} | {hist} | {r.tokens_per_call:.2f} | {r.speedup:.2f} |"
         )
     return "\n".join(lines) + "\n"
