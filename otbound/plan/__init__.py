@@ -47,6 +47,7 @@ from otbound.plan._plan import (
     pareto_front,
     plan_figure,
     plan_markdown,
+    shape_label,
     tree_shape,
     write_plan,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "DEFAULT_BUDGETS", "DEFAULT_VERIFIERS", "AcceptanceTable", "Candidate", "CostCurve", "CostModel", "Plan",
     "best_by_budget", "best_tree", "chain_shape", "evaluate", "load_run_traces", "machine_description",
     "make_plan", "measure_forward_costs", "measure_table", "measure_verify_costs", "pareto_front", "plan_figure",
-    "plan_markdown", "synthetic_cost_model", "synthetic_laws", "synthetic_table", "table_from_measurements",
-    "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "window_levels", "write_plan",
+    "plan_markdown", "shape_label", "synthetic_cost_model", "synthetic_laws", "synthetic_table",
+    "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "window_levels",
+    "write_plan",
 ]
