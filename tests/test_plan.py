@@ -89,7 +89,6 @@ from otbound.plan import (  # noqa: E402
     evaluate,
     make_plan,
     measure_table,
-    synthetic_cost_model,
     synthetic_table,
     tree_nodes_of,
     window_levels,
