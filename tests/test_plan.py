@@ -289,3 +289,16 @@ def test_cli_synthetic_runs(tmp_path):
     assert all(1 <= c["mean_acceptance_length"] <= c["bound_mean_acceptance_length"] + 1e-9
                for c in body["candidates"])
     assert body["sha256"]
+
+
+def test_forward_costs_measured_on_a_model():
+    """On the tiny Qwen2 pair: one positive median per size, and the fitted curve through them."""
+    from otbound.lm import tiny_pair
+    from otbound.plan import machine_description, measure_forward_costs
+
+    pair = tiny_pair(12, seed=0)
+    curve = measure_forward_costs(pair.target, vocab_size=12, device="cpu", sizes=(1, 4, 16), context=8, repeats=2)
+    assert curve.sizes == [1, 4, 16] and all(s > 0 for s in curve.seconds)
+    assert curve(4) == curve.seconds[1] and curve.source == "measured"
+    desc = machine_description("cpu")
+    assert desc["device"] == "cpu" and desc["cpus"] >= 1 and "torch" in desc

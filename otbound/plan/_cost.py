@@ -160,7 +160,9 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
             new = torch.randint(0, vocab_size, (1, int(n)), generator=gen).to(device)
             times = []
             for _ in range(repeats + 1):  # the first call warms up
-                cache.crop(context)
+                extra = cache.get_seq_length() - context
+                if extra > 0:
+                    cache.crop(-extra)  # back to the context
                 sync()
                 t0 = time.perf_counter()
                 model(new, past_key_values=cache, use_cache=True)
