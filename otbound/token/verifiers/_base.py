@@ -26,8 +26,7 @@ import numpy as np
 
 from otbound._backend import is_torch, to_numpy
 from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
-from otbound.token.draft_laws import draft_joint, inverse_cdf, sample_drafts
-from otbound.token.laws import DRAFT_LAWS
+from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
 ENUMERATION_MAX_TUPLES = 200_000
