@@ -199,6 +199,13 @@ def test_rrs_without_replacement_k2_is_exact_at_moderate_vocabulary():
     np.testing.assert_allclose(VERIFIERS["rrs_wor"].acceptance(p, q, 2), per_row("rrs_wor", p, q, 2), rtol=0, atol=TOL)
 
 
+def test_rrs_without_replacement_k2_keeps_accuracy_when_the_other_drafts_are_rare():
+    """A first draft holding 1 − 3e-9 of q leaves S_2 = 3e-9: ρ_2 as 1 − Qs/S_2 (no cancellation)."""
+    q = np.array([[0.0, 3.33333332e-09, 1 - 3.33333332e-09], [0.0, 1e-12, 1 - 1e-12]])
+    p = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    np.testing.assert_allclose(VERIFIERS["rrs_wor"].acceptance(p, q, 2), per_row("rrs_wor", p, q, 2), rtol=0, atol=TOL)
+
+
 def test_full_vocabulary_rows_agree_with_per_row_references():
     rng = np.random.default_rng(2)
     p, q = lm_rows(rng, 2, LM_VOCAB)

@@ -28,9 +28,11 @@ as with replacement, the draft law rescaled by ``1/S_i``). Rejected tokens have 
 no residual mass, so ``α = 1 − P(all K rejected)`` and round i rejects with
 
     ρ_i = (Qc[n(μ_{i+1})] − q(R))/S_i − Σ_{μ_i ≤ r < μ_{i+1}} (p − μ_i q)/h(μ_i)
+        = 1 − Qs[n(μ_{i+1})]/S_i − Σ_{μ_i ≤ r < μ_{i+1}} (p − μ_i q)/h(μ_i)
 
-(prefix sums of the ratio-sorted row). K ≤ 2: exact, summing ρ_2 over every first draft with its
-rejection weight ``(q − p/h(μ_1)·…)_+`` (a vector over the sorted row). K ≥ 3: exact by enumeration
+(prefix and suffix sums of the ratio-sorted row; the second form, used, keeps its accuracy when
+``S_i`` is tiny, as R lies below ``n(μ_i)``). K ≤ 2: exact, summing ρ_2 over every first draft
+x_1 with its round-1 rejection weight ``(q − p)_+(x_1)`` (a vector over the sorted row). K ≥ 3: exact by enumeration
 of the draft tuples for small V; otherwise :meth:`RRSWithoutReplacementVerifier.batch_estimate`
 gives a Rao–Blackwellised Monte Carlo estimate with ``mc_samples`` paths per position: the rejected
 drafts ``x_1..x_{K−1}`` are drawn from their conditional law given rejection (inverse CDF by
@@ -248,7 +250,8 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
     base = srt.count_below(mu2 + h2)
     q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
     d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
-    rho = ((q_hi - qx) / s2 - d).clamp_(0.0, 1.0)
+    # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
+    rho = (1.0 - srt.qsuf(base) / s2 - d).clamp_(0.0, 1.0)
     v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
     r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)
     # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
@@ -277,7 +280,9 @@ def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     n1 = srt.count_below(mu_next) if n1 is None else n1
     q_lo, q_hi = srt.at(srt.qc, n0), srt.at(srt.qc, n1)
     band = (srt.at(srt.pc, n1) - srt.at(srt.pc, n0)) - mu * (q_hi - q_lo)
-    rho = (q_hi - q_removed) / safe_s - band / safe_h
+    # the rejected tokens R all lie below n(μ) ≤ n1, so Qc[n1] − q(R) = S − Qs[n1]: computed so, no
+    # cancellation when S is tiny (S itself is summed directly by the callers)
+    rho = 1.0 - srt.qsuf(n1) / safe_s - band / safe_h
     return torch.where(live, rho.clamp(0.0, 1.0), torch.zeros_like(rho))
 
 
