@@ -330,9 +330,9 @@ class SortedRows:
         return (self.psuf(n) - mu * self.qsuf(n)).clamp_min(0.0)
 
     def min_sum(self, c):
-        """Σ min(p, c q) per row, c of shape (B, m)."""
+        """Σ min(p, c q) per row, c of shape (B, m) (c may be +inf: then Σ over q > 0 of p)."""
         n = self.count_below(c)
-        return self.at(self.pc, n) + c * self.qsuf(n)
+        return self.at(self.pc, n) + _scaled(c, self.qsuf(n))
 
     def prefix_limit(self, bound):
         """Smallest column count covering every prefix with ratio ≤ bound (B,) in every row."""
@@ -341,6 +341,11 @@ class SortedRows:
     def unsort(self, sorted_mask):
         """A boolean (B, V) mask given in sorted order, back in token order."""
         return _torch().zeros_like(sorted_mask).scatter_(1, self.order, sorted_mask)
+
+
+def _scaled(c, x):
+    """c·x for x ≥ 0, with 0 where x = 0 (c may overflow to +inf: a q-mass off G below 1/DBL_MAX)."""
+    return _torch().where(x > 0, c * x, _torch().zeros_like(x))
 
 
 def power(x, k: int):
@@ -483,9 +488,19 @@ def _greedy(batch, k, want_sets):
     idx, pg, qg, outside, rest = greedy_split_rows(batch, k - 1)
     c = 1.0 / rest[:, k - 1 : k] if k - 1 < idx.shape[1] else 1.0 / outside
     g_p, g_q = pg[:, : k - 1], qg[:, : k - 1]
-    value = (g_p.sum(1) + srt.min_sum(c)[:, 0] - torch.minimum(g_p, c * g_q).sum(1)).clamp(0.0, 1.0)
+    value = (g_p.sum(1) + srt.min_sum(c)[:, 0] - torch.minimum(g_p, _scaled(c, g_q)).sum(1)).clamp(0.0, 1.0)
+    # a mass q(V∖G) so small (denormal) that 1/q(V∖G) overflows or nearly: q' by direct division there
+    for i in torch.nonzero(~torch.isfinite(c[:, 0]) | (c[:, 0] > 1e290)).flatten().tolist():
+        qp = batch.q[i].scatter(0, idx[i, : k - 1], 0.0)
+        qp = qp / qp.sum()
+        value[i] = (g_p[i].sum() + torch.minimum(batch.p[i], qp).sum()).clamp(0.0, 1.0)
+        c[i] = math.inf  # marks the row for the binding set below
     if not want_sets:
         return value, None
     in_g = torch.zeros_like(batch.p, dtype=torch.bool).scatter_(1, idx[:, : k - 1], True)
-    sets = (in_g | (batch.p < c * batch.q)) & (value < 1.0).reshape(-1, 1)
+    scaled = _scaled(c, batch.q)
+    for i in torch.nonzero(~torch.isfinite(c[:, 0])).flatten().tolist():
+        qp = batch.q[i].scatter(0, idx[i, : k - 1], 0.0)
+        scaled[i] = qp / qp.sum()
+    sets = (in_g | (batch.p < scaled)) & (value < 1.0).reshape(-1, 1)
     return value, sets

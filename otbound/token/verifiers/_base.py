@@ -223,7 +223,7 @@ class Verifier(ABC):
                 value = self._enumerated_acceptance(p, q, aux, num_drafts)
             if value is None:
                 return None
-            out[i] = value
+            out[i] = min(1.0, max(0.0, value))  # as the per-row acceptance always clipped (NaN → 0)
         return torch.as_tensor(out, device=batch.p.device)
 
     def batch_estimate(self, batch: LawBatch, num_drafts, mc_samples: int = 64, rng=None) -> dict:
