@@ -33,8 +33,15 @@ from otbound.token.bounds import (
     optimal_acceptance_lp,
     relaxation_bounds,
 )
-from otbound.token.draft_laws import draft_joint, greedy_split, sample_drafts, subset_mass
-from otbound.token.laws import DRAFT_LAWS, DraftLaw, draft_law
+from otbound.token.draft_laws import (
+    DRAFT_LAWS,
+    DraftLaw,
+    draft_joint,
+    draft_law,
+    greedy_split,
+    sample_drafts,
+    subset_mass,
+)
 from otbound.token.logits import laws_from_logits
 
 # --- verifiers (token level) ---

@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from otbound._backend import retain_freed_memory
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
 from otbound.report import (
@@ -239,6 +240,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> Path:
     args = parse_args(argv)
+    retain_freed_memory()  # a long-running command: reuse freed pages instead of faulting in fresh ones
     try:
         with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
             return _run(args)

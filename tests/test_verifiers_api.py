@@ -126,6 +126,9 @@ def test_bad_laws(p, q, match):
     for v in VERIFIERS.values():
         with pytest.raises(InvalidInputError, match=match):
             v.sample(p, q, np.zeros((1, 1), dtype=np.int64), 0)
+        if match == "1-D":  # acceptance takes batches (..., V): one value per row
+            assert v.acceptance(p, q, 1).shape == (2,)
+            continue
         with pytest.raises(InvalidInputError, match=match):
             v.acceptance(p, q, 1)
 

@@ -26,8 +26,8 @@ import numpy as np
 
 from otbound._backend import is_torch, to_numpy
 from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
-from otbound.token.draft_laws import draft_joint, inverse_cdf, sample_drafts
-from otbound.token.laws import DRAFT_LAWS
+from otbound.token._kernel import LawBatch
+from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
 ENUMERATION_MAX_TUPLES = 200_000
@@ -153,25 +153,132 @@ class Verifier(ABC):
         laws = self._chunked_laws(p, q, aux, drafts)
         return laws[0] if single else laws
 
-    def acceptance(self, p, q, num_drafts: int) -> float | None:
+    def acceptance(self, p, q, num_drafts: int):
         """Exact acceptance P(Y ∈ x̄) under this verifier's draft law, or None if not computable.
 
-        Closed form where one exists (see each verifier), else enumeration of the draft tuples with
-        Q(x̄) > 0 when ``|V|^K ≤ ENUMERATION_MAX_TUPLES`` and ``|V|^(K+1) ≤ ENUMERATION_MAX_CELLS``.
-        Exact up to float64 rounding (~1e-15), clipped to [0, 1].
+        Closed form where one exists (see each verifier; computed for the whole batch at once by
+        :meth:`batch_acceptance` on the sorted-rows kernel), else enumeration of the draft tuples
+        with Q(x̄) > 0 when ``|V|^K ≤ ENUMERATION_MAX_TUPLES`` and
+        ``|V|^(K+1) ≤ ENUMERATION_MAX_CELLS``. Exact up to float64 rounding (~1e-15), clipped to
+        [0, 1].
+
+        Parameters
+        ----------
+        p, q : array_like or torch.Tensor, shape (V,) or (..., V)
+            Target and draft laws along the last axis.
+        num_drafts : int
+            K (within the support of q for the laws without replacement and greedy, and within
+            ``max_drafts``).
+
+        Returns
+        -------
+        float, numpy.ndarray, torch.Tensor or None
+            A float for 1-D laws, an array over the batch shape otherwise, a float64 tensor on the
+            input's device for torch input; None where no exact value is computable.
+
+        Raises
+        ------
+        InvalidInputError
+            Malformed laws, K out of range, or ``p/q`` overflowing float64.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+        >>> round(VERIFIERS["rrs"].acceptance(p, q, 2), 6)
+        0.83
+        >>> VERIFIERS["rrs"].acceptance(np.stack([p, q]), np.stack([q, p]), 2).round(6)
+        array([0.83, 0.83])
         """
-        p, q = _check_laws(p, q)
-        k = self._check_k(q, num_drafts)
-        aux = self._prepare(p, q, k)
-        value = self._closed_form(p, q, aux, k)
-        if value is None:
-            value = self._enumerated_acceptance(p, q, aux, k)
-        return None if value is None else float(min(1.0, max(0.0, value)))
+        batch = LawBatch(p, q, check_overflow=True)
+        k = self.check_num_drafts(batch, num_drafts)
+        values = self.batch_acceptance(batch, k)
+        return None if values is None else batch.wrap(values.clamp(0.0, 1.0))
+
+    def batch_acceptance(self, batch: LawBatch, num_drafts: int):
+        """The exact acceptance of every row of a :class:`otbound.token.LawBatch` for a checked K, a
+        (B,) float64 tensor on the batch's device (not clipped), or None where not computable.
+
+        This default runs the verifier's per-row closed form or enumeration on each row; verifiers
+        with a batched closed form override it (their docstrings give the derivation).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> from otbound.token import LawBatch
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> VERIFIERS["khisti_is"].batch_acceptance(b, 2).numpy().round(6)
+        array([0.842857])
+        """
+        import torch
+
+        P, Q = batch.numpy_rows()
+        out = np.empty(batch.rows)
+        for i, (p, q) in enumerate(zip(P, Q)):
+            aux = self._prepare(p, q, num_drafts)
+            value = self._closed_form(p, q, aux, num_drafts)
+            if value is None:
+                value = self._enumerated_acceptance(p, q, aux, num_drafts)
+            if value is None:
+                return None
+            out[i] = min(1.0, max(0.0, value))  # as the per-row acceptance always clipped (NaN → 0)
+        return torch.as_tensor(out, device=batch.p.device)
+
+    def batch_estimate(self, batch: LawBatch, num_drafts, mc_samples: int = 64, rng=None) -> dict:
+        """Per K in ``num_drafts``: ``(values, method)`` with the exact :meth:`batch_acceptance`
+        (``"exact"``) where computable, else a Monte Carlo estimate per row (``"monte_carlo"``:
+        by default the accepted fraction of ``mc_samples`` draft tuples drawn and verified with the
+        numpy generator ``rng``, standard error ≤ 0.5/√mc_samples); or the
+        :class:`InvalidInputError` that refuses that K. Values are (B,) float64 tensors on the
+        batch's device, clipped to [0, 1].
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> from otbound.token import LawBatch
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> res = VERIFIERS["spechub"].batch_estimate(b, (2, 3))
+        >>> res[2][1], type(res[3]).__name__
+        ('exact', 'InvalidInputError')
+        """
+        import torch
+
+        rng = np.random.default_rng(rng)
+        out = {}
+        for k in num_drafts:
+            try:
+                k = self.check_num_drafts(batch, k)
+                values = self.batch_acceptance(batch, k)
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            if values is not None:
+                out[k] = (values.clamp(0.0, 1.0), "exact")
+                continue
+            P, Q = batch.numpy_rows()
+            try:
+                est = [float(self.sample(p, q, sample_drafts(q, k, self.sampling, mc_samples, rng),
+                                         rng).accepted.mean()) for p, q in zip(P, Q)]
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            out[k] = (torch.as_tensor(est, dtype=torch.float64, device=batch.p.device), "monte_carlo")
+        return out
+
+    def check_num_drafts(self, batch: LawBatch, num_drafts) -> int:
+        """K checked against the draft law (the support of every row's q) and ``max_drafts``."""
+        k = batch.check_num_drafts(num_drafts, self.sampling)
+        if self.max_drafts is not None and k > self.max_drafts:
+            raise InvalidInputError(f"verifier {self.name!r} supports at most {self.max_drafts} drafts, got K = {k}")
+        return k
 
     def acceptance_or_estimate(self, p, q, num_drafts: int, mc_samples: int, rng) -> tuple[float, str]:
         """``(acceptance, method)``: the exact :meth:`acceptance` (``"exact"``) where it is
         computable, else the accepted fraction of ``mc_samples`` draft tuples drawn from the draft law
-        and verified (``"monte_carlo"``; standard error ≤ 0.5/√mc_samples)."""
+        and verified (``"monte_carlo"``; standard error ≤ 0.5/√mc_samples). 1-D laws."""
         exact = self.acceptance(p, q, num_drafts)
         if exact is not None:
             return exact, "exact"

@@ -363,8 +363,20 @@ class OptimalVerifier(Verifier):
     def _prepare(self, p, q, k):
         return self._cache.get_or_build(p, q, k, lambda: optimal_coupling(p, q, k))
 
-    def _closed_form(self, p, q, aux, k):
-        return aux.accepted  # Σ_{H*} p + Σ_C m, summed from the construction (not from optimal_acceptance)
+    def batch_acceptance(self, batch, num_drafts):
+        """``α = α*`` with replacement (the proof in the module docstring), from the batched kernel:
+        no coupling is built to compute it.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import OptimalVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> OptimalVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.86])
+        """
+        return batch.optimal_acceptance(num_drafts, "with_replacement")
 
     @staticmethod
     def _paths(aux, tops):
