@@ -20,7 +20,8 @@ def test_block_section_rows_and_figure():
                 r = sel[name]
                 if r["draft_law"] == "with_replacement":
                     assert (r["causal_bound"], r["joint_bound"]) == (causal, joint)
-                if name in ("spectr_gbv", "hsd"):  # not lossless: may exceed U_causal
+                assert r["lossless"] is BLOCK_VERIFIERS[name].lossless
+                if not r["lossless"]:  # spectr_gbv, hsd: may exceed U_causal
                     continue
                 if r["causal_bound"] is not None:  # its own law's bound (K i.i.d.: the cell's; univer: exact only)
                     assert r["expected_accepted"] <= r["causal_bound"] + 1e-9 + 5 * r["stderr"]
@@ -49,3 +50,15 @@ def test_block_section_skips_univer_where_its_tree_cannot_be_drafted():
     assert sel["block"]["method"] == "exact"
     md = block_markdown(rows)
     assert "skipped: UniVer with branching 3" in md and "K i.i.d. blocks" in md
+
+
+def test_block_markdown_marks_the_lossy_verifiers():
+    """The report's block table has a lossless column: **no** on exactly spectr_gbv and hsd."""
+    rows, _ = block_section([1], [2], 2, 0, progress=False, verifiers=["block", "spectr_gbv", "hsd"])
+    assert {r["name"]: r["lossless"] for r in rows if r["kind"] == "verifier"} == {
+        "block": True, "spectr_gbv": False, "hsd": False}
+    md = block_markdown(rows)
+    assert "| E[τ] | lossless |" in md
+    cells = {line.split(" | ")[0].strip("| "): line.split(" | ")[5] for line in md.splitlines()
+             if line.startswith("| ") and " verifier " in line}
+    assert cells == {"block": "yes", "spectr_gbv": "**no**", "hsd": "**no**"}

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from otbound import BLOCK_VERIFIERS
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
@@ -224,6 +226,8 @@ def test_block_bounds(quick):
             # tree: own_bounds); one that does must be measured as lossy
             causal = c.get("own_bounds", {}).get(name, [b["causal"]])[0]
             assert v <= causal + 1e-7 or c["lossless_error"][name] > fig.LOSSLESS_TOL, (name, c)
+    # the verifiers measured lossy are exactly the ones the registry declares lossy
+    assert fig.not_lossless(res) == {n for n, v in BLOCK_VERIFIERS.items() if not v.lossless}
     univer = [c for c in res["random"] if "univer" in c["verifiers"]]
     assert univer and all(c["own_bounds"]["univer"][0] <= c["own_bounds"]["univer"][1] + 1e-7 for c in univer)
     toy = res["sun_toy"]

@@ -208,3 +208,21 @@ def test_property_exact_losslessness_and_bound(case):
         laws = v.conditional_law(p, q, idx)
         np.testing.assert_allclose(joint[tuple(idx.T)] @ laws, p, atol=1e-12)
         assert v.acceptance(p, q, k) <= optimal_acceptance(p, q, k, v.sampling) + 1e-9
+
+
+def test_lossless_error_agrees_with_every_declared_flag():
+    """``lossless_error`` (exact, by enumeration) is 0 to 1e-12 for every registered verifier, which all
+    declare ``lossless``; and it sees a lossy one (emit the first draft: law q, not p)."""
+    for name, v in VERIFIERS.items():
+        for k in (1, 2):
+            assert v.lossless_error(P, Q, k) < 1e-12, (name, k)
+
+    class FirstDraft(NaiveVerifier):
+        name, reference, lossless = "first_draft", "emits the first draft (lossy on purpose)", False
+
+        def _laws(self, p, q, aux, drafts):
+            return np.eye(p.size)[drafts[:, 0]]
+
+    assert FirstDraft().lossless_error(P, Q, 2) == pytest.approx(0.3, abs=1e-15)  # max |q − p| = 0.3
+    with pytest.raises(InvalidInputError, match="lossless error enumerates"):
+        VERIFIERS["rrs"].lossless_error(np.full(1000, 1e-3), np.full(1000, 1e-3), 3)

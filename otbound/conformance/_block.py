@@ -90,6 +90,7 @@ def check_block_verifier(
     instance on which that law cannot be built raises its :class:`~otbound.InvalidInputError`.
     """
     label = check_callable(verify, name)
+    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
     v = check_vocab(vocab_size)
     k = check_num_drafts(num_drafts)
     length = check_positive_int(block_len, "block_len")
@@ -117,7 +118,8 @@ def check_block_verifier(
             lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
         )  # fmt: skip
         return ConformanceResult(
-            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label
+            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+            declared_lossless=declared,
         )
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -137,6 +139,7 @@ def check_block_verifier(
         )  # fmt: skip
     return ConformanceResult(
         "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+        declared_lossless=declared,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
 

@@ -50,7 +50,8 @@ def block_section(
     out=None,
 ):
     """Rows ``{kind: "bound"|"verifier", name, num_drafts, block_len, expected_accepted, method,
-    stderr}`` and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``). One
+    stderr}`` (verifier rows also ``lossless``, the declared flag, ``draft_law`` and the bounds of that
+    law) and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``). One
     shard per (L, K) cell (:func:`block_cell`), run by ``engine`` and checkpointed under
     ``<out>/shards`` when ``out`` is given (see :mod:`otbound.report._distributed`)."""
     names = list(BLOCK_VERIFIERS) if verifiers is None else list(verifiers)
@@ -87,7 +88,7 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
     kw = dict(vocab_size=vocab_size, num_drafts=k, block_len=length)
     for name in verifiers:
         ver = BLOCK_VERIFIERS[name]
-        row = {"kind": "verifier", "name": name, **common, "draft_law": ver.draft_law,
+        row = {"kind": "verifier", "name": name, **common, "draft_law": ver.draft_law, "lossless": bool(ver.lossless),
                "causal_bound": iid["causal"], "joint_bound": iid["joint"]}
         try:
             if exact:
@@ -147,14 +148,17 @@ def block_markdown(block_rows) -> str:
         "Bounds rows: K i.i.d. draft blocks. Verifier rows: E[τ] on the verifier's own draft law with U_causal / "
         "U_joint of that law (`univer`: its own tree, m = K branches per node, m^L paths; — under Monte Carlo).",
         "",
-        "| name | kind | K | L | E[τ] | draft law | U_causal / U_joint of that law |",
-        "|---|---|---|---|---|---|---|",
+        "Lossless: the verifier's declared flag; a lossy verifier's E[τ] may exceed U_causal (it is no bound on it).",
+        "",
+        "| name | kind | K | L | E[τ] | lossless | draft law | U_causal / U_joint of that law |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in block_rows:
         if r["kind"] == "bound":
-            tail = "K i.i.d. blocks | |"
+            tail = " | K i.i.d. blocks | |"
         else:
-            tail = f"{r['draft_law']} | {f(r['causal_bound'])} / {f(r['joint_bound'])} |"
+            tail = (f"{'yes' if r['lossless'] else '**no**'} | {r['draft_law']} | {f(r['causal_bound'])} / "
+                    f"{f(r['joint_bound'])} |")
         value = f"skipped: {r['note']}" if r["method"] == "skipped" else f(r["expected_accepted"])
         lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {value} | {tail}")
     return "\n".join(lines) + "\n"

@@ -245,6 +245,10 @@ def trace_cells(results):
         yield dataset, temp, group, clusters, ks
 
 
+def _declared_lossless(registry, name: str) -> bool | None:
+    return bool(registry[name].lossless) if name in registry else None
+
+
 def aggregate(results, confidence: float = 0.95) -> list[dict]:
     """Rows per (dataset, temperature, K, verifier) from :func:`measure_trace` results.
 
@@ -252,11 +256,13 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     acceptance, acceptance_ci (half-width), optimal (mean α* of the verifier's law), optimal_ci,
     efficiency, efficiency_ci, gap and gap_ci (the paired gap: mean of acc_t − α*_t over the same
     positions, cluster-robust; far tighter than the two separate intervals), positions, prompts,
-    model_dtype (of the traces, if recorded).
+    model_dtype (of the traces, if recorded), lossless (the verifier's declared ``lossless``; None for
+    a name outside :data:`otbound.VERIFIERS`).
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
     """
     rows = []
+    registry = _verifier_registry()
     for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
             dtypes = sorted({r.get("model_dtype") for r in group}, key=str)
@@ -276,7 +282,8 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                     reason = next((x for x in reasons if x), None)
                     if reason is None:  # name not measured at this K at all
                         continue
-                    rows.append(dict(base, sampling=None, verifier=name, method="skipped", mc_samples=None,
+                    rows.append(dict(base, sampling=None, verifier=name, lossless=_declared_lossless(registry, name),
+                                     method="skipped", mc_samples=None,
                                      acceptance=None, acceptance_ci=None, optimal=None, optimal_ci=None,
                                      efficiency=None, efficiency_ci=None, skipped=reason))
                     continue
@@ -288,7 +295,7 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 _, r_h = cluster_mean_ci(acc - eff * opt[s], clusters, confidence)
                 gap, gap_h = cluster_mean_ci(acc - opt[s], clusters, confidence)
                 methods = {e["method"] for e in entries}
-                rows.append(dict(base, sampling=s, verifier=name,
+                rows.append(dict(base, sampling=s, verifier=name, lossless=_declared_lossless(registry, name),
                                  method="monte_carlo" if "monte_carlo" in methods else "exact",
                                  mc_samples=max((e["mc_samples"] or 0) for e in entries) or None,
                                  acceptance=a, acceptance_ci=ah, optimal=o, optimal_ci=oh,

@@ -62,6 +62,7 @@ def walk_schedule(tokens: tuple, sched: list, oracle):
 class TokenChain(BlockVerifier):
     name = "token"
     reference = "speculative sampling (Leviathan et al. 2211.17192; Chen et al. 2302.01318)"
+    lossless = True
 
     def prepare(self, target, draft, drafts, cache):
         tokens = drafts[0]
@@ -83,6 +84,7 @@ class TokenChain(BlockVerifier):
 class BlockVerification(BlockVerifier):
     name = "block"
     reference = "block verification (Sun et al. 2403.10444, Alg. 2)"
+    lossless = True
 
     def prepare(self, target, draft, drafts, cache):
         tokens = drafts[0]

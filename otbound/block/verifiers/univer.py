@@ -116,6 +116,7 @@ def _paths(children: dict, m: int, length: int) -> tuple:
 class UniVer(BlockVerifier):
     name = "univer"
     reference = "UniVer (Weng, Hu, Yairi 2605.04543), as reimplemented publicly (see module docstring)"
+    lossless = True
     draft_law = "univer_tree"
 
     # -- drafting scheme -------------------------------------------------------------------------
