@@ -18,7 +18,7 @@ def test_block_section_rows_and_figure():
             assert causal <= joint + 1e-9 <= per_level + 2e-9 <= length + 3e-9
             for name in BLOCK_VERIFIERS:
                 r = sel[name]
-                if r["draft_law"] == "with_replacement":
+                if r["sampling"] == "with_replacement":
                     assert (r["causal_bound"], r["joint_bound"]) == (causal, joint)
                 assert r["lossless"] is BLOCK_VERIFIERS[name].lossless
                 if not r["lossless"]:  # spectr_gbv, hsd: may exceed U_causal
@@ -28,7 +28,7 @@ def test_block_section_rows_and_figure():
             # UniVer runs on its own tree (m = K): at K = 1 a chain (block verification), and at K = 2, L = 1
             # (exact) the single-level optimum of its tree law, its own U_causal
             univer = sel["univer"]
-            assert univer["draft_law"] == "univer_tree"
+            assert univer["sampling"] == "univer_tree"
             if k == 1:
                 assert univer["expected_accepted"] == pytest.approx(sel["block"]["expected_accepted"], abs=1e-12)
             if (length, k) == (1, 2):

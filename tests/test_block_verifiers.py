@@ -100,7 +100,7 @@ def test_sun_toy(name, value):
 def own_causal(name, tg, dr, v, k, length):
     """U_causal of the verifier's own draft law (K i.i.d. blocks: :func:`block_bound`)."""
     ver = BLOCK_VERIFIERS[name]
-    if ver.draft_law == "with_replacement":
+    if ver.sampling == "with_replacement":
         return causal(tg, dr, v, k, length)
     return ver.own_law_bounds(tg, dr, vocab_size=v, num_drafts=k, block_len=length).causal
 
@@ -168,7 +168,7 @@ def test_conditional_accepted_averages_to_the_exact_value(name):
     tg, dr = random_pair(3, 5)
     v, k, length = 3, 2, 2
     ver = BLOCK_VERIFIERS[name]
-    if ver.draft_law == "with_replacement":
+    if ver.sampling == "with_replacement":
         blocks = list(itertools.product(range(v), repeat=length))
         tuples = np.array(list(itertools.product(blocks, repeat=k)))  # (V^(KL), K, L)
         prob = np.array([np.prod([sequence_probability(dr, b) for b in t]) for t in tuples])

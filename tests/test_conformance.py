@@ -122,7 +122,7 @@ def test_kit_enumeration_reproduces_package_conditional_laws(name, mine):
 # -- the kit on the package's block verifiers --------------------------------------------------
 
 BLOCK_LOSSLESS = [  # K i.i.d. draft blocks; univer (its own tree law) has its own tests below
-    n for n, v in BLOCK_VERIFIERS.items() if v.lossless and v.draft_law == "with_replacement"
+    n for n, v in BLOCK_VERIFIERS.items() if v.lossless and v.sampling == "with_replacement"
 ]
 
 

@@ -258,7 +258,7 @@ def _check_tree_verifiers(res, fig):
         upper = min(b["upper"] for b in res["brackets"] if b["source"] == src and b["kind"] == "causal")
         for name, r in rows.items():
             assert 0 <= r["mean"] <= r["block_len"] and r["ci"] >= 0
-            if name not in lossy and r.get("draft_law", "with_replacement") == "with_replacement":
+            if name not in lossy and r.get("sampling", "with_replacement") == "with_replacement":
                 assert r["mean"] <= upper + 2 * r["ci"] + fig.unseen_margin(r["block_len"]), (src, name, r, upper)
 
 

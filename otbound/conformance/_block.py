@@ -106,7 +106,7 @@ def check_block_verifier(
                 )
     if not insts:
         raise InvalidInputError("no instance to check")
-    law = "with_replacement" if drafting is None else drafting.draft_law
+    law = "with_replacement" if drafting is None else drafting.sampling
     if mode == "exact":
         reports = [_exact_report(verify, t, k, tolerance, max_branches, drafting) for t in insts]
 
@@ -245,7 +245,7 @@ def _counterexample(verify, inst, k, max_branches, drafting=None) -> Counterexam
     shape = (inst.vocab_size,) * (inst.block_len + 1)
     out, tgt = _seq_dict(full.reshape(shape)), _seq_dict(want.reshape(shape))
     return Counterexample(
-        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.draft_law, err,
+        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.sampling, err,
         inst.target, inst.draft, out, tgt, _worst(out, tgt),
         block_len=inst.block_len, drafts=rows, label=inst.label,
     )  # fmt: skip

@@ -9,7 +9,7 @@ One *iteration* at context ``c`` (prompt + tokens generated so far):
    (:func:`otbound.sample_drafts`): i.i.d. (``with_replacement``, and every block verifier) gives
    ``K`` i.i.d. blocks; ``without_replacement`` / ``greedy`` give ``K`` distinct first tokens
    (then each row continues alone, a single draft from ``q``) — Jeon et al. 2402.14160, Hu et al.
-   2502.18779. A block verifier with its own drafting scheme (``draft_law`` other than
+   2502.18779. A block verifier with its own drafting scheme (``sampling`` other than
    ``"with_replacement"``: ``univer``) sets the number of rows (``num_rows``: ``m^L`` paths for
    branching ``m = K``) and the tokens at each node (``node_drafts``: the top ``m − 1`` draft
    tokens and one residual sample), so the drafted tree is a draw of its own tree law.
@@ -139,7 +139,7 @@ class SpecSampleRun:
 def resolve_verifier(verifier):
     """``(block_verifier, sampling, name)`` for a name in :data:`otbound.VERIFIERS` or
     :data:`otbound.BLOCK_VERIFIERS`, a token-level :class:`~otbound.Verifier` (run as tree
-    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (its ``draft_law``: i.i.d.
+    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (its ``sampling``: i.i.d.
     drafts, or its own scheme). ``sampling`` names the draft law."""
     if isinstance(verifier, str):
         if verifier in VERIFIERS:
@@ -154,7 +154,7 @@ def resolve_verifier(verifier):
     if isinstance(verifier, Verifier):
         return MultiPathVerifier(verifier), verifier.sampling, verifier.name
     if isinstance(verifier, BlockVerifier):
-        return verifier, verifier.draft_law, verifier.name
+        return verifier, verifier.sampling, verifier.name
     raise InvalidInputError(f"verifier must be a registered name, a Verifier or a BlockVerifier, got {verifier!r}")
 
 
@@ -233,7 +233,7 @@ def speculative_sample(
     else:
         block, sampling, name = resolve_verifier(verifier)
         rows = block.num_rows(k, length)
-        if sampling == block.draft_law:  # a block verifier's drafting scheme (K i.i.d. blocks or its own)
+        if sampling == block.sampling:  # a block verifier's drafting scheme (K i.i.d. blocks or its own)
             def node_drafts(law, n):
                 return block.node_drafts(law, n, k, rng)
         else:  # a token-level verifier's draft law at every node

@@ -133,6 +133,11 @@ class BlockVerifier:
         Declared by every verifier: whether one iteration's emitted sequence, continued by the
         target, has the target's law (:meth:`lossless_error` is 0; tested exactly). ``spectr_gbv``
         and ``hsd`` are published verifiers found lossy, kept with ``lossless = False``.
+    sampling : str
+        The draft-tuple law it is run with, the block layer's ``sampling=`` (as a token verifier's):
+        ``"with_replacement"`` = K i.i.d. blocks, the law of :func:`otbound.block_bound`; a verifier
+        with its own drafting scheme (``univer``: ``"univer_tree"``) names it and overrides the
+        drafting methods.
 
     Examples
     --------
@@ -144,10 +149,7 @@ class BlockVerifier:
     name: str
     reference: str
     lossless: bool
-    #: the draft-tuple law the verifier is run with: ``"with_replacement"`` = K i.i.d. blocks (the
-    #: law of :func:`otbound.block_bound`); a verifier with its own drafting scheme names it and
-    #: overrides the five drafting methods below
-    draft_law = "with_replacement"
+    sampling: str = "with_replacement"  # K i.i.d. blocks; a drafting scheme of its own overrides the methods below
 
     # -- to implement -----------------------------------------------------------------------
     def prepare(self, target: BlockModel, draft: BlockModel, drafts: tuple, cache: dict):
