@@ -1,7 +1,7 @@
 """Per-position cost of the batched measurement engine against one ``np.sort`` per row and against
 the per-row measurement it replaced, in the same process (medians of several runs).
 
-The default set of :func:`otbound.lm.measure_laws`: α* for the three draft laws × K ∈ {2, 3, 4}
+The default set of :func:`otbound.report.measure_laws`: α* for the three draft laws × K ∈ {2, 3, 4}
 and every verifier (nss, rrs, rrs_wor, kseq, spechub, greedy on the engine; khisti_is, khisti_lp
 and ot refuse V = 151,936 at once in both). Rows shaped like a real pair at V = 151,936:
 

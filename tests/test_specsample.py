@@ -21,7 +21,7 @@ from otbound.lm import lm_block_models, speculative_sample, tiny_pair
 from otbound.lm._decode import forward
 from otbound.report import measure_run, tree_expected_accepted
 from otbound.token import Verifier
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.logits import laws_from_logits
 
 T = 1.0
 LEVEL = 1e-3  # G-test level
@@ -254,12 +254,12 @@ def test_bad_input(pair8):
         measure_run(r, pair8)
 
 
-def test_laws_of_the_engine_are_laws64(pair8):
+def test_laws_of_the_engine_are_laws_from_logits(pair8):
     r = speculative_sample(
         pair8, [4, 4], verifier="kseq", num_drafts=2, block_len=1, max_new_tokens=1, seed=0, keep_laws=True
     )
     it = r.iterations[0]
-    np.testing.assert_allclose(it.p, laws64(it.target_logits, T), rtol=0, atol=0)
+    np.testing.assert_allclose(it.p, laws_from_logits(it.target_logits, T), rtol=0, atol=0)
 
 
 def test_causal_optimal_runs_and_attains_the_causal_bound(pair6):
@@ -327,7 +327,8 @@ def test_real_pair_first_token_follows_the_target():
     prompts = [encode_prompt(pair.tokenizer, p, chat=False)[:PROMPT_TOKENS]
                for p in load_prompts("humaneval", 3)[::2] + load_prompts("mtbench", 1)]
     laws = [
-        laws64(forward(pair.target, torch.tensor([p]), keep=1)[0, -1, : pair.vocab_size].numpy(), T) for p in prompts
+        laws_from_logits(forward(pair.target, torch.tensor([p]), keep=1)[0, -1, : pair.vocab_size].numpy(), T)
+        for p in prompts
     ]
     for verifier, k, length, lossless in (("rrs", 2, 3, True), (TrustFirstDraft(), 2, 3, False),
                                           ("spectr_gbv", 3, 1, False)):

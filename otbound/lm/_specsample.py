@@ -35,7 +35,7 @@ depth the emitted sequence continued by the target is distributed as the target 
 of the first tokens against the teacher-forced target law). ``block_len = 0`` is plain target
 sampling through the same loop (one target call per token), the speed baseline.
 
-Laws are ``laws64(logits, T)`` (float64) of the float32 logits of the batched forwards; rows of a
+Laws are ``laws_from_logits(logits, T)`` (float64) of the float32 logits of the batched forwards; rows of a
 node share the law of the node's first row.
 """
 
@@ -52,7 +52,7 @@ from otbound.lm._blocks import lm_block_models, tree_block_models
 from otbound.lm._decode import cache_prefix, forward, stop_token_ids
 from otbound.lm._traces import LogitLaws
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier
 
 #: largest causal LP (variables (K − 1)·V^(2L), theory.md §4) causal_optimal may solve per iteration (~0.3 s)
@@ -259,12 +259,12 @@ def speculative_sample(
         p_logits, t_cache = target.run([tail + row for row in drafts.tolist()], keep=length + 1)
         p_logits = p_logits[:, :, :v].cpu().numpy()
         t2 = time.perf_counter()
-        p = laws64(p_logits, temp)
+        p = laws_from_logits(p_logits, temp)
         if length == 0:
             y = int(inverse_cdf(p[0, 0], rng.random(1))[0])
             tau, emitted, calls = 0, [y], 1
         else:
-            q = laws64(q_logits, temp)
+            q = laws_from_logits(q_logits, temp)
             live = LiveModels(pair, seq, temp)
             tm, dm = tree_block_models(drafts, p, q, default_target=live.target, default_draft=live.draft)
             out = block.sample(tm, dm, drafts, rng)
@@ -319,7 +319,7 @@ def _draft(model: _CachedModel, seq, k, length, node_drafts, v, temperature):
         out, cache_new = model.run(feed, keep=1) if depth == 0 else _step(model, cache, drafts[:, depth - 1 : depth])
         cache = cache_new
         lg = out[:, -1, :v].cpu().numpy()
-        laws = laws64(lg, temperature)
+        laws = laws_from_logits(lg, temperature)
         keys, inverse = np.unique(drafts[:, :depth], axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         for g in range(keys.shape[0]):

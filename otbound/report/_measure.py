@@ -189,15 +189,16 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
 
 def _record_laws(record):
     """``(p, q)`` of a record: float64 softmax of logits / T. Logits in numpy or on the CPU:
-    :func:`otbound.lm.laws64`, bit for bit what a reread of the stored trace gives; torch tensors on
+    :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
     an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
     from otbound._backend import is_torch
-    from otbound.token.logits import laws_from_logits as laws64
+    from otbound.token.logits import laws_from_logits
 
     if not is_torch(record.target_logits):
         return record.p, record.q
     if record.target_logits.device.type == "cpu":
-        return tuple(laws64(x.float().numpy(), record.temperature) for x in (record.target_logits, record.draft_logits))
+        t = record.temperature
+        return tuple(laws_from_logits(x.float().numpy(), t) for x in (record.target_logits, record.draft_logits))
     import torch
 
     return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)

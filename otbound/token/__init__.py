@@ -12,6 +12,7 @@ verifiers.
 """
 
 from otbound.token.bounds import (
+    LPDual,
     Relaxation,
     TokenBound,
     optimal_acceptance,
@@ -27,6 +28,7 @@ from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSa
 __all__ = [
     "DRAFT_LAWS",
     "DraftLaw",
+    "LPDual",
     "Relaxation",
     "TokenBound",
     "VERIFIERS",
