@@ -40,7 +40,7 @@ def test_package_token_laws_pass_exact_mode(name):
     insts = oc.token_instances(V, K, ver.sampling, 12, 0)
     own = np.array([ver.acceptance(t.p, t.q, K) for t in insts])
     assert np.abs(res.acceptance - own).max() < EXACT
-    if name in ("ot", "ot_fast", "greedy", "spechub"):  # these attain their law's bound (the OT plan: an LP, to 1e-9)
+    if name in ("ot", "greedy", "spechub"):  # these attain their law's bound (the OT plan: an LP, to 1e-9)
         assert np.abs(res.acceptance - res.optimal).max() < 1e-9
 
 
@@ -122,7 +122,7 @@ def test_kit_enumeration_reproduces_package_conditional_laws(name, mine):
 # -- the kit on the package's block verifiers --------------------------------------------------
 
 BLOCK_LOSSLESS = [  # K i.i.d. draft blocks; univer (its own tree law) has its own tests below
-    n for n in BLOCK_VERIFIERS if n not in ("spectr_gbv", "hsd") and BLOCK_VERIFIERS[n].draft_law == "with_replacement"
+    n for n, v in BLOCK_VERIFIERS.items() if v.lossless and v.sampling == "with_replacement"
 ]
 
 
@@ -189,6 +189,8 @@ def test_spectr_gbv_is_reported_lossy_with_a_minimal_counterexample():
     ver = BLOCK_VERIFIERS["spectr_gbv"]
     res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=2, block_len=2, instances=8)
     assert not res.passed and res.lossless_error > 1e-3
+    assert res.declared_lossless is False  # the registry declares it lossy: the summary says they agree
+    assert "declared lossless: no (agrees with this check)" in res.summary()
     c = res.counterexample
     # the smallest: one draft of two tokens on Sun et al.'s context-free toy p = (1/3, 2/3), q = (2/3, 1/3)
     assert (c.vocab_size, c.num_drafts, c.block_len) == (2, 1, 2)
@@ -210,7 +212,7 @@ def test_hsd_is_reported_lossy_with_the_same_minimal_counterexample():
     where it emits (1, 0, 1) with probability 2/9 against the target's 4/27."""
     ver = BLOCK_VERIFIERS["hsd"]
     res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=2, block_len=2, instances=8)
-    assert not res.passed
+    assert not res.passed and res.declared_lossless is False
     c = res.counterexample
     assert (c.vocab_size, c.num_drafts, c.block_len) == (2, 1, 2)
     assert np.allclose(c.target[()], [1 / 3, 2 / 3]) and np.allclose(c.draft[()], [2 / 3, 1 / 3])
@@ -437,3 +439,28 @@ def test_cli_usage_errors_are_one_line(args, match, capsys, tmp_path):
     assert main(args + ["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err
+
+
+def test_summary_shows_the_declared_flag_and_a_disagreement():
+    """The package's lossless verifiers pass with their declaration shown; a callable without a flag shows
+    none; a verifier declared lossless that fails is called out."""
+    ver = BLOCK_VERIFIERS["block"]
+    res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=1, block_len=2, instances=2)
+    assert res.passed and res.declared_lossless is True
+    assert "declared lossless: yes (agrees with this check)" in res.summary()
+    tok = oc.check_token_verifier(oc.token_law_adapter(VERIFIERS["rrs"]), vocab_size=3, num_drafts=2, instances=2)
+    assert tok.passed and tok.declared_lossless is True
+    gbv = BLOCK_VERIFIERS["spectr_gbv"]
+
+    def claims_lossless(target, draft, blocks, coin, draw):
+        return oc.block_adapter(gbv)(target, draft, blocks, coin, draw)
+
+    claims_lossless.lossless = True
+    bad = oc.check_block_verifier(claims_lossless, vocab_size=2, num_drafts=1, block_len=2, instances=4)
+    assert not bad.passed and "declared lossless: yes (DISAGREES with this check)" in bad.summary()
+
+    def plain(target, draft, blocks, coin, draw):
+        return oc.block_adapter(ver)(target, draft, blocks, coin, draw)
+
+    res = oc.check_block_verifier(plain, vocab_size=2, num_drafts=1, block_len=2, instances=2)
+    assert res.declared_lossless is None and "declared lossless" not in res.summary()

@@ -17,7 +17,7 @@ from otbound.token.verifiers._rrs import _draw_rejected, _reject, _reject_first_
 
 TOL = 1e-12  # the kernel against the independent per-row references (measured: ≤ 1e-14)
 LM_VOCAB = 151_936
-CLOSED_FORM = ("nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot_fast")  # rrs_wor: K <= 2
+CLOSED_FORM = ("nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot")  # rrs_wor: K <= 2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -130,7 +130,7 @@ def _ref_enumerated(name, p, q, k):
 
 
 REFERENCES = {"nss": _ref_nss, "rrs": _ref_rrs, "kseq": _ref_kseq, "greedy": _ref_greedy, "spechub": _ref_spechub,
-              "ot_fast": _ref_ot_fast, "rrs_wor": lambda p, q, k: _ref_enumerated("rrs_wor", p, q, k)}
+              "ot": _ref_ot_fast, "rrs_wor": lambda p, q, k: _ref_enumerated("rrs_wor", p, q, k)}
 
 
 def _ref_optimal(p, q, k, sampling):

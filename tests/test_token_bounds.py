@@ -131,8 +131,9 @@ def test_lp_plan_is_a_coupling_with_the_optimal_acceptance():
     assert abs(accepted - res.value) < 1e-12
     assert abs(res.value - ob.optimal_acceptance(p, q, 2, "without_replacement")) < AGREE
     # LP duals certify optimality: Σ Q u + Σ p v == α*, u + v >= 1 on every accepting pair
-    u, v = res.dual["drafts"], res.dual["tokens"]
-    support = res.dual["support"]
+    assert isinstance(res.dual, ob.LPDual)
+    u, v = res.dual.drafts, res.dual.tokens
+    support = res.dual.support
     assert abs(joint[tuple(support.T)] @ u + p @ v - res.value) < 1e-8
     for a, tup in enumerate(support):
         for y in set(tup.tolist()):

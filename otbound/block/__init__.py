@@ -10,7 +10,16 @@ and the block verifiers.
 
 from otbound.block._lp import MAX_SPLIT_VARIABLES
 from otbound.block._tree import MAX_TREE_CELLS
-from otbound.block.bounds import KINDS, BlockBound, BlockBracket, block_bound, block_bound_bracket
+from otbound.block.bounds import (
+    KINDS,
+    BlockBound,
+    BlockBracket,
+    JointPlanCertificate,
+    PerLevelCertificate,
+    SelectionCertificate,
+    block_bound,
+    block_bound_bracket,
+)
 from otbound.block.models import (
     BlockModel,
     as_block_model,
@@ -28,6 +37,7 @@ from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample, BlockVerifier,
 
 __all__ = [
     "BLOCK_VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample", "BlockVerifier", "KINDS",
+    "JointPlanCertificate", "PerLevelCertificate", "SelectionCertificate",
     "MAX_SPLIT_VARIABLES", "MAX_TREE_CELLS",
     "as_block_model", "block_bound", "block_bound_bracket", "context_free_model", "dirichlet_model", "generate",
     "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",

@@ -90,6 +90,7 @@ def check_block_verifier(
     instance on which that law cannot be built raises its :class:`~otbound.InvalidInputError`.
     """
     label = check_callable(verify, name)
+    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
     v = check_vocab(vocab_size)
     k = check_num_drafts(num_drafts)
     length = check_positive_int(block_len, "block_len")
@@ -105,7 +106,7 @@ def check_block_verifier(
                 )
     if not insts:
         raise InvalidInputError("no instance to check")
-    law = "with_replacement" if drafting is None else drafting.draft_law
+    law = "with_replacement" if drafting is None else drafting.sampling
     if mode == "exact":
         reports = [_exact_report(verify, t, k, tolerance, max_branches, drafting) for t in insts]
 
@@ -117,7 +118,8 @@ def check_block_verifier(
             lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
         )  # fmt: skip
         return ConformanceResult(
-            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label
+            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+            declared_lossless=declared,
         )
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -137,6 +139,7 @@ def check_block_verifier(
         )  # fmt: skip
     return ConformanceResult(
         "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+        declared_lossless=declared,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
 
@@ -242,7 +245,7 @@ def _counterexample(verify, inst, k, max_branches, drafting=None) -> Counterexam
     shape = (inst.vocab_size,) * (inst.block_len + 1)
     out, tgt = _seq_dict(full.reshape(shape)), _seq_dict(want.reshape(shape))
     return Counterexample(
-        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.draft_law, err,
+        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.sampling, err,
         inst.target, inst.draft, out, tgt, _worst(out, tgt),
         block_len=inst.block_len, drafts=rows, label=inst.label,
     )  # fmt: skip

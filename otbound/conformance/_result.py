@@ -88,7 +88,9 @@ class ConformanceResult:
     lossless_error: max over instances (exact mode: ``max |output law − target law|``; sample mode:
     the largest Monte Carlo estimate of it, which carries sampling noise). passed: every instance
     lossless (exact: error ≤ ``tolerance``; sample: no G-test rejection at ``level``).
-    counterexample: None when passed.
+    counterexample: None when passed. declared_lossless: the verifier's own ``lossless`` flag where it
+    has one (the package's verifiers through the adapters), else None; the summary says whether the
+    check agrees with it.
     """
 
     level: str
@@ -104,6 +106,7 @@ class ConformanceResult:
     level_alpha: float | None = None
     distortion: float | None = None
     target_power: float | None = None
+    declared_lossless: bool | None = None
 
     @property
     def passed(self) -> bool:
@@ -156,6 +159,9 @@ class ConformanceResult:
         lines = [
             f"{self.name}: {head}  ({self.level} level, {shape}, {self.mode} mode, {len(self.instances)} instances)"
         ]
+        if self.declared_lossless is not None:
+            agree = "agrees" if self.declared_lossless == self.passed else "DISAGREES"
+            lines.append(f"declared lossless: {'yes' if self.declared_lossless else 'no'} ({agree} with this check)")
         if self.mode == "exact":
             lines.append(
                 f"max lossless error {self.lossless_error:.3g} (tolerance {self.tolerance:g}, exact enumeration)"

@@ -86,6 +86,7 @@ def check_token_verifier(
     coin/draw, more than ``max_branches`` branches for one tuple).
     """
     label = check_callable(verify, name)
+    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
     v = check_vocab(vocab_size)
     k = check_num_drafts(num_drafts)
     sampling = check_sampling(sampling)
@@ -101,7 +102,8 @@ def check_token_verifier(
             reports, insts, k, (lambda t, kk: shrink_token(t, kk, sampling, fails)) if shrink else None,
             lambda t, kk: _counterexample(verify, t, kk, sampling, max_branches),
         )  # fmt: skip
-        return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label)
+        return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
+                                 declared_lossless=declared)
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
     reports, laws = [], []
@@ -120,6 +122,7 @@ def check_token_verifier(
         )  # fmt: skip
     return ConformanceResult(
         "token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
+        declared_lossless=declared,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
 

@@ -24,14 +24,14 @@ tensor             shape, dtype                meaning
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
 SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
-logits divided by T (:func:`otbound.token.laws_from_logits`, also :func:`otbound.lm.laws64`),
+logits divided by T (:func:`otbound.token.laws_from_logits`),
 computed identically on every read, so each row sums to 1 up to float64 rounding (≈1e-16·√V, far
 inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet that tolerance in
 general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
 ``logits_dtype="none"`` (streaming, ``on_trace``) stores the tokens and metadata only; the
-per-position measurements made while collecting (:func:`otbound.lm.run_real_report`) are then all
+per-position measurements made while collecting (:func:`otbound.report.run_real_report`) are then all
 that is kept of the laws.
 """
 
@@ -53,7 +53,7 @@ from otbound._validation import InvalidInputError, check_positive_int, check_tem
 from otbound.lm import _store
 from otbound.lm._decode import sample_continuations, stop_token_ids, teacher_forced_logits
 from otbound.lm._prompts import encode_prompt
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.logits import laws_from_logits
 
 TRACE_FORMAT = "otbound-trace-1"
 
@@ -64,16 +64,17 @@ class LogitLaws:
 
     @cached_property
     def p(self) -> np.ndarray:
-        return laws64(self.target_logits, self.temperature)
+        return laws_from_logits(self.target_logits, self.temperature)
 
     @cached_property
     def q(self) -> np.ndarray:
-        return laws64(self.draft_logits, self.temperature)
+        return laws_from_logits(self.draft_logits, self.temperature)
 
     def laws_at(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """``(p[rows], q[rows])`` computed for those rows only (nothing cached): a stride through a
         long trace without the float64 laws of every position."""
-        return laws64(self.target_logits[rows], self.temperature), laws64(self.draft_logits[rows], self.temperature)
+        t = self.temperature
+        return laws_from_logits(self.target_logits[rows], t), laws_from_logits(self.draft_logits[rows], t)
 
 
 @dataclass
@@ -125,7 +126,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
 
     Streaming: ``on_trace(record)`` is called with each new :class:`TraceRecord` before its file is
     written, its logits still torch tensors on the model's device (e.g. to measure them there, as
-    :func:`otbound.lm.run_real_report` does); ``logits_dtype="none"`` then stores only the tokens
+    :func:`otbound.report.run_real_report` does); ``logits_dtype="none"`` then stores only the tokens
     and metadata (the file still marks the prompt done, so a rerun resumes after it).
     """
     import torch

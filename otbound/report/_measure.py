@@ -8,7 +8,7 @@ Per position ``t`` (laws ``p_t``, ``q_t`` of a trace, temperature already applie
   :func:`otbound.optimal_acceptance`);
 * each verifier's acceptance ``P(Y ∈ x̄)`` under its own draft law, asked of every verifier of
   :data:`otbound.VERIFIERS` on the same batch (:meth:`otbound.token.Verifier.batch_estimate`): the
-  closed forms of nss, rrs, rrs_wor (K ≤ 2), kseq, spechub, greedy and ot_fast on the shared sorted
+  closed forms of nss, rrs, rrs_wor (K ≤ 2), kseq, spechub, greedy and ot on the shared sorted
   rows; rrs_wor at K ≥ 3 a Rao–Blackwellised Monte Carlo average of ``mc_samples`` paths unless V
   is tiny enough for exact enumeration; the others their exact value when they have one, else a
   Monte Carlo estimate from ``mc_samples`` draft tuples (:func:`otbound.sample_drafts`) run through
@@ -40,7 +40,7 @@ import scipy.stats
 from otbound._io import safe_name, temperature_dir, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
 
-MEASURE_VERSION = 2  # 2: ot_fast joined the registry (cached measurements lack it)
+MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
 
 
 #: bytes of working memory per (row, token) of a measurement (a dozen float64 / int64 rows)
@@ -229,15 +229,16 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
 
 def _record_laws(record):
     """``(p, q)`` of a record: float64 softmax of logits / T. Logits in numpy or on the CPU:
-    :func:`otbound.token.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
+    :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
     an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
     from otbound._backend import is_torch
-    from otbound.token.logits import laws_from_logits as laws64
+    from otbound.token.logits import laws_from_logits
 
     if not is_torch(record.target_logits):
         return record.p, record.q
     if record.target_logits.device.type == "cpu":
-        return tuple(laws64(x.float().numpy(), record.temperature) for x in (record.target_logits, record.draft_logits))
+        t = record.temperature
+        return tuple(laws_from_logits(x.float().numpy(), t) for x in (record.target_logits, record.draft_logits))
     import torch
 
     return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
@@ -285,6 +286,10 @@ def trace_cells(results):
         yield dataset, temp, group, clusters, ks
 
 
+def _declared_lossless(registry, name: str) -> bool | None:
+    return bool(registry[name].lossless) if name in registry else None
+
+
 def aggregate(results, confidence: float = 0.95) -> list[dict]:
     """Rows per (dataset, temperature, K, verifier) from :func:`measure_trace` results.
 
@@ -292,11 +297,13 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     acceptance, acceptance_ci (half-width), optimal (mean α* of the verifier's law), optimal_ci,
     efficiency, efficiency_ci, gap and gap_ci (the paired gap: mean of acc_t − α*_t over the same
     positions, cluster-robust; far tighter than the two separate intervals), positions, prompts,
-    model_dtype (of the traces, if recorded).
+    model_dtype (of the traces, if recorded), lossless (the verifier's declared ``lossless``; None for
+    a name outside :data:`otbound.VERIFIERS`).
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
     """
     rows = []
+    registry = _verifier_registry()
     for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
             dtypes = sorted({r.get("model_dtype") for r in group}, key=str)
@@ -316,7 +323,8 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                     reason = next((x for x in reasons if x), None)
                     if reason is None:  # name not measured at this K at all
                         continue
-                    rows.append(dict(base, sampling=None, verifier=name, method="skipped", mc_samples=None,
+                    rows.append(dict(base, sampling=None, verifier=name, lossless=_declared_lossless(registry, name),
+                                     method="skipped", mc_samples=None,
                                      acceptance=None, acceptance_ci=None, optimal=None, optimal_ci=None,
                                      efficiency=None, efficiency_ci=None, skipped=reason))
                     continue
@@ -328,7 +336,7 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 _, r_h = cluster_mean_ci(acc - eff * opt[s], clusters, confidence)
                 gap, gap_h = cluster_mean_ci(acc - opt[s], clusters, confidence)
                 methods = {e["method"] for e in entries}
-                rows.append(dict(base, sampling=s, verifier=name,
+                rows.append(dict(base, sampling=s, verifier=name, lossless=_declared_lossless(registry, name),
                                  method="monte_carlo" if "monte_carlo" in methods else "exact",
                                  mc_samples=max((e["mc_samples"] or 0) for e in entries) or None,
                                  acceptance=a, acceptance_ci=ah, optimal=o, optimal_ci=oh,

@@ -39,27 +39,23 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
 
 
 def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed,
-                   max_plan_cells=100_000, *, engine="local", address=None, out=None, progress=True):
+                   *, engine="local", address=None, out=None, progress=True):
     """Table rows on random laws, one shard per (family, T) cell (:func:`synthetic_cell`, its seed
     derived from ``seed`` and the cell), run by ``engine`` (see :func:`otbound.report.run_real_report`)
     and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``."""
     shards = [Shard(f"synthetic-{family}-T{float(t):g}", synthetic_cell, dict(
         family=family, vocab_size=vocab_size, temperature=float(t), num_drafts_list=[int(k) for k in num_drafts_list],
-        instances=instances, mc_samples=mc_samples, seed=seed, max_plan_cells=max_plan_cells), size=instances)
+        instances=instances, mc_samples=mc_samples, seed=seed), size=instances)
         for family in families for t in temperatures]
     cells = run_shards(shards, out, make_executor(engine, address=address), progress=progress, desc="synthetic laws",
                        unit="instances")
     return [r for c in cells for r in c["rows"]], sorted({s for c in cells for s in c["skipped"]})
 
 
-def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed,
-                   max_plan_cells) -> dict:
-    """``{"rows", "skipped"}`` of one (family, T) cell; ``max_plan_cells`` caps the ``ot``
-    verifier's LP plan (|V|^(K+1) entries) so the report stays fast: larger cells are reported as
-    not run. Random numbers from ``default_rng([seed, crc32("family|T")])``."""
-    from otbound.token.verifiers import VERIFIERS, OTVerifier
-
-    verifiers = {**VERIFIERS, "ot": OTVerifier(max_plan_cells=max_plan_cells)}
+def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed) -> dict:
+    """``{"rows", "skipped"}`` of one (family, T) cell, every verifier of :data:`otbound.VERIFIERS`.
+    Random numbers from ``default_rng([seed, crc32("family|T")])``."""
+    from otbound.token.verifiers import VERIFIERS as verifiers
     rng = np.random.default_rng([int(seed), zlib.crc32(f"{family}|{float(temperature)!r}".encode())])
     rows, skipped = [], set()
     pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
@@ -91,6 +87,7 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                     num_drafts=k,
                     sampling=law,
                     verifier=name,
+                    **({} if name == "optimal" else {"lossless": bool(verifiers[name].lossless)}),
                     acceptance=acc,
                     acceptance_ci=ci,
                     optimal=opt,

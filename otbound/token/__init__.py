@@ -20,6 +20,7 @@ Modules form a DAG: ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` 
 
 from otbound.token._kernel import LawBatch
 from otbound.token.bounds import (
+    LPDual,
     Relaxation,
     TokenBound,
     optimal_acceptance,
@@ -44,6 +45,7 @@ __all__ = [
     "DRAFT_LAWS",
     "DraftLaw",
     "LawBatch",
+    "LPDual",
     "Relaxation",
     "TokenBound",
     "VERIFIERS",

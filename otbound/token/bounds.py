@@ -44,7 +44,7 @@ class TokenBound:
     value: α* (float, or array over the batch).
     binding_set: boolean mask over V of a minimising set H* of the dual (or None).
     plan: the optimal plan π*(x̄, y), shape (V,)*K + (V,) (primal LP only, on request).
-    dual: LP dual variables {"drafts": u(x̄) over the support, "tokens": v(y)} (primal LP only).
+    dual: the LP's dual variables, an :class:`LPDual` (primal LP with ``method="highs"`` only).
     """
 
     value: float | np.ndarray
@@ -53,7 +53,32 @@ class TokenBound:
     method: str = ""
     binding_set: np.ndarray | None = None
     plan: np.ndarray | None = field(default=None, repr=False)
-    dual: dict | None = field(default=None, repr=False)
+    dual: LPDual | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class LPDual:
+    """Dual certificate of the acceptance LP (:func:`optimal_acceptance_lp`, ``method="highs"``).
+
+    support: ``(m, K)`` int, the draft tuples x̄ with Q(x̄) > 0; drafts: ``(m,)`` u(x̄), one per
+    support tuple; tokens: ``(V,)`` v(y). Optimality: ``Σ_x̄ Q(x̄) u(x̄) + Σ_y p(y) v(y) = α*`` and
+    ``u(x̄) + v(y) ≥ 1`` for every ``y ∈ x̄`` (to the solver's tolerance, ~1e-9).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import draft_joint, optimal_acceptance_lp
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> joint = draft_joint(q, 2, "with_replacement")
+    >>> res = optimal_acceptance_lp(p, joint, return_plan=True)
+    >>> d = res.dual
+    >>> bool(abs(joint[tuple(d.support.T)] @ d.drafts + p @ d.tokens - res.value) < 1e-8)
+    True
+    """
+
+    support: np.ndarray
+    drafts: np.ndarray
+    tokens: np.ndarray
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +227,7 @@ def optimal_acceptance_lp(
             res = solve_lp(-np.ones(ne), a_ub, b_ub, None, None, (0, None), "acceptance LP")
             flow = res.x
             marg = -res.ineqlin.marginals
-            dual = {"drafts": marg[: support.size], "tokens": marg[support.size :], "support": tuples}
+            dual = LPDual(support=tuples, drafts=marg[: support.size], tokens=marg[support.size :])
         else:
             import cvxpy as cp
 

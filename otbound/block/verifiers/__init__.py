@@ -14,7 +14,7 @@ name                      algorithm
 ``univer``                UniVer (Weng, Hu, Yairi 2605.04543) on its own tree, ``num_drafts`` = m
 ========================= ===================================================================
 
-Every verifier but ``univer`` is run with K i.i.d. draft blocks (``draft_law ==
+Every verifier but ``univer`` is run with K i.i.d. draft blocks (``sampling ==
 "with_replacement"``). ``univer`` drafts its own tree (per node the top ``m − 1`` draft tokens plus
 one residual sample; ``m^L`` paths): its drafting hooks (``draft_tuple_law``, ``draw_drafts``,
 ``num_rows``, ``node_drafts``) are used by every consumer, and it is compared with the bounds of its

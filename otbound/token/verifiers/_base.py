@@ -114,11 +114,37 @@ class VerifierRun:
 class Verifier(ABC):
     """Base class of the token-level multi-draft verifiers.
 
-    Subclasses set ``name`` and ``sampling`` (the draft law of theory.md §2 they verify), optionally
-    ``max_drafts``, and implement ``_laws`` and ``_sample`` (and ``_prepare`` / ``_closed_form``).
+    Subclasses set ``name``, ``reference``, ``lossless`` and ``sampling`` (the draft law of
+    theory.md §2 they verify), optionally ``max_drafts``, and implement ``_laws`` and ``_sample``
+    (and ``_prepare`` / ``_closed_form``). The block verifiers
+    (:class:`otbound.block.verifiers.BlockVerifier`) carry the same attributes.
+
+    Attributes
+    ----------
+    name : str
+        The registry name (:data:`otbound.VERIFIERS`).
+    reference : str
+        The algorithm and the paper it comes from.
+    lossless : bool
+        Declared by every verifier: whether its output law is the target's,
+        ``Σ_x̄ Q(x̄) law(·|x̄) = p`` (checked exactly by :meth:`lossless_error` in the tests; a
+        published verifier found lossy is kept with ``lossless = False``).
+    sampling : str
+        Its draft law, a name in :data:`otbound.SAMPLINGS`.
+    max_drafts : int or None
+        The largest K it supports (None: any).
+
+    Examples
+    --------
+    >>> from otbound import VERIFIERS
+    >>> v = VERIFIERS["rrs"]
+    >>> v.name, v.sampling, v.lossless
+    ('rrs', 'with_replacement', True)
     """
 
     name: str = ""
+    reference: str
+    lossless: bool
     sampling: str = "with_replacement"
     max_drafts: int | None = None
 
@@ -274,6 +300,53 @@ class Verifier(ABC):
         if self.max_drafts is not None and k > self.max_drafts:
             raise InvalidInputError(f"verifier {self.name!r} supports at most {self.max_drafts} drafts, got K = {k}")
         return k
+
+    def lossless_error(self, p, q, num_drafts: int) -> float:
+        """Exact ``max_y |Σ_x̄ Q(x̄) law(y | x̄) − p(y)|`` over the draft tuples of this verifier's
+        draft law: 0 (to float64 rounding, ~1e-16) iff the verifier is lossless on ``(p, q, K)``.
+
+        The block verifiers' :meth:`otbound.block.verifiers.BlockVerifier.lossless_error` is the
+        same quantity for one iteration's emitted sequence.
+
+        Parameters
+        ----------
+        p, q : array_like (V,)
+            Target and draft laws.
+        num_drafts : int
+            K.
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        InvalidInputError
+            On bad laws or K, or when the enumeration would exceed ``ENUMERATION_MAX_TUPLES`` tuples
+            or ``ENUMERATION_MAX_CELLS`` cells.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+        >>> VERIFIERS["kseq"].lossless_error(p, q, 3) < 1e-15
+        True
+        """
+        p, q = _check_laws(p, q)
+        k = self._check_k(q, num_drafts)
+        v = q.size
+        if v**k > ENUMERATION_MAX_TUPLES or v ** (k + 1) > ENUMERATION_MAX_CELLS:
+            raise InvalidInputError(
+                f"the exact lossless error enumerates |V|^K = {v}^{k} draft tuples (limits {ENUMERATION_MAX_TUPLES} "
+                f"tuples, {ENUMERATION_MAX_CELLS} cells): use a smaller vocabulary"
+            )
+        aux = self._prepare(p, q, k)
+        weights, tuples = support_tuples(q, k, self.sampling)
+        out = np.zeros(v)
+        for sl in _chunks(tuples.shape[0], v):
+            out += weights[sl] @ self._laws(p, q, aux, tuples[sl])
+        return float(np.abs(out - p).max())
 
     def acceptance_or_estimate(self, p, q, num_drafts: int, mc_samples: int, rng) -> tuple[float, str]:
         """``(acceptance, method)``: the exact :meth:`acceptance` (``"exact"``) where it is

@@ -47,6 +47,8 @@ class GreedyVerifier(SequentialVerifier):
     """Optimal verifier for the greedy draft law (theory.md §3): reaches α*_greedy."""
 
     name = "greedy"
+    reference = "greedy-law optimal verifier (theory.md §3), α = α*_greedy"
+    lossless = True
     sampling = "greedy"
 
     def _prepare(self, p, q, k):
@@ -80,6 +82,8 @@ class SpecHubVerifier(GreedyVerifier):
     """SpecHub (2411.05289) for K = 2 on the greedy law; K = 1 is speculative sampling."""
 
     name = "spechub"
+    reference = "SpecHub (Sun et al. 2411.05289), K ≤ 2"
+    lossless = True
     max_drafts = 2
 
     def _prepare(self, p, q, k):

@@ -60,6 +60,8 @@ class KSeqVerifier(SequentialVerifier):
     """SpecTr K-SEQ with ρ = ρ* (2310.15141)."""
 
     name = "kseq"
+    reference = "SpecTr K-SEQ at ρ* (Sun et al. 2310.15141)"
+    lossless = True
     sampling = "with_replacement"
 
     def _prepare(self, p, q, k):

@@ -19,6 +19,8 @@ class NaiveVerifier(Verifier):
     """Naive speculative sampling (NSS): Y ~ p regardless of the drafts; works for any draft law."""
 
     name = "nss"
+    reference = "naive speculative sampling: Y ~ p, accepted iff Y ∈ x̄"
+    lossless = True
 
     def __init__(self, sampling: str = "with_replacement"):
         self.sampling = check_sampling(sampling)

@@ -79,6 +79,8 @@ class RRSVerifier(SequentialVerifier):
     """SpecInfer recursive rejection sampling, drafts i.i.d. from q (2305.09781)."""
 
     name = "rrs"
+    reference = "SpecInfer recursive rejection sampling (Miao et al. 2305.09781)"
+    lossless = True
     sampling = "with_replacement"
 
     def _prepare(self, p, q, k):
@@ -112,6 +114,8 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
     """Recursive rejection sampling with drafts without replacement (Jeon et al. 2402.14160)."""
 
     name = "rrs_wor"
+    reference = "recursive rejection sampling without replacement (Jeon et al. 2402.14160)"
+    lossless = True
     sampling = "without_replacement"
 
     def _rounds(self, p, q, aux, drafts):
