@@ -303,7 +303,8 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
     """
     rows = []
-    registry = _verifier_registry()
+    from otbound.token.verifiers import VERIFIERS as registry
+
     for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
             dtypes = sorted({r.get("model_dtype") for r in group}, key=str)
