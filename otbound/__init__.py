@@ -26,6 +26,7 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
+from otbound.token._settings import SamplingParams
 from otbound.token.bounds import (
     TokenBound,
     optimal_acceptance,
@@ -84,6 +85,7 @@ __all__ = [
     "BlockSample",
     "DrafterObjective",
     "InvalidInputError",
+    "SamplingParams",
     "TokenBound",
     "Verifier",
     "VerifierRun",

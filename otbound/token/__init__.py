@@ -7,10 +7,12 @@ verifiers.
   ``sampling="..."`` names, through which the bounds, samplers and verifiers dispatch.
 * :mod:`otbound.token.bounds` — α* in dual/prefix form, primal LP, brute force, relaxations; the
   without-replacement integral in :mod:`otbound.token._wor`.
-* :mod:`otbound.token.logits` — temperature, applied in one place: logits → laws.
+* :mod:`otbound.token.logits` — sampling settings (:class:`SamplingParams`: temperature, top-k,
+  top-p, min-p, repetition penalty), applied in one place: logits → laws.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 """
 
+from otbound.token._settings import SamplingParams
 from otbound.token.bounds import (
     Relaxation,
     TokenBound,
@@ -28,6 +30,7 @@ __all__ = [
     "DRAFT_LAWS",
     "DraftLaw",
     "Relaxation",
+    "SamplingParams",
     "TokenBound",
     "VERIFIERS",
     "Verifier",
