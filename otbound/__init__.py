@@ -26,7 +26,7 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
-from otbound.token._settings import SamplingParams
+from otbound.token import SamplingParams
 from otbound.token.bounds import (
     TokenBound,
     optimal_acceptance,
