@@ -28,6 +28,8 @@ def test_registry():
         "khisti_lp",
         "ot",
         "ot_fast",
+        "onehot",
+        "nss_deterministic",
     }
     assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
+from otbound.token._deterministic import deterministic_acceptance
 from otbound.token.draft_laws import greedy_split
 
 #: verifiers the engine computes itself (the rest go through their per-row ``acceptance``).
@@ -280,6 +281,8 @@ def measure_batch(p, q, num_drafts=(2, 3, 4), *, samplings=SAMPLINGS, verifiers=
             res.optimal[s] = wr
         elif s == "greedy":
             res.optimal[s] = greedy
+        elif s == "deterministic":  # p(top-K(q)), otbound.token._deterministic
+            res.optimal[s] = {k: deterministic_acceptance(p, q, k) for k in ks}
         else:
             res.optimal[s] = _without_replacement(p, q, srt, ks, wr)
     gen = torch.Generator(device=p.device)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._validation import InvalidInputError
+from otbound._validation import SAMPLINGS, InvalidInputError
 from otbound.report import plots, tables
 from otbound.report._distributed import Shard, make_executor, run_shards
 from otbound.token.bounds import optimal_acceptance
@@ -66,7 +66,7 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
     for k in num_drafts_list:
         per = {}
         for p, q in pairs:
-            laws = ("with_replacement", "without_replacement", "greedy")
+            laws = SAMPLINGS
             try:
                 bound = {law: optimal_acceptance(p, q, k, law) for law in laws}
             except InvalidInputError as err:  # a law the bound refuses (denormals it cannot resolve)

@@ -193,6 +193,10 @@ class Greedy(DraftLaw):
 #: the draft laws by their ``sampling`` name (the keys are :data:`otbound.SAMPLINGS`)
 DRAFT_LAWS: dict[str, DraftLaw] = {law.name: law for law in (WithReplacement(), WithoutReplacement(), Greedy())}
 
+from otbound.token._deterministic import Deterministic  # noqa: E402  (it builds on DraftLaw above)
+
+DRAFT_LAWS[Deterministic.name] = Deterministic()
+
 
 def draft_law(sampling: str) -> DraftLaw:
     """The :class:`DraftLaw` named ``sampling``; an :class:`InvalidInputError` for any other name."""

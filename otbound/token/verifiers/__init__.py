@@ -2,20 +2,22 @@
 
 :data:`VERIFIERS` maps a name to a ready verifier object:
 
-========== =================== ==============================================================
-name       draft law           algorithm
-========== =================== ==============================================================
-nss        with_replacement    naive: Y ~ p, accepted iff Y ∈ x̄
-rrs        with_replacement    SpecInfer recursive rejection sampling (2305.09781)
-rrs_wor    without_replacement RRS without replacement (Jeon et al. 2402.14160)
-kseq       with_replacement    SpecTr K-SEQ at ρ* (2310.15141)
-spechub    greedy (K ≤ 2)      SpecHub (2411.05289)
-greedy     greedy              greedy-law optimal verifier (theory.md §3), α = α*_greedy
-khisti_is  with_replacement    IS draft selection + speculative sampling (2410.18234)
-khisti_lp  with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
-ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
-ot_fast    with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
-========== =================== ==============================================================
+================= =================== ==============================================================
+name              draft law           algorithm
+================= =================== ==============================================================
+nss               with_replacement    naive: Y ~ p, accepted iff Y ∈ x̄
+rrs               with_replacement    SpecInfer recursive rejection sampling (2305.09781)
+rrs_wor           without_replacement RRS without replacement (Jeon et al. 2402.14160)
+kseq              with_replacement    SpecTr K-SEQ at ρ* (2310.15141)
+spechub           greedy (K ≤ 2)      SpecHub (2411.05289)
+greedy            greedy              greedy-law optimal verifier (theory.md §3), α = α*_greedy
+khisti_is         with_replacement    IS draft selection + speculative sampling (2410.18234)
+khisti_lp         with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
+ot                with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
+ot_fast           with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
+onehot            deterministic       one-hot-q recursive rule (vLLM's argmax drafts), α = p(top-K(q))
+nss_deterministic deterministic       Y ~ p, accepted iff Y ∈ top-K(q), α = p(top-K(q))
+================= =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft
 law. :func:`run` draws drafts, verifies them and reports the Monte Carlo acceptance with a CI.
@@ -29,6 +31,7 @@ from otbound.token.verifiers._base import (
     run,
     support_tuples,
 )
+from otbound.token.verifiers._deterministic import MembershipVerifier, OneHotVerifier
 from otbound.token.verifiers._greedy import GreedyVerifier, SpecHubVerifier
 from otbound.token.verifiers._importance import (
     ImportanceSamplingVerifier,
@@ -55,6 +58,8 @@ VERIFIERS: dict[str, Verifier] = {
         OptimalImportanceVerifier(),
         OTVerifier(),
         OptimalVerifier(),
+        OneHotVerifier(),
+        MembershipVerifier(),
     )
 }
 
@@ -80,5 +85,7 @@ __all__ = [
     "OTVerifier",
     "OptimalVerifier",
     "OptimalCoupling",
+    "OneHotVerifier",
+    "MembershipVerifier",
     "optimal_coupling",
 ]
