@@ -12,7 +12,7 @@ verifiers.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 """
 
-from otbound.token._settings import SamplingParams
+from otbound.token._settings import SamplingParams, describe_settings, settings_at
 from otbound.token.bounds import (
     Relaxation,
     TokenBound,
@@ -36,6 +36,7 @@ __all__ = [
     "Verifier",
     "VerifierRun",
     "VerifierSample",
+    "describe_settings",
     "draft_joint",
     "draft_law",
     "greedy_split",
@@ -46,5 +47,6 @@ __all__ = [
     "optimal_acceptance_lp",
     "relaxation_bounds",
     "sample_drafts",
+    "settings_at",
     "subset_mass",
 ]

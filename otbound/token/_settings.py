@@ -335,3 +335,48 @@ def as_sampling_params(settings, name: str = "settings") -> SamplingParams:
     if _is_number(settings):
         return SamplingParams(temperature=float(settings))
     raise InvalidInputError(f"{name} must be a SamplingParams, a temperature or a dict of settings, got {settings!r}")
+
+
+def settings_at(temperature, target=None, draft=None) -> tuple[SamplingParams, SamplingParams]:
+    """The target's and the draft's :class:`SamplingParams` at target temperature ``temperature``.
+
+    ``target``: the target's other fields (a dict of ``top_k``, ``top_p``, ``min_p``,
+    ``repetition_penalty``; ``None`` entries unset). ``draft``: the draft's own values (any field,
+    ``temperature`` included); every field it leaves ``None`` or absent is the target's — the draft
+    samples with the target's settings unless told otherwise.
+
+    Examples
+    --------
+    >>> t, d = settings_at(0.7, {"top_k": 20, "top_p": 0.8}, {"temperature": 0.9})
+    >>> t.describe(), d.describe()
+    ('T=0.7, top-k=20, top-p=0.8', 'T=0.9, top-k=20, top-p=0.8')
+    """
+    fields = {k: v for k, v in (target or {}).items() if v is not None}
+    if "temperature" in fields:
+        raise InvalidInputError("settings_at: give the target's temperature as its own argument, not in target")
+    tgt = SamplingParams.from_dict({**fields, "temperature": float(temperature)})
+    over = {k: v for k, v in (draft or {}).items() if v is not None}
+    return tgt, SamplingParams.from_dict({**tgt.as_dict(), **over})
+
+
+def describe_settings(temperatures, target=None, draft=None) -> tuple[str, str]:
+    """One line each for a report header: the target's and the draft's settings over the
+    temperatures of a run (``T ∈ {…}`` where they follow the target's temperature).
+
+    Examples
+    --------
+    >>> describe_settings([0.7, 1.0], {"top_p": 0.8}, {"temperature": 0.9})
+    ('T ∈ {0.7, 1}, top-p=0.8', 'T=0.9, top-p=0.8')
+    """
+    temps = [float(t) for t in temperatures]
+    pairs = [settings_at(t, target, draft) for t in temps]
+    tset = "T ∈ {" + ", ".join(f"{t:g}" for t in temps) + "}" if len(temps) > 1 else f"T={temps[0]:g}"
+
+    def line(settings):
+        texts = [s.describe() for s in settings]
+        if len(set(texts)) == 1:
+            return texts[0]
+        rest = texts[0].split(", ", 1)[1:]  # the fields after the temperature, the same for every T
+        return ", ".join([tset] + rest)
+
+    return line([t for t, _ in pairs]), line([d for _, d in pairs])
