@@ -33,6 +33,7 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
+from otbound.token import SamplingParams
 from otbound.token.bounds import (
     LPDual,
     TokenBound,
@@ -85,6 +86,7 @@ __all__ = [
     "JointPlanCertificate",
     "LPDual",
     "PerLevelCertificate",
+    "SamplingParams",
     "SelectionCertificate",
     "TokenBound",
     "Verifier",

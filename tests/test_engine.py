@@ -141,6 +141,8 @@ def _ref_optimal(p, q, k, sampling):
         return 1.0 + min(0.0, float(np.min(cp - cq**k)))
     if sampling == "greedy":
         return _ref_greedy(p, q, k)
+    if sampling == "deterministic":  # p of the K largest q, ties to the lower index (a stable sort of -q)
+        return float(p[np.argsort(-q, kind="stable")[:k]].sum())
     from otbound.token._search import without_replacement
 
     if k == 1:

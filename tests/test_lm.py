@@ -456,20 +456,21 @@ def test_measure_laws_respects_the_bounds():
 
 def test_monte_carlo_matches_the_exact_value():
     """Force Monte Carlo on a verifier with an exact value and compare (20k draws per position)."""
-    from otbound.report import _measure
+    from otbound.token import LawBatch
+    from otbound.token.verifiers import VERIFIERS
 
     rng = np.random.default_rng(4)
     p, q = random_laws(rng, 3, 10)
-    v = _measure._verifier_registry()["rrs"]
+    v = VERIFIERS["rrs"]
 
     class NoExact(type(v)):  # the same verifier without its exact acceptance
-        def acceptance(self, *a):
+        def batch_acceptance(self, batch, num_drafts):
             return None
 
-    est, method = _measure._verifier_values(NoExact(), p, q, 2, 20000, np.random.default_rng(0))
+    est, method = NoExact().batch_estimate(LawBatch(p, q), (2,), 20000, np.random.default_rng(0))[2]
     exact = [v.acceptance(a, b, 2) for a, b in zip(p, q)]
     assert method == "monte_carlo"
-    np.testing.assert_allclose(est, exact, atol=5 * 0.5 / np.sqrt(20000))
+    np.testing.assert_allclose(est.numpy(), exact, atol=5 * 0.5 / np.sqrt(20000))
 
 
 def test_cluster_ci_reduces_to_the_t_interval():

@@ -27,6 +27,8 @@ def test_registry():
         "khisti_is",
         "khisti_lp",
         "ot",
+        "onehot",
+        "nss_deterministic",
     }
     assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())

@@ -45,7 +45,7 @@ from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_pro
 from otbound.lm._specsample import Iteration, LiveModels, SpecSampleRun, resolve_verifier, speculative_sample
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._tiny import tiny_pair, tiny_prompts
-from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, trace_path
+from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, settings_dir, trace_path
 from otbound.lm._wheels import cache_root
 
 __all__ = [
@@ -56,6 +56,6 @@ __all__ = [
     "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode",
     "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair",
     "repo_prompts_dir", "SpecSampleRun", "resolve_verifier", "speculative_sample", "tiny_pair", "tiny_prompts",
-    "trace_path", "tree_block_models",
+    "settings_dir", "trace_path", "tree_block_models",
     "verify_offline_model",
 ]

@@ -37,8 +37,9 @@ from pathlib import Path
 import numpy as np
 import scipy.stats
 
-from otbound._io import safe_name, temperature_dir, write_text_atomic
+from otbound._io import safe_name, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
+from otbound.token import SamplingParams
 
 MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
 
@@ -190,16 +191,20 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     a record stored without logits can only be read back from the cache.
     """
     from otbound._integrity import content_key, tensor_digest
+    from otbound.lm import settings_dir
 
     trace_key = content_key({"tokens": tensor_digest(np.asarray(record.tokens, dtype=np.int64)),
                              "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})
+    sp, sq = record.sampling_params()  # the laws measured: the record's settings (stored, or given on load)
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
               "mc_samples": int(mc_samples), "seed": int(seed),
               "trace": trace_key}
+    if sp != SamplingParams(record.temperature) or sq != SamplingParams(record.temperature):
+        config.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict())
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / safe_name(record.dataset) / temperature_dir(record.temperature) / (
+        path = Path(cache_dir) / safe_name(record.dataset) / settings_dir(record.temperature, sp, sq) / (
             safe_name(record.prompt_id) + ".json")
         if reuse and path.exists():
             try:
@@ -228,7 +233,8 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
 
 
 def _record_laws(record):
-    """``(p, q)`` of a record: float64 softmax of logits / T. Logits in numpy or on the CPU:
+    """``(p, q)`` of a record: float64 laws of its logits under its sampling settings (softmax of
+    logits / T by default). Logits in numpy or on the CPU:
     :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
     an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
     from otbound._backend import is_torch
@@ -236,13 +242,17 @@ def _record_laws(record):
 
     if not is_torch(record.target_logits):
         return record.p, record.q
+    settings = record.sampling_params()
+    ctx = record.contexts() if any(s.needs_context for s in settings) else None
     if record.target_logits.device.type == "cpu":
-        t = record.temperature
-        return tuple(laws_from_logits(x.float().numpy(), t) for x in (record.target_logits, record.draft_logits))
+        return tuple(laws_from_logits(x.float().numpy(), s, ctx)
+                     for x, s in zip((record.target_logits, record.draft_logits), settings))
     import torch
 
-    return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
-                 for x in (record.target_logits, record.draft_logits))
+    if settings == (SamplingParams(record.temperature),) * 2:
+        return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
+                     for x in (record.target_logits, record.draft_logits))
+    return tuple(s.laws(x.double(), ctx) for x, s in zip((record.target_logits, record.draft_logits), settings))
 
 
 def _int_keys(res: dict) -> dict:

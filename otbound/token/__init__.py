@@ -14,11 +14,13 @@ verifiers.
 
 Modules form a DAG: ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` → ``bounds`` →
 ``verifiers`` (and ``logits`` alone); no module imports one after it.
-* :mod:`otbound.token.logits` — temperature, applied in one place: logits → laws.
+* :mod:`otbound.token.logits` — sampling settings (:class:`SamplingParams`: temperature, top-k,
+  top-p, min-p, repetition penalty), applied in one place: logits → laws.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 """
 
 from otbound.token._kernel import LawBatch
+from otbound.token._settings import SamplingParams, describe_settings, settings_at
 from otbound.token.bounds import (
     LPDual,
     Relaxation,
@@ -47,11 +49,13 @@ __all__ = [
     "LawBatch",
     "LPDual",
     "Relaxation",
+    "SamplingParams",
     "TokenBound",
     "VERIFIERS",
     "Verifier",
     "VerifierRun",
     "VerifierSample",
+    "describe_settings",
     "draft_joint",
     "draft_law",
     "greedy_split",
@@ -62,5 +66,6 @@ __all__ = [
     "optimal_acceptance_lp",
     "relaxation_bounds",
     "sample_drafts",
+    "settings_at",
     "subset_mass",
 ]

@@ -47,6 +47,34 @@ def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
     return _greedy_split(q, check_num_drafts(num_drafts, q, "greedy"))
 
 
+def top_tokens(q, num_tokens: int) -> np.ndarray:
+    """The ``num_tokens`` most probable tokens of q by decreasing q, ties to the lower index: the
+    deterministic draft tuple (``sampling="deterministic"``) and the greedy law's fixed drafts.
+
+    Parameters
+    ----------
+    q : array_like, shape (V,)
+        A law.
+    num_tokens : int
+        How many tokens, 0 ≤ num_tokens ≤ V.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 token ids, shape (num_tokens,).
+
+    Examples
+    --------
+    >>> from otbound.token.draft_laws import top_tokens
+    >>> top_tokens([0.2, 0.4, 0.2, 0.2], 3).tolist()
+    [1, 0, 2]
+    """
+    q = as_law(q, "q", ndim=1)
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)) or not 0 <= num_tokens <= q.size:
+        raise InvalidInputError(f"num_tokens must be an integer in [0, {q.size}], got {num_tokens!r}")
+    return _kernel.top_tokens(q, int(num_tokens))
+
+
 def _greedy_split(q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`greedy_split` on a checked law (also the hot path of the greedy bound over batches)."""
     g = _kernel.top_tokens(q, k - 1)
@@ -383,8 +411,48 @@ class Greedy(DraftLaw):
             )
 
 
+class Deterministic(DraftLaw):
+    """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
+    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._deterministic`)."""
+
+    name = "deterministic"
+
+    def sample(self, q, k, n, rng):
+        return np.tile(_kernel.top_tokens(q, k), (n, 1))
+
+    def joint(self, q, k):
+        joint = np.zeros((q.size,) * k)
+        joint[tuple(_kernel.top_tokens(q, k))] = 1.0
+        return joint
+
+    def subset_mass(self, q, mask, k):
+        return float(mask[_kernel.top_tokens(q, k)].all())
+
+    def inclusion(self, q, k):
+        out = np.zeros(q.size)
+        out[_kernel.top_tokens(q, k)] = 1.0
+        return out
+
+    def coupling_law(self, q, k):
+        out = np.zeros(q.size)  # the first draft is argmax q, a point mass
+        out[_kernel.top_tokens(q, 1)] = 1.0
+        return out
+
+    def check_drafts(self, q, drafts, k):
+        g = _kernel.top_tokens(q, k)
+        wrong = (drafts != g).any(axis=1)
+        if wrong.any():
+            r = int(np.flatnonzero(wrong)[0])
+            raise InvalidInputError(
+                f"drafts row {r} = {drafts[r].tolist()} is not the deterministic tuple: expected the top-{k} "
+                f"tokens {g.tolist()} of q by decreasing q (ties to the lower index)"
+            )
+
+
 #: the draft laws by their ``sampling`` name (the keys are :data:`otbound.SAMPLINGS`)
-DRAFT_LAWS: dict[str, DraftLaw] = {law.name: law for law in (WithReplacement(), WithoutReplacement(), Greedy())}
+DRAFT_LAWS: dict[str, DraftLaw] = {
+    law.name: law for law in (WithReplacement(), WithoutReplacement(), Greedy(), Deterministic())
+}
 
 
 def draft_law(sampling: str) -> DraftLaw:

@@ -3,19 +3,21 @@
 :data:`VERIFIERS` maps a name to a ready verifier object; every verifier declares ``lossless``
 (tested: ``Σ_x̄ Q(x̄) law(·|x̄) = p`` exactly, :meth:`Verifier.lossless_error`) and ``reference``:
 
-========== =================== ======== =====================================================
-name       draft law           lossless algorithm
-========== =================== ======== =====================================================
-nss        with_replacement    yes      naive: Y ~ p, accepted iff Y ∈ x̄
-rrs        with_replacement    yes      SpecInfer recursive rejection sampling (2305.09781)
-rrs_wor    without_replacement yes      RRS without replacement (Jeon et al. 2402.14160)
-kseq       with_replacement    yes      SpecTr K-SEQ at ρ* (2310.15141)
-spechub    greedy (K ≤ 2)      yes      SpecHub (2411.05289)
-greedy     greedy              yes      greedy-law optimal verifier (theory.md §3), α = α*_greedy
-khisti_is  with_replacement    yes      IS draft selection + speculative sampling (2410.18234)
-khisti_lp  with_replacement    yes      the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
-ot         with_replacement    yes      the optimal verifier, α = α*, at any V (:class:`OptimalVerifier`)
-========== =================== ======== =====================================================
+================= =================== ======== =====================================================
+name              draft law           lossless algorithm
+================= =================== ======== =====================================================
+nss               with_replacement    yes      naive: Y ~ p, accepted iff Y ∈ x̄
+rrs               with_replacement    yes      SpecInfer recursive rejection sampling (2305.09781)
+rrs_wor           without_replacement yes      RRS without replacement (Jeon et al. 2402.14160)
+kseq              with_replacement    yes      SpecTr K-SEQ at ρ* (2310.15141)
+spechub           greedy (K ≤ 2)      yes      SpecHub (2411.05289)
+greedy            greedy              yes      greedy-law optimal verifier (theory.md §3), α = α*_greedy
+khisti_is         with_replacement    yes      IS draft selection + speculative sampling (2410.18234)
+khisti_lp         with_replacement    yes      the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
+ot                with_replacement    yes      the optimal verifier, α = α*, at any V (:class:`OptimalVerifier`)
+onehot            deterministic       yes      one-hot-q recursive rule (vLLM's argmax drafts), α = p(top-K(q))
+nss_deterministic deterministic       yes      Y ~ p, accepted iff Y ∈ top-K(q), α = p(top-K(q))
+================= =================== ======== =====================================================
 
 ``NaiveVerifier(sampling)`` and ``OptimalVerifier(sampling)`` build the same verifiers for another
 draft law. :func:`run` draws drafts, verifies them and reports the Monte Carlo acceptance with a CI.
@@ -29,6 +31,7 @@ from otbound.token.verifiers._base import (
     run,
     support_tuples,
 )
+from otbound.token.verifiers._deterministic import MembershipVerifier, OneHotVerifier
 from otbound.token.verifiers._greedy import GreedyVerifier, SpecHubVerifier
 from otbound.token.verifiers._importance import (
     ImportanceSamplingVerifier,
@@ -53,6 +56,8 @@ VERIFIERS: dict[str, Verifier] = {
         ImportanceSamplingVerifier(),
         OptimalImportanceVerifier(),
         OptimalVerifier(),
+        OneHotVerifier(),
+        MembershipVerifier(),
     )
 }
 
@@ -77,5 +82,7 @@ __all__ = [
     "optimal_selection",
     "OptimalVerifier",
     "OptimalCoupling",
+    "OneHotVerifier",
+    "MembershipVerifier",
     "optimal_coupling",
 ]
