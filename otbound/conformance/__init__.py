@@ -24,6 +24,7 @@ from otbound.conformance._adapters import (
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
 from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
+from otbound.conformance._routing import LazyUniform, RoutedGenerator, exponential_race, route_randomness
 from otbound.conformance._stats import power, samples_for_power
 from otbound.conformance._token import check_token_verifier
 from otbound.conformance._tree import ConformanceError, enumerate_outcomes
@@ -35,6 +36,8 @@ __all__ = [
     "ConformanceResult",
     "Counterexample",
     "InstanceReport",
+    "LazyUniform",
+    "RoutedGenerator",
     "TokenInstance",
     "block_adapter",
     "block_instances",
@@ -42,7 +45,9 @@ __all__ = [
     "check_block_verifier",
     "check_token_verifier",
     "enumerate_outcomes",
+    "exponential_race",
     "power",
+    "route_randomness",
     "samples_for_power",
     "token_instances",
     "token_law_adapter",
