@@ -437,3 +437,159 @@ def test_cli_usage_errors_are_one_line(args, match, capsys, tmp_path):
     assert main(args + ["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err
+
+
+# -- randomness routing ---------------------------------------------------------------------------
+
+
+def _law(run, size=None):
+    out = {}
+    for prob, y in oc.enumerate_outcomes(run):
+        out[y] = out.get(y, 0.0) + prob
+    return out
+
+
+def test_routed_uniform_comparisons_are_exact_and_consistent():
+    """u < t on either side, with numbers and tensors; a uniform compared twice (u < 0.3, then
+    u < 0.6) is conditioned on the first answer, so the law of the pair is exact."""
+    import torch
+
+    def run(coin, draw):
+        with oc.route_randomness(coin, draw):
+            u = torch.rand(2)
+            a = bool(u[0] < 0.3)
+            b = bool(torch.tensor(0.6, dtype=torch.float64) > u[0])  # the same uniform: P(b | a) = 1, P(b | not a) = 3/7
+            c = bool(torch.le(u[1], torch.tensor(0.25)))  # 0.25 is exact in float32
+            return a, b, c
+
+    law = _law(run)
+    assert law == pytest.approx({(True, True, True): 0.3 * 0.25, (True, True, False): 0.3 * 0.75,
+                                 (False, True, True): 0.3 * 0.25, (False, True, False): 0.3 * 0.75,
+                                 (False, False, True): 0.4 * 0.25, (False, False, False): 0.4 * 0.75}, abs=1e-15)
+
+
+def test_routed_multinomial_categorical_choice_bernoulli_and_race():
+    import torch
+
+    w = torch.tensor([[1.0, 0.0, 3.0], [2.0, 2.0, 0.0]])
+
+    def run(coin, draw):
+        with oc.route_randomness(coin, draw) as rng:
+            m = tuple(torch.multinomial(w, 1).ravel().tolist())
+            c = int(torch.distributions.Categorical(probs=torch.tensor([0.5, 0.5])).sample())
+            ch = int(rng.choice(3, p=[0.0, 0.2, 0.8]))
+            b = int(torch.bernoulli(torch.tensor([0.1], dtype=torch.float64)).item())
+            r = int(oc.exponential_race(torch.tensor([0.0, 1.0, 1.0])))
+            return m, c, ch, b, r
+
+    law = _law(run)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-15) and len(law) == 2 * 2 * 2 * 2 * 2 * 2
+    assert law[((2, 0), 1, 2, 1, 1)] == pytest.approx(0.75 * 0.5 * 0.5 * 0.8 * 0.1 * 0.5, abs=1e-15)
+    # without replacement: the second draw from the renormalised rest
+    def two(coin, draw):
+        with oc.route_randomness(coin, draw):
+            return tuple(torch.multinomial(torch.tensor([2.0, 1.0, 1.0]), 2).tolist())
+
+    assert _law(two) == pytest.approx({(0, 1): 0.5 * 0.5, (0, 2): 0.5 * 0.5, (1, 0): 0.25 * 2 / 3, (1, 2): 0.25 / 3,
+                                       (2, 0): 0.25 * 2 / 3, (2, 1): 0.25 / 3}, abs=1e-15)
+    # the router restores torch on exit: a real draw again
+    assert torch.multinomial(torch.tensor([0.0, 1.0]), 1).item() == 1 and torch.rand(3).shape == (3,)
+
+
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        (lambda torch, rng: torch.rand(2) * 2.0 < 1.0, "\\* was applied to a uniform drawn by torch.rand"),
+        (lambda torch, rng: torch.log(torch.rand_like(torch.ones(2))) < 0, "torch.log was applied .* torch.rand_like"),
+        (lambda torch, rng: 1.0 - rng.random() < 0.5, "- was applied to a uniform drawn by rng.random"),
+        (lambda torch, rng: torch.rand(()).item(), "\\.item was applied"),
+        (lambda torch, rng: float(torch.rand(())) < 0.5, "float\\(\\) was applied"),
+        (lambda torch, rng: torch.empty(3).exponential_(), "Tensor.exponential_ .*exponential_race"),
+        (lambda torch, rng: torch.randn(3), "torch.randn"),
+    ],
+)
+def test_unroutable_uses_name_the_call(body, match):
+    import torch
+
+    def run(coin, draw):
+        with oc.route_randomness(coin, draw) as rng:
+            return body(torch, rng)
+
+    with pytest.raises(oc.ConformanceError, match=match):
+        oc.enumerate_outcomes(run)
+    assert torch.rand(2).shape == (2,)  # restored after the error
+
+
+def _sample_style_rrs(p, q, drafts, rng):
+    """RRS written against a numpy Generator (a sample-mode verifier)."""
+    cur = np.array(p)
+    for x in drafts:
+        if rng.random() < min(1.0, cur[x] / q[x]):
+            return int(x)
+        cur = ex._residual(cur, q)
+    return int(rng.choice(len(p), p=cur))
+
+
+def test_routed_generator_runs_a_sample_mode_verifier_exactly():
+    def verify(p, q, drafts, coin, draw):
+        with oc.route_randomness(coin, draw) as rng:
+            return _sample_style_rrs(p, q, drafts, rng)
+
+    res = oc.check_token_verifier(verify, vocab_size=3, num_drafts=2, instances=8)
+    assert res.passed and res.lossless_error < EXACT
+    ref = oc.check_token_verifier(ex.rrs, vocab_size=3, num_drafts=2, instances=8)
+    assert np.abs(res.acceptance - ref.acceptance).max() < EXACT
+
+
+# -- the installed transformers verifier ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_transformers_speculative_sampling_is_lossless_exactly(length):
+    """transformers' _speculative_sampling, unmodified, under the router: every branch of its own
+    code enumerated; lossless to float64 round-off and E[τ] equal to U_causal at K = 1 (speculative
+    sampling is optimal for one draft block, Sun et al. 2403.10444 only improve it at L ≥ 2)."""
+    from otbound.conformance.adapters import transformers_speculative_sampling
+
+    res = oc.check_block_verifier(
+        transformers_speculative_sampling(), vocab_size=2, num_drafts=1, block_len=length, instances=8
+    )
+    assert res.passed and res.lossless_error < EXACT, res.summary()
+    ref = oc.check_block_verifier(oc.block_adapter(BLOCK_VERIFIERS["token"]), vocab_size=2, num_drafts=1,
+                                  block_len=length, instances=8)
+    assert np.abs(res.acceptance - ref.acceptance).max() < EXACT  # the same E[τ] as the package's token-wise SD
+    if length == 1:
+        assert np.abs(res.acceptance - res.optimal).max() < 1e-9
+
+
+def _broken_transformers():
+    """A copy of the installed _speculative_sampling whose residual is p instead of (p − q)+."""
+    import inspect
+    import textwrap
+
+    import transformers.generation.utils as tgu
+
+    src = textwrap.dedent(inspect.getsource(tgu._speculative_sampling))
+    good = "p_prime = torch.clamp((p_n_plus_1 - q_n_plus_1), min=0)"
+    assert good in src, "transformers changed its residual line; update this broken copy"
+    namespace = dict(vars(tgu))
+    exec(src.replace(good, "p_prime = p_n_plus_1.clone()"), namespace)  # noqa: S102 — a test-only mutant
+    return namespace["_speculative_sampling"]
+
+
+def test_broken_transformers_copy_fails_with_its_minimal_counterexample():
+    """The residual drawn from p instead of (p − q)+: caught exactly, shrunk to V = 2, K = 1, L = 1,
+    where the output law is min(p, q) + (1 − α) p (α = Σ min(p, q))."""
+    from otbound.conformance.adapters import transformers_speculative_sampling
+
+    res = oc.check_block_verifier(
+        transformers_speculative_sampling(_broken_transformers()), vocab_size=2, num_drafts=1, block_len=3,
+        instances=8,
+    )  # fmt: skip
+    assert not res.passed
+    c = res.counterexample
+    assert (c.vocab_size, c.num_drafts, c.block_len) == (2, 1, 1)
+    p, q = c.target[()], c.draft[()]
+    first = np.minimum(p, q) + (1.0 - np.minimum(p, q).sum()) * p  # the law of the first emitted token
+    want = max(abs(first[y] - p[y]) * c.target[(y,)][z] for y in range(2) for z in range(2))
+    assert c.lossless_error == pytest.approx(want, abs=EXACT) and c.lossless_error > 1e-3

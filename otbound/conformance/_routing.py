@@ -7,7 +7,7 @@ takes the argmax of an exponential race. :func:`route_randomness` replaces those
 duration of a ``with`` block, by versions that answer through ``coin`` and ``draw``:
 
 * ``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_`` (its return value), numpy's
-  ``random`` / ``uniform`` return :class:`LazyUniform` — uniforms that are never materialised. A
+  ``random`` / ``uniform``, Python's ``random.random`` return :class:`LazyUniform` — uniforms that are never materialised. A
   comparison ``u < t`` (``<=``, ``>``, ``>=``, ``torch.lt`` …, either side) asks, element by element
   in C order, ``coin(P(u < t | what earlier comparisons of that element revealed))``: a uniform is
   known to lie in an interval ``(lo, hi]`` and ``P(u < t) = clip((t − lo) / (hi − lo), 0, 1)``, so a
@@ -32,6 +32,7 @@ not routed; engine code calling ``torch.rand(...)`` is.
 from __future__ import annotations
 
 import contextlib
+import random
 
 import numpy as np
 
@@ -428,7 +429,8 @@ def route_randomness(coin, draw):
     ``torch.rand_like``, ``Tensor.uniform_`` (lazy uniforms, resolved by comparisons with
     thresholds through ``coin``), ``torch.multinomial`` / ``Tensor.multinomial`` /
     ``Categorical.sample`` (through ``draw``), ``torch.bernoulli`` (``coin``), numpy's global
-    ``np.random.random`` / ``rand`` / ``uniform`` / ``choice``, and the yielded
+    ``np.random.random`` / ``rand`` / ``uniform`` / ``choice``, Python's ``random.random`` (EAGLE's
+    ``evaluate_posterior`` draws its uniforms there), and the yielded
     :class:`RoutedGenerator` for code that takes a numpy ``rng``. The exponential race has the
     drop-in replacement :func:`exponential_race`. ``Tensor.exponential_``, ``torch.randn``,
     ``randint``, ``randperm``, ``normal`` raise a :class:`~otbound.conformance.ConformanceError`, as
@@ -492,6 +494,9 @@ def route_randomness(coin, draw):
     def np_rand(*size):
         return r.new(tuple(int(s) for s in size), kind="numpy", origin="np.random.rand")
 
+    def py_random():
+        return r.new((), kind="numpy", origin="random.random")
+
     gen = RoutedGenerator(r)
     patches = [
         (torch, "rand", rand),
@@ -506,6 +511,7 @@ def route_randomness(coin, draw):
         (np.random, "rand", np_rand),
         (np.random, "uniform", gen.uniform),
         (np.random, "choice", gen.choice),
+        (random, "random", py_random),
     ]
     for name in ("randn", "randn_like", "randint", "randint_like", "randperm", "normal", "poisson"):
         patches.append((torch, name, _unroutable_call(f"torch.{name}")))
