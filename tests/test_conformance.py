@@ -458,7 +458,8 @@ def test_routed_uniform_comparisons_are_exact_and_consistent():
         with oc.route_randomness(coin, draw):
             u = torch.rand(2)
             a = bool(u[0] < 0.3)
-            b = bool(torch.tensor(0.6, dtype=torch.float64) > u[0])  # the same uniform: P(b | a) = 1, P(b | not a) = 3/7
+            # the same uniform again: P(b | a) = 1, P(b | not a) = 3/7
+            b = bool(torch.tensor(0.6, dtype=torch.float64) > u[0])
             c = bool(torch.le(u[1], torch.tensor(0.25)))  # 0.25 is exact in float32
             return a, b, c
 

@@ -7,12 +7,12 @@ takes the argmax of an exponential race. :func:`route_randomness` replaces those
 duration of a ``with`` block, by versions that answer through ``coin`` and ``draw``:
 
 * ``torch.rand``, ``torch.rand_like``, ``Tensor.uniform_`` (its return value), numpy's
-  ``random`` / ``uniform``, Python's ``random.random`` return :class:`LazyUniform` — uniforms that are never materialised. A
-  comparison ``u < t`` (``<=``, ``>``, ``>=``, ``torch.lt`` …, either side) asks, element by element
-  in C order, ``coin(P(u < t | what earlier comparisons of that element revealed))``: a uniform is
-  known to lie in an interval ``(lo, hi]`` and ``P(u < t) = clip((t − lo) / (hi − lo), 0, 1)``, so a
-  uniform compared twice (a shared uniform) stays exact. The result is an ordinary bool tensor /
-  array.
+  ``random`` / ``uniform``, Python's ``random.random`` return :class:`LazyUniform` — uniforms
+  that are never materialised. A comparison ``u < t`` (``<=``, ``>``, ``>=``, ``torch.lt`` …,
+  either side) asks, element by element in C order, ``coin(P(u < t | what earlier comparisons of
+  that element revealed))``: a uniform is known to lie in an interval ``(lo, hi]`` and
+  ``P(u < t) = clip((t − lo) / (hi − lo), 0, 1)``, so a uniform compared twice (a shared uniform)
+  stays exact. The result is an ordinary bool tensor / array.
 * ``torch.multinomial`` (with or without replacement), ``Tensor.multinomial``,
   ``torch.distributions.Categorical.sample``, numpy's ``choice`` call ``draw`` on each row's
   normalised weights; ``torch.bernoulli`` calls ``coin`` per element.
