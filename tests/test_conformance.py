@@ -7,6 +7,7 @@ distortion (fixed seeds, so every run is the same).
 """
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -594,3 +595,105 @@ def test_broken_transformers_copy_fails_with_its_minimal_counterexample():
     first = np.minimum(p, q) + (1.0 - np.minimum(p, q).sum()) * p  # the law of the first emitted token
     want = max(abs(first[y] - p[y]) * c.target[(y,)][z] for y in range(2) for z in range(2))
     assert c.lossless_error == pytest.approx(want, abs=EXACT) and c.lossless_error > 1e-3
+
+
+# -- honest verdicts ------------------------------------------------------------------------------
+
+
+def test_float32_rounding_is_named_and_precision_float32_accepts_it():
+    """transformers' verifier in float32 (as generation runs it): errors of a few 1e-9 fail the
+    float64 tolerance, and the verdict says they are float32 rounding and names tolerance= and
+    precision='float32'; at precision='float32' (tolerance 1e-6) it passes."""
+    from otbound.conformance.adapters import transformers_speculative_sampling
+
+    f32 = transformers_speculative_sampling(dtype="float32")
+    res = oc.check_block_verifier(f32, vocab_size=2, num_drafts=1, block_len=2, instances=5)
+    assert not res.passed and 1e-10 < res.lossless_error < 1e-7 and res.within_float32_rounding
+    text = res.summary()
+    assert "within float32 rounding" in text and "tolerance=" in text and "precision='float32'" in text
+    assert "difference -" in text or "difference +" in text  # the worst cell's difference, not two equal numbers
+    ok = oc.check_block_verifier(f32, vocab_size=2, num_drafts=1, block_len=2, instances=5, precision="float32")
+    assert ok.passed and ok.tolerance == 1e-6 and ok.precision == "float32"
+    # a real defect is not excused as rounding
+    bad = oc.check_block_verifier(ex.block_cumulative_products, vocab_size=2, num_drafts=1, block_len=2, instances=4)
+    assert not bad.within_float32_rounding and "float32 rounding" not in bad.summary()
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(tolerance=1e-6, precision="float32"), "not both"),
+        (dict(precision="float16"), "precision must be"),
+        (dict(tolerance=-1.0), "non-negative"),
+        (dict(samples=100), "samples apply to mode='sample'"),
+        (dict(batch=True), "batch apply to mode='sample'"),
+        (dict(level=0.01), "level apply to mode='sample'"),
+        (dict(mode="sample", tolerance=1e-3), "tolerance apply to mode='exact'"),
+        (dict(mode="sample", precision="float32"), "precision apply to mode='exact'"),
+    ],
+)
+def test_options_of_the_other_mode_are_refused(kwargs, match):
+    verify = oc.as_sampler(ex.rrs) if kwargs.get("mode") == "sample" else ex.rrs
+    with pytest.raises(InvalidInputError, match=match):
+        oc.check_token_verifier(verify, vocab_size=3, num_drafts=2, instances=2, **kwargs)
+
+
+def _assert_clean(text):
+    assert "inf" not in text and "-0.0000" not in text and "-0.00e" not in text and "nan" not in text.lower()
+    assert all(abs(float(x)) < 100 for x in re.findall(r"-?\d+\.\d+(?!e)", text))  # no huge cells
+
+
+def test_summary_skips_instances_with_a_vanishing_bound_and_marks_lossy_efficiency():
+    """E[τ] = 1.5e-9 over U_causal = 2.5e-9 measures nothing: such instances are listed, not
+    averaged; a lossy verifier's efficiency is 'not meaningful'; no inf, -0.0000 or huge cell."""
+    good = oc.check_block_verifier(ex.block_verification, vocab_size=2, num_drafts=1, block_len=2, instances=8)
+    tiny = [r for r in good.instances if r.optimal < 1e-6]
+    assert {r.label for r in tiny} == {"disjoint supports at the root", "near-deterministic models"}
+    assert all(r.efficiency is None for r in tiny) and np.isnan(good.efficiency[[5, 6]]).all()
+    kept = [r.efficiency for r in good.instances if r.efficiency is not None]
+    text = good.summary()
+    assert f"mean {np.mean(kept):.4f}, min {np.min(kept):.4f}" in text and f"over {len(kept)} instances" in text
+    assert "not averaged (U_causal < 1e-06): disjoint supports at the root; near-deterministic models" in text
+    _assert_clean(text)
+    _assert_clean(good.to_markdown())
+    lossy = oc.check_block_verifier(ex.block_cumulative_products, vocab_size=2, num_drafts=1, block_len=2, instances=8)
+    assert "efficiency E[τ]/U_causal: not meaningful" in lossy.summary() and "mean " not in lossy.efficiency_lines()[0]
+    _assert_clean(lossy.summary())
+    assert json.loads(json.dumps(good.to_dict()))["instances"][5]["efficiency"] is None
+
+
+def test_sample_mode_efficiency_has_intervals():
+    """n = 500: the estimated α/α* can exceed 1 from noise; the summary shows 95% intervals (α ± 1.96
+    standard errors over α*) that cover 1 for a lossless, optimal-on-this-instance verifier."""
+    p, q = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.3, 0.2])
+    res = oc.check_token_verifier(oc.as_sampler(ex.rrs), vocab_size=3, num_drafts=1, instances=[(p, q)],
+                                  mode="sample", samples=500, seed=3)
+    r = res.instances[0]
+    assert r.acceptance_se == pytest.approx(np.sqrt(r.acceptance * (1 - r.acceptance) / 500), rel=1e-12)
+    lo, hi = r.efficiency_interval
+    assert lo < 1.0 < hi and hi - lo == pytest.approx(2 * 1.959963984540054 * r.acceptance_se / r.optimal)
+    text = res.summary()
+    assert f"[{lo:.3f},{hi:.3f}]" in text and "at 95%" in text
+    _assert_clean(text)
+
+
+def test_sample_verdict_is_p_value_against_the_corrected_level():
+    """A batched black box emitting a fixed histogram: counts (554, 446) and (555, 445) of n = 1000
+    against p = (1/2, 1/2) have G-test p-values 6.29e-4 and 4.98e-4; with two instances at level
+    1e-3 the per-instance level is 5e-4, so the first passes (it would fail uncorrected) and the
+    second fails."""
+    n = 1000
+
+    def fixed(p, q, drafts, rng):
+        c = 554 if q[0] == 0.5 else 555
+        return np.array([0] * c + [1] * (n - c))
+
+    half = np.array([0.5, 0.5])
+    res = oc.check_token_verifier(fixed, vocab_size=2, num_drafts=1, instances=[(half, half), (half, [0.4, 0.6])],
+                                  mode="sample", batch=True, samples=n)
+    assert res.level_alpha == pytest.approx(5e-4)
+    for r, c in zip(res.instances, (554, 555), strict=True):
+        want = scipy.stats.power_divergence([c, n - c], [n / 2, n / 2], lambda_="log-likelihood").pvalue
+        assert r.p_value == pytest.approx(want, rel=1e-12)
+        assert r.passed == (want >= 5e-4)
+    assert [r.passed for r in res.instances] == [True, False] and res.instances[0].p_value < 1e-3

@@ -13,6 +13,7 @@ from otbound.conformance._common import (
     as_token_id,
     check_callable,
     check_mode,
+    check_options,
     check_vocab,
     exact_counterexample,
     frozen,
@@ -31,8 +32,6 @@ from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_
 
 #: exact mode enumerates at most this many draft tuples ((#blocks)^K) per instance
 MAX_TUPLES = 20_000
-#: default exact-mode tolerance on the continued law's max |error| (float64 round-off: ~1e-15)
-TOLERANCE = 1e-10
 
 
 def check_block_verifier(
@@ -44,11 +43,12 @@ def check_block_verifier(
     instances: int | Sequence = 8,
     seed: int = 0,
     mode: str = "exact",
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = None,
+    precision: str = "float64",
     batch: bool = False,
-    level: float = 1e-3,
-    distortion: float = 0.01,
-    power: float = 0.99,
+    level: float | None = None,
+    distortion: float | None = None,
+    power: float | None = None,
     samples: int | None = None,
     max_branches: int = MAX_BRANCHES,
     shrink: bool = True,
@@ -68,7 +68,8 @@ def check_block_verifier(
     **mode="exact"**: ``verify(target, draft, blocks, coin, draw) -> tokens``, randomness only via
     ``coin(prob) -> bool`` and ``draw(law) -> int``. Every draft tuple of positive probability and
     every branch are enumerated, so laws and ``E[τ]`` are exact; pass iff error ≤ ``tolerance``
-    (default 1e-10). A failing instance is shrunk (smaller K, shorter blocks, fewer tokens) to the
+    (by ``precision``: "float64" 1e-10, "float32" 1e-6; see :func:`check_token_verifier`). A
+    failing instance is shrunk (smaller K, shorter blocks, fewer tokens) to the
     ``counterexample``.
 
     **mode="sample"**: ``verify(target, draft, blocks, rng) -> tokens``; with ``batch=True``
@@ -94,6 +95,10 @@ def check_block_verifier(
     k = check_num_drafts(num_drafts)
     length = check_positive_int(block_len, "block_len")
     mode = check_mode(mode)
+    tolerance, precision = check_options(
+        mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
+        samples=samples,
+    )  # fmt: skip
     if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
         insts = block_instances(v, length, check_positive_int(instances, "instances"), int(seed))
     else:
@@ -117,7 +122,8 @@ def check_block_verifier(
             lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
         )  # fmt: skip
         return ConformanceResult(
-            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label
+            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+            precision=precision,
         )
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -136,7 +142,7 @@ def check_block_verifier(
             _worst(laws[i], target_law), block_len=length, label=t.label,
         )  # fmt: skip
     return ConformanceResult(
-        "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+        "block", mode, v, k, law, None, reports, cex, block_len=length, name=label,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
 
@@ -278,11 +284,12 @@ def _sample_report(verify, inst, k, plan, batch, rng, drafting=None):
         np.add.at(counts, np.ravel_multi_index(full.T, (v,) * (length + 1)), 1)
     _, pval = g_test(counts, want)
     law = counts / n
-    tau = float(np.mean([len(s) - 1 for s in seqs]))
+    taus = np.array([len(s) - 1 for s in seqs], dtype=np.float64)
+    tau = float(taus.mean())
     causal, joint = _bounds(inst, k, drafting)
     rep = InstanceReport(
         inst.label, v, k, float(np.abs(law - want.ravel()).max()), tau, causal, passed=pval >= plan.per_instance_level,
         block_len=length, joint_bound=joint, total_variation=0.5 * float(np.abs(law - want.ravel()).sum()),
-        samples=n, p_value=pval, power=pw,
+        samples=n, p_value=pval, power=pw, acceptance_se=float(taus.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
     )  # fmt: skip
     return rep, _seq_dict(law.reshape(want.shape))
