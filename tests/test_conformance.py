@@ -697,3 +697,116 @@ def test_sample_verdict_is_p_value_against_the_corrected_level():
         assert r.p_value == pytest.approx(want, rel=1e-12)
         assert r.passed == (want >= 5e-4)
     assert [r.passed for r in res.instances] == [True, False] and res.instances[0].p_value < 1e-3
+
+
+# -- the CLI: every misuse exits 2 with one line --------------------------------------------------
+
+USER_FILE = '''
+import numpy as np
+
+
+def token_rrs(p, q, drafts, coin, draw):
+    cur = np.array(p)
+    for x in drafts:
+        if coin(min(1.0, cur[x] / q[x])):
+            return int(x)
+        d = np.maximum(cur - q, 0.0)
+        cur = d / d.sum() if d.sum() > 0 else cur
+    return draw(cur)
+
+
+def block_first(target, draft, blocks, coin, draw):
+    return [t for t in blocks[0]][:0] + [draw(target(()))]
+
+
+def sampler(p, q, drafts, rng):
+    return int(rng.choice(len(p), p=p))
+
+
+def skip_repeats(p, q, drafts, coin, draw):
+    return token_rrs(p, q, list(dict.fromkeys(int(x) for x in drafts)), coin, draw)
+
+
+def spins(p, q, drafts, coin, draw):
+    while True:
+        pass
+
+
+def endless(p, q, drafts, coin, draw):
+    while True:
+        coin(0.5)
+'''
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    path = tmp_path / "adapters" / "my.py"
+    path.parent.mkdir()
+    path.write_text(USER_FILE)
+    return path
+
+
+def test_cli_file_path_and_as_sampler(user_file, tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main([f"{user_file}:token_rrs", "--level", "token", "--num-drafts", "2", "--instances", "4",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads((out / "report.json").read_text())["passed"] is True
+    assert main([f"{user_file}:skip_repeats", "--level", "token", "--num-drafts", "2", "--mode", "sample",
+                 "--as-sampler", "--instances", "1", "--out", str(out)]) == 1  # fmt: skip
+    text = capsys.readouterr().out
+    assert "FAIL" in text and "sample mode" in text
+
+
+def _one_line_exit_2(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "fn,extra,match",
+    [
+        ("token_rrs", ["--mode", "sample"], "cannot be called as verify\\(p, q, drafts, rng\\).*--as-sampler"),
+        ("sampler", [], "cannot be called as verify\\(p, q, drafts, coin, draw\\).*use --mode sample"),
+        ("block_first", [], "raised TypeError.*at token level.*needs --level block"),
+        ("token_rrs", ["--block-len", "3"], "--block-len applies to --level block only"),
+        ("token_rrs", ["--batch"], "--batch applies to --mode sample only"),
+        ("token_rrs", ["--as-sampler"], "--as-sampler applies to --mode sample only"),
+        ("token_rrs", ["--mode", "sample", "--as-sampler", "--precision", "float32"], "--precision applies to --mode"),
+        ("token_rrs", ["--mode", "sample", "--as-sampler", "--batch"], "cannot be combined with --batch"),
+        ("token_rrs", ["--precision", "float32", "--tolerance", "1e-3"], "not both"),
+        ("token_rrs", ["--num-drafts", "4", "--sampling", "without_replacement"], "num_drafts=4 > vocab_size=3"),
+        ("token_rrs", ["--vocab-size", "1000000000"], "draft tuples"),
+        ("token_rrs", ["--instances", "0"], "instances must be a positive integer"),
+        ("token_rrs", ["--instances", "100000000"], "at most 10000"),
+        ("spins", ["--instances", "1", "--time-limit", "1"], "did not finish within --time-limit 1 s"),
+        ("endless", ["--instances", "1"], "more than 2000 coin/draw decisions"),
+    ],
+)
+def test_cli_token_misuse_exits_2_with_one_line(fn, extra, match, user_file, tmp_path, capsys):
+    argv = [f"{user_file}:{fn}", "--level", "token", "--num-drafts", "1", "--out", str(tmp_path / "o")] + extra
+    line = _one_line_exit_2(argv, capsys)
+    assert re.search(match, line), line
+
+
+def test_cli_block_misuse_and_bad_out(user_file, tmp_path, capsys):
+    tok = [f"{user_file}:token_rrs", "--level", "block", "--num-drafts", "1", "--instances", "2"]
+    line = _one_line_exit_2(tok + ["--out", str(tmp_path / "o")], capsys)
+    assert "at block level" in line and "needs --level token" in line
+    line = _one_line_exit_2(tok + ["--sampling", "greedy", "--out", str(tmp_path / "o")], capsys)
+    assert "--sampling applies to --level token only" in line
+    ok = [f"{user_file}:block_first", "--level", "block", "--num-drafts", "1", "--instances", "2"]
+    assert "is a file" in _one_line_exit_2(ok + ["--out", str(user_file)], capsys)
+    assert "not a writable directory" in _one_line_exit_2(ok + ["--out", str(user_file / "sub")], capsys)
+    assert "not a writable directory" in _one_line_exit_2(ok + ["--out", "/proc/otbound-report"], capsys)
+    assert "no such file" in _one_line_exit_2(["nowhere/x.py:f", "--level", "block", "--num-drafts", "1"], capsys)
+
+
+def test_cli_help_states_defaults(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: ./conformance-report)" in text and "default 600" in text and "exit status: 0 lossless" in text.lower()

@@ -20,7 +20,7 @@ from otbound.conformance._common import (
     most_significant_failure,
     sample_plan,
 )
-from otbound.conformance._instances import BlockInstance, block_instances, shrink_block
+from otbound.conformance._instances import BlockInstance, block_instances, check_instance_count, shrink_block
 from otbound.conformance._result import (
     MAX_ROWS,
     ConformanceResult,
@@ -99,8 +99,9 @@ def check_block_verifier(
         mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
         samples=samples,
     )  # fmt: skip
+    _check_size(v, k, length, mode, drafting)
     if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
-        insts = block_instances(v, length, check_positive_int(instances, "instances"), int(seed))
+        insts = block_instances(v, length, check_instance_count(instances), int(seed))
     else:
         insts = list(instances)
         for i, t in enumerate(insts):
@@ -145,6 +146,25 @@ def check_block_verifier(
         "block", mode, v, k, law, None, reports, cex, block_len=length, name=label,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
+
+
+#: models are tabulated over at most this many (prefix, token) cells, ``V^(L+1)``
+MAX_CELLS = 1_000_000
+
+
+def _check_size(v: int, k: int, length: int, mode: str, drafting) -> None:
+    """Refuse at once, before any model is tabulated: more than :data:`MAX_CELLS` cells ``V^(L+1)``
+    (the tables and the continued law), and in exact mode with K i.i.d. blocks more than
+    :data:`MAX_TUPLES` draft tuples ``V^(L·K)``."""
+    if v ** (length + 1) > MAX_CELLS:
+        raise InvalidInputError(
+            f"V^(L+1) = {v}^{length + 1} cells exceed {MAX_CELLS}: use smaller vocab_size or block_len"
+        )
+    if mode == "exact" and drafting is None and v ** (length * k) > MAX_TUPLES:
+        raise InvalidInputError(
+            f"exact mode would enumerate up to {v}^{length * k} draft tuples (limit {MAX_TUPLES}) at V = {v}, "
+            f"K = {k}, L = {length}; use smaller V, K or L, or mode='sample'"
+        )
 
 
 def _draft_tuples(draft, v: int, k: int, length: int, drafting=None):

@@ -25,10 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound import tabulated_model
-from otbound._validation import check_num_drafts
+from otbound import InvalidInputError, tabulated_model
+from otbound._validation import check_num_drafts, check_positive_int
 
 CONCENTRATIONS = (0.2, 1.0, 5.0)
+#: the most instances one check builds
+MAX_INSTANCES = 10_000
+#: random draws tried per requested instance before giving up (a q valid for K drafts is rare)
+MAX_TRIES = 1_000
 #: mass left off the top token in the near-deterministic instances
 NEAR = 1e-9
 
@@ -60,6 +64,14 @@ class BlockInstance:
         """``(target, draft)`` as :class:`otbound.BlockModel` (a prefix outside the table is an error)."""
         v = self.vocab_size
         return tabulated_model(self.target, v, name="target"), tabulated_model(self.draft, v, name="draft")
+
+
+def check_instance_count(count) -> int:
+    """``count`` as an int in ``1..MAX_INSTANCES``, else :class:`~otbound.InvalidInputError`."""
+    n = check_positive_int(count, "instances")
+    if n > MAX_INSTANCES:
+        raise InvalidInputError(f"instances must be at most {MAX_INSTANCES}, got {n}")
+    return n
 
 
 def _norm(x) -> np.ndarray:
@@ -121,6 +133,10 @@ def token_instances(vocab_size: int, num_drafts: int, sampling: str, count: int,
     rng = np.random.default_rng(seed)
     i = 0
     while len(out) < count:
+        if i > MAX_TRIES * count:
+            raise InvalidInputError(
+                f"no random instance over {vocab_size} tokens gives {num_drafts} {sampling} drafts after {i} draws"
+            )
         conc = CONCENTRATIONS[i % len(CONCENTRATIONS)]
         p, q = rng.dirichlet(np.full(vocab_size, conc)), rng.dirichlet(np.full(vocab_size, conc))
         if i % 5 == 4 and vocab_size > 1:  # a random zero in p or q

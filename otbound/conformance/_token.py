@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ from otbound.conformance._common import (
     most_significant_failure,
     sample_plan,
 )
-from otbound.conformance._instances import TokenInstance, shrink_token, token_instances
+from otbound.conformance._instances import TokenInstance, check_instance_count, shrink_token, token_instances
 from otbound.conformance._result import (
     MAX_ROWS,
     ConformanceResult,
@@ -102,6 +103,7 @@ def check_token_verifier(
         mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
         samples=samples,
     )  # fmt: skip
+    _check_size(v, k, sampling, mode, instances)
     insts = _token_list(instances, v, k, sampling, seed)
     if mode == "exact":
         reports = [_exact_report(verify, t, k, sampling, tolerance, max_branches) for t in insts]
@@ -135,6 +137,37 @@ def check_token_verifier(
         "token", mode, v, k, sampling, None, reports, cex, name=label,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
+
+
+#: sample mode draws laws over at most this many tokens (a G-test over more cells needs more
+#: samples than a check can draw)
+MAX_SAMPLE_VOCAB = 1 << 16
+
+
+def _check_size(v: int, k: int, sampling: str, mode: str, instances) -> None:
+    """Refuse at once, before any law is allocated, a request no instance can satisfy or exact mode
+    cannot enumerate: K > V without replacement / greedy (K distinct drafted tokens), more draft
+    tuples than :data:`MAX_TUPLES` (``V^K`` with replacement, ``V!/(V−K)!`` without, ``V − K + 1``
+    greedy), a vocabulary above :data:`MAX_SAMPLE_VOCAB` in sample mode, more than
+    :data:`~otbound.conformance._instances.MAX_INSTANCES` instances."""
+    if sampling != "with_replacement" and k > v:
+        raise InvalidInputError(f"num_drafts={k} > vocab_size={v}: the {sampling} law drafts K distinct tokens")
+    if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
+        check_instance_count(instances)
+    if mode == "exact":
+        if sampling == "with_replacement":
+            count = v**k
+        elif sampling == "without_replacement":
+            count = math.perm(v, k)
+        else:
+            count = v - k + 1
+        if count > MAX_TUPLES:
+            raise InvalidInputError(
+                f"exact mode would enumerate up to {count:.3g} draft tuples at V = {v}, K = {k} ({sampling}; limit "
+                f"{MAX_TUPLES}); use smaller V or K, or mode='sample'"
+            )
+    elif v > MAX_SAMPLE_VOCAB:
+        raise InvalidInputError(f"sample mode supports vocab_size ≤ {MAX_SAMPLE_VOCAB}, got {v}")
 
 
 def _token_list(instances, v, k, sampling, seed) -> list[TokenInstance]:
