@@ -811,3 +811,81 @@ def test_cli_help_states_defaults(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: ./conformance-report)" in text and "default 600" in text
     assert "exit status: 0 lossless" in text.lower()
+
+
+# -- user-described drafting ----------------------------------------------------------------------
+
+
+def tree_walk(target, draft, blocks, coin, draw):
+    """A lossless verifier for a deterministic draft tree (the sampling branch of EAGLE-style tree
+    verification): at each node try its distinct children in row order, accepting child c with
+    probability r(c) of the current residual r (the draft is deterministic, q(c) = 1), else zero c
+    in r and renormalise; on acceptance descend with r = target(prefix); if every child is
+    rejected, emit a draw from r; at depth L draw the bonus from the target."""
+    rows = [tuple(int(t) for t in row) for row in blocks]
+    prefix = ()
+    while len(prefix) < len(rows[0]):
+        r = np.array(target(prefix), dtype=np.float64)
+        children = list(dict.fromkeys(row[len(prefix)] for row in rows if row[: len(prefix)] == prefix))
+        for c in children:
+            if coin(min(1.0, r[c] / r.sum())):
+                prefix += (c,)
+                break
+            r[c] = 0.0
+        else:
+            return list(prefix) + [draw(r / r.sum())]
+    return list(prefix) + [draw(target(prefix))]
+
+
+def _tree_instances():
+    return [t for t in oc.block_instances(3, 2, 10, 0) if all(np.count_nonzero(q > 0) >= 2 for q in t.draft.values())]
+
+
+def test_user_drafting_top_k_tree_is_bounded_by_its_own_law():
+    """EAGLE's deterministic top-2 tree, described with drafting=: the tree-walk verifier is
+    lossless, its E[τ] is the target probability of the tree's nodes (Σ over non-root nodes of the
+    target's path probability — it accepts exactly what a target sample would follow) and equals
+    U_causal of the tree's law (one deterministic tree: nothing better is possible); the bound of K
+    i.i.d. blocks (what the kit used without drafting=) is a different number."""
+    insts = _tree_instances()
+    assert len(insts) >= 5
+    tree = oc.top_k_tree(2)
+    res = oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting=tree)
+    assert res.passed and res.lossless_error < EXACT and res.sampling == "top_2_tree"
+    for t, r in zip(insts, res.instances, strict=True):
+        tg, dr = t.models()
+        (_, rows), = tree.law(dr, 2, 2)
+        nodes = {row[:d] for row in rows for d in (1, 2)}
+        want = sum(np.prod([tg(node[:i])[node[i]] for i in range(len(node))]) for node in nodes)
+        assert r.acceptance == pytest.approx(want, abs=EXACT)
+        assert r.acceptance == pytest.approx(r.optimal, abs=1e-8) and r.optimal <= r.joint_bound + 1e-9
+    iid = oc.check_block_verifier(oc.block_adapter(BLOCK_VERIFIERS["block"]), vocab_size=3, num_drafts=2, block_len=2,
+                                  instances=insts)
+    assert np.abs(iid.optimal - res.optimal).max() > 0.05
+
+
+def test_user_drafting_as_a_pair_and_in_sample_mode():
+    """(draw, law) as a pair; sample mode draws trees with the user's draw; a law not summing to 1 and
+    rows of the wrong length are refused."""
+    insts = _tree_instances()[:1]
+    tree = oc.top_k_tree(2)
+
+    def draw(draft, num, k, length, rng):
+        (_, rows), = tree.law(draft, k, length)
+        return np.broadcast_to(np.array(rows), (num, len(rows), length))
+
+    pair = (draw, tree.law)
+    ex_res = oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting=pair)
+    assert ex_res.passed and ex_res.sampling == "user drafting"
+    sm = oc.check_block_verifier(oc.as_sampler(tree_walk), vocab_size=3, num_drafts=2, block_len=2, instances=insts,
+                                 drafting=pair, mode="sample", samples=20_000)
+    assert sm.passed and sm.instances[0].optimal == pytest.approx(ex_res.instances[0].optimal, abs=1e-12)
+    assert abs(sm.instances[0].acceptance - ex_res.instances[0].acceptance) < 5 * sm.instances[0].acceptance_se
+    half = oc.DraftingScheme("half", law=lambda d, k, n: [(0.5, tree.law(d, k, n)[0][1])])
+    with pytest.raises(InvalidInputError, match="sum to 0.5"):
+        oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting=half)
+    short = oc.DraftingScheme("short", law=lambda d, k, n: [(1.0, ((0,), (1,)))])
+    with pytest.raises(InvalidInputError, match="rows of 2 tokens"):
+        oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting=short)
+    with pytest.raises(InvalidInputError, match="drafting must be"):
+        oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting="top2")

@@ -22,6 +22,7 @@ from otbound.conformance._adapters import (
     token_sample_adapter,
 )
 from otbound.conformance._block import check_block_verifier
+from otbound.conformance._drafting import DraftingScheme, top_k_tree
 from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
 from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
 from otbound.conformance._routing import LazyUniform, RoutedGenerator, exponential_race, route_randomness
@@ -35,6 +36,7 @@ __all__ = [
     "ConformanceError",
     "ConformanceResult",
     "Counterexample",
+    "DraftingScheme",
     "InstanceReport",
     "LazyUniform",
     "RoutedGenerator",
@@ -52,4 +54,5 @@ __all__ = [
     "token_instances",
     "token_law_adapter",
     "token_sample_adapter",
+    "top_k_tree",
 ]

@@ -20,6 +20,7 @@ from otbound.conformance._common import (
     most_significant_failure,
     sample_plan,
 )
+from otbound.conformance._drafting import as_drafting
 from otbound.conformance._instances import BlockInstance, block_instances, check_instance_count, shrink_block
 from otbound.conformance._result import (
     MAX_ROWS,
@@ -83,11 +84,14 @@ def check_block_verifier(
     :class:`BlockInstance`. Models are tabulated for prefixes of length ``0..L``; asking a longer
     prefix is an error.
 
-    ``drafting``: None for K i.i.d. draft blocks, or a
+    ``drafting``: None for K i.i.d. draft blocks; a user's scheme — a
+    :class:`~otbound.conformance.DraftingScheme` ``(name, law, draw)`` or a pair ``(draw, law)`` of
+    functions, e.g. :func:`~otbound.conformance.top_k_tree` (EAGLE's deterministic top-k tree) —; or a
     :class:`~otbound.block.verifiers.BlockVerifier` with its own drafting scheme (e.g.
-    ``BLOCK_VERIFIERS["univer"]``, whose ``num_drafts`` is the branching m of its tree): draft tuples
-    are then enumerated by its ``draft_tuple_law``, drawn by its ``draw_drafts``, and ``E[τ]`` is
-    compared with U_causal / U_joint of that law (``own_law_bounds``), not of K i.i.d. blocks. An
+    ``BLOCK_VERIFIERS["univer"]``, whose ``num_drafts`` is the branching m of its tree). Draft trees
+    are then enumerated by its exact law (``draft_tuple_law``; ``blocks`` holds a tree's root-to-leaf
+    rows), drawn by its ``draw_drafts``, and ``E[τ]`` is compared with U_causal / U_joint of that law
+    (``own_law_bounds``), not of K i.i.d. blocks. An
     instance on which that law cannot be built raises its :class:`~otbound.InvalidInputError`.
     """
     label = check_callable(verify, name)
@@ -95,6 +99,7 @@ def check_block_verifier(
     k = check_num_drafts(num_drafts)
     length = check_positive_int(block_len, "block_len")
     mode = check_mode(mode)
+    drafting = as_drafting(drafting)
     tolerance, precision = check_options(
         mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
         samples=samples,
