@@ -889,3 +889,15 @@ def test_user_drafting_as_a_pair_and_in_sample_mode():
         oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting=short)
     with pytest.raises(InvalidInputError, match="drafting must be"):
         oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts, drafting="top2")
+
+
+def test_the_guide_examples_run():
+    """Every ```python block of docs/guide/conformance.md runs, in order, in one namespace."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "conformance.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 5
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "conformance.md", "exec"), namespace)  # noqa: S102 — the guide's own examples
