@@ -1,5 +1,5 @@
-"""The conformance kit (issue 16): the kit checks the package's verifiers, the package's exact laws
-check the kit, and the three public-code defects of issue 16 are caught with minimal counterexamples.
+"""The conformance kit: the kit checks the package's verifiers, the package's exact laws
+check the kit, and three defects found in public code are caught with minimal counterexamples.
 
 Tolerances: exact-mode laws are float64 sums over draft tuples and branches, compared to 1e-12;
 sample mode is a G-test at family-wise level 1e-3 with power ≥ 0.99 against a 0.01 total-variation
@@ -236,7 +236,7 @@ def test_block_sample_mode_passes_the_package_sampler():
     assert res.passed and res.power >= 0.99
 
 
-# -- the three defects of issue 16 ------------------------------------------------------------
+# -- three defects found in public code -------------------------------------------------------
 
 
 def test_skipped_repeat_rrs_reproduces_the_issue_marginal():
@@ -564,8 +564,9 @@ def test_transformers_speculative_sampling_is_lossless_exactly(length):
         assert np.abs(res.acceptance - res.optimal).max() < 1e-9
 
 
-def _broken_transformers():
-    """A copy of the installed _speculative_sampling whose residual is p instead of (p − q)+."""
+def _broken_transformers(new="p_prime = p_n_plus_1.clone()"):
+    """A copy of the installed _speculative_sampling whose residual line is ``new`` (default: p
+    instead of (p − q)+)."""
     import inspect
     import textwrap
 
@@ -575,7 +576,7 @@ def _broken_transformers():
     good = "p_prime = torch.clamp((p_n_plus_1 - q_n_plus_1), min=0)"
     assert good in src, "transformers changed its residual line; update this broken copy"
     namespace = dict(vars(tgu))
-    exec(src.replace(good, "p_prime = p_n_plus_1.clone()"), namespace)  # noqa: S102 — a test-only mutant
+    exec(src.replace(good, new), namespace)  # noqa: S102 — a test-only mutant
     return namespace["_speculative_sampling"]
 
 
@@ -614,6 +615,12 @@ def test_float32_rounding_is_named_and_precision_float32_accepts_it():
     assert "difference -" in text or "difference +" in text  # the worst cell's difference, not two equal numbers
     ok = oc.check_block_verifier(f32, vocab_size=2, num_drafts=1, block_len=2, instances=5, precision="float32")
     assert ok.passed and ok.tolerance == 1e-6 and ok.precision == "float32"
+    # a residual clamped at 1e-5 (a defect an older rejection sampler had) fails even at float32 precision
+    clamped = transformers_speculative_sampling(
+        _broken_transformers("p_prime = torch.clamp((p_n_plus_1 - q_n_plus_1), min=1e-5)"), dtype="float32"
+    )
+    res = oc.check_block_verifier(clamped, vocab_size=2, num_drafts=1, block_len=2, instances=5, precision="float32")
+    assert not res.passed and not res.within_float32_rounding and 1e-6 < res.lossless_error < 1e-4
     # a real defect is not excused as rounding
     bad = oc.check_block_verifier(ex.block_cumulative_products, vocab_size=2, num_drafts=1, block_len=2, instances=4)
     assert not bad.within_float32_rounding and "float32 rounding" not in bad.summary()

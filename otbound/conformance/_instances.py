@@ -7,7 +7,7 @@ is the bonus law), so an instance is finite, printable and can be shrunk.
 Adversarial family (both levels, where the vocabulary allows): drafts that repeat a token (q peaked
 on a token the target under-weights), zeros in q where p has mass and zeros in p where q has mass,
 disjoint supports, near-deterministic laws (mass 1 − 1e-9), identical laws, ties in the ratio p/q,
-and at the token level the skipped-repeat RRS example of issue 16 (p = (.1, .4, .5), q = (.6, .2, .2)).
+and at the token level the skipped-repeat RRS example (p = (.1, .4, .5), q = (.6, .2, .2)).
 Random instances: Dirichlet laws with concentrations cycling through 0.2, 1, 5, a random zero in a
 fifth of them.
 
@@ -115,7 +115,7 @@ def _adversarial_token(v: int) -> list[TokenInstance]:
         pad = np.zeros(v - 3)
         out.append(
             TokenInstance(
-                "skipped-repeat RRS example (issue 16)",
+                "skipped-repeat RRS example",
                 np.concatenate([[0.1, 0.4, 0.5], pad]),
                 _norm(np.concatenate([[0.6, 0.2, 0.2], np.full(v - 3, 0.05)])),
             )
