@@ -908,3 +908,41 @@ def test_the_guide_examples_run():
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "conformance.md", "exec"), namespace)  # noqa: S102 — the guide's own examples
+
+
+def test_transformers_adapter_checks_the_signature():
+    from otbound.conformance.adapters import transformers_speculative_sampling
+
+    def renamed(input_ids, candidate_logits, candidate_length, new_logits):
+        raise AssertionError("never called")
+
+    with pytest.raises(oc.ConformanceError, match="does not start with"):
+        transformers_speculative_sampling(renamed)
+
+    def extra(candidate_input_ids, candidate_logits, candidate_length, new_logits, must):
+        raise AssertionError("never called")
+
+    with pytest.raises(oc.ConformanceError, match="changed it"):
+        transformers_speculative_sampling(extra)
+
+
+def test_routed_slices_default_rng_and_race_outside_the_router():
+    """Uniforms re-drawn on a slice with a generator (as engines seed per request), a generator made
+    inside the routed code, and exponential_race sampling for real outside the router."""
+    import torch
+
+    def run(coin, draw):
+        with oc.route_randomness(coin, draw):
+            u = torch.rand((3,))
+            u[0:2].uniform_(generator=torch.Generator())
+            ratio = torch.tensor([0.5, 1.0, 0.25], dtype=torch.float64)
+            acc = tuple((ratio >= u).tolist())
+            pick = int(np.random.default_rng(0).choice(2, p=[0.25, 0.75]))
+            return acc, pick
+
+    law = _law(run)
+    assert law[((True, True, True), 1)] == pytest.approx(0.5 * 0.25 * 0.75, abs=1e-15)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-15) and len(law) == 8
+    picks = oc.exponential_race(torch.tensor([[0.0, 1.0, 3.0]]).repeat(4000, 1))
+    assert picks.shape == (4000,) and (picks != 0).all()
+    assert abs(float((picks == 2).double().mean()) - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 4000)

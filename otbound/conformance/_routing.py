@@ -429,8 +429,9 @@ def route_randomness(coin, draw):
     ``torch.rand_like``, ``Tensor.uniform_`` (lazy uniforms, resolved by comparisons with
     thresholds through ``coin``), ``torch.multinomial`` / ``Tensor.multinomial`` /
     ``Categorical.sample`` (through ``draw``), ``torch.bernoulli`` (``coin``), numpy's global
-    ``np.random.random`` / ``rand`` / ``uniform`` / ``choice``, Python's ``random.random`` (EAGLE's
-    ``evaluate_posterior`` draws its uniforms there), and the yielded
+    ``np.random.random`` / ``rand`` / ``uniform`` / ``choice``, ``np.random.default_rng()`` (returns the
+    routed generator), Python's ``random.random`` (EAGLE's ``evaluate_posterior`` draws its uniforms
+    there), and the yielded
     :class:`RoutedGenerator` for code that takes a numpy ``rng``. The exponential race has the
     drop-in replacement :func:`exponential_race`. ``Tensor.exponential_``, ``torch.randn``,
     ``randint``, ``randperm``, ``normal`` raise a :class:`~otbound.conformance.ConformanceError`, as
@@ -511,6 +512,7 @@ def route_randomness(coin, draw):
         (np.random, "rand", np_rand),
         (np.random, "uniform", gen.uniform),
         (np.random, "choice", gen.choice),
+        (np.random, "default_rng", lambda *a, **k: gen),
         (random, "random", py_random),
     ]
     for name in ("randn", "randn_like", "randint", "randint_like", "randperm", "normal", "poisson"):

@@ -37,6 +37,29 @@ def _logits(laws: np.ndarray, dtype):
         return torch.tensor(np.log(laws), dtype=getattr(torch, dtype))[None]
 
 
+#: the leading parameters of transformers' ``_speculative_sampling`` the adapter passes, in order
+SIGNATURE = ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits")
+
+
+def _check_signature(fn) -> None:
+    """A clear error when the function's leading parameters are not :data:`SIGNATURE` (a
+    transformers release that changed them), instead of a wrong call."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    names = tuple(p.name for p in params[: len(SIGNATURE)])
+    rest = [p for p in params[len(SIGNATURE) :] if p.default is inspect.Parameter.empty and p.kind not in
+            (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]  # fmt: skip
+    if names != SIGNATURE or rest:
+        raise ConformanceError(
+            f"{getattr(fn, '__module__', '')}.{getattr(fn, '__name__', fn)}{inspect.signature(fn)} does not start "
+            f"with {SIGNATURE} (other parameters optional): the installed transformers changed it; adapt the call"
+        )
+
+
 def transformers_speculative_sampling(fn=None, *, dtype: str = "float64"):
     """``verify(target, draft, blocks, coin, draw)`` running transformers' ``_speculative_sampling``.
 
@@ -67,7 +90,9 @@ def transformers_speculative_sampling(fn=None, *, dtype: str = "float64"):
     Raises
     ------
     ConformanceError
-        When called with ``K != 1`` blocks (the function verifies one candidate sequence).
+        At construction, when the function's parameters do not start with :data:`SIGNATURE` (or
+        it has other required ones); when called with ``K != 1`` blocks (the function verifies one
+        candidate sequence).
 
     Examples
     --------
@@ -82,6 +107,7 @@ def transformers_speculative_sampling(fn=None, *, dtype: str = "float64"):
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if fn is None:
         from transformers.generation.utils import _speculative_sampling as fn
+    _check_signature(fn)
 
     def verify(target, draft, blocks, coin, draw):
         import torch
