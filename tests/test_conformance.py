@@ -946,3 +946,14 @@ def test_routed_slices_default_rng_and_race_outside_the_router():
     picks = oc.exponential_race(torch.tensor([[0.0, 1.0, 3.0]]).repeat(4000, 1))
     assert picks.shape == (4000,) and (picks != 0).all()
     assert abs(float((picks == 2).double().mean()) - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 4000)
+
+
+def test_a_lossy_verifier_far_above_a_small_bound_prints_no_huge_cell():
+    p, q = np.array([1 - 1e-5, 1e-5]), np.array([1e-5, 1 - 1e-5])  # α* = 2e-5 (K = 1)
+    res = oc.check_token_verifier(lambda p, q, d, coin, draw: int(d[0]), vocab_size=2, num_drafts=1,
+                                  instances=[(p, q)])
+    r = res.instances[0]
+    assert not res.passed and r.efficiency == pytest.approx(1 / 2e-5, rel=1e-6)
+    text = res.summary()
+    assert "> 10" in text and "not meaningful" in text
+    _assert_clean(text)

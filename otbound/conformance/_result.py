@@ -85,6 +85,8 @@ class Counterexample:
 MAX_ROWS = 20
 #: instances whose bound (α* or U_causal) is below this are left out of efficiency summaries
 MIN_BOUND = 1e-6
+#: efficiencies above this are shown as "> 10" (a lossy verifier far above a small bound)
+MAX_SHOWN_EFFICIENCY = 10.0
 #: two-sided 95% normal quantile of the sample-mode efficiency intervals
 Z95 = 1.959963984540054
 #: exact-mode tolerance per precision: float64 sums of exact laws (~1e-15 round-off), and float32
@@ -305,6 +307,8 @@ def _eff(r: InstanceReport) -> str:
     """The efficiency cell: "—" when the bound is below MIN_BOUND, an interval in sample mode."""
     if r.efficiency is None:
         return "— (bound≈0)"
+    if r.efficiency > MAX_SHOWN_EFFICIENCY:  # only a lossy verifier exceeds its bound this far
+        return f"> {MAX_SHOWN_EFFICIENCY:g}"
     iv = r.efficiency_interval
     if iv is None:
         return _f(r.efficiency)

@@ -104,6 +104,17 @@ class LazyUniform:
     and dtype / device moves (no-ops). Anything else raises
     :class:`~otbound.conformance.ConformanceError` naming the operation and the call that drew the
     uniform.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.conformance import enumerate_outcomes, route_randomness
+    >>> def two_thresholds(coin, draw):
+    ...     with route_randomness(coin, draw):
+    ...         u = torch.rand(())
+    ...         return bool(u < 0.5), bool(u < 0.75)  # the same uniform: consistent answers
+    >>> sorted(enumerate_outcomes(two_thresholds))
+    [(0.25, (False, False)), (0.25, (False, True)), (0.5, (True, True))]
     """
 
     __array_ufunc__ = None  # numpy defers to the reflected comparison
@@ -373,6 +384,15 @@ class RoutedGenerator:
     code that takes a numpy ``rng``: ``random`` / ``uniform`` return :class:`LazyUniform`,
     ``choice`` (with ``p=``, with or without replacement) and ``integers`` call ``draw``. Other
     methods raise :class:`~otbound.conformance.ConformanceError`.
+
+    Examples
+    --------
+    >>> from otbound.conformance import enumerate_outcomes, route_randomness
+    >>> def pick(coin, draw):
+    ...     with route_randomness(coin, draw) as rng:
+    ...         return int(rng.choice(3, p=[0.5, 0.0, 0.5]))
+    >>> sorted(enumerate_outcomes(pick))
+    [(0.5, 0), (0.5, 2)]
     """
 
     def __init__(self, router: _Router):
