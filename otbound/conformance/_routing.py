@@ -25,6 +25,8 @@ duration of a ``with`` block, by versions that answer through ``coin`` and ``dra
   :class:`~otbound.conformance.ConformanceError` naming the call.
 
 Under the router ``generator=`` arguments are ignored (the randomness comes from ``coin`` / ``draw``).
+The patches are process-wide for the duration of the block: do not run routed code in several
+threads at once.
 Code holding its own reference to a patched function (``from torch import rand`` at import time) is
 not routed; engine code calling ``torch.rand(...)`` is.
 """
@@ -327,23 +329,28 @@ def _bernoulli(input, p=None, *, generator=None, out=None):
     return torch.from_numpy(res).to(dtype=input.dtype, device=input.device)
 
 
-def exponential_race(probs, dim: int = -1, generators=None):
+def exponential_race(probs, generators=None, use_fp64_gumbel: bool = False, *, dim: int = -1):
     """``argmax(probs / E, dim)`` with ``E`` i.i.d. Exp(1): a draw from ``probs`` normalised along ``dim``.
 
     The exponential race (Gumbel-max in another form) is how vLLM's ``random_sample`` samples from
     ``probs``: ``q = torch.empty_like(probs).exponential_(); probs.div(q).argmax(dim=-1)``. Under
     :func:`route_randomness` this drop-in replacement calls ``draw`` once per row (the exact law of
-    the race), outside it samples the race with torch. ``generators`` (vLLM's per-request
-    generators) is accepted and ignored under the router.
+    the race), outside it samples the race with torch. The signature is that of vLLM's
+    ``random_sample(probs, generators[, use_fp64_gumbel])``, so it can replace it as is (e.g. with
+    ``unittest.mock.patch`` of ``vllm.v1.sample.ops.topk_topp_sampler.random_sample``).
 
     Parameters
     ----------
     probs : torch.Tensor (..., V)
         Non-negative weights, each row with positive sum.
+    generators : dict, optional
+        vLLM's per-request generators ``row -> torch.Generator``: ignored under the router, used
+        outside it.
+    use_fp64_gumbel : bool
+        Outside the router: draw the exponentials in float64 (vLLM's option); the exact law under
+        the router does not depend on it.
     dim : int
         The vocabulary dimension (only ``-1`` / the last is supported).
-    generators : object, optional
-        Ignored under the router; outside it, a dict ``row -> torch.Generator`` as in vLLM.
 
     Returns
     -------
@@ -370,7 +377,7 @@ def exponential_race(probs, dim: int = -1, generators=None):
         rows = w.reshape(-1, w.shape[-1])
         res = np.array([r.categorical(row, "exponential_race") for row in rows], dtype=np.int64)
         return torch.from_numpy(res.reshape(w.shape[:-1])).to(probs.device)
-    q = torch.empty_like(probs).exponential_()
+    q = torch.empty_like(probs, dtype=torch.float64 if use_fp64_gumbel else probs.dtype).exponential_()
     if generators:
         for i, g in generators.items():
             q[i].exponential_(generator=g)
