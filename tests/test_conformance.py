@@ -368,6 +368,7 @@ def test_sample_mode_reports_the_power_of_a_fixed_sample_size():
     r = res.instances[0]
     assert res.passed and r.samples == 3000
     assert r.power == pytest.approx(oc.power(3000, 7, 0.01, 1e-3), abs=1e-15) and r.power < 0.2
+    assert "power below 0.99: this pass rules out only distortions much larger than 0.01" in res.summary()
 
 
 def test_stated_power_is_honest():

@@ -226,11 +226,17 @@ class ConformanceResult:
                     "(CLI: --precision float32 / --tolerance)"
                 )
             return lines
-        return [
+        lines = [
             f"G-test at level {self.level_alpha:.2g} per instance (an instance passes iff p-value ≥ "
             f"{self.level_alpha:.2g}); power ≥ {self.power:.4f} against any {self.distortion:g} total-variation "
             f"distortion; largest empirical error {_e(self.lossless_error)}"
         ]
+        if self.passed and self.target_power is not None and self.power < self.target_power:
+            lines.append(
+                f"  power below {self.target_power:g}: this pass rules out only distortions much larger than "
+                f"{self.distortion:g} (leave samples= unset for the size reaching the power)"
+            )
+        return lines
 
     def summary(self) -> str:
         """The one-screen verdict the CLI prints."""
