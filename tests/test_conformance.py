@@ -958,3 +958,90 @@ def test_a_lossy_verifier_far_above_a_small_bound_prints_no_huge_cell():
     text = res.summary()
     assert "> 10" in text and "not meaningful" in text
     _assert_clean(text)
+
+
+# -- the engine recipes, on engine-style code written here ------------------------------------------
+
+
+def _engine_rejection_sampler(draft_ids, draft_probs, target_probs, recover_from_target=False):
+    """Batched rejection sampling written the way serving engines write it (one request): uniforms
+    ``torch.rand((L,))`` re-drawn per request slice, accept while ``target / draft >= u``, the
+    recovered token an exponential race over ``(p − q)+`` (or, defective, over p), the bonus a
+    multinomial draw. draft_ids (L,), draft_probs (L, V), target_probs (L + 1, V)."""
+    import torch
+
+    length = draft_ids.shape[0]
+    u = torch.rand((length,), dtype=torch.float32)
+    u[0:length].uniform_(generator=None)
+    rows = torch.arange(length)
+    ratio = target_probs[rows, draft_ids] / draft_probs[rows, draft_ids]  # (L,)
+    accepted = ratio >= u  # (L,)
+    out = []
+    for i in range(length):
+        if not bool(accepted[i]):
+            base = target_probs[i] if recover_from_target else torch.clamp(target_probs[i] - draft_probs[i], min=0)
+            out.append(int(oc.exponential_race(base[None])[0]))
+            return out
+        out.append(int(draft_ids[i]))
+    return out + [int(torch.multinomial(target_probs[length], 1))]
+
+
+def _engine_adapter(recover_from_target=False):
+    import torch
+
+    def verify(target, draft, blocks, coin, draw):
+        x = tuple(int(t) for t in blocks[0])
+        q = torch.tensor(np.stack([draft(x[:i]) for i in range(len(x))]))
+        p = torch.tensor(np.stack([target(x[:i]) for i in range(len(x) + 1)]))
+        with oc.route_randomness(coin, draw):
+            return _engine_rejection_sampler(torch.tensor(x), q, p, recover_from_target)
+
+    return verify
+
+
+def test_engine_style_rejection_sampler_through_the_recipe():
+    """The vLLM recipe's calls (torch.rand, slice uniform_, ratio >= u with the uniform on the right,
+    the exponential race, multinomial) on engine-style code: lossless at L = 1, 2 with the package's
+    speculative sampling's E[τ]; recovering from p instead of (p − q)+ is caught."""
+    for length in (1, 2):
+        res = oc.check_block_verifier(_engine_adapter(), vocab_size=2, num_drafts=1, block_len=length, instances=6)
+        ref = oc.check_block_verifier(oc.block_adapter(BLOCK_VERIFIERS["token"]), vocab_size=2, num_drafts=1,
+                                      block_len=length, instances=6)
+        assert res.passed and res.lossless_error < EXACT
+        assert np.abs(res.acceptance - ref.acceptance).max() < EXACT
+    bad = oc.check_block_verifier(_engine_adapter(True), vocab_size=2, num_drafts=1, block_len=2, instances=6)
+    assert not bad.passed and (bad.counterexample.block_len, bad.counterexample.vocab_size) == (1, 2)
+
+
+def test_python_random_tree_verifier_through_the_recipe():
+    """The EAGLE recipe's calls: Python's random.random() compared with the residual mass of each
+    child of a deterministic tree, the residual zeroed and renormalised, the final token drawn with
+    torch.multinomial — exact under the router, lossless on the top-2 tree."""
+    import random
+
+    import torch
+
+    def tree_posterior(target, rows):
+        prefix = ()
+        while len(prefix) < len(rows[0]):
+            gtp = torch.tensor(target(prefix))
+            for c in dict.fromkeys(row[len(prefix)] for row in rows if row[: len(prefix)] == prefix):
+                if random.random() <= float(gtp[c] / gtp.sum()):
+                    prefix += (c,)
+                    break
+                gtp[c] = 0
+                gtp = gtp / gtp.sum()
+            else:
+                return list(prefix) + [int(torch.multinomial(gtp, 1))]
+        return list(prefix) + [int(torch.multinomial(torch.tensor(target(prefix)), 1))]
+
+    def verify(target, draft, blocks, coin, draw):
+        with oc.route_randomness(coin, draw):
+            return tree_posterior(target, [tuple(int(t) for t in r) for r in blocks])
+
+    insts = _tree_instances()[:4]
+    res = oc.check_block_verifier(verify, vocab_size=3, num_drafts=2, block_len=2, instances=insts,
+                                  drafting=oc.top_k_tree(2))
+    ref = oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts,
+                                  drafting=oc.top_k_tree(2))
+    assert res.passed and res.lossless_error < EXACT and np.abs(res.acceptance - ref.acceptance).max() < EXACT
