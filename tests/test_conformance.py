@@ -1045,3 +1045,17 @@ def test_python_random_tree_verifier_through_the_recipe():
     ref = oc.check_block_verifier(tree_walk, vocab_size=3, num_drafts=2, block_len=2, instances=insts,
                                   drafting=oc.top_k_tree(2))
     assert res.passed and res.lossless_error < EXACT and np.abs(res.acceptance - ref.acceptance).max() < EXACT
+
+
+def test_transformers_verifier_sampled_through_as_sampler_matches_exact():
+    """The same unmodified function in sample mode (coins and draws from a generator via as_sampler,
+    still routed): no rejection, and E[τ] within 5 standard errors of the exact value."""
+    from otbound.conformance.adapters import transformers_speculative_sampling
+
+    inst = oc.block_instances(2, 2, 1, 0)
+    exact = oc.check_block_verifier(transformers_speculative_sampling(), vocab_size=2, num_drafts=1, block_len=2,
+                                    instances=inst)
+    sampled = oc.check_block_verifier(oc.as_sampler(transformers_speculative_sampling()), vocab_size=2, num_drafts=1,
+                                      block_len=2, instances=inst, mode="sample", samples=4000, seed=2)
+    r = sampled.instances[0]
+    assert sampled.passed and abs(r.acceptance - exact.instances[0].acceptance) < 5 * r.acceptance_se
