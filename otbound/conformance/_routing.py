@@ -171,6 +171,8 @@ class LazyUniform:
     def __getattr__(self, name):
         if name in _PASSTHROUGH:
             return lambda *a, **k: self
+        if name.startswith("__"):  # protocol probes (numpy's __array_interface__, …): absent, as usual
+            raise AttributeError(name)
         raise self._unroutable(f".{name}")
 
     # -- comparisons --------------------------------------------------------------------------
