@@ -812,6 +812,39 @@ def test_cli_block_misuse_and_bad_out(user_file, tmp_path, capsys):
     assert "no such file" in _one_line_exit_2(["nowhere/x.py:f", "--level", "block", "--num-drafts", "1"], capsys)
 
 
+TREE_WALK = '''
+import numpy as np
+
+
+def tree_walk(target, draft, blocks, coin, draw):
+    rows, prefix = [tuple(map(int, r)) for r in blocks], ()
+    while len(prefix) < len(rows[0]):
+        r = np.array(target(prefix))
+        for c in dict.fromkeys(row[len(prefix)] for row in rows if row[: len(prefix)] == prefix):
+            if coin(min(1.0, r[c] / r.sum())):
+                prefix += (c,)
+                break
+            r[c] = 0.0
+        else:
+            return list(prefix) + [draw(r / r.sum())]
+    return list(prefix) + [draw(target(prefix))]
+'''
+
+
+def test_cli_drafting_top_k(tmp_path, capsys):
+    path = tmp_path / "tw.py"
+    path.write_text(TREE_WALK)
+    args = [f"{path}:tree_walk", "--level", "block", "--num-drafts", "2", "--vocab-size", "2", "--instances", "4",
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    assert main(args + ["--drafting", "top-k"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "top_2_tree" in json.loads((tmp_path / "o" / "report.json").read_text())["sampling"]
+    assert "mean 1.0000, min 1.0000" in out  # it attains U_causal of the tree it is run with
+    assert "must be None, a DraftingScheme" in _one_line_exit_2(args + ["--drafting", f"{path}:np"], capsys)
+    tok = [f"{path}:tree_walk", "--level", "token", "--num-drafts", "2", "--drafting", "top-k"]
+    assert "--drafting applies to --level block only" in _one_line_exit_2(tok, capsys)
+
+
 def test_cli_help_states_defaults(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--help"])

@@ -13,7 +13,9 @@ The function is called as (``--level``, ``--mode``):
 * block, sample: ``verify(target, draft, blocks, rng) -> tokens`` (``--batch``: blocks (n, K, L) -> (n, L + 1))
 
 ``--as-sampler`` runs a coin/draw (exact-mode) function in sample mode through
-:func:`otbound.conformance.as_sampler`.
+:func:`otbound.conformance.as_sampler`. ``--drafting top-k`` (block level) drafts the deterministic
+top-K tree (:func:`otbound.conformance.top_k_tree`); ``--drafting MODULE:NAME`` a user's
+:class:`~otbound.conformance.DraftingScheme`.
 
 Exit status: 0 lossless; 1 not lossless (the verdict and the counterexample on stdout); 2 a usage or
 contract error, one line on stderr and no traceback: a bad or inapplicable option (``--block-len``
@@ -40,6 +42,7 @@ from pathlib import Path
 from otbound import InvalidInputError
 from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
+from otbound.conformance._drafting import as_drafting, top_k_tree
 from otbound.conformance._token import check_token_verifier
 from otbound.conformance._tree import MAX_BRANCHES, ConformanceError
 
@@ -99,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=("with_replacement", "without_replacement", "greedy"),
         help="token level only (default with_replacement)",
     )
+    ap.add_argument("--drafting", default=None, metavar="SCHEME",
+                    help="block level: 'top-k' (the deterministic top-K tree, K = --num-drafts) or MODULE:NAME / "
+                    "file.py:NAME of a DraftingScheme (default: K i.i.d. blocks)")  # fmt: skip
     ap.add_argument("--mode", choices=("exact", "sample"), default="exact", help="default exact")
     ap.add_argument("--batch", action="store_true", help="sample mode: the function takes and returns batches")
     ap.add_argument(
@@ -120,7 +126,19 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def load(spec: str):
+def _drafting(spec: str | None):
+    if spec is None:
+        return None
+    if spec == "top-k":
+        return "top-k"
+    scheme = load(spec, need_callable=False)
+    try:
+        return as_drafting(scheme)
+    except InvalidInputError as exc:
+        raise _UsageError(f"--drafting {spec}: {exc}") from None
+
+
+def load(spec: str, need_callable: bool = True):
     """The object named by ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` (``_UsageError`` with
     one sentence if it is not there)."""
     module, sep, attr = spec.rpartition(":")
@@ -151,7 +169,7 @@ def load(spec: str):
         if not hasattr(obj, part):
             raise _UsageError(f"{module!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    if not callable(obj):
+    if need_callable and not callable(obj):
         raise _UsageError(f"{spec} is not callable")
     return obj
 
@@ -173,6 +191,8 @@ def _check_options(args) -> None:
     """Refuse options that do not apply (an option silently ignored is an option misread)."""
     if args.level == "token" and args.block_len is not None:
         raise _UsageError("--block-len applies to --level block only")
+    if args.level == "token" and args.drafting is not None:
+        raise _UsageError("--drafting applies to --level block only (token drafts follow --sampling)")
     if args.level == "block" and args.sampling is not None:
         raise _UsageError("--sampling applies to --level token only (block drafts are K i.i.d. blocks)")
     if args.mode == "exact":
@@ -264,6 +284,9 @@ def _time_limit(seconds: float):
 def _run(args):
     verify = load(args.function)
     _check_signature(verify, args)
+    drafting = _drafting(args.drafting)
+    if drafting == "top-k":
+        drafting = top_k_tree(args.num_drafts)
     out = _check_out(args.out)
     if args.as_sampler:
         verify = as_sampler(verify)
@@ -285,7 +308,7 @@ def _run(args):
             result = check_token_verifier(_guarded(verify), sampling=args.sampling or "with_replacement", **common)
         else:
             block_len = DEFAULT_BLOCK_LEN if args.block_len is None else args.block_len
-            result = check_block_verifier(_guarded(verify), block_len=block_len, **common)
+            result = check_block_verifier(_guarded(verify), block_len=block_len, drafting=drafting, **common)
     return result, out
 
 
@@ -316,8 +339,12 @@ def main(argv=None) -> int:
         return _fail(f"error: cannot write the report: {exc}")
     except Exception as exc:  # noqa: BLE001 — the contract of a command line: one line, never a traceback
         return _fail(f"error: {type(exc).__name__}: {exc}")
-    print(result.summary())
-    print(f"\nreport: {out / 'report.md'}, {out / 'report.json'}")
+    try:
+        print(result.summary())
+        print(f"\nreport: {out / 'report.md'}, {out / 'report.json'}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`| head`): the verdict stands, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if result.passed else 1
 
 

@@ -91,8 +91,10 @@ def check_block_verifier(
     ``BLOCK_VERIFIERS["univer"]``, whose ``num_drafts`` is the branching m of its tree). Draft trees
     are then enumerated by its exact law (``draft_tuple_law``; ``blocks`` holds a tree's root-to-leaf
     rows), drawn by its ``draw_drafts``, and ``E[τ]`` is compared with U_causal / U_joint of that law
-    (``own_law_bounds``), not of K i.i.d. blocks. An
-    instance on which that law cannot be built raises its :class:`~otbound.InvalidInputError`.
+    (``own_law_bounds``), not of K i.i.d. blocks. With a count of ``instances``, generated instances
+    on which the scheme cannot draft (e.g. fewer than k drafted tokens at a node of a top-k tree) are
+    passed over; a given instance on which the law cannot be built raises the scheme's
+    :class:`~otbound.InvalidInputError`.
     """
     label = check_callable(verify, name)
     v = check_vocab(vocab_size)
@@ -106,7 +108,11 @@ def check_block_verifier(
     )  # fmt: skip
     _check_size(v, k, length, mode, drafting)
     if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
-        insts = block_instances(v, length, check_instance_count(instances), int(seed))
+        count = check_instance_count(instances)
+        if drafting is None:
+            insts = block_instances(v, length, count, int(seed))
+        else:
+            insts = _draftable_instances(drafting, v, k, length, count, int(seed))
     else:
         insts = list(instances)
         for i, t in enumerate(insts):
@@ -170,6 +176,29 @@ def _check_size(v: int, k: int, length: int, mode: str, drafting) -> None:
             f"exact mode would enumerate up to {v}^{length * k} draft tuples (limit {MAX_TUPLES}) at V = {v}, "
             f"K = {k}, L = {length}; use smaller V, K or L, or mode='sample'"
         )
+
+
+#: with drafting=, generated instances tried per requested one (the others the scheme cannot draft on)
+DRAFTABLE_TRIES = 4
+
+
+def _draftable_instances(drafting, v: int, k: int, length: int, count: int, seed: int) -> list:
+    """The first ``count`` generated instances on which ``drafting``'s law can be built (a top-k
+    tree needs k drafted tokens at every node: instances with zeros in the draft may not allow it);
+    the error of the first refused one if none can."""
+    out, first_error = [], None
+    for t in block_instances(v, length, DRAFTABLE_TRIES * count, seed):
+        try:
+            drafting.draft_tuple_law(t.models()[1], k, length)
+        except InvalidInputError as exc:
+            first_error = first_error or exc
+            continue
+        out.append(t)
+        if len(out) == count:
+            break
+    if not out:
+        raise first_error
+    return out
 
 
 def _draft_tuples(draft, v: int, k: int, length: int, drafting=None):
