@@ -15,6 +15,8 @@ khisti_is  with_replacement    IS draft selection + speculative sampling (2410.1
 khisti_lp  with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
 ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
 ot_fast    with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
+ot_wor_top without_replacement the optimum seen through the top-m tokens of q, exact residual
+                               (any V; α = α* when those tokens hold all of q)
 ========== =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft
@@ -39,6 +41,11 @@ from otbound.token.verifiers._importance import (
 from otbound.token.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.token.verifiers._nss import NaiveVerifier
 from otbound.token.verifiers._optimal import OptimalCoupling, OptimalVerifier, optimal_coupling
+from otbound.token.verifiers._optimal_wor import (
+    OptimalWithoutReplacementVerifier,
+    TruncatedCoupling,
+    truncated_coupling,
+)
 from otbound.token.verifiers._ot import OTVerifier
 from otbound.token.verifiers._rrs import RRSVerifier, RRSWithoutReplacementVerifier
 
@@ -55,6 +62,7 @@ VERIFIERS: dict[str, Verifier] = {
         OptimalImportanceVerifier(),
         OTVerifier(),
         OptimalVerifier(),
+        OptimalWithoutReplacementVerifier(),
     )
 }
 
@@ -81,4 +89,7 @@ __all__ = [
     "OptimalVerifier",
     "OptimalCoupling",
     "optimal_coupling",
+    "OptimalWithoutReplacementVerifier",
+    "TruncatedCoupling",
+    "truncated_coupling",
 ]
