@@ -94,6 +94,7 @@ from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 
 #: largest number of sets R = S ∩ T (|R| ≤ K) the truncation may hold; m is the largest with Σ_{j≤K} C(m, j) ≤ it
 MAX_SETS = 2_500
+MAX_TOP = 62  # the sets are int64 bitmasks over T
 TAIL = 45.0  # tails neglected beyond (2 + 45) e^{−45} ≈ 1e-18
 PANEL_WIDTH = 0.5
 PANEL_NODES = 8
@@ -103,16 +104,16 @@ CACHE_SIZE = 16
 
 
 def truncation_size(num_drafts: int, max_sets: int = MAX_SETS) -> int:
-    """The largest m with ``Σ_{j ≤ K} C(m, j) ≤ max_sets`` (at least K + 1).
+    """The largest m ≤ ``MAX_TOP`` with ``Σ_{j ≤ K} C(m, j) ≤ max_sets`` (at least K + 1).
 
     Examples
     --------
     >>> truncation_size(2), truncation_size(4), truncation_size(8)
-    (70, 16, 11)
+    (62, 16, 11)
     """
     k = int(num_drafts)
     m = k + 1
-    while sum(math.comb(m + 1, j) for j in range(k + 1)) <= max_sets:
+    while m < MAX_TOP and sum(math.comb(m + 1, j) for j in range(k + 1)) <= max_sets:
         m += 1
     return m
 
@@ -395,7 +396,9 @@ class OptimalWithoutReplacementVerifier(Verifier):
 
     def _prepare(self, p, q, k):
         if sum(math.comb(k + 1, j) for j in range(k + 1)) > self.max_sets:
-            raise InvalidInputError(f"max_sets = {self.max_sets} is below the {2 ** (k + 1)} sets K = {k} needs")
+            raise InvalidInputError(
+                f"max_sets = {self.max_sets} is below the {2 ** (k + 1) - 1} sets that m = K + 1 = {k + 1} needs"
+            )
         return self._cache.get_or_build(p, q, k, lambda: truncated_coupling(p, q, k, self.max_sets))
 
     def _closed_form(self, p, q, aux, k):
