@@ -4,8 +4,9 @@ Notation: K drafts without replacement from q (sequential draws, equivalently ex
 ``T_i ~ Exp(q_i)``, the drafted set S = the first K tokens to ring; :mod:`otbound.token._wor`);
 target p; ``Q(B) = P(S ⊆ B)``; α* = 1 − max_B [Q(B) − p(B)] (theory.md §2).
 
-**Truncation.** Let T be the m tokens of largest q (ties: lower id; only tokens with q > 0) and
-``T^c`` the rest. The verifier sees the drafts only through ``R = S ∩ T``. It solves the
+**Truncation.** Let T be the m tokens with q > 0 of largest ``min(p_y, 1 − (1 − q_y)^K)`` (a
+token's acceptance can exceed neither its p nor about its chance of being drafted; ties: lower id)
+and ``T^c`` the rest. The verifier sees the drafts only through ``R = S ∩ T``. It solves the
 transport problem of the lumped law ``μ(R) = P(S ∩ T = R)`` (``|R| ≤ K``) against p on T — an
 acceptance LP (a bipartite max-flow: variables ``π(R, y)``, ``y ∈ R``; ``Σ_y π(R, y) ≤ μ(R)``,
 ``Σ_R π(R, y) ≤ p_y``) — and emits, given R,
@@ -54,8 +55,8 @@ q_z p_z e P_j`` (e = ``e^{−q_z t}``, old P on the right).
 Grid (as the reference :func:`otbound.token._wor.wor_prefix_mass`): Gauss–Legendre in ln t,
 panels of width ``PANEL_WIDTH`` with ``PANEL_NODES`` nodes, from ``t_lo = ((K+1)! 1e-17)^{1/(K+1)}``
 (below it ``P[N < K] = 1`` to ``(t s)^K / K!``; the parts ``1 − e^{−o t_lo}`` and ``w t_lo e^{−o t_lo}``
-are added in closed form) to ``t_hi = TAIL / min o`` (neglected tails below ``(2 + TAIL) e^{−TAIL}``;
-``w / o ≤ 1`` since every ``q_z`` of ``T^c`` is at most the smallest q of T). Checked against
+are added in closed form) to ``t_hi = (TAIL + ln max(1, w / min o)) / min o`` (the neglected tails
+are below ``(2 + w/o) e^{−o t_hi} ≤ 3 e^{−TAIL}``). Checked against
 enumeration of the draft law (``tests/test_optimal_wor.py``: μ, c and the acceptance to 1e-12).
 
 **Why a truncation.** The exact optimum has a selection-law form: every optimal coupling selects
@@ -200,7 +201,8 @@ class TruncatedCoupling:
     top: the tokens T (int64 (m,), by decreasing q); masks: the sets R as bitmasks over T, sorted
     (int64 (n_sets,)); mu: μ(R); chance: c(R) = E[p(S ∩ T^c); S ∩ T = R]; flow: π(R, y) over T
     (float64 (n_sets, m)); residual: ρ over the vocabulary (V,); accepted: the exact acceptance;
-    lp_value: Σ π; slot: token → position in T (−1 outside); covers: T holds every token with q > 0.
+    lp_value: Σ π; slot: token → position in T (−1 outside); covers: T holds every token with q > 0;
+    num_smooth: the tokens of T^c that entered the clock pass through their moments.
     """
 
     top: np.ndarray
@@ -214,6 +216,7 @@ class TruncatedCoupling:
     slot: np.ndarray
 
     covers: bool = False  # T holds every token with q > 0: the coupling is optimal (α = α*)
+    num_smooth: int = 0  # tokens of T^c that entered through their moments
 
     def rows(self, drafts: np.ndarray) -> np.ndarray:
         """Index of R = S ∩ T for each draft row (int (n, K) → int (n,))."""
@@ -238,22 +241,22 @@ def _sets(m: int, k: int):
     return masks[order], [combos[i] for i in order]
 
 
-def truncated_coupling(p: np.ndarray, q: np.ndarray, k: int, max_sets: int = MAX_SETS) -> TruncatedCoupling:
+def truncated_coupling(
+    p: np.ndarray, q: np.ndarray, k: int, max_sets: int = MAX_SETS, rank: str = "contribution"
+) -> TruncatedCoupling:
     """Build :class:`TruncatedCoupling` for checked 1-D laws p, q and K drafts without replacement.
 
     The T^c pass, the sets' Q and F values by clocks, Möbius inversion, the LP and the exact
-    acceptance (module docstring).
+    acceptance (module docstring). ``rank``: T is the m tokens of q > 0 with the largest
+    ``min(p, 1 − (1 − q)^K)`` ("contribution", the default) or the largest q ("q").
     """
+    if rank not in ("contribution", "q"):
+        raise InvalidInputError(f"rank must be 'contribution' or 'q', got {rank!r}")
     v = q.size
     positive = np.flatnonzero(q > 0)
     m_max = truncation_size(k, max_sets)
-    if positive.size <= m_max:
-        top = positive[np.lexsort((positive, -q[positive]))]
-    else:
-        part = np.argpartition(-q, m_max)[: m_max + 1]
-        part = part[np.lexsort((part, -q[part]))][:m_max]
-        top = np.sort(part)  # the m largest q (ties: lower id)
-        top = top[np.lexsort((top, -q[top]))]
+    score = q[positive] if rank == "q" else np.minimum(p[positive], -np.expm1(k * np.log1p(-q[positive])))
+    top = positive[np.lexsort((positive, -score))[:m_max]]  # the m largest scores (ties: lower id)
     m = top.size
     covers = positive.size == m
     in_top = np.zeros(v, dtype=bool)
@@ -270,7 +273,9 @@ def truncated_coupling(p: np.ndarray, q: np.ndarray, k: int, max_sets: int = MAX
         out[a] = q_top[everyone].sum()
         everyone[list(c)] = True
     positive_out = out[out > 0]
-    t_hi = TAIL / float(positive_out.min()) if positive_out.size else 1.0
+    min_out = float(positive_out.min()) if positive_out.size else 1.0
+    # tails beyond t_hi: below (2 + TAIL) e^{−TAIL} once scaled by max(1, w / min o)
+    t_hi = (TAIL + max(0.0, math.log(max(float(q[~in_top] @ p[~in_top]), 1e-300) / min_out))) / min_out
     t, wt, t_lo = _grid(k, t_hi)
     q_rest, p_rest = q[rest], p[rest]
     c_rest = q_rest * p_rest
@@ -334,7 +339,7 @@ def truncated_coupling(p: np.ndarray, q: np.ndarray, k: int, max_sets: int = MAX
     slot = np.full(v, -1, dtype=np.int64)
     slot[top] = np.arange(m)
     return TruncatedCoupling(top, masks, mu, chance, flow, residual, float(min(1.0, accepted)), lp_value, slot,
-                             covers)
+                             covers, int(smooth.sum()))
 
 
 def _lp_flow(masks, members, mu, p_top, m):
