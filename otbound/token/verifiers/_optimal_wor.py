@@ -255,7 +255,8 @@ def truncated_coupling(
     v = q.size
     positive = np.flatnonzero(q > 0)
     m_max = truncation_size(k, max_sets)
-    score = q[positive] if rank == "q" else np.minimum(p[positive], -np.expm1(k * np.log1p(-q[positive])))
+    with np.errstate(divide="ignore"):  # q = 1: log1p(−1) = −inf, score min(p, 1)
+        score = q[positive] if rank == "q" else np.minimum(p[positive], -np.expm1(k * np.log1p(-q[positive])))
     top = positive[np.lexsort((positive, -score))[:m_max]]  # the m largest scores (ties: lower id)
     m = top.size
     covers = positive.size == m
