@@ -16,6 +16,10 @@ instances:
 
 Gap table: ``α* − α(ot_wor_top)`` for ``max_sets`` ∈ ``--max-sets`` (m = ``truncation_size``),
 written as a figure with ``--figure``.
+
+Real traces: ``--traces DIR`` (a folder of ``otbound-trace-1`` files, :func:`otbound.lm.collect_traces`)
+replaces all of the above by the mean over every stored position of α*_wor and of the exact
+acceptance of ``ot_wor_top`` at each ``max_sets`` (and K in ``--ks``), with the mean gap.
 """
 
 from __future__ import annotations
@@ -83,7 +87,10 @@ def main(argv=None):
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.5, 1.0])
     ap.add_argument("--max-sets", type=int, nargs="+", default=[100, 300, 1000, 2500])
     ap.add_argument("--figure", default=None, help="write the gap figure here (PNG)")
+    ap.add_argument("--traces", default=None, help="folder of stored traces: the gap on real laws instead")
     args = ap.parse_args(argv)
+    if args.traces:
+        return real_gap(args)
     print(f"{datetime.date.today()} {platform.processor() or platform.machine()}, V = {V:,}, CPU ms, "
           f"medians of {args.runs} runs, median over {args.instances} instances")
     print(f"{'T':>4} {'K':>2} {'m':>3} | {'ot_wor_top':>10} {'rrs_wor':>8} {'ot_fast':>8} | per tuple batched: "
@@ -147,6 +154,32 @@ def main(argv=None):
         fig.tight_layout()
         fig.savefig(args.figure, dpi=120)
         print(f"figure: {args.figure}")
+
+
+def real_gap(args):
+    from otbound.lm import load_traces
+
+    laws = []
+    for rec in load_traces(args.traces):
+        p_rows, q_rows = rec.p, rec.q
+        laws += [(rec.prompt_id, rec.temperature, p_rows[i], q_rows[i]) for i in range(rec.positions)]
+    prompts = sorted({x[0] for x in laws})
+    temps = sorted({x[1] for x in laws})
+    print(f"{datetime.date.today()}: {len(laws)} positions of {len(prompts)} prompts ({', '.join(prompts)}), "
+          f"T = {temps}")
+    for k in args.ks:
+        star = np.array([optimal_acceptance(p, q, k, WOR) for _, _, p, q in laws])
+        cells = [f"α*_wor {star.mean():.4f}"]
+        for ms in args.max_sets:
+            if 2 ** (k + 1) - 1 > ms:
+                continue
+            ver = OptimalWithoutReplacementVerifier(ms)
+            acc = np.array([ver.acceptance(p, q, k) for _, _, p, q in laws])
+            gap = star - acc
+            cells.append(f"m={truncation_size(k, ms)}: α {acc.mean():.4f}, gap {gap.mean():.4f} "
+                         f"(median {np.median(gap):.4f}, max {gap.max():.4f}, "
+                         f"efficiency {acc.mean() / star.mean():.1%})")
+        print(f"K = {k}: " + "; ".join(cells))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ residual.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -339,3 +341,19 @@ def test_exhaustive_sets_enumeration_is_consistent():
     ref = wor_prefix_mass(q, order, 3)
     prefixes = np.cumsum([1 << int(t) for t in order])
     np.testing.assert_allclose(mass[prefixes], ref, atol=1e-12)
+
+
+NO_COIN_ORDER = (np.array([0.06, 0.19, 0.72, 0.03]), np.array([0.35, 0.10, 0.40, 0.15]), 2)
+
+
+def test_no_token_order_gives_a_coin_rule_for_the_running_maximum_law():
+    """The theory page's counterexample (found by search): V = 4, K = 2 — for none of the 24 token
+    orders do coins along the order (last drafted token as fallback) realise the running-maximum
+    law, although that law is optimal and lies in the core of Q."""
+    p, q, k = NO_COIN_ORDER
+    mass = _set_masses(q, k)
+    m, _ = _running_max_law(p, q, mass)
+    sums = np.array([m[[j for j in range(4) if b >> j & 1]].sum() for b in range(16)])
+    assert (sums >= mass - 1e-12).all()
+    worst = [_coins(p, q, k, m, list(order), True) for order in itertools.permutations(range(4))]
+    assert min(worst) > 0.04
