@@ -17,6 +17,8 @@ ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α =
 ot_fast    with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
 ot_wor_top without_replacement the optimum seen through the top-m tokens of q, exact residual
                                (any V; α = α* when those tokens hold all of q)
+ot_wor_iid without_replacement ot_fast on K i.i.d. draws rebuilt from the drafts, α ≥ α* with
+                               replacement (any V)
 ========== =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft
@@ -42,6 +44,7 @@ from otbound.token.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.token.verifiers._nss import NaiveVerifier
 from otbound.token.verifiers._optimal import OptimalCoupling, OptimalVerifier, optimal_coupling
 from otbound.token.verifiers._optimal_wor import (
+    IIDStreamVerifier,
     OptimalWithoutReplacementVerifier,
     TruncatedCoupling,
     truncated_coupling,
@@ -63,6 +66,7 @@ VERIFIERS: dict[str, Verifier] = {
         OTVerifier(),
         OptimalVerifier(),
         OptimalWithoutReplacementVerifier(),
+        IIDStreamVerifier(),
     )
 }
 
@@ -92,4 +96,5 @@ __all__ = [
     "OptimalWithoutReplacementVerifier",
     "TruncatedCoupling",
     "truncated_coupling",
+    "IIDStreamVerifier",
 ]
