@@ -357,3 +357,82 @@ def test_no_token_order_gives_a_coin_rule_for_the_running_maximum_law():
     assert (sums >= mass - 1e-12).all()
     worst = [_coins(p, q, k, m, list(order), True) for order in itertools.permutations(range(4))]
     assert min(worst) > 0.04
+
+
+# -- ot_wor_iid: ot_fast on the i.i.d. draws rebuilt from the drafts ----------------------------
+
+iid_ver = VERIFIERS["ot_wor_iid"]
+
+
+def test_growth_strings_are_bell_many():
+    assert [_optimal_wor._growth_strings(k).shape[0] for k in range(1, 9)] == [1, 2, 5, 15, 52, 203, 877, 4140]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_rebuilt_draws_are_exactly_iid(k):
+    """Σ over the drafts' tuples of Q_wor(d) · P(rebuild = x | d) = Π q(x_j) for every x (1e-12)."""
+    q = _law([0.4, 0.25, 0.2, 0.1, 0.05])
+    w, tuples = support_tuples(q, k, WOR)
+    weights, g = iid_ver._step_weights(q, tuples)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=ATOL)
+    law = np.zeros((q.size,) * k)
+    np.add.at(law, tuple(tuples[:, g].reshape(-1, k).T), (w[:, None] * weights).ravel())
+    np.testing.assert_allclose(law, draft_joint(q, k, "with_replacement"), atol=ATOL)
+
+
+def test_rebuild_sampler_matches_its_law():
+    """The vectorised rebuild in ``sample`` draws each growth string with its probability
+    (chi-square at level 1e-3 over 200,000 rows of one tuple; df = 14 at K = 4)."""
+    q = _law([0.4, 0.25, 0.2, 0.1, 0.05])
+    drafts = np.array([[0, 2, 1, 4]])
+    weights, g = iid_ver._step_weights(q, drafts)
+    captured = {}
+
+    class Spy:
+        def sample(self, p, q, x, rng):
+            captured["x"] = x
+            return type("S", (), {"tokens": x[:, 0]})()
+
+    spy = type(iid_ver)()
+    spy._inner = Spy()
+    spy._sample(q, q, None, np.repeat(drafts, N, axis=0), np.random.default_rng(5))
+    strings = {tuple(row): i for i, row in enumerate(drafts[0][g])}
+    obs = np.bincount([strings[tuple(r)] for r in captured["x"]], minlength=g.shape[0])
+    assert scipy.stats.chisquare(obs, weights[0] * N).pvalue > ALPHA
+
+
+def _check_iid(p, q, k):
+    w, tuples, laws, enumerated = _enumerate(iid_ver, p, q, k)
+    assert laws.min() >= 0.0
+    np.testing.assert_allclose(laws.sum(axis=1), 1.0, atol=ATOL)
+    np.testing.assert_allclose(w @ laws, p, atol=ATOL)
+    assert abs(iid_ver.acceptance(p, q, k) - enumerated) < ATOL
+    assert optimal_acceptance(p, q, k) - 1e-9 <= enumerated <= optimal_acceptance(p, q, k, WOR) + 1e-9
+
+
+@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_iid_stream_exact_adversarial(case, k):
+    p, q = ADVERSARIAL[case]
+    if np.count_nonzero(q) < k:
+        return
+    _check_iid(p, q, k)
+
+
+def test_iid_stream_exact_random():
+    r = np.random.default_rng(8)
+    for i in range(12):
+        v = int(r.integers(3, 7))
+        a = [0.3, 1.0, 3.0][i % 3]
+        _check_iid(r.dirichlet(np.full(v, a)), r.dirichlet(np.full(v, a)), int(r.integers(2, min(v, 5))))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_iid_stream_statistically_lossless_at_v_1500(k):
+    """Same decision rule and power as ``test_statistically_lossless_at_v_1500``; the accepted
+    fraction's Wilson lower end must reach the i.i.d. optimum."""
+    p, q = _lm_like(V_STAT, 21 + k)
+    res = run(iid_ver, p, q, k, N, 4321 + k, confidence=1 - ALPHA)
+    assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
+    assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
+    assert res.ci_high >= optimal_acceptance(p, q, k)
