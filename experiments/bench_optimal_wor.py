@@ -19,7 +19,12 @@ written as a figure with ``--figure``.
 
 Real traces: ``--traces DIR`` (a folder of ``otbound-trace-1`` files, :func:`otbound.lm.collect_traces`)
 replaces all of the above by the mean over every stored position of α*_wor and of the exact
-acceptance of ``ot_wor_top`` at each ``max_sets`` (and K in ``--ks``), with the mean gap.
+acceptance of ``ot_wor_top`` at each ``max_sets`` (and K in ``--ks``), with the mean gap; beside
+them α* with replacement (``ot_wor_iid``'s proven floor) and the Monte Carlo acceptance of
+``ot_wor_iid`` and ``rrs_wor`` on the same ``--mc`` draft tuples per position (standard error of the
+mean over positions below 0.5 / √(positions · mc)).
+
+``ot_wor_iid`` (ot_fast on i.i.d. draws rebuilt from the drafts) is timed beside the others.
 """
 
 from __future__ import annotations
@@ -65,8 +70,9 @@ def per_token(name, p, q, drafts, runs):
     rng = np.random.default_rng(0)
 
     def once():
-        if hasattr(ver, "_cache"):
-            ver._cache.clear()
+        for obj in (ver, getattr(ver, "_inner", None)):  # ot_wor_iid keeps ot_fast inside
+            if hasattr(obj, "_cache"):
+                obj._cache.clear()
         ver.sample(p, q, drafts, rng)
 
     return cpu_median(once, runs)
@@ -88,16 +94,18 @@ def main(argv=None):
     ap.add_argument("--max-sets", type=int, nargs="+", default=[100, 300, 1000, 2500])
     ap.add_argument("--figure", default=None, help="write the gap figure here (PNG)")
     ap.add_argument("--traces", default=None, help="folder of stored traces: the gap on real laws instead")
+    ap.add_argument("--mc", type=int, default=200, help="draft tuples per position for the Monte Carlo columns")
     args = ap.parse_args(argv)
     if args.traces:
         return real_gap(args)
     print(f"{datetime.date.today()} {platform.processor() or platform.machine()}, V = {V:,}, CPU ms, "
           f"medians of {args.runs} runs, median over {args.instances} instances")
-    print(f"{'T':>4} {'K':>2} {'m':>3} | {'ot_wor_top':>10} {'rrs_wor':>8} {'ot_fast':>8} | per tuple batched: "
+    print(f"{'T':>4} {'K':>2} {'m':>3} | {'ot_wor_top':>10} {'rrs_wor':>8} {'ot_fast':>8} {'ot_wor_iid':>10} | "
+          f"per tuple batched: "
           f"{'ot_wor_top':>10} {'rrs_wor':>8} | {'α(ot_wor_top)':>13} {'α*_wor':>7}")
     for temp in args.temperatures:
         for k in args.ks:
-            cells = {key: [] for key in ("wor", "rrs", "fast", "bwor", "brrs", "acc", "star")}
+            cells = {key: [] for key in ("wor", "rrs", "fast", "iid", "bwor", "brrs", "acc", "star")}
             for i in range(args.instances):
                 p, q = lm_pair(1000 * k + i, temp)
                 rng = np.random.default_rng(i)
@@ -106,13 +114,15 @@ def main(argv=None):
                 cells["wor"].append(per_token("ot_wor_top", p, q, wor_drafts[:1], args.runs))
                 cells["rrs"].append(per_token("rrs_wor", p, q, wor_drafts[:1], args.runs))
                 cells["fast"].append(per_token("ot_fast", p, q, iid_drafts, args.runs))
+                cells["iid"].append(per_token("ot_wor_iid", p, q, wor_drafts[:1], args.runs))
                 cells["bwor"].append(batched("ot_wor_top", p, q, wor_drafts, args.runs))
                 cells["brrs"].append(batched("rrs_wor", p, q, wor_drafts[:64], 1))
                 cells["acc"].append(VERIFIERS["ot_wor_top"].acceptance(p, q, k))
                 cells["star"].append(optimal_acceptance(p, q, k, WOR))
             med = {key: statistics.median(val) for key, val in cells.items()}
             print(f"{temp:>4} {k:>2} {truncation_size(k):>3} | {1e3 * med['wor']:>10.1f} {1e3 * med['rrs']:>8.1f} "
-                  f"{1e3 * med['fast']:>8.1f} | {'':>19}{1e3 * med['bwor']:>10.3f} {1e3 * med['brrs']:>8.3f} | "
+                  f"{1e3 * med['fast']:>8.1f} {1e3 * med['iid']:>10.1f} | {'':>19}{1e3 * med['bwor']:>10.3f} "
+                  f"{1e3 * med['brrs']:>8.3f} | "
                   f"{med['acc']:>13.4f} {med['star']:>7.4f}")
     print("\nGap α* − α(ot_wor_top) by max_sets (m), median over instances")
     gaps = {}
@@ -179,6 +189,15 @@ def real_gap(args):
             cells.append(f"m={truncation_size(k, ms)}: α {acc.mean():.4f}, gap {gap.mean():.4f} "
                          f"(median {np.median(gap):.4f}, max {gap.max():.4f}, "
                          f"efficiency {acc.mean() / star.mean():.1%})")
+        iid = np.array([optimal_acceptance(p, q, k) for _, _, p, q in laws])
+        rng = np.random.default_rng(k)
+        mc = {"ot_wor_iid": [], "rrs_wor": []}
+        for _, _, p, q in laws:
+            drafts = sample_drafts(q, k, WOR, args.mc, rng)
+            for name in mc:
+                mc[name].append(VERIFIERS[name].sample(p, q, drafts, rng).accepted.mean())
+        cells.append(f"α*_iid {iid.mean():.4f}; Monte Carlo: ot_wor_iid {np.mean(mc['ot_wor_iid']):.4f}, "
+                     f"rrs_wor {np.mean(mc['rrs_wor']):.4f}")
         print(f"K = {k}: " + "; ".join(cells))
 
 
