@@ -436,3 +436,73 @@ def test_iid_stream_statistically_lossless_at_v_1500(k):
     assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
     assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
     assert res.ci_high >= optimal_acceptance(p, q, k)
+
+
+# -- the hierarchical Luce rule: the optimal sampler's structure (small V) ----------------------
+
+
+def _luce_coupling_laws(p, q, k, rule, tuples):
+    """Exact laws of: select by the rule, accept p/m on H* (1 on C), residual (p − m)_+."""
+    sel = rule.selection(tuples)
+    keep = np.where(rule.h_star, np.minimum(1.0, p / np.where(rule.select > 0, rule.select, 1.0)), 1.0)
+    resid = np.maximum(p - rule.select, 0.0)
+    resid = resid / resid.sum() if resid.sum() > 0 else p
+    laws = np.zeros((tuples.shape[0], p.size))
+    np.add.at(laws, (np.repeat(np.arange(tuples.shape[0]), k), tuples.ravel()), (sel * keep[tuples]).ravel())
+    return laws + (1.0 - laws.sum(axis=1, keepdims=True)) * resid
+
+
+def _check_luce(p, q, k):
+    rule = _optimal_wor.luce_rule(p, q, k)
+    w, tuples = support_tuples(q, k, WOR)
+    m = np.zeros(p.size)
+    np.add.at(m, tuples.ravel(), (w[:, None] * rule.selection(tuples)).ravel())
+    np.testing.assert_allclose(m, rule.select, atol=1e-12)
+    laws = _luce_coupling_laws(p, q, k, rule, tuples)
+    np.testing.assert_allclose(w @ laws, p, atol=1e-12)
+    mask = np.zeros(laws.shape, dtype=bool)
+    mask[np.arange(len(tuples))[:, None], tuples] = True
+    accepted = float(w @ np.where(mask, laws, 0.0).sum(axis=1))
+    assert abs(accepted - optimal_acceptance(p, q, k, WOR)) < 1e-9
+    assert abs(accepted - optimal_acceptance_lp(p, draft_joint(q, k, WOR))) < 1e-9
+    return rule
+
+
+def test_hierarchical_luce_rule_is_an_optimal_sampler():
+    """The running-maximum law is the selection law of a hierarchical Luce rule (highest segment
+    holding a draft, then draft y with probability w_y / Σ w): selecting by it, accepting p/m on
+    H*, gives α* (random instances, V ≤ 7, K ≤ 4; the theory page's theorem)."""
+    r = np.random.default_rng(4)
+    for i in range(30):
+        v = int(r.integers(3, 8))
+        a = [0.2, 0.5, 1.0, 3.0][i % 4]
+        _check_luce(r.dirichlet(np.full(v, a)), r.dirichlet(np.full(v, a)), int(r.integers(2, min(v, 5))))
+
+
+@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
+def test_hierarchical_luce_rule_adversarial(case):
+    p, q = ADVERSARIAL[case]
+    if np.count_nonzero(q) < 2 or np.count_nonzero(q) < q.size:
+        return  # the theorem's chain argument needs every K-set drafted with positive probability
+    _check_luce(p, q, 2)
+
+
+def test_luce_rule_on_the_coin_counterexample():
+    """Where no coin rule along any order exists, the Luce rule does."""
+    _check_luce(*NO_COIN_ORDER)
+
+
+def test_tight_sets_form_a_chain():
+    """With every K-set of positive probability, the sets B with m(B) = Q(B) are nested (the
+    levels of the Luce rule; theory page)."""
+    r = np.random.default_rng(9)
+    for _ in range(20):
+        v = int(r.integers(3, 7))
+        k = int(r.integers(2, min(v, 4)))
+        p, q = r.dirichlet(np.ones(v)), r.dirichlet(np.ones(v))
+        mass = _set_masses(q, k)
+        m, _ = _running_max_law(p, q, mass)
+        sums = np.array([m[[j for j in range(v) if b >> j & 1]].sum() for b in range(1 << v)])
+        tight = [b for b in range(1 << v) if abs(sums[b] - mass[b]) < 1e-12]
+        for b1, b2 in itertools.combinations(tight, 2):
+            assert (b1 & b2) in (b1, b2), (b1, b2)
