@@ -61,15 +61,16 @@ enumeration of the draft law (``tests/test_optimal_wor.py``: μ, c and the accep
 
 **Why a truncation.** The exact optimum has a selection-law form: every optimal coupling selects
 with a law m in the core of the belief function Q (``m(B) ≥ Q(B)``, the laws of rules "emit an
-element of S"; Shapley 1971: the core of a convex game is the hull of the greedy vectors, i.e. of
-the rules "emit the last element of S in an order σ"), with m ≥ p on H*, m ≤ p on ``C = V ∖ H*``
-and ``m(H*) = Q(H*)``. The law ``M_j = P_j + g_j`` of the i.i.d. construction
-(:mod:`otbound.token.verifiers._optimal`; g the running maxima of ``G_j = Q(H_j) − P_j`` toward h
-along the ratio order) is such a law without replacement too (checked by enumeration of all
-``2^V`` sets at V ≤ 7). What does not carry over is a samplable decomposition of m into rules:
-the chord-polygon peeling needs ``Q(H) = Φ(q(H))``, and the product-form rules tried instead
-(draft-wise coins along the ratio order, water-filling in either direction) fail on some
-instances: docs/theory/optimal-without-replacement.md gives the counterexamples.
+element of S"), with m ≥ p on H*, m ≤ p on ``C = V ∖ H*`` and ``m(H*) = Q(H*)``. The law
+``M_j = P_j + g_j`` of the i.i.d. construction (:mod:`otbound.token.verifiers._optimal`; g the
+running maxima of ``G_j = Q(H_j) − P_j`` toward h along the ratio order) is such a law without
+replacement too (checked over all ``2^V`` sets at V ≤ 7), and it is the selection law of a
+*hierarchical Luce rule* — the highest level (between nested tight sets) holding a draft, then its
+draft y with probability ``w_y / Σ w`` (:func:`luce_rule`; proof on the theory page). That sampler
+costs O(K) per tuple; what is missing at full vocabulary is the weights: a Plackett–Luce maximum
+likelihood under the without-replacement set law, O(V · grid²) clock integrals per iteration.
+The chord-polygon peeling of the i.i.d. case needs ``Q(H) = Φ(q(H))``, and product-form coin rules
+fail (docs/theory/optimal-without-replacement.md gives the counterexamples).
 
 Cost: the pass over ``T^c`` (O(V · moments) plus the large tokens of ``T^c`` one by one), the sets
 (``Σ_{j ≤ K} C(m, j)`` of them, ``MAX_SETS`` by default), and one LP over them (HiGHS), cached per
