@@ -92,6 +92,7 @@ import scipy.sparse
 
 from otbound._solvers import solve_lp
 from otbound._validation import InvalidInputError, check_positive_int
+from otbound.token._wor import clock_law
 from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 
 #: largest number of sets R = S ∩ T (|R| ≤ K) the truncation may hold; m is the largest with Σ_{j≤K} C(m, j) ≤ it
@@ -111,7 +112,7 @@ def truncation_size(num_drafts: int, max_sets: int = MAX_SETS) -> int:
     Examples
     --------
     >>> truncation_size(2), truncation_size(4), truncation_size(8)
-    (62, 16, 11)
+    (62, 15, 11)
     """
     k = int(num_drafts)
     m = k + 1
@@ -253,6 +254,9 @@ def truncated_coupling(
     """
     if rank not in ("contribution", "q"):
         raise InvalidInputError(f"rank must be 'contribution' or 'q', got {rank!r}")
+    # the bound's own treatment of denormal q: negligible ones (≤ 1e-16 of the draft law) dropped,
+    # the others refused (InvalidInputError), as for optimal_acceptance without replacement
+    q = clock_law(q, k)
     v = q.size
     positive = np.flatnonzero(q > 0)
     m_max = truncation_size(k, max_sets)
