@@ -506,3 +506,14 @@ def test_tight_sets_form_a_chain():
         tight = [b for b in range(1 << v) if abs(sums[b] - mass[b]) < 1e-12]
         for b1, b2 in itertools.combinations(tight, 2):
             assert (b1 & b2) in (b1, b2), (b1, b2)
+
+
+def test_iid_stream_exact_acceptance_at_full_vocabulary():
+    """K = 2, V = 151,936: the closed form inside the Wilson interval (level 1 − 1e-3) of 20,000
+    verified tuples, between α* with replacement and α* without."""
+    p, q = _lm_like(151_936, 300, temperature=0.5)
+    exact = iid_ver.acceptance(p, q, 2)
+    assert optimal_acceptance(p, q, 2) <= exact <= optimal_acceptance(p, q, 2, WOR) + 1e-12
+    res = run(iid_ver, p, q, 2, 20_000, 301, confidence=1 - ALPHA)
+    assert res.ci_low <= exact <= res.ci_high
+    assert iid_ver.acceptance(p, q, 3) is None  # K ≥ 3: no closed form, too many tuples to enumerate

@@ -18,7 +18,7 @@ ot_fast    with_replacement    an optimal coupling sampled per tuple without the
 ot_wor_top without_replacement the optimum seen through the top-m tokens of q, exact residual
                                (any V; α = α* when those tokens hold all of q)
 ot_wor_iid without_replacement ot_fast on K i.i.d. draws rebuilt from the drafts, α ≥ α* with
-                               replacement (any V)
+                               replacement (any V; exact acceptance at K ≤ 2)
 ========== =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft

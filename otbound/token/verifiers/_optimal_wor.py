@@ -461,9 +461,15 @@ class IIDStreamVerifier(Verifier):
     lossless, and every ``X_j`` is a draft, so ``P(Y ∈ drafts) ≥ α*`` with replacement (the i.i.d.
     optimum; a residual token may be a later draft too). Exact conditional law: the sum over the
     rebuilt sequences (restricted growth strings, Bell(K) of them: 15 at K = 4, 4,140 at K = 8) of
-    their probability times ``ot_fast``'s exact law. Exact acceptance by enumeration at small V
-    (else None; :func:`otbound.optimal_acceptance` with ``sampling="with_replacement"`` is a
-    lower bound). Cost per tuple: ``ot_fast``'s plus O(K²).
+    their probability times ``ot_fast``'s exact law. Cost per tuple: ``ot_fast``'s plus O(K²).
+
+    Exact acceptance: at K ≤ 2 in closed form (derived): ``ot_fast`` rejects only when its drafts
+    lie in H* and emits the residual ρ on C, so a residual token is a draft only if it is a draft
+    not rebuilt, i.e. ``X = (a, a)`` (probability ``q_a²``), rejected with probability
+    ``1 − keep_a``, and the second draft ``d_2 ~ q / (1 − q_a)`` off a equals it:
+    ``α = α*_wr + Σ_a q_a² (1 − keep_a) Σ_z ρ_z q_z / (1 − q_a)`` (``α = α*`` at K = 1). At K ≥ 3
+    by enumeration at small V, else None (:func:`otbound.optimal_acceptance` with
+    ``sampling="with_replacement"`` is then a lower bound).
 
     Examples
     --------
@@ -482,6 +488,18 @@ class IIDStreamVerifier(Verifier):
         from otbound.token.verifiers._optimal import OptimalVerifier
 
         self._inner = OptimalVerifier()
+
+    def _closed_form(self, p, q, aux, k):
+        if k > 2:
+            return None
+        c = self._inner._prepare(p, q, k)
+        if k == 1:
+            return c.accepted
+        keep, rho = c.keep, c.residual
+        others = np.where(q > 0.5, q.sum() - q, 1.0 - q)  # 1 − q_a, summed directly when q_a is large
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(q > 0, q**2 * (1.0 - keep) / np.where(others > 0, others, 1.0), 0.0)
+        return c.accepted + float(per.sum()) * float(rho @ q)
 
     @staticmethod
     def _step_weights(q, drafts):
