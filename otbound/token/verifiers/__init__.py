@@ -3,22 +3,11 @@
 :data:`VERIFIERS` maps a name to a ready verifier object; every verifier declares ``lossless``
 (tested: ``Σ_x̄ Q(x̄) law(·|x̄) = p`` exactly, :meth:`Verifier.lossless_error`) and ``reference``:
 
-================= =================== ======== =====================================================
-name              draft law           lossless algorithm
-================= =================== ======== =====================================================
-nss               with_replacement    yes      naive: Y ~ p, accepted iff Y ∈ x̄
-rrs               with_replacement    yes      SpecInfer recursive rejection sampling (2305.09781)
-rrs_wor           without_replacement yes      RRS without replacement (Jeon et al. 2402.14160)
-kseq              with_replacement    yes      SpecTr K-SEQ at ρ* (2310.15141)
-spechub           greedy (K ≤ 2)      yes      SpecHub (2411.05289)
-greedy            greedy              yes      greedy-law optimal verifier (theory.md §3), α = α*_greedy
-khisti_is         with_replacement    yes      IS draft selection + speculative sampling (2410.18234)
-khisti_lp         with_replacement    yes      the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
-ot                with_replacement    yes      the optimal verifier, α = α*, at any V (:class:`OptimalVerifier`)
-onehot            deterministic       yes      one-hot-q recursive rule (vLLM's argmax drafts), α = p(top-K(q))
-nss_deterministic deterministic       yes      Y ~ p, accepted iff Y ∈ top-K(q), α = p(top-K(q))
-================= =================== ======== =====================================================
-
+ot_wor_top        without_replacement yes      the optimum seen through the top-m tokens of q, exact residual
+                                               (any V; α = α* when those tokens hold all of q)
+ot_wor_iid        without_replacement yes      ot on K i.i.d. draws rebuilt from the drafts, α ≥ α* with
+                                               replacement (any V; exact acceptance at K ≤ 2)
+================= =================== ======== ==============================================
 ``NaiveVerifier(sampling)`` and ``OptimalVerifier(sampling)`` build the same verifiers for another
 draft law. :func:`run` draws drafts, verifies them and reports the Monte Carlo acceptance with a CI.
 """
@@ -42,6 +31,12 @@ from otbound.token.verifiers._importance import (
 from otbound.token.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.token.verifiers._nss import NaiveVerifier
 from otbound.token.verifiers._optimal import OptimalCoupling, OptimalVerifier, optimal_coupling
+from otbound.token.verifiers._optimal_wor import (
+    IIDStreamVerifier,
+    OptimalWithoutReplacementVerifier,
+    TruncatedCoupling,
+    truncated_coupling,
+)
 from otbound.token.verifiers._rrs import RRSVerifier, RRSWithoutReplacementVerifier
 
 VERIFIERS: dict[str, Verifier] = {
@@ -58,6 +53,8 @@ VERIFIERS: dict[str, Verifier] = {
         OptimalVerifier(),
         OneHotVerifier(),
         MembershipVerifier(),
+        OptimalWithoutReplacementVerifier(),
+        IIDStreamVerifier(),
     )
 }
 
@@ -85,4 +82,8 @@ __all__ = [
     "OneHotVerifier",
     "MembershipVerifier",
     "optimal_coupling",
+    "OptimalWithoutReplacementVerifier",
+    "TruncatedCoupling",
+    "truncated_coupling",
+    "IIDStreamVerifier",
 ]
