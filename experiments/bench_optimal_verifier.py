@@ -1,4 +1,4 @@
-"""Benchmark: the optimal verifier ``ot_fast`` against a max-flow on the same instances (same process).
+"""Benchmark: the optimal verifier ``ot`` against a max-flow on the same instances (same process).
 
     python experiments/bench_optimal_verifier.py [--runs 5] [--instances 4] [--topk 10]
 
@@ -20,7 +20,7 @@ of ``--runs`` runs and, across instances, their median and max:
   ``depth``, the length of that path;
 * ``maxflow`` — networkx maximum flow on the multiset graph (source → multiset of K drafts →
   token → sink) of the top-``topk`` truncation of the same instance (top tokens of q, both laws
-  renormalised), the exact optimal plan of that truncated instance; printed beside ``ot_fast``
+  renormalised), the exact optimal plan of that truncated instance; printed beside ``ot``
   on the same truncated instance, with the ratio and both values (they must agree to 1e-9).
 """
 
@@ -89,7 +89,7 @@ def verify_one(p, q, k, drafts):
 
 def verify_public(p, q, drafts, rng):
     """One verification through the public API with an empty cache (a fresh p, q)."""
-    ver = VERIFIERS["ot_fast"]
+    ver = VERIFIERS["ot"]
     ver._cache.clear()
     ver.sample(p, q, drafts, rng)
 
@@ -109,10 +109,10 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(1)
-    ver = VERIFIERS["ot_fast"]
+    ver = VERIFIERS["ot"]
     rng = np.random.default_rng(0)
-    print(f"Top-{args.topk} truncation of the same instances: max-flow (whole plan) vs ot_fast (setup + one tuple)")
-    print(f"{'K':>2} {'multisets':>9} {'maxflow ms':>11} {'ot_fast ms':>11} {'ratio':>8} {'|Δvalue|':>9}")
+    print(f"Top-{args.topk} truncation of the same instances: max-flow (whole plan) vs ot (setup + one tuple)")
+    print(f"{'K':>2} {'multisets':>9} {'maxflow ms':>11} {'ot ms':>11} {'ratio':>8} {'|Δvalue|':>9}")
     for k in args.maxflow_ks:
         mf, fast, diff = [], [], 0.0
         for i in range(args.instances):

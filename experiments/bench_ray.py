@@ -37,8 +37,8 @@ def main(argv=None):
 
     import torch
 
-    from otbound.lm import random_pair, run_real_report
-    from otbound.report import RayExecutor
+    from otbound.lm import random_pair
+    from otbound.report import RayExecutor, run_real_report
 
     torch.set_num_threads(1)  # as each Ray actor (num_cpus=1)
     shape = dict(num_hidden_layers=2, hidden_size=args.hidden, num_attention_heads=4, num_key_value_heads=2,

@@ -1,4 +1,4 @@
-"""The three public-code defects of issue 16, measured exactly by the conformance kit.
+"""Three defects found in public verifier code, measured exactly by the conformance kit.
 
     python experiments/conformance_public_defects.py [--instances 48]
 
@@ -8,34 +8,41 @@ verification comparing cumulative products of ratios with cumulative products of
 it prints, over the kit's adversarial + random instances, the exact lossless error (max |law − target|
 of the output law; block level: of the emitted sequence continued by the target to L + 1 tokens),
 the total-variation distortion among failing instances, the acceptance against the bound, and the
-minimal counterexample. Everything is exact enumeration (float64), nothing is sampled.
+minimal counterexample. Then (d) the installed transformers' ``_speculative_sampling``, unmodified
+under ``route_randomness``, in float64 and float32, and a copy whose residual ``(p − q)+`` is clamped
+at 1e-5 (a defect an older rejection sampler had): a 1e-5-size distortion no sampling test of
+practical size sees, caught exactly even at float32 precision. Everything is exact enumeration,
+nothing is sampled.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import textwrap
 
 import numpy as np
 
 import otbound.conformance as oc
 from otbound.conformance import examples as ex
+from otbound.conformance.adapters import transformers_speculative_sampling
 
 
 def describe(res, bound: str) -> None:
     failing = [r for r in res.instances if not r.passed]
     tv = np.array([r.total_variation for r in failing])
     over = res.acceptance - res.optimal
-    print(f"  {len(failing)}/{len(res.instances)} instances fail; max lossless error {res.lossless_error:.4f}")
+    print(f"  {len(failing)}/{len(res.instances)} instances fail; max lossless error {res.lossless_error:.4g}")
     if failing:
         print(
             f"  total-variation distortion on failing instances: min {tv.min():.2e}, "
-            f"median {np.median(tv):.4f}, max {tv.max():.4f}"
+            f"median {np.median(tv):.4g}, max {tv.max():.4g}"
         )
     print(f"  acceptance − {bound}: max {over.max():+.4f} (above the bound on {int((over > 1e-9).sum())} instances)")
     c = res.counterexample
     if c is not None:
         shape = f"V = {c.vocab_size}, K = {c.num_drafts}" + (f", L = {c.block_len}" if c.block_len else "")
-        print(f"  minimal counterexample: {shape}, error {c.lossless_error:.6f} (from '{c.label}')")
+        print(f"  minimal counterexample: {shape}, error {c.lossless_error:.6g} (from '{c.label}')")
 
 
 def main() -> None:
@@ -66,6 +73,41 @@ def main() -> None:
             describe(
                 oc.check_block_verifier(fn, vocab_size=v, num_drafts=1, block_len=length, instances=n // 2), "U_causal"
             )
+    transformers_section(n)
+
+
+def clamped_transformers(floor: float):
+    """The installed ``_speculative_sampling`` with its residual clamped at ``floor`` instead of 0."""
+    import transformers.generation.utils as tgu
+
+    src = textwrap.dedent(inspect.getsource(tgu._speculative_sampling))
+    line = "p_prime = torch.clamp((p_n_plus_1 - q_n_plus_1), min=0)"
+    if line not in src:
+        raise SystemExit("the installed transformers changed its residual line; update clamped_transformers")
+    namespace = dict(vars(tgu))
+    exec(src.replace(line, line.replace("min=0", f"min={floor!r}")), namespace)  # noqa: S102 — a mutant
+    return namespace["_speculative_sampling"]
+
+
+def transformers_section(n: int) -> None:
+    print("(d) transformers' _speculative_sampling, unmodified, K = 1, V = 2")
+    for length in (1, 2, 3):
+        for dtype, precision in (("float64", "float64"), ("float32", "float64"), ("float32", "float32")):
+            res = oc.check_block_verifier(
+                transformers_speculative_sampling(dtype=dtype), vocab_size=2, num_drafts=1, block_len=length,
+                instances=n // 4, precision=precision,
+            )  # fmt: skip
+            note = " (float32 rounding)" if res.within_float32_rounding else ""
+            print(
+                f"  L = {length}, logits {dtype}, checked at {precision}: {'PASS' if res.passed else 'FAIL'}{note}, "
+                f"max error {res.lossless_error:.2e}"
+            )
+    print("  residual (p - q)+ clamped at 1e-5, float32, checked at float32 precision (tolerance 1e-6):")
+    res = oc.check_block_verifier(
+        transformers_speculative_sampling(clamped_transformers(1e-5), dtype="float32"), vocab_size=2, num_drafts=1,
+        block_len=2, instances=n // 4, precision="float32",
+    )  # fmt: skip
+    describe(res, "U_causal")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@
 
 1. **Agreement**: 8 rows of V = 151,936 (softmax of N(0, 2.5²) logits, the target's plus N(0, 1))
    measured on the device and on the CPU: largest difference of every exact value (contract 1e-9).
-2. **Engine throughput** on rows generated on the device (positions/s, medians of 3), for the
-   default set (α* of three laws × K ∈ {2, 3, 4}, nss, rrs, rrs_wor, kseq, spechub, greedy) and
-   for the same set without α* without replacement at K ≥ 3 (the clock-integral branch and bound,
-   which runs per row on the CPU).
+2. **Measurement throughput** of the public ``otbound.report.measure_laws`` on rows generated on
+   the device (positions/s, medians of 3), for the default set (α* of three laws × K ∈ {2, 3, 4},
+   every verifier) and for a set without α* without replacement at K ≥ 3 (the clock-integral
+   branch and bound, which runs per row on the CPU).
 3. **Trace collection** with randomly initialised models of the Qwen2.5-Coder shapes (0.5B
    drafting for 1.5B, bfloat16): positions/s of ``collect_traces`` alone, and streaming as
    ``run_real_report`` does it (measured on the device as sampled, ``store_logits="none"``),
@@ -68,29 +68,30 @@ def timed(fn, device, repeats=3):
 
 
 def agreement(device, vocab):
-    from otbound.report._engine import measure_batch
+    from otbound.report import measure_laws
 
     p, q = lm_rows(8, vocab, device, seed=1)
-    a = measure_batch(p, q, KS, mc_samples=8)
-    b = measure_batch(p.cpu(), q.cpu(), KS, mc_samples=8)
+    a = measure_laws(p, q, KS, verifiers=ENGINE_SET, mc_samples=8)
+    b = measure_laws(p.cpu(), q.cpu(), KS, verifiers=ENGINE_SET, mc_samples=8)
     worst = 0.0
-    for s in a.optimal:
-        for k in a.optimal[s]:
-            worst = max(worst, float((a.optimal[s][k].cpu() - b.optimal[s][k]).abs().max()))
-    for n in a.verifiers:
-        for k in a.verifiers[n]:
-            if a.methods[n][k] == "exact":
-                worst = max(worst, float((a.verifiers[n][k].cpu() - b.verifiers[n][k]).abs().max()))
+    for s in a["optimal"]:
+        for k in a["optimal"][s]:
+            worst = max(worst, float(np.max(np.abs(np.subtract(a["optimal"][s][k], b["optimal"][s][k])))))
+    for n in a["verifiers"]:
+        for k, entry in a["verifiers"][n].items():
+            if entry["method"] == "exact":
+                diff = np.subtract(entry["acceptance"], b["verifiers"][n][k]["acceptance"])
+                worst = max(worst, float(np.max(np.abs(diff))))
     return {"rows": 8, "vocab": vocab, "max_abs_difference": worst, "within_1e-9": worst <= 1e-9}
 
 
 def engine_throughput(device, vocab, rows):
-    from otbound.report._engine import measure_batch
+    from otbound.report import measure_laws
 
     p, q = lm_rows(rows, vocab, device)
-    full = timed(lambda: measure_batch(p, q, KS), device)
-    fast = timed(lambda: (measure_batch(p, q, KS, samplings=("with_replacement", "greedy")),
-                          measure_batch(p, q, (2,), samplings=("without_replacement",), verifiers=())), device)
+    full = timed(lambda: measure_laws(p, q, KS), device)
+    fast = timed(lambda: (measure_laws(p, q, KS, samplings=("with_replacement", "greedy"), verifiers=ENGINE_SET[:2]),
+                          measure_laws(p, q, (2,), samplings=("without_replacement",), verifiers=["rrs_wor"])), device)
     return {"rows": rows, "vocab": vocab, "default_set_positions_per_s": rows / full,
             "without_wor_k34_positions_per_s": rows / fast}
 

@@ -239,7 +239,7 @@ def greedy_and_proxy(heads_by_obj, feats, seqs, prompt_lens, cand, lookup, args)
             out[name]["greedy"].append(torch.cumprod(match, -1).sum(-1).double())
             q_sub = torch.where(sub_ids >= 0, q.gather(-1, sub_ids.clamp(min=0)), torch.zeros_like(sub_p))
             for v in ("token", "block"):
-                out[name][f"proxy_{v}"].append(expected_accepted_length(q_sub, sub_p, v, subset=True))
+                out[name][f"proxy_{v}"].append(expected_accepted_length(sub_p, q_sub, v, subset=True))
     res = {name: {k: torch.cat(v).tolist() for k, v in d.items()} for name, d in out.items()}
     return res, float(torch.cat(coverage).mean())
 
@@ -281,7 +281,7 @@ def exact_t1(pair, heads_by_obj, feats, seqs, prompt_lens, cand, args, path: Pat
             p = torch.softmax(logits.double(), -1)
             row = {"seq": i, "t": t}
             for v in ("token", "block"):
-                row[v] = conditional_accepted_length(q, p, x, v).tolist()
+                row[v] = conditional_accepted_length(p, q, x, v).tolist()
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             done[(i, t)] = row

@@ -150,9 +150,9 @@ def evaluate(model: FactorisedDrafter, levels, bounds: int) -> dict:
         q = torch.softmax(model(torch.arange(levels[0].shape[0])), -1)
     greedy = greedy_block(levels)
     match = (q.argmax(-1) == greedy).long()
-    block = expected_accepted_length(q, levels, "block")
+    block = expected_accepted_length(levels, q, "block")
     out = {
-        "token": float(expected_accepted_length(q, levels, "token").mean()),
+        "token": float(expected_accepted_length(levels, q, "token").mean()),
         "block": float(block.mean()),
         "greedy": float(torch.cumprod(match, -1).sum(-1).double().mean()),
     }

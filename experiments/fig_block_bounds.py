@@ -60,7 +60,7 @@ def _verifier_values(target, draft, v, k, ell, skipped) -> dict:
         kw = dict(vocab_size=v, num_drafts=k, block_len=ell)
         try:
             own = None
-            if ver.draft_law != "with_replacement":
+            if ver.sampling != "with_replacement":
                 b = ver.own_law_bounds(target, draft, **kw)
                 own = (float(b.causal), float(b.joint))
             out[name] = (
@@ -189,14 +189,14 @@ def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]
     rows, skipped = [], {}
     for name, ver in BLOCK_VERIFIERS.items():
         try:
-            own = drafts if ver.draft_law == "with_replacement" else ver.draw_drafts(draft, n, k, length, rng)
+            own = drafts if ver.sampling == "with_replacement" else ver.draw_drafts(draft, n, k, length, rng)
             vals = ver.conditional_accepted(target, draft, own)
         except InvalidInputError as exc:  # causal_optimal solves an LP over the complete draft trie
             skipped[name] = str(exc)
             continue
         rows.append(dict(source=source, verifier=name, num_drafts=k, block_len=length, tuples=n,
                          mean=float(vals.mean()), ci=float(1.96 * vals.std(ddof=1) / np.sqrt(n)),
-                         draft_law=ver.draft_law))
+                         sampling=ver.sampling))
     return rows, skipped
 
 
@@ -257,7 +257,7 @@ def _verifier_label(name, lossy=()) -> str:
     from otbound.block.verifiers import BLOCK_VERIFIERS
 
     ver = BLOCK_VERIFIERS.get(name)
-    label = name if ver is None or ver.draft_law == "with_replacement" else f"{name} (own {ver.draft_law}, m = K)"
+    label = name if ver is None or ver.sampling == "with_replacement" else f"{name} (own {ver.sampling}, m = K)"
     return f"{label} (NOT lossless)" if name in lossy else label
 
 
@@ -414,7 +414,7 @@ def table(results) -> str:
         ]
         lines += [
             f"| {r['source']} | {r['num_drafts']} | {r['block_len']} | {r['verifier']} "
-            f"| {r.get('draft_law', 'with_replacement')} | {r['mean']:.4f} ± {r['ci']:.4f} | {r['tuples']} |"
+            f"| {r.get('sampling', 'with_replacement')} | {r['mean']:.4f} ± {r['ci']:.4f} | {r['tuples']} |"
             for r in res["tree_verifiers"]
         ]
     if res.get("brackets_note"):

@@ -56,7 +56,7 @@ FULL = dict(command=COMMAND, pair=_common.REAL_PAIR, datasets=["humaneval", "mtb
             max_new_tokens=64, temperatures=[0.7, 1.0], num_drafts=[2, 3, 4, 8], seed=0, store_logits="none",
             mc_samples=16, verifiers=None, dtype="auto", prompts_per_shard=8)
 #: the verifiers that run at V = 151,936 (the rest refuse it); quick mode measures only these
-REAL_VERIFIERS = ["nss", "rrs", "kseq", "spechub", "ot_fast", "rrs_wor", "greedy"]
+REAL_VERIFIERS = ["nss", "rrs", "kseq", "spechub", "ot", "rrs_wor", "greedy"]
 QUICK = dict(FULL, command=None, pair="tiny(V=12)", datasets=["quick-humaneval", "quick-mtbench"], num_prompts=2,
              max_new_tokens=4, num_drafts=[2, 3], verifiers=REAL_VERIFIERS)
 

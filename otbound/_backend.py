@@ -30,3 +30,40 @@ def wrap_like(value, device):
     import torch
 
     return torch.as_tensor(np.asarray(value, dtype=np.float64), device=device)
+
+
+def retain_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for reuse in this process (an explicit opt-in; the
+    command line ``python -m otbound.compare`` calls it, library calls never do).
+
+    The batched kernel's working set is a dozen (B, V) float64 arrays (≈ 20 MB each for 16 rows at
+    V = 151,936), which glibc maps afresh and returns to the OS on every call: the page faults cost
+    about a quarter of a measurement's CPU time. This serves allocations up to 32 MiB (glibc's
+    largest threshold) from the heap instead of fresh mappings and keeps up to 1 GiB of freed heap
+    (``mallopt(M_MMAP_THRESHOLD)``, ``mallopt(M_TRIM_THRESHOLD)``; what ``MALLOC_MMAP_THRESHOLD_``
+    / ``MALLOC_TRIM_THRESHOLD_`` in the environment, or jemalloc, would do). The process keeps its
+    peak heap. ``OTBOUND_KEEP_FREED_MEMORY=0`` in the environment makes it a no-op.
+
+    Returns
+    -------
+    bool
+        Whether the setting applied (False off Linux/glibc or when opted out).
+
+    Examples
+    --------
+    >>> from otbound._backend import retain_freed_memory
+    >>> retain_freed_memory() in (True, False)
+    True
+    """
+    import ctypes
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux") or os.environ.get("OTBOUND_KEEP_FREED_MEMORY", "1") == "0":
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_trim_threshold, 1 << 30)) and bool(mallopt(m_mmap_threshold, 32 << 20))

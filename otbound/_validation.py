@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 LAW_ATOL = 1e-6
-SAMPLINGS = ("with_replacement", "without_replacement", "greedy")
+SAMPLINGS = ("with_replacement", "without_replacement", "greedy", "deterministic")
 
 
 class InvalidInputError(ValueError):

@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from otbound._backend import retain_freed_memory
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
 from otbound.report import (
@@ -82,6 +83,35 @@ def temperature(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text!r}")
+    return value
+
+
+def penalty(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def sampling_settings(args) -> tuple[dict, dict]:
+    """``(target, draft)`` settings besides the target temperature, from the flags (see
+    :func:`otbound.token.settings_at`: unset draft fields follow the target's)."""
+    target = {"top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+              "repetition_penalty": args.repetition_penalty}
+    draft = {"temperature": args.draft_temperature, "top_k": args.draft_top_k, "top_p": args.draft_top_p}
+    return ({k: v for k, v in target.items() if v is not None}, {k: v for k, v in draft.items() if v is not None})
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -120,6 +150,18 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
             parser.error(f"--pair {args.pair!r}: expected a registered name or 'DRAFT,TARGET'")
     if args.block:
         _check_block_size(parser, args)
+    target, draft = sampling_settings(args)
+    if target or draft:
+        from otbound.token import settings_at
+
+        try:
+            for t in args.temperature:
+                settings_at(t, target, draft)
+        except InvalidInputError as exc:
+            parser.error(str(exc))
+        if args.end_to_end:
+            parser.error("--end-to-end decodes at the temperature only; drop the sampling-setting flags or run "
+                         "otbound.lm.speculative_sample with target_settings / draft_settings")
     if args.end_to_end and args.e2e_verifiers:
         from otbound import BLOCK_VERIFIERS, VERIFIERS
 
@@ -147,8 +189,9 @@ def _check_block_size(parser, args) -> None:
 
 def effective_settings(args) -> dict:
     """The settings the run actually used, for the report's meta."""
+    target, draft = sampling_settings(args)
     out = {"num_drafts": list(args.num_drafts), "temperatures": list(args.temperature),
-           "mc_samples": args.mc_samples, "seed": args.seed}
+           "target_settings": target, "draft_settings": draft, "mc_samples": args.mc_samples, "seed": args.seed}
     if args.block:
         out.update(block_drafts=list(args.block_drafts), block_lens=list(args.block_lens),
                    block_vocab=args.block_vocab, block_mc_samples=args.block_mc_samples)
@@ -177,6 +220,15 @@ def parse_args(argv=None):
         default=None,
         help="temperatures (default 0.7 1.0; synthetic 0.7 1.0 1.5)",
     )
+    ap.add_argument("--top-k", type=positive_int, default=None, help="target top-k (default: off)")
+    ap.add_argument("--top-p", type=probability, default=None, help="target top-p, nucleus (default: off)")
+    ap.add_argument("--min-p", type=probability, default=None, help="target min-p (default: off)")
+    ap.add_argument("--repetition-penalty", type=penalty, default=None,
+                    help="repetition penalty of both models over the context (default: off)")
+    ap.add_argument("--draft-temperature", type=temperature, default=None,
+                    help="draft temperature (default: the target's, cell by cell)")
+    ap.add_argument("--draft-top-k", type=positive_int, default=None, help="draft top-k (default: the target's)")
+    ap.add_argument("--draft-top-p", type=probability, default=None, help="draft top-p (default: the target's)")
     ap.add_argument(
         "--pair", default="qwen2.5-coder", help="registered offline pair, or 'DRAFT,TARGET' model ids/paths"
     )
@@ -239,6 +291,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> Path:
     args = parse_args(argv)
+    retain_freed_memory()  # a long-running command: reuse freed pages instead of faulting in fresh ones
     try:
         with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
             return _run(args)
@@ -261,9 +314,10 @@ def _run(args) -> Path:
     elif args.synthetic:
         ks = args.num_drafts
         temps = args.temperature
+        target, draft = sampling_settings(args)
         rows, skipped = synthetic_rows(
             SYNTHETIC_FAMILIES, args.vocab_size, temps, ks, args.instances, args.mc_samples, args.seed,
-            engine=engine, out=out,
+            engine=engine, out=out, target_settings=target, draft_settings=draft,
         )
         meta = {
             "mode": "synthetic",
@@ -306,6 +360,9 @@ def _run(args) -> Path:
             "seed": args.seed,
         }
         paired = paired_section(rows, out)
+    from otbound.token import describe_settings
+
+    meta["target sampling"], meta["draft sampling"] = describe_settings(args.temperature, *sampling_settings(args))
     meta["settings"] = effective_settings(args)
     if skipped:
         meta["skipped"] = "; ".join(skipped)

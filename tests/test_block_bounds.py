@@ -125,17 +125,17 @@ def test_certificates():
     per = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="per_level", return_certificate=True)
     from otbound.block.models import prefix_law
 
-    for ell, (h, val) in enumerate(zip(per.certificate["binding_sets"], per.levels), start=1):
+    for ell, (h, val) in enumerate(zip(per.certificate.binding_sets, per.levels), start=1):
         p, q = prefix_law(tg, ell), prefix_law(dr, ell)
         assert 1 + p[h].sum() - q[h].sum() ** k == pytest.approx(val, abs=1e-12)
     for kind in ("joint", "causal"):
         res = block_bound(tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind=kind, return_certificate=True)
         assert res.levels.sum() == pytest.approx(res.value, abs=1e-12)
-        through = res.certificate["through"]
+        through = res.certificate.through
         assert through[()] == 1.0
         assert sum(val for pre, val in through.items() if len(pre) == 1) == pytest.approx(res.levels[0], abs=1e-12)
         # the selected block's law must be a choice among K i.i.d. drafts: r(A) ≤ 1 − (1 − q(A))^K
-        r = res.certificate["selected_law"].ravel()
+        r = res.certificate.selected_law.ravel()
         q = prefix_law(dr, length).ravel()
         order = np.argsort(-r / q)
         assert np.all(np.cumsum(r[order]) <= 1 - (1 - np.cumsum(q[order])) ** k + 1e-9)
@@ -143,7 +143,7 @@ def test_certificates():
         # feasibility of the accepted-through law, checked from the models themselves: a prefix w is
         # accepted only if the selected block starts with w, and no more often than the target emits
         # w (joint: p(w); causal: p(w_last | parent) times the parent's accepted mass)
-        selected = res.certificate["selected_law"]
+        selected = res.certificate.selected_law
         for pre, val in through.items():
             if not pre:
                 continue
@@ -153,10 +153,10 @@ def test_certificates():
     emd = block_bound(
         tg, dr, vocab_size=3, num_drafts=k, block_len=length, kind="joint", method="emd", return_certificate=True
     )
-    assert emd.certificate["plan"].sum() == pytest.approx(1.0)
+    assert emd.certificate.plan.sum() == pytest.approx(1.0)
     # the plan couples the K-multisets of draft blocks with the target's blocks, and its expected
     # longest common prefix is the value
-    plan, multisets = emd.certificate["plan"], emd.certificate["multisets"]
+    plan, multisets = emd.certificate.plan, emd.certificate.multisets
     blocks = [np.unravel_index(b, (3,) * length) for b in range(3**length)]
     np.testing.assert_allclose(plan.sum(0), prefix_law(tg, length).ravel(), atol=1e-12)
     q_block = prefix_law(dr, length).ravel()

@@ -18,16 +18,17 @@ def test_block_section_rows_and_figure():
             assert causal <= joint + 1e-9 <= per_level + 2e-9 <= length + 3e-9
             for name in BLOCK_VERIFIERS:
                 r = sel[name]
-                if r["draft_law"] == "with_replacement":
+                if r["sampling"] == "with_replacement":
                     assert (r["causal_bound"], r["joint_bound"]) == (causal, joint)
-                if name in ("spectr_gbv", "hsd"):  # not lossless: may exceed U_causal
+                assert r["lossless"] is BLOCK_VERIFIERS[name].lossless
+                if not r["lossless"]:  # spectr_gbv, hsd: may exceed U_causal
                     continue
                 if r["causal_bound"] is not None:  # its own law's bound (K i.i.d.: the cell's; univer: exact only)
                     assert r["expected_accepted"] <= r["causal_bound"] + 1e-9 + 5 * r["stderr"]
             # UniVer runs on its own tree (m = K): at K = 1 a chain (block verification), and at K = 2, L = 1
             # (exact) the single-level optimum of its tree law, its own U_causal
             univer = sel["univer"]
-            assert univer["draft_law"] == "univer_tree"
+            assert univer["sampling"] == "univer_tree"
             if k == 1:
                 assert univer["expected_accepted"] == pytest.approx(sel["block"]["expected_accepted"], abs=1e-12)
             if (length, k) == (1, 2):
@@ -49,3 +50,15 @@ def test_block_section_skips_univer_where_its_tree_cannot_be_drafted():
     assert sel["block"]["method"] == "exact"
     md = block_markdown(rows)
     assert "skipped: UniVer with branching 3" in md and "K i.i.d. blocks" in md
+
+
+def test_block_markdown_marks_the_lossy_verifiers():
+    """The report's block table has a lossless column: **no** on exactly spectr_gbv and hsd."""
+    rows, _ = block_section([1], [2], 2, 0, progress=False, verifiers=["block", "spectr_gbv", "hsd"])
+    assert {r["name"]: r["lossless"] for r in rows if r["kind"] == "verifier"} == {
+        "block": True, "spectr_gbv": False, "hsd": False}
+    md = block_markdown(rows)
+    assert "| E[τ] | lossless |" in md
+    cells = {line.split(" | ")[0].strip("| "): line.split(" | ")[5] for line in md.splitlines()
+             if line.startswith("| ") and " verifier " in line}
+    assert cells == {"block": "yes", "spectr_gbv": "**no**", "hsd": "**no**"}

@@ -14,8 +14,16 @@ torch = pytest.importorskip("torch")
 
 from otbound import compare  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
-from otbound.lm import random_pair, run_real_report  # noqa: E402
-from otbound.report import LocalExecutor, RayExecutor, Shard, make_executor, read_checkpoints, run_shards  # noqa: E402
+from otbound.lm import random_pair  # noqa: E402
+from otbound.report import (  # noqa: E402
+    LocalExecutor,
+    RayExecutor,
+    Shard,
+    make_executor,
+    read_checkpoints,
+    run_real_report,  # noqa: E402
+    run_shards,
+)
 
 TESTS = Path(__file__).resolve().parent
 V = 259

@@ -61,7 +61,7 @@ def tiny_pair():
 
 
 def tiny_model_report(out: Path) -> None:
-    from otbound.lm import run_real_report
+    from otbound.report import run_real_report
 
     pair = tiny_pair()
     data = out.parent / "prompts.jsonl"

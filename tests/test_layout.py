@@ -1,4 +1,4 @@
-"""The package layout (issue 11): light top-level import, one direction of private imports."""
+"""The package layout: light top-level import, one direction of private imports, no shims."""
 
 import ast
 import subprocess
@@ -61,14 +61,39 @@ def test_no_private_name_crosses_a_layer():
     assert not offences, "\n".join(offences)
 
 
-def test_names_before_the_layer_folders_still_resolve():
-    import otbound
-    import otbound.block.verifiers
-    import otbound.report.tables
-    import otbound.token.bounds
-    import otbound.token.verifiers
+#: names the package had before its layer folders: none may resolve (no compatibility shims)
+PRE_LAYER_NAMES = ("verifiers", "token_bounds", "reports", "plots", "draft_laws", "block_models", "block_bounds",
+                   "block_verifiers", "laws64")
+#: the public namespaces, each exporting an object under one name only
+PUBLIC_MODULES = ("otbound", "otbound.token", "otbound.token.verifiers", "otbound.block", "otbound.block.verifiers",
+                  "otbound.lm", "otbound.report", "otbound.conformance", "otbound.objectives")
 
-    assert otbound.verifiers is otbound.token.verifiers
-    assert otbound.token_bounds is otbound.token.bounds
-    assert otbound.block_verifiers is otbound.block.verifiers
-    assert otbound.reports is otbound.report.tables
+
+def test_no_shims():
+    """No pre-refactor alias resolves; no module forwards names on first use (a module-level
+    ``__getattr__``) except ``otbound`` itself for the torch-backed objectives, which keeps
+    ``import otbound`` torch-free; no public namespace exports one object under two names."""
+    import importlib
+    import inspect
+
+    import otbound
+    import otbound.lm
+
+    resolving = [f"{m.__name__}.{n}" for n in PRE_LAYER_NAMES for m in (otbound, otbound.lm) if hasattr(m, n)]
+    assert not resolving, f"compatibility shims resolve: {resolving}"
+    forwarders = []
+    for file in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(file.read_text())
+        if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+            forwarders.append(str(file.relative_to(PACKAGE.parent)))
+    assert forwarders == ["otbound/__init__.py"], forwarders
+    lazy = {n for n in dir(otbound.objectives) if not n.startswith("_")}
+    assert set(otbound._OBJECTIVES) - {"objectives"} <= lazy  # forwards the objectives and nothing else
+    for module in PUBLIC_MODULES:
+        mod = importlib.import_module(module)
+        seen = {}
+        for name in getattr(mod, "__all__", [n for n in vars(mod) if not n.startswith("_")]):
+            obj = getattr(mod, name)
+            if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
+                assert id(obj) not in seen, f"{module} exports {seen[id(obj)]} and {name}: one object, two names"
+                seen[id(obj)] = name

@@ -17,9 +17,9 @@ from otbound.lm import (
     load_pair,
     load_prompts,
     load_traces,
-    measure_laws,
     verify_offline_model,
 )
+from otbound.report import measure_laws
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 

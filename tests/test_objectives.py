@@ -126,8 +126,8 @@ def _t(x):
 def test_sun_et_al_test_vector():
     p = np.array([[1 / 3, 2 / 3]] * 2)
     q = np.array([[2 / 3, 1 / 3]] * 2)
-    assert expected_accepted_length(q, p, "token") == pytest.approx(10 / 9, abs=1e-12)
-    assert expected_accepted_length(q, p, "block") == pytest.approx(11 / 9, abs=1e-12)
+    assert expected_accepted_length(p, q, "token") == pytest.approx(10 / 9, abs=1e-12)
+    assert expected_accepted_length(p, q, "block") == pytest.approx(11 / 9, abs=1e-12)
     tok, blk, per_level = brute_force(q, p, 2, 2)
     assert per_level.sum() == pytest.approx(12 / 9, abs=1e-12)
     assert blk.sum() == pytest.approx(11 / 9, abs=1e-12)
@@ -145,7 +145,7 @@ def test_survival_matches_enumeration(tree):
         q, p = random_pair(rng, vocab, length, tree)
         tok, blk, per_level = brute_force(q, p, vocab, length)
         for verification, ref in (("token", tok), ("block", blk)):
-            got = accepted_length_survival(_t(q), _t(p), verification)
+            got = accepted_length_survival(_t(p), _t(q), verification)
             np.testing.assert_allclose(got.numpy(), ref, atol=1e-12, rtol=0)
         # token <= block <= per-level bound, position by position
         assert np.all(tok <= blk + 1e-12) and np.all(blk <= per_level + 1e-12)
@@ -162,17 +162,17 @@ def test_mixed_forms_and_batches_broadcast():
     _, p_tree = random_pair(rng, vocab, length, tree=True, kinds=("dirichlet",))
     q_tree = [np.tile(q[i], (vocab**i, 1)) for i in range(length)]
     for verification in ("token", "block"):
-        a = expected_accepted_length(torch.as_tensor(q), _t(p_tree), verification)
-        b = expected_accepted_length(_t(q_tree), _t(p_tree), verification)
+        a = expected_accepted_length(_t(p_tree), torch.as_tensor(q), verification)
+        b = expected_accepted_length(_t(p_tree), _t(q_tree), verification)
         assert float(a) == pytest.approx(float(b), abs=1e-13)
     qb = torch.as_tensor(np.stack([rng.dirichlet(np.ones(vocab), size=length) for _ in range(4)]))
     pb = torch.as_tensor(np.stack([rng.dirichlet(np.ones(vocab), size=length) for _ in range(4)]))
     for verification in ("token", "block"):
-        batch = expected_accepted_length(qb[:, None], pb[None, :], verification)
+        batch = expected_accepted_length(pb[None, :], qb[:, None], verification)
         assert batch.shape == (4, 4)
         for i, j in itertools.product(range(4), range(4)):
             assert float(batch[i, j]) == pytest.approx(
-                float(expected_accepted_length(qb[i], pb[j], verification)), abs=1e-13
+                float(expected_accepted_length(pb[j], qb[i], verification)), abs=1e-13
             )
 
 
@@ -187,7 +187,7 @@ def test_special_cases():
     q0 = np.tile([0.5, 0.5, 0.0, 0.0], (length, 1))
     p0 = np.tile([0.0, 0.0, 0.25, 0.75], (length, 1))
     for verification in ("token", "block"):
-        assert expected_accepted_length(q0, p0, verification) == 0.0
+        assert expected_accepted_length(p0, q0, verification) == 0.0
     # deterministic target: token = block = chain term, for per-position and tree targets
     y = rng.integers(vocab, size=length)
     onehot = np.eye(vocab)[y]
@@ -195,7 +195,7 @@ def test_special_cases():
     chain = float(chain_term(logits, torch.as_tensor(y)))
     assert chain == pytest.approx(float(np.cumprod(q[np.arange(length), y]).sum()), abs=1e-13)
     for verification in ("token", "block"):
-        assert expected_accepted_length(q, onehot, verification) == pytest.approx(chain, abs=1e-13)
+        assert expected_accepted_length(onehot, q, verification) == pytest.approx(chain, abs=1e-13)
 
 
 def test_chain_term_with_target_laws_is_naive_verification():
@@ -211,12 +211,12 @@ def test_chain_term_with_target_laws_is_naive_verification():
     for y in itertools.product(range(vocab), repeat=length):
         ref += np.prod(p[np.arange(length), y]) * float(chain_term(logits, torch.as_tensor(y)))
     assert soft == pytest.approx(ref, abs=1e-13)
-    assert soft < expected_accepted_length(q, p, "token")
+    assert soft < expected_accepted_length(p, q, "token")
     mode = np.eye(vocab)[p.argmax(-1)]
     chain_at_mode = float(chain_term(torch.as_tensor(np.log(mode + 1e-300)), torch.as_tensor(p)))
     chain_at_p = float(chain_term(torch.as_tensor(np.log(p)), torch.as_tensor(p)))
     assert chain_at_mode > chain_at_p
-    assert expected_accepted_length(p, p, "token") > expected_accepted_length(mode, p, "token")
+    assert expected_accepted_length(p, p, "token") > expected_accepted_length(p, mode, "token")
 
 
 def test_subset_is_a_lower_bound_and_exact_on_the_support():
@@ -228,26 +228,26 @@ def test_subset_is_a_lower_bound_and_exact_on_the_support():
         top = np.argsort(-p, axis=-1)[:, :m]
         qs, ps = np.take_along_axis(q, top, -1), np.take_along_axis(p, top, -1)
         for verification in ("token", "block"):
-            full = expected_accepted_length(q, p, verification)
-            low = expected_accepted_length(qs, ps, verification, subset=True)
+            full = expected_accepted_length(p, q, verification)
+            low = expected_accepted_length(ps, qs, verification, subset=True)
             assert low <= full + 1e-12
     # exact when the subset holds the whole target support
     p = np.tile([0.5, 0.5, 0.0, 0.0], (2, 1))
     q = np.tile([0.1, 0.2, 0.3, 0.4], (2, 1))
     for verification in ("token", "block"):
-        assert expected_accepted_length(q[:, :2], p[:, :2], verification, subset=True) == pytest.approx(
-            expected_accepted_length(q, p, verification), abs=1e-13
+        assert expected_accepted_length(p[:, :2], q[:, :2], verification, subset=True) == pytest.approx(
+            expected_accepted_length(p, q, verification), abs=1e-13
         )
 
 
 def test_numpy_in_numpy_out_and_float32():
     q = np.array([[0.2, 0.8], [0.6, 0.4]])
     p = np.array([[0.5, 0.5], [0.5, 0.5]])
-    val = expected_accepted_length(q, p, "block")
+    val = expected_accepted_length(p, q, "block")
     assert isinstance(val, float)
-    surv = accepted_length_survival(q, p, "token")
+    surv = accepted_length_survival(p, q, "token")
     assert isinstance(surv, np.ndarray) and surv.shape == (2,)
-    v32 = expected_accepted_length(torch.tensor(q, dtype=torch.float32), torch.tensor(p, dtype=torch.float32))
+    v32 = expected_accepted_length(torch.tensor(p, dtype=torch.float32), torch.tensor(q, dtype=torch.float32))
     assert v32.dtype == torch.float32 and float(v32) == pytest.approx(val, abs=1e-6)
 
 
@@ -267,12 +267,12 @@ def test_conditional_accepted_length_averages_to_exact(verification):
         along = np.stack([np.stack([pf(x[:i]) for i in range(length)]) for x in blocks])
         weights = np.array([np.prod(q[np.arange(length), x]) for x in blocks])
         qs = np.broadcast_to(q, along.shape)
-        cond = conditional_accepted_length(qs, along, np.array(blocks), verification)
+        cond = conditional_accepted_length(along, qs, np.array(blocks), verification)
         assert isinstance(cond, np.ndarray) and cond.shape == (len(blocks),)
-        exact = expected_accepted_length(torch.as_tensor(q), _t(p_tree), verification)
+        exact = expected_accepted_length(_t(p_tree), torch.as_tensor(q), verification)
         assert float(weights @ cond) == pytest.approx(float(exact), abs=1e-12)
         if verification == "block":
-            assert np.all(cond >= conditional_accepted_length(qs, along, np.array(blocks), "token") - 1e-12)
+            assert np.all(cond >= conditional_accepted_length(along, qs, np.array(blocks), "token") - 1e-12)
     q = np.array([[0.5, 0.5, 0.0]] * 2)
     with pytest.raises(InvalidInputError, match="probability 0"):
         conditional_accepted_length(q, q, np.array([0, 2]))
@@ -293,19 +293,19 @@ def test_gradcheck_exact(verification):
     zp = torch.randn(2, 3, 4, dtype=torch.float64, generator=gen, requires_grad=True)
 
     def f(a, b):
-        return expected_accepted_length(torch.softmax(a, -1), torch.softmax(b, -1), verification)
+        return expected_accepted_length(torch.softmax(b, -1), torch.softmax(a, -1), verification)
 
     assert torch.autograd.gradcheck(f, (zq, zp), eps=1e-6, atol=1e-8)
     # tree-form target and sub-probability (subset) laws, differentiated in the raw probabilities
     levels = [torch.softmax(torch.randn(3**i, 3, dtype=torch.float64, generator=gen), -1) for i in range(3)]
     zd = torch.randn(3, 3, dtype=torch.float64, generator=gen, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda a: expected_accepted_length(torch.softmax(a, -1), levels, verification), (zd,), eps=1e-6, atol=1e-8
+        lambda a: expected_accepted_length(levels, torch.softmax(a, -1), verification), (zd,), eps=1e-6, atol=1e-8
     )
     raw = (0.8 * torch.softmax(torch.randn(3, 4, dtype=torch.float64, generator=gen), -1)).requires_grad_()
     tgt = 0.9 * torch.softmax(torch.randn(3, 4, dtype=torch.float64, generator=gen), -1)
     assert torch.autograd.gradcheck(
-        lambda a: expected_accepted_length(a, tgt, verification, subset=True), (raw,), eps=1e-6, atol=1e-8
+        lambda a: expected_accepted_length(tgt, a, verification, subset=True), (raw,), eps=1e-6, atol=1e-8
     )
 
 
@@ -384,7 +384,7 @@ def test_drafter_objective_composition():
     ids = torch.multinomial(probs.reshape(-1, 5), 1, generator=gen).reshape(6, 3)
     obj = DrafterObjective("all", ce_weight=0.5, gamma=0.3, focal=2.0, chain=3.0, exact=4.0, verification="token")
     t = obj(z, ids, probs)
-    exact = expected_accepted_length(torch.softmax(z, -1), probs, "token").mean()
+    exact = expected_accepted_length(probs, torch.softmax(z, -1), "token").mean()
     ref = (
         0.5 * position_weighted_ce(z, ids, 0.3).mean()
         + 2.0 * first_error_focal(z, ids).mean()
@@ -397,17 +397,17 @@ def test_drafter_objective_composition():
     top = probs.topk(2, -1).indices
     sub = DrafterObjective("sub", ce_weight=0.0, exact=1.0)(z, None, probs, exact_ids=top)
     ref_sub = expected_accepted_length(
-        torch.softmax(z, -1).gather(-1, top), probs.gather(-1, top), "block", subset=True
+        probs.gather(-1, top), torch.softmax(z, -1).gather(-1, top), "block", subset=True
     )
     torch.testing.assert_close(sub.exact, ref_sub.mean())
-    assert float(sub.exact) <= float(expected_accepted_length(torch.softmax(z, -1), probs, "block").mean()) + 1e-12
+    assert float(sub.exact) <= float(expected_accepted_length(probs, torch.softmax(z, -1), "block").mean()) + 1e-12
     # subset: sub-probability target rows; soft labels are the renormalised rows
     part = probs * 0.9
     soft = DrafterObjective("soft", gamma=0.3, chain=1.0, exact=1.0)(z, None, part, subset=True)
     torch.testing.assert_close(soft.ce, position_weighted_ce(z, probs, 0.3).mean())
     torch.testing.assert_close(soft.chain, chain_term(z, probs).mean())
     torch.testing.assert_close(
-        soft.exact, expected_accepted_length(torch.softmax(z, -1), part, "block", subset=True).mean()
+        soft.exact, expected_accepted_length(part, torch.softmax(z, -1), "block", subset=True).mean()
     )
     names = [o.name for o in ABLATION]
     assert names[0] == "baseline CE" and len(set(names)) == len(names)
@@ -436,17 +436,17 @@ def test_drafter_objective_composition():
 )
 def test_invalid_inputs(q, p, kwargs, match):
     with pytest.raises(InvalidInputError, match=match):
-        expected_accepted_length(q, p, **kwargs)
+        expected_accepted_length(p, q, **kwargs)
 
 
 def test_invalid_tree_and_loss_inputs():
     q = np.ones((2, 2)) / 2
     with pytest.raises(InvalidInputError, match=r"shape \(\.\.\., 2, 2\)"):
-        expected_accepted_length(q, [np.ones((1, 2)) / 2, np.ones((3, 2)) / 2])
+        expected_accepted_length([np.ones((1, 2)) / 2, np.ones((3, 2)) / 2], q)
     with pytest.raises(InvalidInputError, match="empty list"):
-        expected_accepted_length(q, [])
+        expected_accepted_length([], q)
     with pytest.raises(InvalidInputError, match="float32 or float64"):
-        expected_accepted_length(torch.ones(2, 2, dtype=torch.float16) / 2, q)
+        expected_accepted_length(q, torch.ones(2, 2, dtype=torch.float16) / 2)
     z = torch.zeros(2, 3)
     with pytest.raises(InvalidInputError, match=r"\[0, V=3\)"):
         position_weighted_ce(z, torch.tensor([0, 3]))
@@ -477,7 +477,7 @@ def test_block_value_equals_causal_bound_and_block_verifier():
             vocab, length = int(rng.integers(2, 4)), int(rng.integers(1, 4))
             q, p = random_pair(rng, vocab, length, tree, kinds=("dirichlet", "sparse"))
             qf, pf = _law_fn(q), _law_fn(p)
-            ours = expected_accepted_length(_t(q), _t(p), "block")
+            ours = expected_accepted_length(_t(p), _t(q), "block")
             bound = otbound.block_bound(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length, kind="causal")
             verifier = otbound.BLOCK_VERIFIERS["block"].expected_accepted(
                 pf, qf, vocab_size=vocab, num_drafts=1, block_len=length

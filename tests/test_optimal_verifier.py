@@ -1,4 +1,4 @@
-"""The optimal verifier ``ot_fast`` (otbound/verifiers/_optimal.py): exact losslessness and α* against
+"""The optimal verifier ``ot`` (otbound/token/verifiers/_optimal.py): exact losslessness and α* against
 the LP at small V (random and adversarial instances, hypothesis), statistical losslessness at
 V = 1,500, the construction's invariants and exact acceptance at V = 151,936.
 
@@ -33,7 +33,7 @@ N = 200_000
 ALPHA = 1e-3
 BINS = 16
 V_STAT = 1_500
-ver = VERIFIERS["ot_fast"]
+ver = VERIFIERS["ot"]
 
 
 def _check_exact(p, q, k):

@@ -348,13 +348,15 @@ def test_trace_of_another_pair_is_not_mixed_in(tiny_pair, tmp_path):
 def test_measurement_cache_is_keyed_by_trace_content(tiny_pair, tmp_path, capsys):
     from test_lm import toy_prompts
 
+    from otbound.report import measure_trace
+
     lm = ob_lm()
     prompts = toy_prompts(1)
     kwargs = dict(num_drafts=(2,), verifiers=["rrs"], mc_samples=8, cache_dir=tmp_path / "measure")
     (first,) = lm.load_traces(
         lm.collect_traces(tiny_pair, prompts, tmp_path / "t", max_new_tokens=4, seed=0, progress=False)[0]
     )
-    cached = lm.measure_trace(first, **kwargs)
+    cached = measure_trace(first, **kwargs)
     # the trace is re-collected with another seed at the same path: the old measurement must not come back
     import shutil
 
@@ -363,8 +365,8 @@ def test_measurement_cache_is_keyed_by_trace_content(tiny_pair, tmp_path, capsys
         lm.collect_traces(tiny_pair, prompts, tmp_path / "t", max_new_tokens=4, seed=1, progress=False)[0]
     )
     assert not np.array_equal(second.tokens, first.tokens)
-    fresh = lm.measure_trace(second, num_drafts=(2,), verifiers=["rrs"], mc_samples=8)
-    again = lm.measure_trace(second, **kwargs)
+    fresh = measure_trace(second, num_drafts=(2,), verifiers=["rrs"], mc_samples=8)
+    again = measure_trace(second, **kwargs)
     assert again["optimal"] == fresh["optimal"] != cached["optimal"]
     # a damaged cache file is measured again (with a message), not trusted
     (cache_file,) = (tmp_path / "measure").rglob("*.json")
@@ -372,10 +374,10 @@ def test_measurement_cache_is_keyed_by_trace_content(tiny_pair, tmp_path, capsys
     digit = next(i for i, c in enumerate(text) if c.isdigit() and text[i - 1] == ".")
     cache_file.write_text(text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1 :])
     capsys.readouterr()
-    assert lm.measure_trace(second, **kwargs)["optimal"] == fresh["optimal"]
+    assert measure_trace(second, **kwargs)["optimal"] == fresh["optimal"]
     assert "damaged" in capsys.readouterr().err
     cache_file.write_text("{")
-    assert lm.measure_trace(second, **kwargs)["optimal"] == fresh["optimal"]
+    assert measure_trace(second, **kwargs)["optimal"] == fresh["optimal"]
 
 
 def test_converted_model_folder_is_checked_fast_on_load_and_fully_on_verify(tmp_path, monkeypatch):

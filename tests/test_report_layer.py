@@ -1,9 +1,9 @@
 """The report layer against independent computations (issue 10, item 9).
 
-* cluster-robust intervals (:func:`otbound.lm.cluster_mean_ci`) against statsmodels' cluster-robust
+* cluster-robust intervals (:func:`otbound.report.cluster_mean_ci`) against statsmodels' cluster-robust
   standard errors of an intercept-only OLS, with UNEQUAL cluster sizes (means instead of sums, or
   the wrong degrees of freedom, differ there): to 1e-10 relative;
-* the efficiency and its interval in :func:`otbound.lm.aggregate` against a cluster bootstrap of the
+* the efficiency and its interval in :func:`otbound.report.aggregate` against a cluster bootstrap of the
   ratio of means (resampling prompts, 4000 replicates, fixed seed): efficiency to 1e-12, half-width
   within 15% (the bootstrap's own Monte Carlo error at 4000 replicates is about 2%; a half-width not
   divided by α*, or from the wrong residuals, is off by far more);
@@ -17,7 +17,7 @@ import pytest
 import scipy.stats
 
 import otbound as ob
-from otbound.lm import aggregate, cluster_mean_ci
+from otbound.report import aggregate, cluster_mean_ci
 
 statsmodels = pytest.importorskip("statsmodels.api")
 

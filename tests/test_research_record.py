@@ -39,6 +39,7 @@ class SharedUniformBlockVerification(BlockVerification):
     """Block verification with one uniform for all levels (the lossy reading)."""
 
     name = "block_shared_uniform"
+    lossless = False
 
     def walk(self, inst, oracle):
         tokens, sched = inst

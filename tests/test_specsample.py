@@ -21,7 +21,7 @@ from otbound.lm import lm_block_models, speculative_sample, tiny_pair
 from otbound.lm._decode import forward
 from otbound.report import measure_run, tree_expected_accepted
 from otbound.token import Verifier
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.logits import laws_from_logits
 
 T = 1.0
 LEVEL = 1e-3  # G-test level
@@ -31,6 +31,8 @@ class TrustFirstDraft(Verifier):
     """Deliberately lossy: always emits the first draft (output law q, not p)."""
 
     name = "trust_first_draft"
+    reference = "emits the first draft (lossy on purpose)"
+    lossless = False
     sampling = "with_replacement"
 
     def _laws(self, p, q, aux, drafts):
@@ -226,7 +228,7 @@ def test_empirical_acceptance_matches_exact_and_stays_under_the_bounds(pair6, na
             assert m.acceptance_sum <= m.alpha_sum + 1e-9
     if name == "univer":  # bounded by U_causal of its own tree law (no per-level bound of that law)
         assert meas[0].causal is not None and meas[0].per_level is None
-    if meas[0].causal is not None and name not in ("spectr_gbv", "hsd"):  # lossy: may exceed U_causal
+    if meas[0].causal is not None and ob.BLOCK_VERIFIERS[name].lossless:  # a lossy one may exceed U_causal
         assert exact <= meas[0].causal[1] + 1e-9
         if meas[0].per_level is not None:
             assert meas[0].causal[1] <= meas[0].per_level[1] + 2e-9
@@ -252,12 +254,12 @@ def test_bad_input(pair8):
         measure_run(r, pair8)
 
 
-def test_laws_of_the_engine_are_laws64(pair8):
+def test_laws_of_the_engine_are_laws_from_logits(pair8):
     r = speculative_sample(
         pair8, [4, 4], verifier="kseq", num_drafts=2, block_len=1, max_new_tokens=1, seed=0, keep_laws=True
     )
     it = r.iterations[0]
-    np.testing.assert_allclose(it.p, laws64(it.target_logits, T), rtol=0, atol=0)
+    np.testing.assert_allclose(it.p, laws_from_logits(it.target_logits, T), rtol=0, atol=0)
 
 
 def test_causal_optimal_runs_and_attains_the_causal_bound(pair6):
@@ -325,7 +327,8 @@ def test_real_pair_first_token_follows_the_target():
     prompts = [encode_prompt(pair.tokenizer, p, chat=False)[:PROMPT_TOKENS]
                for p in load_prompts("humaneval", 3)[::2] + load_prompts("mtbench", 1)]
     laws = [
-        laws64(forward(pair.target, torch.tensor([p]), keep=1)[0, -1, : pair.vocab_size].numpy(), T) for p in prompts
+        laws_from_logits(forward(pair.target, torch.tensor([p]), keep=1)[0, -1, : pair.vocab_size].numpy(), T)
+        for p in prompts
     ]
     for verifier, k, length, lossless in (("rrs", 2, 3, True), (TrustFirstDraft(), 2, 3, False),
                                           ("spectr_gbv", 3, 1, False)):

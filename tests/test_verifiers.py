@@ -25,7 +25,7 @@ import scipy.stats
 from stat_power import chi2_power
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
-from otbound.token.verifiers import NaiveVerifier, OTVerifier, kseq_rho, run
+from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, kseq_rho, run
 
 N = 200_000
 ALPHA = 1e-3
@@ -256,7 +256,7 @@ PAIRS = _random_pairs(24, 1)
 @pytest.mark.parametrize(
     "verifier",
     [VERIFIERS[n] for n in NAMES]
-    + [NaiveVerifier("without_replacement"), NaiveVerifier("greedy"), OTVerifier("greedy")],
+    + [NaiveVerifier("without_replacement"), NaiveVerifier("greedy"), OptimalVerifier("greedy")],
     ids=lambda v: f"{v.name}-{v.sampling}",
 )
 def test_acceptance_equals_enumeration_and_at_most_optimal(verifier):
@@ -420,7 +420,7 @@ def test_optimal_importance_selection_reaches_alpha_star_at_two_drafts():
 
 @pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement", "greedy"])
 def test_ot_reaches_alpha_star(sampling):
-    ver = VERIFIERS["ot"] if sampling == "with_replacement" else OTVerifier(sampling)
+    ver = VERIFIERS["ot"] if sampling == "with_replacement" else OptimalVerifier(sampling)
     for p, q in PAIRS:
         for k in _ks_for(ver, q):
             assert abs(ver.acceptance(p, q, k) - optimal_acceptance(p, q, k, sampling)) < 1e-8

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import otbound
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, sample_drafts
-from otbound.token.verifiers import NaiveVerifier, OTVerifier, _ot, run
+from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, _optimal, run
 
 P = np.array([0.1, 0.2, 0.3, 0.4])
 Q = np.array([0.4, 0.3, 0.2, 0.1])
@@ -27,16 +27,29 @@ def test_registry():
         "khisti_is",
         "khisti_lp",
         "ot",
-        "ot_fast",
+        "onehot",
+        "nss_deterministic",
+        "ot_wor_top",
+        "ot_wor_iid",
     }
     assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
     laws = {k: v.sampling for k, v in VERIFIERS.items()}
-    assert laws["rrs_wor"] == "without_replacement"
+    assert laws["rrs_wor"] == laws["ot_wor_top"] == laws["ot_wor_iid"] == "without_replacement"
     assert laws["greedy"] == laws["spechub"] == "greedy"
     assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot")} == {"with_replacement"}
     assert VERIFIERS["spechub"].max_drafts == VERIFIERS["khisti_lp"].max_drafts == 2
     assert all(v.max_drafts is None for k, v in VERIFIERS.items() if k not in ("spechub", "khisti_lp"))
+    assert all(v.lossless is True and v.reference for v in VERIFIERS.values())  # no token verifier is found lossy
+
+
+def test_one_optimal_verifier_at_every_vocabulary_size():
+    """``ot`` is the optimal verifier at V = 4 and at V = 151,936 alike (no second name)."""
+    assert isinstance(VERIFIERS["ot"], OptimalVerifier) and "ot_fast" not in VERIFIERS
+    r = np.random.default_rng(3)
+    for v in (4, 151_936):
+        p, q = r.dirichlet(np.ones(v)), r.dirichlet(np.ones(v))
+        assert abs(VERIFIERS["ot"].acceptance(p, q, 3) - optimal_acceptance(p, q, 3)) < 1e-12
 
 
 def test_sample_result_and_reproducibility():
@@ -82,7 +95,7 @@ def test_torch_inputs():
 
 def test_other_draft_laws_for_nss_and_ot():
     for sampling in ("without_replacement", "greedy"):
-        for v in (NaiveVerifier(sampling), OTVerifier(sampling)):
+        for v in (NaiveVerifier(sampling), OptimalVerifier(sampling)):
             assert v.sampling == sampling
             res = run(v, P, Q, 2, 2000, 0)
             assert res.drafts.shape == (2000, 2)
@@ -96,20 +109,22 @@ def test_acceptance_none_or_error_when_too_large():
     assert VERIFIERS["rrs_wor"].acceptance(p, q, 3) is None  # 100^3 tuples: not enumerated
     assert VERIFIERS["rrs"].acceptance(p, q, 3) is not None  # closed form at any size
     with pytest.raises(InvalidInputError, match="LP plan"):
-        VERIFIERS["ot"].acceptance(p, q, 3)
+        OptimalVerifier("without_replacement").acceptance(p, q, 3)  # the plan path: small V only
+    assert VERIFIERS["ot"].acceptance(p, q, 3) is not None  # i.i.d. drafts: any V
     p, q = r.dirichlet(np.ones(1000)), r.dirichlet(np.ones(1000))
     with pytest.raises(InvalidInputError, match="selected-token law"):
         VERIFIERS["khisti_is"].acceptance(p, q, 3)
 
 
-def test_ot_plan_cache():
-    v = OTVerifier()
+@pytest.mark.parametrize("sampling", ["with_replacement", "greedy"])
+def test_ot_prepared_cache(sampling):
+    v = OptimalVerifier(sampling)
     p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
     assert v._prepare(p, q, 2) is v._prepare(p, q, 2)
-    for i in range(_ot.CACHE_SIZE + 3):
+    for i in range(_optimal.CACHE_SIZE + 3):
         pp = np.array([i + 1.0, 1.0]) / (i + 2.0)
         v._prepare(pp, q, 1)
-    assert len(v._cache) == _ot.CACHE_SIZE
+    assert len(v._cache) == _optimal.CACHE_SIZE
 
 
 @pytest.mark.parametrize(
@@ -126,6 +141,9 @@ def test_bad_laws(p, q, match):
     for v in VERIFIERS.values():
         with pytest.raises(InvalidInputError, match=match):
             v.sample(p, q, np.zeros((1, 1), dtype=np.int64), 0)
+        if match == "1-D":  # acceptance takes batches (..., V): one value per row
+            assert v.acceptance(p, q, 1).shape == (2,)
+            continue
         with pytest.raises(InvalidInputError, match=match):
             v.acceptance(p, q, 1)
 
@@ -197,3 +215,21 @@ def test_property_exact_losslessness_and_bound(case):
         laws = v.conditional_law(p, q, idx)
         np.testing.assert_allclose(joint[tuple(idx.T)] @ laws, p, atol=1e-12)
         assert v.acceptance(p, q, k) <= optimal_acceptance(p, q, k, v.sampling) + 1e-9
+
+
+def test_lossless_error_agrees_with_every_declared_flag():
+    """``lossless_error`` (exact, by enumeration) is 0 to 1e-12 for every registered verifier, which all
+    declare ``lossless``; and it sees a lossy one (emit the first draft: law q, not p)."""
+    for name, v in VERIFIERS.items():
+        for k in (1, 2):
+            assert v.lossless_error(P, Q, k) < 1e-12, (name, k)
+
+    class FirstDraft(NaiveVerifier):
+        name, reference, lossless = "first_draft", "emits the first draft (lossy on purpose)", False
+
+        def _laws(self, p, q, aux, drafts):
+            return np.eye(p.size)[drafts[:, 0]]
+
+    assert FirstDraft().lossless_error(P, Q, 2) == pytest.approx(0.3, abs=1e-15)  # max |q − p| = 0.3
+    with pytest.raises(InvalidInputError, match="lossless error enumerates"):
+        VERIFIERS["rrs"].lossless_error(np.full(1000, 1e-3), np.full(1000, 1e-3), 3)

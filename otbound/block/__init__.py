@@ -6,11 +6,23 @@ and the block verifiers.
   :mod:`otbound.block._tree`, the LPs in :mod:`otbound.block._lp` / :mod:`otbound.block._plain`, the
   top-m truncation in :mod:`otbound.block._truncate`.
 * :mod:`otbound.block.verifiers` — block verifiers, registry :data:`BLOCK_VERIFIERS`.
+* :mod:`otbound.block._static_tree` — static top-k trees (deterministic drafting): the covered
+  target mass :func:`static_tree_bound` and its traversal verifier.
 """
 
 from otbound.block._lp import MAX_SPLIT_VARIABLES
+from otbound.block._static_tree import StaticTreeBound, static_tree_bound, static_tree_paths
 from otbound.block._tree import MAX_TREE_CELLS
-from otbound.block.bounds import KINDS, BlockBound, BlockBracket, block_bound, block_bound_bracket
+from otbound.block.bounds import (
+    KINDS,
+    BlockBound,
+    BlockBracket,
+    JointPlanCertificate,
+    PerLevelCertificate,
+    SelectionCertificate,
+    block_bound,
+    block_bound_bracket,
+)
 from otbound.block.models import (
     BlockModel,
     as_block_model,
@@ -24,12 +36,13 @@ from otbound.block.models import (
     tabulated_model,
     zipf_model,
 )
-from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample, BlockVerifier, generate
+from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample, BlockVerifier, StaticTreeTraversal, generate
 
 __all__ = [
     "BLOCK_VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample", "BlockVerifier", "KINDS",
+    "JointPlanCertificate", "PerLevelCertificate", "SelectionCertificate",
     "MAX_SPLIT_VARIABLES", "MAX_TREE_CELLS",
     "as_block_model", "block_bound", "block_bound_bracket", "context_free_model", "dirichlet_model", "generate",
     "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",
-    "zipf_model",
+    "zipf_model", "StaticTreeBound", "StaticTreeTraversal", "static_tree_bound", "static_tree_paths",
 ]

@@ -192,3 +192,39 @@ def solve_selection_lp(
     selected = np.maximum(sol[r0 + leaves - 1], 0.0)
     keep = [np.maximum(sol[keep0[kk - 2] : keep0[kk - 2] + nl * nl], 0.0).reshape(nl, nl) for kk in range(2, k + 1)]
     return SelectionLP(value=float(-res.fun), selected_law=selected, through=through, keep=keep)
+
+
+def solve_static_tree_lp(target, paths) -> float:
+    """Best ``E[τ]`` of a select-then-verify verifier on a fixed draft tree, by LP (derived; the
+    independent check of :func:`otbound.block._static_tree.static_tree_bound`).
+
+    The tree is the set of prefixes of ``paths`` (rows of token ids, one per leaf). A verifier
+    selects a leaf ``ℓ`` with any law ``r`` (possibly depending on the target's randomness: every
+    ``r`` on the leaves is allowed) and runs block verification on its path; with
+    ``R(w) = Σ_{ℓ under w} r(ℓ)`` the probability ``t_w`` that node ``w`` is accepted satisfies
+    ``t_w ≤ R(w)`` and ``t_w ≤ p(w_last | parent) t_parent`` (``t_∅ = 1``), the causal form of
+    theory.md §4 for one selected block. Maximise ``Σ_w t_w`` over ``t ≥ 0`` and ``r ≥ 0``,
+    ``Σ r = 1``. Nothing here uses the coverage formula Σ p(w). HiGHS tolerance 1e-10.
+    """
+    paths = [tuple(int(t) for t in row) for row in np.asarray(paths)]
+    nodes = sorted({row[:d] for row in paths for d in range(1, len(row) + 1)}, key=lambda w: (len(w), w))
+    index = {w: i for i, w in enumerate(nodes)}
+    leaves = sorted(set(paths))
+    m, n_leaf = len(nodes), len(leaves)
+    nvar = m + n_leaf  # t (m) | r (leaves)
+    b = _Builder()
+    for i, w in enumerate(nodes):
+        under = [m + j for j, leaf in enumerate(leaves) if leaf[: len(w)] == w]
+        b.add("ub", [0] * (1 + len(under)), [i] + under, [1.0] + [-1.0] * len(under), [0.0])
+        edge = float(np.asarray(target(w[:-1]))[w[-1]])
+        if len(w) == 1:
+            b.add("ub", [0], [i], [1.0], [edge])
+        else:
+            b.add("ub", [0, 0], [i, index[w[:-1]]], [1.0, -edge], [0.0])
+    b.add("eq", [0] * n_leaf, list(range(m, nvar)), [1.0] * n_leaf, [1.0])
+    a_ub, b_ub, a_eq, b_eq = b.matrices(nvar)
+    cost = np.zeros(nvar)
+    cost[:m] = -1.0
+    bounds = np.stack([np.zeros(nvar), np.full(nvar, np.inf)], 1)
+    res = solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, "static tree LP")
+    return float(-res.fun)

@@ -39,19 +39,78 @@ KINDS = ("per_level", "joint", "causal")
 _METHODS = {"per_level": ("prefix",), "joint": ("lp", "emd"), "causal": ("lp", "plain", "plain_exchangeable")}
 
 
+@dataclass(frozen=True)
+class PerLevelCertificate:
+    """Certificate of ``kind="per_level"``: a minimising set per level.
+
+    binding_sets: ``binding_sets[ℓ−1]`` is H*_ℓ as a boolean mask of shape ``(V,)*ℓ``, with
+    ``α*_ℓ = 1 + p(H*_ℓ) − q(H*_ℓ)^K`` (the token-level prefix theorem on ``V^ℓ`` blocks).
+
+    Examples
+    --------
+    >>> from otbound import block_bound, dirichlet_model
+    >>> tg, dr = dirichlet_model(2, seed=0), dirichlet_model(2, seed=1)
+    >>> b = block_bound(tg, dr, vocab_size=2, num_drafts=2, block_len=2, kind="per_level", return_certificate=True)
+    >>> [h.shape for h in b.certificate.binding_sets]
+    [(2,), (2, 2)]
+    """
+
+    binding_sets: list
+
+
+@dataclass(frozen=True)
+class SelectionCertificate:
+    """Certificate of the joint / causal LP (``method="lp"``): the selection rule it found.
+
+    selected_law: law of the selected draft block, shape ``(V,)*L``; through: ``P(prefix accepted)``
+    (causal) or matched (joint) for every prefix of the trie, dict prefix → probability (``()`` → 1);
+    keep: the pairwise split matrices, K − 1 arrays ``(V^L, V^L)`` (:mod:`otbound.block._lp`).
+
+    Examples
+    --------
+    >>> from otbound import block_bound, dirichlet_model
+    >>> tg, dr = dirichlet_model(2, seed=0), dirichlet_model(2, seed=1)
+    >>> b = block_bound(tg, dr, vocab_size=2, num_drafts=2, block_len=2, kind="causal", return_certificate=True)
+    >>> b.certificate.selected_law.shape, b.certificate.through[()], len(b.certificate.keep)
+    ((2, 2), 1.0, 1)
+    """
+
+    selected_law: np.ndarray
+    through: dict
+    keep: list
+
+
+@dataclass(frozen=True)
+class JointPlanCertificate:
+    """Certificate of ``kind="joint"``, ``method="emd"``: the optimal coupling itself.
+
+    multisets: ``(T, K)`` block indices (the K-multisets of draft blocks, blocks in
+    ``np.ravel_multi_index`` order over ``(V,)*L``); plan: ``(T, V^L)`` coupling of those multisets
+    with the target's blocks, whose expected longest common prefix is the value.
+
+    Examples
+    --------
+    >>> from otbound import block_bound, dirichlet_model
+    >>> tg, dr = dirichlet_model(2, seed=0), dirichlet_model(2, seed=1)
+    >>> b = block_bound(tg, dr, vocab_size=2, num_drafts=2, block_len=2, kind="joint", method="emd",
+    ...                 return_certificate=True)
+    >>> b.certificate.multisets.shape[1], round(float(b.certificate.plan.sum()), 12)
+    (2, 1.0)
+    """
+
+    multisets: np.ndarray
+    plan: np.ndarray
+
+
 @dataclass
 class BlockBound:
     """A block bound on ``E[τ]`` (accepted draft tokens, bonus excluded).
 
     value: the bound. levels: ``levels[ℓ−1] = P(τ ≥ ℓ)`` under the optimum (per-level: the level's
     own optimum α*_ℓ), so ``value = levels.sum()`` (None for the reference methods).
-    certificate (on request):
-
-    * per_level — ``{"binding_sets": [H*_ℓ as a (V,)*ℓ mask]}``: ``α*_ℓ = 1 + p(H*) − q(H*)^K``;
-    * joint / causal, ``method="lp"`` — ``{"selected_law": law of the selected draft block, shape
-      (V,)*L; "through": P(node accepted/matched) for every prefix, dict prefix → prob;
-      "keep": the pairwise split matrices (K − 1 arrays (V^L, V^L))}``;
-    * joint, ``method="emd"`` — ``{"multisets": (T, K) block indices, "plan": (T, V^L) coupling}``.
+    certificate (on request, ``return_certificate=True``; None for ``method="plain"``):
+    :class:`PerLevelCertificate` (per_level), :class:`SelectionCertificate` (joint / causal,
+    ``method="lp"``) or :class:`JointPlanCertificate` (joint, ``method="emd"``).
     """
 
     value: float
@@ -61,7 +120,9 @@ class BlockBound:
     vocab_size: int
     method: str
     levels: np.ndarray | None = None
-    certificate: dict | None = field(default=None, repr=False)
+    certificate: PerLevelCertificate | SelectionCertificate | JointPlanCertificate | None = field(
+        default=None, repr=False
+    )
 
 
 def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
@@ -156,7 +217,7 @@ def bound_on_tree(
                 levels[ell - 1] = res
         value = float(levels.sum())
         if return_certificate:
-            cert = {"binding_sets": sets}
+            cert = PerLevelCertificate(binding_sets=sets)
     elif method == "lp":
         from otbound.block._lp import solve_selection_lp
 
@@ -164,17 +225,17 @@ def bound_on_tree(
         value = sol.value
         levels = np.array([sol.through[tree.level(ell)].sum() for ell in range(1, length + 1)])
         if return_certificate:
-            cert = {
-                "selected_law": sol.selected_law.reshape((v,) * length),
-                "through": {tree.prefix(i): float(sol.through[i]) for i in range(tree.num_nodes)},
-                "keep": sol.keep,
-            }
+            cert = SelectionCertificate(
+                selected_law=sol.selected_law.reshape((v,) * length),
+                through={tree.prefix(i): float(sol.through[i]) for i in range(tree.num_nodes)},
+                keep=list(sol.keep),
+            )
     elif method == "emd":
         from otbound.block._plain import joint_ot_emd
 
         if return_certificate:
             value, tuples, plan = joint_ot_emd(tree, k, return_plan=True)
-            cert = {"multisets": tuples, "plan": plan}
+            cert = JointPlanCertificate(multisets=tuples, plan=plan)
         else:
             value = joint_ot_emd(tree, k)
     else:

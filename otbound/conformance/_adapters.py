@@ -38,6 +38,7 @@ def block_adapter(verifier, *, clip: bool = True):
         return list(prefix) + [draw(law)]
 
     verify.__qualname__ = f"block_adapter({verifier.name})"
+    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
     return verify
 
 
@@ -48,6 +49,7 @@ def block_sample_adapter(verifier):
         return verifier.sample(target, draft, np.asarray(blocks), rng).tokens
 
     verify.__qualname__ = f"block_sample_adapter({verifier.name})"
+    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
     return verify
 
 
@@ -58,6 +60,7 @@ def token_law_adapter(verifier):
         return draw(verifier.conditional_law(p, q, drafts))
 
     verify.__qualname__ = f"token_law_adapter({verifier.name})"
+    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
     return verify
 
 
@@ -68,6 +71,7 @@ def token_sample_adapter(verifier):
         return verifier.sample(p, q, drafts, rng).tokens
 
     verify.__qualname__ = f"token_sample_adapter({verifier.name})"
+    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
     return verify
 
 

@@ -13,13 +13,15 @@ from otbound.conformance._common import (
     as_token_id,
     check_callable,
     check_mode,
+    check_options,
     check_vocab,
     exact_counterexample,
     frozen,
     most_significant_failure,
     sample_plan,
 )
-from otbound.conformance._instances import BlockInstance, block_instances, shrink_block
+from otbound.conformance._drafting import as_drafting
+from otbound.conformance._instances import BlockInstance, block_instances, check_instance_count, shrink_block
 from otbound.conformance._result import (
     MAX_ROWS,
     ConformanceResult,
@@ -31,8 +33,6 @@ from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, enumerate_
 
 #: exact mode enumerates at most this many draft tuples ((#blocks)^K) per instance
 MAX_TUPLES = 20_000
-#: default exact-mode tolerance on the continued law's max |error| (float64 round-off: ~1e-15)
-TOLERANCE = 1e-10
 
 
 def check_block_verifier(
@@ -44,11 +44,12 @@ def check_block_verifier(
     instances: int | Sequence = 8,
     seed: int = 0,
     mode: str = "exact",
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = None,
+    precision: str = "float64",
     batch: bool = False,
-    level: float = 1e-3,
-    distortion: float = 0.01,
-    power: float = 0.99,
+    level: float | None = None,
+    distortion: float | None = None,
+    power: float | None = None,
     samples: int | None = None,
     max_branches: int = MAX_BRANCHES,
     shrink: bool = True,
@@ -68,7 +69,8 @@ def check_block_verifier(
     **mode="exact"**: ``verify(target, draft, blocks, coin, draw) -> tokens``, randomness only via
     ``coin(prob) -> bool`` and ``draw(law) -> int``. Every draft tuple of positive probability and
     every branch are enumerated, so laws and ``E[τ]`` are exact; pass iff error ≤ ``tolerance``
-    (default 1e-10). A failing instance is shrunk (smaller K, shorter blocks, fewer tokens) to the
+    (by ``precision``: "float64" 1e-10, "float32" 1e-6; see :func:`check_token_verifier`). A
+    failing instance is shrunk (smaller K, shorter blocks, fewer tokens) to the
     ``counterexample``.
 
     **mode="sample"**: ``verify(target, draft, blocks, rng) -> tokens``; with ``batch=True``
@@ -82,20 +84,36 @@ def check_block_verifier(
     :class:`BlockInstance`. Models are tabulated for prefixes of length ``0..L``; asking a longer
     prefix is an error.
 
-    ``drafting``: None for K i.i.d. draft blocks, or a
+    ``drafting``: None for K i.i.d. draft blocks; a user's scheme — a
+    :class:`~otbound.conformance.DraftingScheme` ``(name, law, draw)`` or a pair ``(draw, law)`` of
+    functions, e.g. :func:`~otbound.conformance.top_k_tree` (EAGLE's deterministic top-k tree) —; or a
     :class:`~otbound.block.verifiers.BlockVerifier` with its own drafting scheme (e.g.
-    ``BLOCK_VERIFIERS["univer"]``, whose ``num_drafts`` is the branching m of its tree): draft tuples
-    are then enumerated by its ``draft_tuple_law``, drawn by its ``draw_drafts``, and ``E[τ]`` is
-    compared with U_causal / U_joint of that law (``own_law_bounds``), not of K i.i.d. blocks. An
-    instance on which that law cannot be built raises its :class:`~otbound.InvalidInputError`.
+    ``BLOCK_VERIFIERS["univer"]``, whose ``num_drafts`` is the branching m of its tree). Draft trees
+    are then enumerated by its exact law (``draft_tuple_law``; ``blocks`` holds a tree's root-to-leaf
+    rows), drawn by its ``draw_drafts``, and ``E[τ]`` is compared with U_causal / U_joint of that law
+    (``own_law_bounds``), not of K i.i.d. blocks. With a count of ``instances``, generated instances
+    on which the scheme cannot draft (e.g. fewer than k drafted tokens at a node of a top-k tree) are
+    passed over; a given instance on which the law cannot be built raises the scheme's
+    :class:`~otbound.InvalidInputError`.
     """
     label = check_callable(verify, name)
+    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
     v = check_vocab(vocab_size)
     k = check_num_drafts(num_drafts)
     length = check_positive_int(block_len, "block_len")
     mode = check_mode(mode)
+    drafting = as_drafting(drafting)
+    tolerance, precision = check_options(
+        mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
+        samples=samples,
+    )  # fmt: skip
+    _check_size(v, k, length, mode, drafting)
     if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
-        insts = block_instances(v, length, check_positive_int(instances, "instances"), int(seed))
+        count = check_instance_count(instances)
+        if drafting is None:
+            insts = block_instances(v, length, count, int(seed))
+        else:
+            insts = _draftable_instances(drafting, v, k, length, count, int(seed))
     else:
         insts = list(instances)
         for i, t in enumerate(insts):
@@ -105,7 +123,7 @@ def check_block_verifier(
                 )
     if not insts:
         raise InvalidInputError("no instance to check")
-    law = "with_replacement" if drafting is None else drafting.draft_law
+    law = "with_replacement" if drafting is None else drafting.sampling
     if mode == "exact":
         reports = [_exact_report(verify, t, k, tolerance, max_branches, drafting) for t in insts]
 
@@ -117,7 +135,9 @@ def check_block_verifier(
             lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
         )  # fmt: skip
         return ConformanceResult(
-            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label
+            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+            declared_lossless=declared,
+            precision=precision,
         )
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
@@ -136,9 +156,52 @@ def check_block_verifier(
             _worst(laws[i], target_law), block_len=length, label=t.label,
         )  # fmt: skip
     return ConformanceResult(
-        "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
+        "block", mode, v, k, law, None, reports, cex, block_len=length, name=label,
+        declared_lossless=declared,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
+
+
+#: models are tabulated over at most this many (prefix, token) cells, ``V^(L+1)``
+MAX_CELLS = 1_000_000
+
+
+def _check_size(v: int, k: int, length: int, mode: str, drafting) -> None:
+    """Refuse at once, before any model is tabulated: more than :data:`MAX_CELLS` cells ``V^(L+1)``
+    (the tables and the continued law), and in exact mode with K i.i.d. blocks more than
+    :data:`MAX_TUPLES` draft tuples ``V^(L·K)``."""
+    if v ** (length + 1) > MAX_CELLS:
+        raise InvalidInputError(
+            f"V^(L+1) = {v}^{length + 1} cells exceed {MAX_CELLS}: use smaller vocab_size or block_len"
+        )
+    if mode == "exact" and drafting is None and v ** (length * k) > MAX_TUPLES:
+        raise InvalidInputError(
+            f"exact mode would enumerate up to {v}^{length * k} draft tuples (limit {MAX_TUPLES}) at V = {v}, "
+            f"K = {k}, L = {length}; use smaller V, K or L, or mode='sample'"
+        )
+
+
+#: with drafting=, generated instances tried per requested one (the others the scheme cannot draft on)
+DRAFTABLE_TRIES = 4
+
+
+def _draftable_instances(drafting, v: int, k: int, length: int, count: int, seed: int) -> list:
+    """The first ``count`` generated instances on which ``drafting``'s law can be built (a top-k
+    tree needs k drafted tokens at every node: instances with zeros in the draft may not allow it);
+    the error of the first refused one if none can."""
+    out, first_error = [], None
+    for t in block_instances(v, length, DRAFTABLE_TRIES * count, seed):
+        try:
+            drafting.draft_tuple_law(t.models()[1], k, length)
+        except InvalidInputError as exc:
+            first_error = first_error or exc
+            continue
+        out.append(t)
+        if len(out) == count:
+            break
+    if not out:
+        raise first_error
+    return out
 
 
 def _draft_tuples(draft, v: int, k: int, length: int, drafting=None):
@@ -242,7 +305,7 @@ def _counterexample(verify, inst, k, max_branches, drafting=None) -> Counterexam
     shape = (inst.vocab_size,) * (inst.block_len + 1)
     out, tgt = _seq_dict(full.reshape(shape)), _seq_dict(want.reshape(shape))
     return Counterexample(
-        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.draft_law, err,
+        "block", inst.vocab_size, k, "with_replacement" if drafting is None else drafting.sampling, err,
         inst.target, inst.draft, out, tgt, _worst(out, tgt),
         block_len=inst.block_len, drafts=rows, label=inst.label,
     )  # fmt: skip
@@ -278,11 +341,12 @@ def _sample_report(verify, inst, k, plan, batch, rng, drafting=None):
         np.add.at(counts, np.ravel_multi_index(full.T, (v,) * (length + 1)), 1)
     _, pval = g_test(counts, want)
     law = counts / n
-    tau = float(np.mean([len(s) - 1 for s in seqs]))
+    taus = np.array([len(s) - 1 for s in seqs], dtype=np.float64)
+    tau = float(taus.mean())
     causal, joint = _bounds(inst, k, drafting)
     rep = InstanceReport(
         inst.label, v, k, float(np.abs(law - want.ravel()).max()), tau, causal, passed=pval >= plan.per_instance_level,
         block_len=length, joint_bound=joint, total_variation=0.5 * float(np.abs(law - want.ravel()).sum()),
-        samples=n, p_value=pval, power=pw,
+        samples=n, p_value=pval, power=pw, acceptance_se=float(taus.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
     )  # fmt: skip
     return rep, _seq_dict(law.reshape(want.shape))

@@ -8,7 +8,7 @@ import numpy as np
 
 from otbound import InvalidInputError
 from otbound._validation import check_positive_int
-from otbound.conformance._result import SHRINK_CANDIDATES, smallest
+from otbound.conformance._result import SHRINK_CANDIDATES, TOLERANCES, smallest
 from otbound.conformance._stats import power, samples_for_power
 from otbound.conformance._tree import ConformanceError
 
@@ -83,7 +83,47 @@ def check_fraction(value, name: str) -> float:
     return x
 
 
+#: sample-mode defaults: family-wise level, distortion to detect, power
+SAMPLE_DEFAULTS = {"level": 1e-3, "distortion": 0.01, "power": 0.99}
+
+
+def check_options(mode: str, *, tolerance, precision, batch, level, distortion, power, samples):
+    """``(tolerance, precision)`` (tolerance None in sample mode) after refusing options that do not
+    apply to ``mode`` (a silently ignored option is a misread one): ``tolerance`` / ``precision``
+    are exact-mode options, ``batch``, ``level``, ``distortion``, ``power``, ``samples`` sample-mode
+    ones. Exact mode: ``tolerance`` defaults to :data:`~otbound.conformance._result.TOLERANCES`
+    [``precision``] (float64: 1e-10, float32: 1e-6); giving both is refused."""
+    if precision not in TOLERANCES:
+        raise InvalidInputError(f"precision must be one of {tuple(TOLERANCES)}, got {precision!r}")
+    if mode == "sample":
+        given = [n for n, v in (("tolerance", tolerance), ("precision", None if precision == "float64" else 1))
+                 if v is not None]  # fmt: skip
+        if given:
+            raise InvalidInputError(
+                f"{' and '.join(given)} apply to mode='exact' only (sample mode is a G-test at level=)"
+            )
+        return None, precision
+    given = [n for n, v in (("batch", batch or None), ("level", level), ("distortion", distortion), ("power", power),
+                            ("samples", samples)) if v is not None]  # fmt: skip
+    if given:
+        raise InvalidInputError(f"{', '.join(given)} apply to mode='sample' only")
+    if tolerance is None:
+        return TOLERANCES[precision], precision
+    if precision != "float64":
+        raise InvalidInputError("give tolerance= or precision=, not both")
+    try:
+        tol = float(tolerance)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"tolerance must be a number, got {tolerance!r}") from None
+    if not (np.isfinite(tol) and tol >= 0):
+        raise InvalidInputError(f"tolerance must be finite and non-negative, got {tolerance!r}")
+    return tol, precision
+
+
 def sample_plan(level, distortion, target_power, samples, num_instances: int) -> SamplePlan:
+    level = SAMPLE_DEFAULTS["level"] if level is None else level
+    distortion = SAMPLE_DEFAULTS["distortion"] if distortion is None else distortion
+    target_power = SAMPLE_DEFAULTS["power"] if target_power is None else target_power
     return SamplePlan(
         level=check_fraction(level, "level"),
         distortion=check_fraction(distortion, "distortion"),

@@ -7,7 +7,7 @@ is the bonus law), so an instance is finite, printable and can be shrunk.
 Adversarial family (both levels, where the vocabulary allows): drafts that repeat a token (q peaked
 on a token the target under-weights), zeros in q where p has mass and zeros in p where q has mass,
 disjoint supports, near-deterministic laws (mass 1 − 1e-9), identical laws, ties in the ratio p/q,
-and at the token level the skipped-repeat RRS example of issue 16 (p = (.1, .4, .5), q = (.6, .2, .2)).
+and at the token level the skipped-repeat RRS example (p = (.1, .4, .5), q = (.6, .2, .2)).
 Random instances: Dirichlet laws with concentrations cycling through 0.2, 1, 5, a random zero in a
 fifth of them.
 
@@ -25,10 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound import tabulated_model
-from otbound._validation import check_num_drafts
+from otbound import InvalidInputError, tabulated_model
+from otbound._validation import check_num_drafts, check_positive_int
 
 CONCENTRATIONS = (0.2, 1.0, 5.0)
+#: the most instances one check builds
+MAX_INSTANCES = 10_000
+#: random draws tried per requested instance before giving up (a q valid for K drafts is rare)
+MAX_TRIES = 1_000
 #: mass left off the top token in the near-deterministic instances
 NEAR = 1e-9
 
@@ -60,6 +64,14 @@ class BlockInstance:
         """``(target, draft)`` as :class:`otbound.BlockModel` (a prefix outside the table is an error)."""
         v = self.vocab_size
         return tabulated_model(self.target, v, name="target"), tabulated_model(self.draft, v, name="draft")
+
+
+def check_instance_count(count) -> int:
+    """``count`` as an int in ``1..MAX_INSTANCES``, else :class:`~otbound.InvalidInputError`."""
+    n = check_positive_int(count, "instances")
+    if n > MAX_INSTANCES:
+        raise InvalidInputError(f"instances must be at most {MAX_INSTANCES}, got {n}")
+    return n
 
 
 def _norm(x) -> np.ndarray:
@@ -103,7 +115,7 @@ def _adversarial_token(v: int) -> list[TokenInstance]:
         pad = np.zeros(v - 3)
         out.append(
             TokenInstance(
-                "skipped-repeat RRS example (issue 16)",
+                "skipped-repeat RRS example",
                 np.concatenate([[0.1, 0.4, 0.5], pad]),
                 _norm(np.concatenate([[0.6, 0.2, 0.2], np.full(v - 3, 0.05)])),
             )
@@ -121,6 +133,10 @@ def token_instances(vocab_size: int, num_drafts: int, sampling: str, count: int,
     rng = np.random.default_rng(seed)
     i = 0
     while len(out) < count:
+        if i > MAX_TRIES * count:
+            raise InvalidInputError(
+                f"no random instance over {vocab_size} tokens gives {num_drafts} {sampling} drafts after {i} draws"
+            )
         conc = CONCENTRATIONS[i % len(CONCENTRATIONS)]
         p, q = rng.dirichlet(np.full(vocab_size, conc)), rng.dirichlet(np.full(vocab_size, conc))
         if i % 5 == 4 and vocab_size > 1:  # a random zero in p or q

@@ -35,13 +35,24 @@ class InstanceReport:
     samples: int | None = None
     p_value: float | None = None
     power: float | None = None
+    acceptance_se: float | None = None
 
     @property
-    def efficiency(self) -> float:
-        """acceptance / optimal; 1 when both are 0 (nothing can be accepted and nothing is)."""
-        if self.optimal > 0:
-            return self.acceptance / self.optimal
-        return 1.0 if self.acceptance <= 0 else float("inf")
+    def efficiency(self) -> float | None:
+        """acceptance / optimal, or None when the bound is below :data:`MIN_BOUND` (a ratio of two
+        numbers near 0 — e.g. E[τ] = 1.5e-9 against U_causal = 2.5e-9 — measures nothing)."""
+        if self.optimal < MIN_BOUND:
+            return None
+        return self.acceptance / self.optimal
+
+    @property
+    def efficiency_interval(self) -> tuple[float, float] | None:
+        """Sample mode: a 95% interval of the efficiency (acceptance ± 1.96 standard errors, over the
+        exact bound); None in exact mode or when :attr:`efficiency` is None."""
+        if self.acceptance_se is None or self.efficiency is None:
+            return None
+        half = Z95 * self.acceptance_se / self.optimal
+        return self.efficiency - half, self.efficiency + half
 
 
 @dataclass
@@ -72,6 +83,16 @@ class Counterexample:
 
 #: draft tuples listed in a counterexample
 MAX_ROWS = 20
+#: instances whose bound (α* or U_causal) is below this are left out of efficiency summaries
+MIN_BOUND = 1e-6
+#: efficiencies above this are shown as "> 10" (a lossy verifier far above a small bound)
+MAX_SHOWN_EFFICIENCY = 10.0
+#: two-sided 95% normal quantile of the sample-mode efficiency intervals
+Z95 = 1.959963984540054
+#: exact-mode tolerance per precision: float64 sums of exact laws (~1e-15 round-off), and float32
+#: (≈ 8 float32 ulps of 1, ``8 × 2^-23 = 9.5e-7``: the rounding of a softmax, a ratio and a
+#: renormalisation in float32, as engines compute)
+TOLERANCES = {"float64": 1e-10, "float32": 1e-6}
 #: failing instances shrunk (the largest errors first); the smallest result is the counterexample
 SHRINK_CANDIDATES = 3
 
@@ -88,7 +109,9 @@ class ConformanceResult:
     lossless_error: max over instances (exact mode: ``max |output law − target law|``; sample mode:
     the largest Monte Carlo estimate of it, which carries sampling noise). passed: every instance
     lossless (exact: error ≤ ``tolerance``; sample: no G-test rejection at ``level``).
-    counterexample: None when passed.
+    counterexample: None when passed. declared_lossless: the verifier's own ``lossless`` flag where it
+    has one (the package's verifiers through the adapters), else None; the summary says whether the
+    check agrees with it.
     """
 
     level: str
@@ -104,6 +127,8 @@ class ConformanceResult:
     level_alpha: float | None = None
     distortion: float | None = None
     target_power: float | None = None
+    declared_lossless: bool | None = None
+    precision: str = "float64"
 
     @property
     def passed(self) -> bool:
@@ -123,7 +148,47 @@ class ConformanceResult:
 
     @property
     def efficiency(self) -> np.ndarray:
-        return np.array([r.efficiency for r in self.instances])
+        """Per-instance efficiency; NaN where the bound is below :data:`MIN_BOUND` (not measured)."""
+        return np.array([np.nan if r.efficiency is None else r.efficiency for r in self.instances])
+
+    @property
+    def within_float32_rounding(self) -> bool:
+        """Exact mode, failed, yet every error is at most the float32 tolerance: a float32 verifier's
+        rounding, not a defect of its algorithm (``precision="float32"`` accepts it)."""
+        return (
+            self.mode == "exact"
+            and not self.passed
+            and self.tolerance < TOLERANCES["float32"]
+            and self.lossless_error <= TOLERANCES["float32"]
+        )
+
+    def efficiency_lines(self) -> list[str]:
+        """The efficiency summary: mean / min / max over instances whose bound is ≥ :data:`MIN_BOUND`
+        (the others listed), with a 95% interval in sample mode; "not meaningful" for a lossy verifier
+        (its acceptance is not bounded by a lossless bound)."""
+        bound = "α*" if self.level == "token" else "U_causal"
+        acc = "α" if self.level == "token" else "E[τ]"
+        kept = [r for r in self.instances if r.efficiency is not None]
+        skipped = [r.label for r in self.instances if r.efficiency is None]
+        if not self.passed:
+            line = (
+                f"efficiency {acc}/{bound}: not meaningful (the verifier is not lossless; {bound} bounds lossless "
+                "verifiers only)"
+            )
+        elif not kept:
+            line = f"efficiency {acc}/{bound}: no instance with {bound} ≥ {MIN_BOUND:g}"
+        else:
+            eff = np.array([r.efficiency for r in kept])
+            line = f"efficiency {acc}/{bound}: mean {_f(eff.mean())}, min {_f(eff.min())}, max {_f(eff.max())}"
+            if self.mode == "sample":
+                ses = np.array([r.acceptance_se / r.optimal for r in kept])
+                half = Z95 * float(np.sqrt(np.sum(ses**2))) / len(kept)
+                line += f" (mean ± {_f(half)} at 95%; per-instance intervals in the table)"
+            line += f" over {len(kept)} instances"
+        lines = [line]
+        if skipped:
+            lines.append(f"  not averaged ({bound} < {MIN_BOUND:g}): " + "; ".join(skipped))
+        return lines
 
     @property
     def power(self) -> float | None:
@@ -135,8 +200,10 @@ class ConformanceResult:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(passed=self.passed, lossless_error=self.lossless_error, power=self.power)
+        d["within_float32_rounding"] = self.within_float32_rounding
         for r, row in zip(self.instances, d["instances"], strict=True):
             row["efficiency"] = r.efficiency
+            row["efficiency_interval"] = r.efficiency_interval
         return _jsonable(d)
 
     def _what(self) -> tuple[str, str]:
@@ -148,6 +215,32 @@ class ConformanceResult:
             shape += f", {self.sampling}"
         return bound, shape
 
+    def _verdict_lines(self) -> list[str]:
+        if self.mode == "exact":
+            lines = [
+                f"max lossless error {_e(self.lossless_error)} (tolerance {self.tolerance:g}, "
+                f"precision {self.precision}, exact enumeration)"
+            ]
+            if self.within_float32_rounding:
+                lines.append(
+                    f"  every error is within float32 rounding of the laws (≤ {TOLERANCES['float32']:g}, about 1e-7 "
+                    "relative): a verifier computing in float32 shows this much; check it at its precision with "
+                    f"precision='float32' (tolerance={TOLERANCES['float32']:g}) or set tolerance= "
+                    "(CLI: --precision float32 / --tolerance)"
+                )
+            return lines
+        lines = [
+            f"G-test at level {self.level_alpha:.2g} per instance (an instance passes iff p-value ≥ "
+            f"{self.level_alpha:.2g}); power ≥ {self.power:.4f} against any {self.distortion:g} total-variation "
+            f"distortion; largest empirical error {_e(self.lossless_error)}"
+        ]
+        if self.passed and self.target_power is not None and self.power < self.target_power:
+            lines.append(
+                f"  power below {self.target_power:g}: this pass rules out only distortions much larger than "
+                f"{self.distortion:g} (leave samples= unset for the size reaching the power)"
+            )
+        return lines
+
     def summary(self) -> str:
         """The one-screen verdict the CLI prints."""
         bound, shape = self._what()
@@ -156,25 +249,18 @@ class ConformanceResult:
         lines = [
             f"{self.name}: {head}  ({self.level} level, {shape}, {self.mode} mode, {len(self.instances)} instances)"
         ]
-        if self.mode == "exact":
-            lines.append(
-                f"max lossless error {self.lossless_error:.3g} (tolerance {self.tolerance:g}, exact enumeration)"
-            )
-        else:
-            lines.append(
-                f"G-test at level {self.level_alpha:.2g} per instance; power ≥ {self.power:.4f} against any "
-                f"{self.distortion:g} total-variation distortion; largest empirical error {self.lossless_error:.3g}"
-            )
-        eff = self.efficiency
-        lines.append(
-            f"efficiency {acc}/{bound}: mean {np.nanmean(eff):.4f}, min {np.nanmin(eff):.4f}, max {np.nanmax(eff):.4f}"
-        )
+        if self.declared_lossless is not None:
+            agree = "agrees" if self.declared_lossless == self.passed else "DISAGREES"
+            lines.append(f"declared lossless: {'yes' if self.declared_lossless else 'no'} ({agree} with this check)")
+        lines += self._verdict_lines()
+        lines += self.efficiency_lines()
         lines.append("")
-        lines.append(f"{'instance':<46} {'error':>9} {acc:>8} {bound:>8} {'eff':>7}  ok")
+        eff_w = 19 if self.mode == "sample" else 11
+        lines.append(f"{'instance':<46} {'error':>9} {acc:>8} {bound:>8} {'eff':>{eff_w}}  ok")
         for r in self.instances[:24]:
             lines.append(
-                f"{r.label[:46]:<46} {r.lossless_error:>9.2e} {r.acceptance:>8.4f} {r.optimal:>8.4f} "
-                f"{r.efficiency:>7.4f}  {'yes' if r.passed else 'NO'}"
+                f"{r.label[:46]:<46} {_e(r.lossless_error):>9} {_f(r.acceptance):>8} {_f(r.optimal):>8} "
+                f"{_eff(r):>{eff_w}}  {'yes' if r.passed else 'NO'}"
             )
         if len(self.instances) > 24:
             lines.append(f"... {len(self.instances) - 24} more in the report")
@@ -192,16 +278,7 @@ class ConformanceResult:
             f"**{'PASS' if self.passed else 'FAIL'}** — {self.level} level, {shape}, {self.mode} mode.",
             "",
         ]
-        if self.mode == "exact":
-            out.append(
-                f"Max lossless error {self.lossless_error:.3g} "
-                f"(tolerance {self.tolerance:g}; exact law by enumeration)."
-            )
-        else:
-            out.append(
-                f"G-test per instance at level {self.level_alpha:.2g}; power ≥ {self.power:.4f} against any distortion "
-                f"of total-variation size {self.distortion:g}."
-            )
+        out += self._verdict_lines() + [""] + self.efficiency_lines()
         out += [
             "",
             f"| instance | lossless error | {acc} | {bound} | efficiency | passed |",
@@ -209,7 +286,7 @@ class ConformanceResult:
         ]
         for r in self.instances:
             out.append(
-                f"| {r.label} | {r.lossless_error:.3g} | {r.acceptance:.6f} | {r.optimal:.6f} | {r.efficiency:.4f} "
+                f"| {r.label} | {_e(r.lossless_error)} | {_f(r.acceptance, 6)} | {_f(r.optimal, 6)} | {_eff(r)} "
                 f"| {'yes' if r.passed else 'NO'} |"
             )
         if self.counterexample is not None:
@@ -225,6 +302,31 @@ class ConformanceResult:
         return out
 
 
+def _f(x, digits: int = 4) -> str:
+    """A finite number with ``digits`` decimals, never "-0.0000" (a round-off below zero prints 0);
+    "—" for None / NaN / inf."""
+    if x is None or not np.isfinite(x):
+        return "—"
+    return f"{round(float(x), digits) + 0.0:.{digits}f}"
+
+
+def _e(x) -> str:
+    """An error in scientific notation ("—" if not finite; never "-0.00e+00")."""
+    return "—" if x is None or not np.isfinite(x) else f"{float(x) + 0.0:.2e}"
+
+
+def _eff(r: InstanceReport) -> str:
+    """The efficiency cell: "—" when the bound is below MIN_BOUND, an interval in sample mode."""
+    if r.efficiency is None:
+        return "— (bound≈0)"
+    if r.efficiency > MAX_SHOWN_EFFICIENCY:  # only a lossy verifier exceeds its bound this far
+        return f"> {MAX_SHOWN_EFFICIENCY:g}"
+    iv = r.efficiency_interval
+    if iv is None:
+        return _f(r.efficiency)
+    return f"{_f(r.efficiency)} [{_f(iv[0], 3)},{_f(iv[1], 3)}]"
+
+
 def _fmt(x) -> str:
     return np.array2string(np.asarray(x, dtype=float), precision=6, suppress_small=False, separator=", ")
 
@@ -235,7 +337,8 @@ def _counterexample_lines(c: Counterexample) -> list[str]:
     if c.level == "token":
         lines += [f"  p (target) = {_fmt(c.target)}", f"  q (draft)  = {_fmt(c.draft)}"]
         lines += [f"  output law = {_fmt(c.output_law)}", f"  target law = {_fmt(c.target_law)}"]
-        lines.append(f"  worst token {c.worst}")
+        out, tgt = float(np.asarray(c.output_law)[c.worst]), float(np.asarray(c.target_law)[c.worst])
+        lines.append(f"  worst token {c.worst}: verifier {out:.10g} vs target {tgt:.10g} (difference {out - tgt:+.3g})")
         for tup, prob, law in c.drafts[:8]:
             lines.append(f"  drafts {tup}: Q = {prob:.6g}, verifier's law = {_fmt(law)}")
     else:
@@ -243,7 +346,9 @@ def _counterexample_lines(c: Counterexample) -> list[str]:
             for pre, law in list(table.items())[:8]:
                 lines.append(f"  {name}{list(pre)} = {_fmt(law)}")
         seq, out, tgt = c.worst
-        lines.append(f"  worst sequence {list(seq)}: verifier {out:.6g} vs target {tgt:.6g}")
+        lines.append(
+            f"  worst sequence {list(seq)}: verifier {out:.10g} vs target {tgt:.10g} (difference {out - tgt:+.3g})"
+        )
         for tup, prob, law in c.drafts[:6]:
             emitted = ", ".join(f"{list(s)}: {w:.4g}" for s, w in list(law.items())[:6])
             lines.append(f"  drafts {tup}: Q = {prob:.4g}, emitted {{{emitted}}}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -12,13 +13,14 @@ from otbound.conformance._common import (
     as_token_id,
     check_callable,
     check_mode,
+    check_options,
     check_vocab,
     exact_counterexample,
     frozen,
     most_significant_failure,
     sample_plan,
 )
-from otbound.conformance._instances import TokenInstance, shrink_token, token_instances
+from otbound.conformance._instances import TokenInstance, check_instance_count, shrink_token, token_instances
 from otbound.conformance._result import (
     MAX_ROWS,
     ConformanceResult,
@@ -31,8 +33,6 @@ from otbound.token.verifiers import support_tuples
 
 #: exact mode enumerates at most this many draft tuples per instance
 MAX_TUPLES = 50_000
-#: default exact-mode tolerance on max |output law − p| (float64 sums over tuples and branches: ~1e-15)
-TOLERANCE = 1e-10
 
 
 def check_token_verifier(
@@ -44,11 +44,12 @@ def check_token_verifier(
     instances: int | Sequence = 24,
     seed: int = 0,
     mode: str = "exact",
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = None,
+    precision: str = "float64",
     batch: bool = False,
-    level: float = 1e-3,
-    distortion: float = 0.01,
-    power: float = 0.99,
+    level: float | None = None,
+    distortion: float | None = None,
+    power: float | None = None,
     samples: int | None = None,
     max_branches: int = MAX_BRANCHES,
     shrink: bool = True,
@@ -65,7 +66,10 @@ def check_token_verifier(
     ``coin(prob) -> bool`` and ``draw(law) -> int``. Every draft tuple with ``Q(x̄) > 0`` is
     enumerated with its probability (:func:`otbound.draft_joint`) and every branch of the verifier's
     choice tree with its probability, so the output law is exact: an instance passes when
-    ``max |law − p| ≤ tolerance`` (default 1e-10; float64 round-off is ~1e-15). A failing instance is
+    ``max |law − p| ≤ tolerance``. ``tolerance`` defaults by ``precision``: "float64" 1e-10 (float64
+    round-off is ~1e-15), "float32" 1e-6 (≈ 8 float32 ulps of 1, for verifiers computing in float32
+    as engines do); give one of the two. A failure whose every error is within float32 rounding is
+    reported as such (``ConformanceResult.within_float32_rounding``). A failing instance is
     shrunk (fewer tokens, smaller K) to the ``counterexample``.
 
     **mode="sample"**: ``verify(p, q, drafts, rng) -> token`` (a black box; ``rng`` a numpy
@@ -77,7 +81,12 @@ def check_token_verifier(
     0.99), from the noncentral chi-square (``λ ≥ 4nδ²``, :mod:`otbound.conformance._stats`); the power
     actually reached is reported per instance (``InstanceReport.power``, ``ConformanceResult.power``).
     For example V = 3 (2 degrees of freedom), 24 instances: n = 113,123 per instance, power 0.9900;
-    V = 4: n = 120,478. No shrinking in this mode (statistical failures).
+    V = 4: n = 120,478. No shrinking in this mode (statistical failures). An instance passes exactly
+    when its p-value is ≥ ``level / #instances``. ``InstanceReport.acceptance_se`` is the standard
+    error of the estimated α (efficiency intervals in the summary).
+
+    Options of the other mode are refused, not ignored: ``tolerance`` / ``precision`` are exact-mode
+    options; ``batch``, ``level``, ``distortion``, ``power``, ``samples`` sample-mode ones.
 
     ``instances``: a count (the adversarial family of :mod:`._instances` first, then random
     Dirichlet laws from ``seed``) or a sequence of :class:`TokenInstance` / ``(p, q)`` pairs.
@@ -86,10 +95,16 @@ def check_token_verifier(
     coin/draw, more than ``max_branches`` branches for one tuple).
     """
     label = check_callable(verify, name)
+    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
     v = check_vocab(vocab_size)
     k = check_num_drafts(num_drafts)
     sampling = check_sampling(sampling)
     mode = check_mode(mode)
+    tolerance, precision = check_options(
+        mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
+        samples=samples,
+    )  # fmt: skip
+    _check_size(v, k, sampling, mode, instances)
     insts = _token_list(instances, v, k, sampling, seed)
     if mode == "exact":
         reports = [_exact_report(verify, t, k, sampling, tolerance, max_branches) for t in insts]
@@ -101,7 +116,9 @@ def check_token_verifier(
             reports, insts, k, (lambda t, kk: shrink_token(t, kk, sampling, fails)) if shrink else None,
             lambda t, kk: _counterexample(verify, t, kk, sampling, max_branches),
         )  # fmt: skip
-        return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label)
+        return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
+                                 declared_lossless=declared,
+                                 precision=precision)
     plan = sample_plan(level, distortion, power, samples, len(insts))
     rng = np.random.default_rng(seed)
     reports, laws = [], []
@@ -119,9 +136,41 @@ def check_token_verifier(
             label=t.label,
         )  # fmt: skip
     return ConformanceResult(
-        "token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
+        "token", mode, v, k, sampling, None, reports, cex, name=label,
+        declared_lossless=declared,
         level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
     )  # fmt: skip
+
+
+#: sample mode draws laws over at most this many tokens (a G-test over more cells needs more
+#: samples than a check can draw)
+MAX_SAMPLE_VOCAB = 1 << 16
+
+
+def _check_size(v: int, k: int, sampling: str, mode: str, instances) -> None:
+    """Refuse at once, before any law is allocated, a request no instance can satisfy or exact mode
+    cannot enumerate: K > V without replacement / greedy (K distinct drafted tokens), more draft
+    tuples than :data:`MAX_TUPLES` (``V^K`` with replacement, ``V!/(V−K)!`` without, ``V − K + 1``
+    greedy), a vocabulary above :data:`MAX_SAMPLE_VOCAB` in sample mode, more than
+    :data:`~otbound.conformance._instances.MAX_INSTANCES` instances."""
+    if sampling != "with_replacement" and k > v:
+        raise InvalidInputError(f"num_drafts={k} > vocab_size={v}: the {sampling} law drafts K distinct tokens")
+    if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
+        check_instance_count(instances)
+    if mode == "exact":
+        if sampling == "with_replacement":
+            count = v**k
+        elif sampling == "without_replacement":
+            count = math.perm(v, k)
+        else:
+            count = v - k + 1
+        if count > MAX_TUPLES:
+            raise InvalidInputError(
+                f"exact mode would enumerate up to {count:.3g} draft tuples at V = {v}, K = {k} ({sampling}; limit "
+                f"{MAX_TUPLES}); use smaller V or K, or mode='sample'"
+            )
+    elif v > MAX_SAMPLE_VOCAB:
+        raise InvalidInputError(f"sample mode supports vocab_size ≤ {MAX_SAMPLE_VOCAB}, got {v}")
 
 
 def _token_list(instances, v, k, sampling, seed) -> list[TokenInstance]:
@@ -215,5 +264,6 @@ def _sample_report(verify, inst, k, sampling, plan, batch, rng):
     rep = InstanceReport(
         inst.label, v, k, float(np.abs(law - inst.p).max()), acc, opt, passed=pval >= plan.per_instance_level,
         total_variation=0.5 * float(np.abs(law - inst.p).sum()), samples=n, p_value=pval, power=pw,
+        acceptance_se=float(np.sqrt(acc * (1.0 - acc) / n)),
     )  # fmt: skip
     return rep, law

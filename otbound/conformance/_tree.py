@@ -9,7 +9,8 @@ one branch, its probability the product of the probabilities of its answers, so 
 returned value is exact up to float64 rounding of those products (~1e-16 relative) — no sampling.
 
 The function must be deterministic given the answers (a replayed prefix must ask the same
-questions); a mismatch, an invalid probability or law, or more than ``max_branches`` branches raise
+questions); a mismatch, an invalid probability or law, more than ``max_branches`` branches or
+more than :data:`MAX_DECISIONS` decisions in one run (a verifier that never returns) raise
 :class:`ConformanceError` with one clear sentence.
 """
 
@@ -22,6 +23,9 @@ from otbound._validation import LAW_ATOL
 
 #: default cap on the branches enumerated for one call (one draft tuple)
 MAX_BRANCHES = 200_000
+#: cap on the coin / draw decisions of one run (a verifier that never returns keeps asking; every
+#: decision queues its prefix, so an endless run costs quadratic memory until stopped here)
+MAX_DECISIONS = 2_000
 #: a coin probability may leave [0, 1] by this much (float64 round-off of min(1, a/b)) and is clipped
 PROB_SLACK = 1e-9
 
@@ -46,6 +50,11 @@ class _Script:
 
     def _replayed(self, question):
         pos = len(self.taken)
+        if pos >= MAX_DECISIONS:
+            raise ConformanceError(
+                f"the verifier asked more than {MAX_DECISIONS} coin/draw decisions in one run without returning "
+                "(an endless loop?)"
+            )
         if pos >= len(self.path):
             return None
         recorded = self.path[pos][1]

@@ -10,7 +10,7 @@ Correct verifiers:
 * :data:`block_verification` — the package's block verification (Sun et al. 2403.10444) through
   :func:`otbound.conformance.block_adapter`.
 
-Defective verifiers, short re-implementations of three defects in public code described in issue 16
+Defective verifiers, short re-implementations of three defects found in public code
 (found in an earlier review; each is caught by exact mode with a minimal counterexample, see
 ``tests/test_conformance.py`` and ``experiments/conformance_public_defects.py``):
 
@@ -52,11 +52,11 @@ def rrs(p, q, drafts, coin, draw):
 block_verification = block_adapter(BLOCK_VERIFIERS["block"])
 
 
-# -- defective (issue 16) --------------------------------------------------------------------------
+# -- defective (found in public code) ----------------------------------------------------------------
 
 
 def rrs_skip_repeats(p, q, drafts, coin, draw):
-    """RRS that skips a draft token already tried (defect described in issue 16).
+    """RRS that skips a draft token already tried (a defect found in public code).
 
     Once ``x`` is rejected, a later copy of ``x`` is skipped instead of being tried against the
     next residual — so the residual update ``p_{i+1} = norm((p_i − q)_+)`` of that round is lost.
@@ -68,7 +68,7 @@ def rrs_skip_repeats(p, q, drafts, coin, draw):
 
 
 def block_shared_uniform(target, draft, blocks, coin, draw):
-    """Block verification with ONE uniform η for the whole backward scan (defect described in issue 16).
+    """Block verification with ONE uniform η for the whole backward scan (a defect found in public code).
 
     Sun et al. stop at the first ``i = L, L−1, …`` with a *fresh* ``η_i ≤ h_i``; here the same η is
     compared with every ``h_i``. In coin form: having passed tests with thresholds up to ``m``
@@ -103,7 +103,7 @@ def stay_above(thresholds) -> list[float]:
 
 
 def block_cumulative_products(target, draft, blocks, coin, draw):
-    """Block verification comparing cumulative products (defect described in issue 16).
+    """Block verification comparing cumulative products (a defect found in public code).
 
     Draws ``U_1..U_L`` and accepts ``x_{1:i}`` while ``U_1⋯U_i ≤ Π_{j≤i} p(x_j|x_<j)/q(x_j|x_<j)``
     (no clipping of the running ratio at 1, unlike Sun et al.'s ``p_i``); at the first failure ``i``

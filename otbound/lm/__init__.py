@@ -22,9 +22,10 @@ Decoding
     against the bounds by :func:`otbound.report.measure_run`). :func:`tiny_pair` — a tiny random
     pair for tests and demos.
 
-This layer produces laws; it does not measure them. The measurements (:func:`measure_laws`,
-:func:`measure_trace`, :func:`aggregate`, :func:`cluster_mean_ci`, :func:`run_real_report`) live in
-:mod:`otbound.report` and stay importable from here (forwarded on first use).
+This layer produces laws; it does not measure them. The measurements
+(:func:`otbound.report.measure_laws`, :func:`~otbound.report.measure_trace`,
+:func:`~otbound.report.aggregate`, :func:`~otbound.report.cluster_mean_ci`,
+:func:`~otbound.report.run_real_report`) live in :mod:`otbound.report`.
 """
 
 from otbound.lm._blocks import (
@@ -44,29 +45,17 @@ from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_pro
 from otbound.lm._specsample import Iteration, LiveModels, SpecSampleRun, resolve_verifier, speculative_sample
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._tiny import tiny_pair, tiny_prompts
-from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, trace_path
+from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, settings_dir, trace_path
 from otbound.lm._wheels import cache_root
-from otbound.token.logits import laws_from_logits as laws64  # the law of a stored trace
 
 __all__ = [
     "BLOCKS_FORMAT", "BlockRecord", "DATASETS", "GreedyRun", "HashMismatchError", "Iteration", "LiveModels",
     "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "build_prompt_files", "cache_root", "check_same_tokenizer",
-    "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode", "laws64",
+    "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode",
     "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair",
     "repo_prompts_dir", "SpecSampleRun", "resolve_verifier", "speculative_sample", "tiny_pair", "tiny_prompts",
-    "trace_path", "tree_block_models",
+    "settings_dir", "trace_path", "tree_block_models",
     "verify_offline_model",
 ]
-
-_MOVED_TO_REPORT = ("aggregate", "cluster_mean_ci", "measure_laws", "measure_trace", "run_real_report")
-
-
-def __getattr__(name):
-    # the measurements moved up to otbound.report (which imports this layer); forwarded lazily
-    if name in _MOVED_TO_REPORT:
-        import otbound.report
-
-        return getattr(otbound.report, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,7 @@ tensor             shape, dtype                     meaning
 ``draft_logits``   (m, K, L, V) float32/16          draft logits along each block
 =================  ===============================  ==========================================
 
-Laws are ``laws64(logits, T)`` as for traces. Size per sampled position: ``K·(2L+1)·V·4`` bytes
+Laws are ``laws_from_logits(logits, T)`` as for traces. Size per sampled position: ``K·(2L+1)·V·4`` bytes
 in float32 (K = 4, L = 4: 21.9 MB for V = 151,936).
 """
 
@@ -43,7 +43,7 @@ from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, prefix_cache
 from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _check_config, _files, load_traces
 from otbound.token.draft_laws import sample_drafts
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.logits import laws_from_logits
 
 BLOCKS_FORMAT = "otbound-blocks-1"
 
@@ -120,7 +120,7 @@ def lm_block_models(pair, context, temperature):
         def fn(prefix):
             cache = cache_prefix(model, layers, len(context) - 1, 1)
             ids = torch.tensor([context[-1:] + list(prefix)], device=pair.device)
-            return laws64(
+            return laws_from_logits(
                 forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature
             )
 
@@ -142,7 +142,7 @@ def _draw_blocks(pair, record, t, layers_d, k, length, dtype_name, rng):
     for ell in range(length):
         logits = _store.to_store(forward(pair.draft, feed, cache=cache)[:, -1, :v], dtype_name)
         stored.append(logits)
-        laws = laws64(logits, record.temperature)
+        laws = laws_from_logits(logits, record.temperature)
         if ell == 0:  # all K rows share the prefix: K i.i.d. draws from one law
             drafts[:, 0] = sample_drafts(laws[0], k, "with_replacement", 1, rng)[0]
         else:

@@ -42,12 +42,14 @@ def stop_token_ids(tokenizer, model) -> list[int]:
     return sorted(ids)
 
 
-def sample_continuations(model, prompts, *, temperature: float, max_new_tokens: int, vocab_size: int,
+def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vocab_size: int,
                          stop_ids=(), generator=None):
     """Sample a continuation of each prompt (token lists) from ``model`` at ``temperature``,
     batched with a KV cache: ``x_t ~ softmax(logits[:vocab_size] / T)`` (float32 softmax, torch
-    multinomial with ``generator``). Each continuation ends at its first stop token (included) or
-    after ``max_new_tokens``.
+    multinomial with ``generator``); ``temperature`` may be an :class:`otbound.SamplingParams`,
+    whose law (float64, on the model's device; a repetition penalty reads the prompt and the
+    tokens drawn so far) is then sampled. Each continuation ends at its first stop token
+    (included) or after ``max_new_tokens``.
 
     Returns ``(continuations, logits)``: token lists, and per prompt the float32 logits
     ``(len(continuation), vocab_size)`` each token was drawn from (the model's logits given the
@@ -64,10 +66,18 @@ def sample_continuations(model, prompts, *, temperature: float, max_new_tokens: 
     nxt = pos[:, -1:] + 1
     done = torch.zeros(len(prompts), dtype=torch.bool, device=dev)
     steps, step_logits = [], []
+    settings = temperature if hasattr(temperature, "laws") else None
+    context = torch.where(mask.bool(), ids, -1) if settings is not None and settings.needs_context else None
     for step in range(max_new_tokens):
         last = logits[:, -1, :vocab_size].float()
         step_logits.append(last)
-        tok = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1, generator=generator).squeeze(1)
+        if settings is None:
+            law = torch.softmax(last / temperature, dim=-1)
+        else:
+            law = settings.laws(last, context)
+        tok = torch.multinomial(law, 1, generator=generator).squeeze(1)
+        if context is not None:
+            context = torch.cat([context, torch.where(done, -1, tok)[:, None]], dim=1)
         steps.append(torch.where(done, -1, tok))
         done |= torch.isin(tok, stop)
         if step + 1 == max_new_tokens or bool(done.all()):

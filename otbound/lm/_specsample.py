@@ -9,7 +9,7 @@ One *iteration* at context ``c`` (prompt + tokens generated so far):
    (:func:`otbound.sample_drafts`): i.i.d. (``with_replacement``, and every block verifier) gives
    ``K`` i.i.d. blocks; ``without_replacement`` / ``greedy`` give ``K`` distinct first tokens
    (then each row continues alone, a single draft from ``q``) — Jeon et al. 2402.14160, Hu et al.
-   2502.18779. A block verifier with its own drafting scheme (``draft_law`` other than
+   2502.18779. A block verifier with its own drafting scheme (``sampling`` other than
    ``"with_replacement"``: ``univer``) sets the number of rows (``num_rows``: ``m^L`` paths for
    branching ``m = K``) and the tokens at each node (``node_drafts``: the top ``m − 1`` draft
    tokens and one residual sample), so the drafted tree is a draw of its own tree law.
@@ -35,7 +35,7 @@ depth the emitted sequence continued by the target is distributed as the target 
 of the first tokens against the teacher-forced target law). ``block_len = 0`` is plain target
 sampling through the same loop (one target call per token), the speed baseline.
 
-Laws are ``laws64(logits, T)`` (float64) of the float32 logits of the batched forwards; rows of a
+Laws are ``laws_from_logits(logits, T)`` (float64) of the float32 logits of the batched forwards; rows of a
 node share the law of the node's first row.
 """
 
@@ -52,7 +52,7 @@ from otbound.lm._blocks import lm_block_models, tree_block_models
 from otbound.lm._decode import cache_prefix, forward, stop_token_ids
 from otbound.lm._traces import LogitLaws
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier
 
 #: largest causal LP (variables (K − 1)·V^(2L), theory.md §4) causal_optimal may solve per iteration (~0.3 s)
@@ -139,7 +139,7 @@ class SpecSampleRun:
 def resolve_verifier(verifier):
     """``(block_verifier, sampling, name)`` for a name in :data:`otbound.VERIFIERS` or
     :data:`otbound.BLOCK_VERIFIERS`, a token-level :class:`~otbound.Verifier` (run as tree
-    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (its ``draft_law``: i.i.d.
+    verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (its ``sampling``: i.i.d.
     drafts, or its own scheme). ``sampling`` names the draft law."""
     if isinstance(verifier, str):
         if verifier in VERIFIERS:
@@ -154,7 +154,7 @@ def resolve_verifier(verifier):
     if isinstance(verifier, Verifier):
         return MultiPathVerifier(verifier), verifier.sampling, verifier.name
     if isinstance(verifier, BlockVerifier):
-        return verifier, verifier.draft_law, verifier.name
+        return verifier, verifier.sampling, verifier.name
     raise InvalidInputError(f"verifier must be a registered name, a Verifier or a BlockVerifier, got {verifier!r}")
 
 
@@ -233,7 +233,7 @@ def speculative_sample(
     else:
         block, sampling, name = resolve_verifier(verifier)
         rows = block.num_rows(k, length)
-        if sampling == block.draft_law:  # a block verifier's drafting scheme (K i.i.d. blocks or its own)
+        if sampling == block.sampling:  # a block verifier's drafting scheme (K i.i.d. blocks or its own)
             def node_drafts(law, n):
                 return block.node_drafts(law, n, k, rng)
         else:  # a token-level verifier's draft law at every node
@@ -259,12 +259,12 @@ def speculative_sample(
         p_logits, t_cache = target.run([tail + row for row in drafts.tolist()], keep=length + 1)
         p_logits = p_logits[:, :, :v].cpu().numpy()
         t2 = time.perf_counter()
-        p = laws64(p_logits, temp)
+        p = laws_from_logits(p_logits, temp)
         if length == 0:
             y = int(inverse_cdf(p[0, 0], rng.random(1))[0])
             tau, emitted, calls = 0, [y], 1
         else:
-            q = laws64(q_logits, temp)
+            q = laws_from_logits(q_logits, temp)
             live = LiveModels(pair, seq, temp)
             tm, dm = tree_block_models(drafts, p, q, default_target=live.target, default_draft=live.draft)
             out = block.sample(tm, dm, drafts, rng)
@@ -319,7 +319,7 @@ def _draft(model: _CachedModel, seq, k, length, node_drafts, v, temperature):
         out, cache_new = model.run(feed, keep=1) if depth == 0 else _step(model, cache, drafts[:, depth - 1 : depth])
         cache = cache_new
         lg = out[:, -1, :v].cpu().numpy()
-        laws = laws64(lg, temperature)
+        laws = laws_from_logits(lg, temperature)
         keys, inverse = np.unique(drafts[:, :depth], axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         for g in range(keys.shape[0]):

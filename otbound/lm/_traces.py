@@ -24,14 +24,14 @@ tensor             shape, dtype                meaning
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
 SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
-logits divided by T (:func:`otbound.token.laws_from_logits`, also :func:`otbound.lm.laws64`),
+logits divided by T (:func:`otbound.token.laws_from_logits`),
 computed identically on every read, so each row sums to 1 up to float64 rounding (≈1e-16·√V, far
 inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet that tolerance in
 general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
 ``logits_dtype="none"`` (streaming, ``on_trace``) stores the tokens and metadata only; the
-per-position measurements made while collecting (:func:`otbound.lm.run_real_report`) are then all
+per-position measurements made while collecting (:func:`otbound.report.run_real_report`) are then all
 that is kept of the laws.
 """
 
@@ -53,27 +53,83 @@ from otbound._validation import InvalidInputError, check_positive_int, check_tem
 from otbound.lm import _store
 from otbound.lm._decode import sample_continuations, stop_token_ids, teacher_forced_logits
 from otbound.lm._prompts import encode_prompt
-from otbound.token.logits import laws_from_logits as laws64
+from otbound.token import SamplingParams, settings_at
+from otbound.token.logits import laws_from_logits
 
 TRACE_FORMAT = "otbound-trace-1"
 
 
 class LogitLaws:
-    """``p`` / ``q``: the float64 laws ``softmax(logits / T)`` of the stored ``target_logits`` /
-    ``draft_logits`` (last axis = vocabulary), computed once on first use."""
+    """``p`` / ``q``: the float64 laws of the stored ``target_logits`` / ``draft_logits`` (last axis =
+    vocabulary) under each model's sampling settings (:meth:`sampling_params`: the record's
+    ``target_sampling`` / ``draft_sampling``, else ``softmax(logits / T)`` at its temperature),
+    computed once on first use. A repetition penalty reads :meth:`contexts`."""
+
+    def sampling_params(self) -> tuple[SamplingParams, SamplingParams]:
+        """``(target, draft)`` :class:`otbound.SamplingParams` the laws are defined by."""
+        t = float(self.temperature)
+        return (getattr(self, "target_sampling", None) or SamplingParams(t),
+                getattr(self, "draft_sampling", None) or SamplingParams(t))
+
+    def contexts(self):
+        """Token ids before every law row (shape of the logits' leading axes + (n,), ``-1`` padding),
+        for a repetition penalty; None where the record has none."""
+        return None
+
+    def _laws(self, which: str, rows=None):
+        sp, sq = self.sampling_params()
+        settings, logits = (sp, self.target_logits) if which == "p" else (sq, self.draft_logits)
+        ctx = self.contexts() if settings.needs_context else None
+        if rows is not None:
+            logits = logits[rows]
+            ctx = None if ctx is None else ctx[rows]
+        return laws_from_logits(logits, settings, ctx)
 
     @cached_property
     def p(self) -> np.ndarray:
-        return laws64(self.target_logits, self.temperature)
+        return self._laws("p")
 
     @cached_property
     def q(self) -> np.ndarray:
-        return laws64(self.draft_logits, self.temperature)
+        return self._laws("q")
 
     def laws_at(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """``(p[rows], q[rows])`` computed for those rows only (nothing cached): a stride through a
         long trace without the float64 laws of every position."""
-        return laws64(self.target_logits[rows], self.temperature), laws64(self.draft_logits[rows], self.temperature)
+        return self._laws("p", rows), self._laws("q", rows)
+
+
+def prefix_contexts(tokens, start: int, n: int) -> np.ndarray:
+    """``(n, start + n − 1)`` int64: row t holds ``tokens[:start + t]`` then ``-1`` padding (the
+    context of the law at continuation position t, for a repetition penalty)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    width = max(start + n - 1, 1)
+    out = np.full((n, width), -1, dtype=np.int64)
+    for t in range(n):
+        out[t, : start + t] = tokens[: start + t]
+    return out
+
+
+def record_settings(meta: dict, temperature: float) -> tuple[SamplingParams, SamplingParams]:
+    """The ``(target, draft)`` settings a stored file was collected with (files from before the
+    settings were recorded: ``softmax(logits / T)`` for both)."""
+    t = float(temperature)
+    sp = SamplingParams.from_dict(meta["target_sampling"]) if "target_sampling" in meta else SamplingParams(t)
+    sq = SamplingParams.from_dict(meta["draft_sampling"]) if "draft_sampling" in meta else SamplingParams(t)
+    return sp, sq
+
+
+def settings_dir(temperature: float, target: SamplingParams | None = None,
+                 draft: SamplingParams | None = None) -> str:
+    """Folder name of a (temperature, settings) cell: ``T<T>`` when both models sample plain
+    ``softmax(logits / T)``, else ``T<T>-<8 hex digits of the settings>`` (runs at other settings
+    never share a folder)."""
+    t = float(temperature)
+    plain = SamplingParams(t)
+    if (target is None or target == plain) and (draft is None or draft == plain):
+        return temperature_dir(t)
+    key = json.dumps([(target or plain).as_dict(), (draft or plain).as_dict()], sort_keys=True)
+    return f"{temperature_dir(t)}-{zlib.crc32(key.encode()):08x}"
 
 
 @dataclass
@@ -89,10 +145,15 @@ class TraceRecord(LogitLaws):
     draft_logits: np.ndarray = field(repr=False)
     meta: dict = field(default_factory=dict, repr=False)
     path: Path | None = None
+    target_sampling: SamplingParams | None = None
+    draft_sampling: SamplingParams | None = None
 
     @property
     def positions(self) -> int:
         return int(self.tokens.size - self.prompt_length)
+
+    def contexts(self):
+        return prefix_contexts(self.tokens, self.prompt_length, self.positions)
 
     @property
     def continuation(self) -> np.ndarray:
@@ -105,15 +166,23 @@ def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
             "vocab_size": int(pair.vocab_size)}
 
 
-def trace_path(out, prompt, temperature) -> Path:
-    return Path(out) / safe_name(prompt.dataset) / temperature_dir(temperature) / (
+def trace_path(out, prompt, temperature, target=None, draft=None) -> Path:
+    """``<out>/<dataset>/<settings_dir>/<prompt id>.safetensors`` (:func:`settings_dir`)."""
+    return Path(out) / safe_name(prompt.dataset) / settings_dir(temperature, target, draft) / (
         safe_name(prompt.id) + ".safetensors")
 
 
 def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: int = 64,
                    batch_size: int | None = None, seed: int = 0, logits_dtype: str = "float32",
-                   progress: bool = True, on_trace=None) -> list[Path]:
+                   progress: bool = True, on_trace=None, target_settings=None,
+                   draft_settings=None) -> list[Path]:
     """Collect (or resume) the traces of ``prompts`` for each temperature into folder ``out``.
+
+    ``target_settings`` / ``draft_settings``: the sampling settings besides T (fields of
+    :class:`otbound.SamplingParams`, as in :func:`otbound.token.settings_at`: the draft's unset
+    fields follow the target's). The target samples its continuation from its law under its
+    settings; both settings are stored in the metadata, name the folder (:func:`settings_dir`)
+    and define the laws on every read.
 
     ``pair``: a :class:`ModelPair` (or a callable returning one, called only if some trace is
     missing, so a finished run needs no model). Existing trace files are kept and their
@@ -125,12 +194,13 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
 
     Streaming: ``on_trace(record)`` is called with each new :class:`TraceRecord` before its file is
     written, its logits still torch tensors on the model's device (e.g. to measure them there, as
-    :func:`otbound.lm.run_real_report` does); ``logits_dtype="none"`` then stores only the tokens
+    :func:`otbound.report.run_real_report` does); ``logits_dtype="none"`` then stores only the tokens
     and metadata (the file still marks the prompt done, so a rerun resumes after it).
     """
     import torch
 
     temps = check_temperatures(temperatures)
+    settings = {t: settings_at(t, target_settings, draft_settings) for t in temps}
     if logits_dtype not in _store.STORE_DTYPES + ("none",):
         raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES + ('none',)}, got {logits_dtype!r}")
     if logits_dtype == "none" and on_trace is None:
@@ -139,7 +209,7 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     ids = [p.id for p in prompts]
     if len(set((p.dataset, p.id) for p in prompts)) != len(prompts):
         raise InvalidInputError(f"prompt ids must be unique within a dataset, got {ids}")
-    paths = [[trace_path(out, p, t) for p in prompts] for t in temps]
+    paths = [[trace_path(out, p, t, *settings[t]) for p in prompts] for t in temps]
     todo = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if not _intact(path)]
     config = {"max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype}
     if todo:
@@ -147,7 +217,8 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
         config = _config(pair, max_new_tokens, seed, logits_dtype)
     kept = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if path.exists()]
     for t, p, path in kept:
-        _check_config(path, dict(config, format=TRACE_FORMAT, temperature=t, dataset=p.dataset, prompt_id=p.id))
+        _check_config(path, dict(config, format=TRACE_FORMAT, temperature=t, dataset=p.dataset, prompt_id=p.id,
+                                 **_settings_meta(*settings[t])))
     _check_one_pair([path for _, _, path in kept])
     if not todo:
         return [path for row in paths for path in row]
@@ -170,19 +241,20 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
             encoded = [enc for _, _, enc in mine[start:start + bs]]
             batch_seed = zlib.crc32(f"{seed}|{temp!r}|{chunk[0][0].dataset}|{chunk[0][0].id}".encode())
             gen = torch.Generator(device=pair.device).manual_seed(batch_seed)
-            conts, tl = sample_continuations(pair.target, encoded, temperature=temp, max_new_tokens=max_new_tokens,
-                                             vocab_size=pair.vocab_size, stop_ids=stops, generator=gen)
+            conts, tl = sample_continuations(pair.target, encoded, temperature=settings[temp][0],
+                                             max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size,
+                                             stop_ids=stops, generator=gen)
             dl = teacher_forced_logits(pair.draft, encoded, conts, vocab_size=pair.vocab_size)
             for (prompt, path), enc, cont, lt, ld in zip(chunk, encoded, conts, tl, dl):
                 if path not in missing:
                     continue
                 meta = dict(config, format=TRACE_FORMAT, prompt_id=prompt.id, dataset=prompt.dataset,
                             temperature=temp, prompt_length=len(enc), batch_seed=batch_seed,
-                            stopped=bool(cont and cont[-1] in stops))
+                            stopped=bool(cont and cont[-1] in stops), **_settings_meta(*settings[temp]))
                 tokens = np.asarray(enc + cont, dtype=np.int32)
                 if on_trace is not None:
                     on_trace(TraceRecord(prompt.id, prompt.dataset, temp, tokens.astype(np.int64), len(enc), lt, ld,
-                                         meta, path))
+                                         meta, path, *settings[temp]))
                 tensors = {"tokens": tokens}
                 if logits_dtype != "none":
                     tensors.update(target_logits=_store.to_store(lt, logits_dtype),
@@ -193,6 +265,10 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
             bar.set_postfix(pos_per_s=f"{n_pos / (time.perf_counter() - t0):.1f}")
     bar.close()
     return [path for row in paths for path in row]
+
+
+def _settings_meta(target: SamplingParams, draft: SamplingParams) -> dict:
+    return {"target_sampling": target.as_dict(), "draft_sampling": draft.as_dict()}
 
 
 def _check_config(path: Path, config: dict) -> None:
@@ -237,18 +313,26 @@ def _check_one_pair(paths) -> None:
 _PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size")
 
 
-def load_traces(path, *, dataset: str | None = None, temperature: float | None = None):
+def load_traces(path, *, dataset: str | None = None, temperature: float | None = None, target_settings=None,
+                draft_settings=None):
     """Yield the :class:`TraceRecord` of a trace file, or of every trace under a folder (sorted by
-    path), optionally only those of ``dataset`` / ``temperature``."""
+    path), optionally only those of ``dataset`` / ``temperature``.
+
+    ``target_settings`` / ``draft_settings`` (:class:`otbound.SamplingParams`): re-measure stored
+    logits at other settings, without the models — the records' laws are then those settings'
+    (the stored ones stay in ``meta``). The positions remain those of the stored continuation,
+    which the target sampled at its stored settings."""
     for file in _files(path, TRACE_FORMAT):
         tensors, meta = _store.read(file)
         if dataset is not None and meta["dataset"] != dataset:
             continue
         if temperature is not None and float(meta["temperature"]) != float(temperature):
             continue
+        sp, sq = record_settings(meta, meta["temperature"])
         yield TraceRecord(meta["prompt_id"], meta["dataset"], float(meta["temperature"]),
                           tensors["tokens"].astype(np.int64), int(meta["prompt_length"]),
-                          tensors.get("target_logits"), tensors.get("draft_logits"), meta, file)
+                          tensors.get("target_logits"), tensors.get("draft_logits"), meta, file,
+                          target_settings or sp, draft_settings or sq)
 
 
 def _files(path, fmt: str):

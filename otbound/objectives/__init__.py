@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 
-def _survival(draft_probs, target_probs, verification: str, subset: bool):
+def _survival(target_probs, draft_probs, verification: str, subset: bool):
     """``(P(τ ≥ i) as torch (..., L), whether to answer in numpy)``."""
     numpy_in = not any(isinstance(x, (torch.Tensor, list, tuple)) for x in (draft_probs, target_probs))
     q, p, context_free = prepare(draft_probs, target_probs, verification, subset)
@@ -91,23 +91,31 @@ def _answer(value: torch.Tensor, numpy_in: bool):
     return float(out) if out.ndim == 0 else out
 
 
-def accepted_length_survival(draft_probs, target_probs, verification: str = "block", *, subset: bool = False):
+def accepted_length_survival(target_probs, draft_probs, verification: str = "block", *, subset: bool = False):
     """``P(τ ≥ i)`` for ``i = 1..L``, shape ``(..., L)``; ``E[τ]`` is its sum.
 
-    Same arguments and formulas as :func:`expected_accepted_length`.
+    Same arguments (target first) and formulas as :func:`expected_accepted_length`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    >>> np.round(9 * accepted_length_survival(p, q, "token"), 12).tolist()
+    [6.0, 4.0]
     """
-    return _answer(*_survival(draft_probs, target_probs, verification, subset))
+    return _answer(*_survival(target_probs, draft_probs, verification, subset))
 
 
-def expected_accepted_length(draft_probs, target_probs, verification: str = "block", *, subset: bool = False):
+def expected_accepted_length(target_probs, draft_probs, verification: str = "block", *, subset: bool = False):
     r"""Exact expected number of accepted draft tokens ``E[τ]`` (bonus/correction token excluded).
 
     Parameters
     ----------
-    draft_probs, target_probs
-        Per-position laws ``(..., L, V)``: the factorised drafter law ``q_k`` and the target law
-        ``p_k`` at position ``k``, taken as fixed whatever the drafted prefix (context-free per
-        position). Either may instead be a list of ``L`` tensors, entry ``i`` of shape
+    target_probs, draft_probs
+        Per-position laws ``(..., L, V)``: the target law ``p_k`` and the factorised drafter law
+        ``q_k`` at position ``k`` (target first, as everywhere in otbound), taken as fixed
+        whatever the drafted prefix (context-free per position). Either may instead be a list of
+        ``L`` tensors, entry ``i`` of shape
         ``(..., V**i, V)``: the law at position ``i + 1`` after each prefix ``x_{1:i}`` (row-major
         order), i.e. an autoregressive model enumerated as a tree. Batch dimensions broadcast.
         torch tensors (float32/float64) keep autograd; numpy input gives numpy output.
@@ -146,22 +154,31 @@ def expected_accepted_length(draft_probs, target_probs, verification: str = "blo
 
     Tolerances: each row must sum to 1 within :func:`law_tolerance` (1e-6 in float64); laws are
     not renormalised, so gradients are the plain partial derivatives of the formula.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)`` at both of L = 2 positions.
+
+    >>> import numpy as np
+    >>> p, q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    >>> round(9 * expected_accepted_length(p, q, "token"), 12), round(9 * expected_accepted_length(p, q, "block"), 12)
+    (10.0, 11.0)
     """
-    surv, numpy_in = _survival(draft_probs, target_probs, verification, subset)
+    surv, numpy_in = _survival(target_probs, draft_probs, verification, subset)
     return _answer(surv.sum(-1), numpy_in)
 
 
-def conditional_accepted_length(draft_probs, target_probs, draft_tokens, verification: str = "block"):
+def conditional_accepted_length(target_probs, draft_probs, draft_tokens, verification: str = "block"):
     r"""``E[τ | X_{1:L−1}]`` from one drafted block: the Rao–Blackwellised estimate of ``E[τ]`` for
     a factorised drafter and a target that may depend on the drafted prefix (a real LM).
 
     Parameters
     ----------
-    draft_probs
-        ``(..., L, V)`` the drafter's per-position laws ``q_i``.
     target_probs
         ``(..., L, V)`` the target's laws *along the draft*: ``p_i = p(· | context, X_{<i})``
         (one target forward over the drafted tokens gives all of them).
+    draft_probs
+        ``(..., L, V)`` the drafter's per-position laws ``q_i``.
     draft_tokens
         ``(..., L)`` integer tensor, the drafted block ``X ~ q`` (``q_i(X_i) > 0``); ``X_L`` is
         integrated out, not used.
@@ -175,6 +192,13 @@ def conditional_accepted_length(draft_probs, target_probs, draft_tokens, verific
     Its mean over ``X ~ q`` is exactly :func:`expected_accepted_length` with the target as a tree
     (tested by enumeration), with lower variance than the verifier's own ``τ``; the block value is
     at least the token value for every ``X``. Same input checks and tolerances.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    >>> round(9 * conditional_accepted_length(p, q, np.array([1, 0]), "token"), 12)  # 2/3 + min(1, r_1) · 2/3
+    12.0
     """
     check_verification(verification)
     numpy_in = not isinstance(draft_probs, torch.Tensor)
@@ -285,7 +309,7 @@ class DrafterObjective:
             q, p = torch.softmax(draft_logits, -1), target_probs
             if exact_ids is not None:
                 q, p = q.gather(-1, exact_ids), p.gather(-1, exact_ids)
-            exact = expected_accepted_length(q, p, self.verification, subset=subset or exact_ids is not None).mean()
+            exact = expected_accepted_length(p, q, self.verification, subset=subset or exact_ids is not None).mean()
         total = (
             self.ce_weight * ce + self.focal * first_error - self.chain * chained / length - self.exact * exact / length
         )

@@ -4,8 +4,9 @@ sections, tables and plots.
 Measurements
     :func:`measure_laws`, :func:`measure_trace`, :func:`aggregate`, :func:`cluster_mean_ci` — α* per
     draft law and K, each verifier's acceptance (exact or Monte Carlo), mean ± 95% CI per
-    (dataset, T, K), on the batched engine (:mod:`otbound.report._engine`: one ratio sort per row for
-    every law, K and closed-form verifier, torch on CPU or CUDA); :func:`run_real_report` does it all
+    (dataset, T, K), on the token layer's batched kernel (:class:`otbound.token.LawBatch`: one ratio
+    sort per row for every law, K and closed-form verifier, torch on CPU or CUDA);
+    :func:`run_real_report` does it all
     for a language-model pair, resumably, measuring each trace as it is sampled.
 Paired statistics
     :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure` (its panels:

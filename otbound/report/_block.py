@@ -16,7 +16,7 @@ known.
 
 The three bounds are of K i.i.d. draft blocks. A verifier with its own drafting scheme (``univer``:
 ``num_drafts`` = the branching m of its tree, ``m^L`` paths) is run on its own draft law
-(``draw_drafts`` / ``draft_tuple_law``) and its row carries ``draft_law`` and ``causal_bound`` /
+(``draw_drafts`` / ``draft_tuple_law``) and its row carries ``sampling`` and ``causal_bound`` /
 ``joint_bound``, the bounds of *its own* law (:meth:`~otbound.block.verifiers.BlockVerifier.own_law_bounds`;
 exact cells only, None under Monte Carlo); for the i.i.d. verifiers these are the cell's bounds. A
 verifier whose draft law cannot be built on the pair (UniVer needs ``m`` drafted tokens of positive
@@ -56,7 +56,8 @@ def block_section(
     out=None,
 ):
     """Rows ``{kind: "bound"|"verifier", name, num_drafts, block_len, expected_accepted, method,
-    stderr}`` and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``). One
+    stderr}`` (verifier rows also ``lossless``, the declared flag, ``sampling`` and the bounds of that
+    law) and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``). One
     shard per (L, K) cell (:func:`block_cell`), run by ``engine`` and checkpointed under
     ``<out>/shards`` when ``out`` is given (see :mod:`otbound.report._distributed`)."""
     names = list(BLOCK_VERIFIERS) if verifiers is None else list(verifiers)
@@ -94,19 +95,19 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
     kw = dict(vocab_size=vocab_size, num_drafts=k, block_len=length)
     for name in verifiers:
         ver = BLOCK_VERIFIERS[name]
-        row = {"kind": "verifier", "name": name, **common, "draft_law": ver.draft_law,
+        row = {"kind": "verifier", "name": name, **common, "sampling": ver.sampling, "lossless": bool(ver.lossless),
                "causal_bound": iid["causal"], "joint_bound": iid["joint"]}
         try:
             if exact:
                 row.update(expected_accepted=ver.expected_accepted(target, draft, **kw), method="exact", stderr=0.0)
             else:
-                iid_law = ver.draft_law == "with_replacement"
+                iid_law = ver.sampling == "with_replacement"
                 tau = ver.conditional_accepted(
                     target, draft, drafts if iid_law else ver.draw_drafts(draft, mc_samples, k, length, rng)
                 )
                 row.update(expected_accepted=float(tau.mean()), method="monte_carlo",
                            stderr=float(tau.std(ddof=1) / np.sqrt(tau.size)))
-            if ver.draft_law != "with_replacement":
+            if ver.sampling != "with_replacement":
                 row.update(causal_bound=None, joint_bound=None)
                 if exact:
                     own = ver.own_law_bounds(target, draft, **kw)
@@ -114,7 +115,7 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
         except InvalidInputError as exc:  # its draft law cannot be built on this pair (e.g. UniVer, K > support)
             row.update(expected_accepted=None, method="skipped", stderr=None, causal_bound=None, joint_bound=None,
                        note=str(exc))
-        nodes = k * length if ver.draft_law == "with_replacement" else sum(k**d for d in range(1, length + 1))
+        nodes = k * length if ver.sampling == "with_replacement" else sum(k**d for d in range(1, length + 1))
         rows.append(_with_engine_metrics(row, nodes, None))
     return rows
 
@@ -147,7 +148,7 @@ def _figure(rows, block_lens, names, vocab_size):
                 color, ls = _STYLE[name]
                 ax.plot(ks, vals, color=color, linestyle=ls, label=f"U_{name} (K i.i.d.)")
             else:
-                law = next(r["draft_law"] for r in sel if r["name"] == name)
+                law = next(r["sampling"] for r in sel if r["name"] == name)
                 label = name if law == "with_replacement" else f"{name} (own {law}, m = K)"
                 ax.errorbar(ks, vals, yerr=2 * errs, marker="o", label=label, capsize=2)
         ax.set_title(f"L = {length}, V = {vocab_size}")
@@ -169,19 +170,22 @@ def block_markdown(block_rows) -> str:
         "Bounds rows: K i.i.d. draft blocks. Verifier rows: E[τ] on the verifier's own draft law with U_causal / "
         "U_joint of that law (`univer`: its own tree, m = K branches per node, m^L paths; — under Monte Carlo).",
         "",
+        "Lossless: the verifier's declared flag; a lossy verifier's E[τ] may exceed U_causal (it is no bound on it).",
+        "",
         "Engine metrics (docs/guide/metrics.md): mean acceptance length = E[τ] + 1 per target call; acceptance rate "
         "= E[τ] / drafted tokens (K·L; univer: its tree's nodes); per-position acceptance P(τ ≥ ℓ) where known "
         "(the per-level optima of the bounds).",
         "",
         "| name | kind | K | L | E[τ] | mean acceptance length | acceptance rate | per-position acceptance "
-        "| draft law | U_causal / U_joint of that law |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| lossless | draft law | U_causal / U_joint of that law |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in block_rows:
         if r["kind"] == "bound":
-            tail = "K i.i.d. blocks | |"
+            tail = " | K i.i.d. blocks | |"
         else:
-            tail = f"{r['draft_law']} | {f(r['causal_bound'])} / {f(r['joint_bound'])} |"
+            tail = (f"{'yes' if r['lossless'] else '**no**'} | {r['sampling']} | {f(r['causal_bound'])} / "
+                    f"{f(r['joint_bound'])} |")
         value = f"skipped: {r['note']}" if r["method"] == "skipped" else f(r["expected_accepted"])
         pos = r.get("per_position_acceptance")
         pos = "—" if pos is None else ", ".join(f"{x:.3f}" for x in pos)

@@ -3,18 +3,19 @@ acceptance, aggregated per (dataset, temperature, K) with 95% confidence interva
 
 Per position ``t`` (laws ``p_t``, ``q_t`` of a trace, temperature already applied):
 
-* ``α*`` for every draft law in ``samplings`` and every ``K`` — the batched engine
-  (:mod:`otbound.report._engine`: torch, CPU or CUDA, one ratio sort per row; equal to
-  :func:`otbound.optimal_acceptance` to 1e-9);
-* each verifier's acceptance ``P(Y ∈ x̄)`` under its own draft law: nss, rrs, rrs_wor, kseq,
-  spechub and greedy from the engine (exact; rrs_wor at K ≥ 3 a Rao–Blackwellised Monte Carlo
-  average of ``mc_samples`` paths, unless V is tiny enough for exact enumeration); the others
-  their exact value (``verifier.acceptance``) when they have one, else a Monte Carlo estimate from
-  ``mc_samples`` draft tuples (:func:`otbound.sample_drafts`) run through ``verifier.sample``. (Averaging the exact
-  conditional acceptance ``P(Y ∈ x̄ | x̄)`` of ``verifier.conditional_law`` instead cost twice as
-  much per draw on the real pair, for estimates about as spread.) A verifier that refuses the
-  input (e.g. K above its ``max_drafts``, or V too large for an LP-based one) is skipped with
-  its reason recorded.
+* ``α*`` for every draft law in ``samplings`` and every ``K`` — the token layer's batched kernel
+  (:class:`otbound.token.LawBatch`: torch, CPU or CUDA, one ratio sort per row, the same values as
+  :func:`otbound.optimal_acceptance`);
+* each verifier's acceptance ``P(Y ∈ x̄)`` under its own draft law, asked of every verifier of
+  :data:`otbound.VERIFIERS` on the same batch (:meth:`otbound.token.Verifier.batch_estimate`): the
+  closed forms of nss, rrs, rrs_wor (K ≤ 2), kseq, spechub, greedy and ot on the shared sorted
+  rows; rrs_wor at K ≥ 3 a Rao–Blackwellised Monte Carlo average of ``mc_samples`` paths unless V
+  is tiny enough for exact enumeration; the others their exact value when they have one, else a
+  Monte Carlo estimate from ``mc_samples`` draft tuples (:func:`otbound.sample_drafts`) run through
+  ``verifier.sample``. (Averaging the exact conditional acceptance ``P(Y ∈ x̄ | x̄)`` of
+  ``verifier.conditional_law`` instead cost twice as much per draw on the real pair, for estimates
+  about as spread.) A verifier that refuses the input (e.g. K above its ``max_drafts``, or V too
+  large for an LP-based one) is skipped with its reason recorded.
 
 Aggregation (:func:`aggregate`): means over all positions of a (dataset, T, K) cell. Positions of
 one prompt are correlated, so the 95% CI is cluster-robust with prompts as clusters:
@@ -36,103 +37,143 @@ from pathlib import Path
 import numpy as np
 import scipy.stats
 
-from otbound._io import safe_name, temperature_dir, write_text_atomic
-from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts
+from otbound._io import safe_name, write_text_atomic
+from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
+from otbound.token import SamplingParams
 
-MEASURE_VERSION = 2  # 2: ot_fast joined the registry (cached measurements lack it)
+MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
 
 
-def _verifier_registry():
-    from otbound.token.verifiers import VERIFIERS
+#: bytes of working memory per (row, token) of a measurement (a dozen float64 / int64 rows)
+_BYTES_PER_CELL = 112
 
-    return VERIFIERS
+
+def _default_batch_size(vocab: int, device) -> int:
+    """Positions per batch of :func:`measure_laws`: about 256 MB of working memory on the CPU (15
+    positions at V = 151,936), 8 GB on a GPU."""
+    budget = 8 * 2**30 if str(device).startswith("cuda") else 256 * 2**20
+    return max(1, budget // (_BYTES_PER_CELL * max(vocab, 1)))
 
 
 def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
                  seed=0, device=None, batch_size: int | None = None) -> dict:
-    """Per-position measurements of laws ``p``, ``q`` (positions × V). Returns a JSON-ready dict::
+    """Per-position measurements of laws ``p``, ``q`` (positions × V): α* for every draft law in
+    ``samplings`` (and every verifier's own law) and each K, and every verifier's acceptance.
 
-        {"optimal": {sampling: {K: [α*_t ...]}},
-         "verifiers": {name: {K: {"acceptance": [...], "method": "exact" | "monte_carlo",
-                                  "sampling": ..., "mc_samples": int | None}}},
-         "skipped": {name: {K: reason}}}
+    The positions go in batches of ``batch_size`` (default: about 256 MB of working memory on the CPU, 15
+    positions at V = 151,936; 8 GB on a GPU) on
+    ``device`` (a torch device; default the device of ``p`` if it is a tensor, else the CPU). Each
+    batch is one :class:`otbound.token.LawBatch`, sorted once by ratio; α* comes from
+    :meth:`~otbound.token.LawBatch.optimal_acceptance` and each verifier of :data:`otbound.VERIFIERS`
+    answers through its :meth:`~otbound.token.Verifier.batch_estimate`: its exact acceptance
+    (closed forms on the shared sorted rows, or enumeration at tiny V), else a Monte Carlo
+    estimate — RRS without replacement at K ≥ 3 averages ``mc_samples`` Rao–Blackwellised paths per
+    position (seeded per batch ``c`` by ``SeedSequence(seed).spawn(...)[c]``, so values depend on
+    ``batch_size`` but not on the device), the others ``mc_samples`` verified draft tuples
+    (standard error ≤ 0.5/√mc_samples). A verifier that refuses the input (K above its
+    ``max_drafts``, V too large for an LP-based one) is skipped with its reason.
 
-    ``verifiers``: names in :data:`otbound.VERIFIERS` (default: all). The bounds and the verifiers
-    of :data:`otbound.report._engine.ENGINE_VERIFIERS` come from the batched engine
-    (:func:`otbound.report._engine.measure_batch`, on ``device``: a torch device, default the device of
-    ``p`` if it is a tensor, else the CPU; ``batch_size`` positions per call); the others, and
-    ``rrs_wor`` at K ≥ 3 where enumeration is exact (tiny V), row by row through
-    ``verifier.acceptance``. Exact acceptances are exact to float64 rounding; the engine's Monte Carlo
-    (``rrs_wor``, K ≥ 3) averages ``mc_samples`` Rao–Blackwellised paths per position, the per-row
-    one ``mc_samples`` verified draft tuples (standard error ≤ 0.5/√mc_samples).
+    Parameters
+    ----------
+    p, q : array_like or torch.Tensor, shape (positions, V) or (V,)
+        Target and draft laws.
+    num_drafts : int or sequence of int
+        The K to measure.
+    verifiers : sequence of str, optional
+        Names in :data:`otbound.VERIFIERS` (default: all).
+    samplings : sequence of str
+        Draft laws whose α* is reported (each verifier's own law is added).
+    mc_samples : int
+        Monte Carlo paths or tuples per position where no exact value exists.
+    seed : int or sequence of int
+    device : str or torch.device, optional
+    batch_size : int, optional
+
+    Returns
+    -------
+    dict
+        JSON-ready::
+
+            {"optimal": {sampling: {K: [α*_t ...]}},
+             "verifiers": {name: {K: {"acceptance": [...], "method": "exact" | "monte_carlo",
+                                      "sampling": ..., "mc_samples": int | None}}},
+             "skipped": {name: {K: reason}}}
+
+    Raises
+    ------
+    InvalidInputError
+        Malformed laws, an unknown verifier, K beyond q's support for a law that needs it, or a
+        non-positive ``batch_size``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.report import measure_laws
+    >>> p, q = np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]])
+    >>> res = measure_laws(p, q, (2,), verifiers=["rrs", "spechub"])
+    >>> [round(x, 6) for x in res["optimal"]["with_replacement"][2]]
+    [0.86]
+    >>> res["verifiers"]["rrs"][2]["method"], [round(x, 6) for x in res["verifiers"]["rrs"][2]["acceptance"]]
+    ('exact', [0.83])
     """
-    from otbound.report._engine import ENGINE_VERIFIERS, measure_rows
+    import torch
 
-    registry = _verifier_registry()
-    names = list(registry) if verifiers is None else list(verifiers)
-    unknown = [n for n in names if n not in registry]
+    from otbound.token import LawBatch
+    from otbound.token.verifiers import VERIFIERS
+
+    names = list(VERIFIERS) if verifiers is None else list(verifiers)
+    unknown = [n for n in names if n not in VERIFIERS]
     if unknown:
-        raise InvalidInputError(f"unknown verifier(s) {unknown}; expected names in {sorted(registry)}")
+        raise InvalidInputError(f"unknown verifier(s) {unknown}; expected names in {sorted(VERIFIERS)}")
     ks = [check_num_drafts(k) for k in np.atleast_1d(num_drafts).tolist()]
-    needed = sorted(set(samplings) | {registry[n].sampling for n in names})
-    on_engine = [n for n in names if n in ENGINE_VERIFIERS]
-    batch = measure_rows(p, q, ks, samplings=needed, verifiers=on_engine, mc_samples=mc_samples, seed=seed,
-                         device=device, batch_size=batch_size)
-    rows = {}  # numpy copies of p and q, made only for the per-row verifiers
-
-    def numpy_rows():
-        if not rows:
-            rows.update(p=_rows_numpy(p), q=_rows_numpy(q))
-        return rows["p"], rows["q"]
-
-    out = {"optimal": {s: {k: batch.optimal[s][k].tolist() for k in ks} for s in needed}, "verifiers": {},
-           "skipped": {}}
-    rng = np.random.default_rng(seed)
+    if not ks:
+        raise InvalidInputError("num_drafts must list at least one number of drafts K")
+    for s in samplings:
+        check_sampling(s)
+    needed = sorted(set(samplings) | {VERIFIERS[n].sampling for n in names})
+    if device is None:
+        device = p.device if isinstance(p, torch.Tensor) else "cpu"
+    p = torch.as_tensor(p, dtype=torch.float64)
+    q = torch.as_tensor(q, dtype=torch.float64)
+    if p.ndim == 1:
+        p, q = p.reshape(1, -1), q.reshape(1, -1)
+    b = _default_batch_size(p.shape[-1], device) if batch_size is None else batch_size
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    b = int(b)
+    n_rows = p.shape[0]
+    seeds = np.random.SeedSequence(seed).spawn(max(1, -(-n_rows // b)))
+    rng = np.random.default_rng(seed)  # the per-row Monte Carlo of verifiers without a batched one
+    optimal = {s: {k: [] for k in ks} for s in needed}
+    values = {n: {k: [] for k in ks} for n in names}
+    methods: dict = {n: {} for n in names}
+    skipped: dict = {}
+    for c, start in enumerate(range(0, max(n_rows, 1), b)):
+        batch = LawBatch(p[start : start + b].to(device), q[start : start + b].to(device), seed=seeds[c])
+        for s in needed:
+            for k in ks:
+                optimal[s][k].append(batch.optimal_acceptance(k, s).cpu())
+        for name in names:
+            for k, res in VERIFIERS[name].batch_estimate(batch, ks, mc_samples, rng).items():
+                if isinstance(res, Exception):
+                    skipped.setdefault(name, {})[k] = str(res)
+                    continue
+                values[name][k].append(res[0].cpu())
+                if methods[name].get(k) != "monte_carlo":
+                    methods[name][k] = res[1]
+    out = {"optimal": {s: {k: torch.cat(v).tolist() for k, v in d.items()} for s, d in optimal.items()},
+           "verifiers": {}, "skipped": skipped}
     for name in names:
-        v = registry[name]
+        v = VERIFIERS[name]
         for k in ks:
-            if name in on_engine and not (name == "rrs_wor" and k >= 3 and _exact_per_row(v, p, q, k)):
-                if k in batch.skipped.get(name, {}):
-                    out["skipped"].setdefault(name, {})[k] = batch.skipped[name][k]
-                    continue
-                method = batch.methods[name][k]
-                values = batch.verifiers[name][k].tolist()
-            else:
-                try:
-                    values, method = _verifier_values(v, *numpy_rows(), k, mc_samples, rng)
-                except InvalidInputError as exc:
-                    out["skipped"].setdefault(name, {})[k] = str(exc)
-                    continue
+            if k in skipped.get(name, {}):
+                continue
+            method = methods[name][k]
             out["verifiers"].setdefault(name, {})[k] = {
-                "acceptance": values, "method": method, "sampling": v.sampling,
+                "acceptance": torch.cat(values[name][k]).tolist(), "method": method, "sampling": v.sampling,
                 "mc_samples": mc_samples if method == "monte_carlo" else None,
             }
     return out
-
-
-def _rows_numpy(x):
-    from otbound._backend import to_numpy
-
-    return np.asarray(to_numpy(x)[0], dtype=np.float64)
-
-
-def _exact_per_row(verifier, p, q, k):
-    """Whether ``verifier.acceptance`` is exact on these rows (it enumerates the draft tuples when
-    the vocabulary is tiny; asked of the first row, the answer depends only on V and K)."""
-    p, q = _rows_numpy(p[:1]), _rows_numpy(q[:1])
-    try:
-        return p.shape[0] > 0 and verifier.acceptance(p[0], q[0], k) is not None
-    except InvalidInputError:
-        return False
-
-
-def _verifier_values(v, p, q, k, mc_samples, rng):
-    values, method = [], "exact"
-    for pt, qt in zip(p, q):
-        a, how = v.acceptance_or_estimate(pt, qt, k, mc_samples, rng)
-        method = "monte_carlo" if how == "monte_carlo" else method
-        values.append(float(a))
-    return values, method
 
 
 def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
@@ -150,16 +191,20 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     a record stored without logits can only be read back from the cache.
     """
     from otbound._integrity import content_key, tensor_digest
+    from otbound.lm import settings_dir
 
     trace_key = content_key({"tokens": tensor_digest(np.asarray(record.tokens, dtype=np.int64)),
                              "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})
+    sp, sq = record.sampling_params()  # the laws measured: the record's settings (stored, or given on load)
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
               "mc_samples": int(mc_samples), "seed": int(seed),
               "trace": trace_key}
+    if sp != SamplingParams(record.temperature) or sq != SamplingParams(record.temperature):
+        config.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict())
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / safe_name(record.dataset) / temperature_dir(record.temperature) / (
+        path = Path(cache_dir) / safe_name(record.dataset) / settings_dir(record.temperature, sp, sq) / (
             safe_name(record.prompt_id) + ".json")
         if reuse and path.exists():
             try:
@@ -188,20 +233,26 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
 
 
 def _record_laws(record):
-    """``(p, q)`` of a record: float64 softmax of logits / T. Logits in numpy or on the CPU:
-    :func:`otbound.lm.laws64`, bit for bit what a reread of the stored trace gives; torch tensors on
+    """``(p, q)`` of a record: float64 laws of its logits under its sampling settings (softmax of
+    logits / T by default). Logits in numpy or on the CPU:
+    :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
     an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
     from otbound._backend import is_torch
-    from otbound.token.logits import laws_from_logits as laws64
+    from otbound.token.logits import laws_from_logits
 
     if not is_torch(record.target_logits):
         return record.p, record.q
+    settings = record.sampling_params()
+    ctx = record.contexts() if any(s.needs_context for s in settings) else None
     if record.target_logits.device.type == "cpu":
-        return tuple(laws64(x.float().numpy(), record.temperature) for x in (record.target_logits, record.draft_logits))
+        return tuple(laws_from_logits(x.float().numpy(), s, ctx)
+                     for x, s in zip((record.target_logits, record.draft_logits), settings))
     import torch
 
-    return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
-                 for x in (record.target_logits, record.draft_logits))
+    if settings == (SamplingParams(record.temperature),) * 2:
+        return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
+                     for x in (record.target_logits, record.draft_logits))
+    return tuple(s.laws(x.double(), ctx) for x, s in zip((record.target_logits, record.draft_logits), settings))
 
 
 def _int_keys(res: dict) -> dict:
@@ -245,6 +296,10 @@ def trace_cells(results):
         yield dataset, temp, group, clusters, ks
 
 
+def _declared_lossless(registry, name: str) -> bool | None:
+    return bool(registry[name].lossless) if name in registry else None
+
+
 def aggregate(results, confidence: float = 0.95) -> list[dict]:
     """Rows per (dataset, temperature, K, verifier) from :func:`measure_trace` results.
 
@@ -252,11 +307,14 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     acceptance, acceptance_ci (half-width), optimal (mean α* of the verifier's law), optimal_ci,
     efficiency, efficiency_ci, gap and gap_ci (the paired gap: mean of acc_t − α*_t over the same
     positions, cluster-robust; far tighter than the two separate intervals), positions, prompts,
-    model_dtype (of the traces, if recorded).
+    model_dtype (of the traces, if recorded), lossless (the verifier's declared ``lossless``; None for
+    a name outside :data:`otbound.VERIFIERS`).
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
     """
     rows = []
+    from otbound.token.verifiers import VERIFIERS as registry
+
     for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
             dtypes = sorted({r.get("model_dtype") for r in group}, key=str)
@@ -276,7 +334,8 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                     reason = next((x for x in reasons if x), None)
                     if reason is None:  # name not measured at this K at all
                         continue
-                    rows.append(dict(base, sampling=None, verifier=name, method="skipped", mc_samples=None,
+                    rows.append(dict(base, sampling=None, verifier=name, lossless=_declared_lossless(registry, name),
+                                     method="skipped", mc_samples=None,
                                      acceptance=None, acceptance_ci=None, optimal=None, optimal_ci=None,
                                      efficiency=None, efficiency_ci=None, skipped=reason))
                     continue
@@ -288,7 +347,7 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 _, r_h = cluster_mean_ci(acc - eff * opt[s], clusters, confidence)
                 gap, gap_h = cluster_mean_ci(acc - opt[s], clusters, confidence)
                 methods = {e["method"] for e in entries}
-                rows.append(dict(base, sampling=s, verifier=name,
+                rows.append(dict(base, sampling=s, verifier=name, lossless=_declared_lossless(registry, name),
                                  method="monte_carlo" if "monte_carlo" in methods else "exact",
                                  mc_samples=max((e["mc_samples"] or 0) for e in entries) or None,
                                  acceptance=a, acceptance_ci=ah, optimal=o, optimal_ci=oh,

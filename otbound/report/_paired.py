@@ -5,7 +5,7 @@ Every measurement of a (dataset, T, K) cell is taken on the same positions, so t
 ask for — "how far is RRS from the optimum, and is K-SEQ better than RRS?" — is a mean of
 per-position differences ``d_t = a_t − b_t``, not a difference of two means with their own
 intervals: the position-to-position variation of α* (most of the spread) cancels. The interval is
-:func:`otbound.lm.cluster_mean_ci` on ``d_t`` with prompts as clusters (positions of one prompt
+:func:`otbound.report.cluster_mean_ci` on ``d_t`` with prompts as clusters (positions of one prompt
 are correlated), the Monte Carlo noise of an estimated verifier included.
 
 :func:`paired_differences` gives the rows, :func:`paired_tables` the markdown, :func:`paired_figure`
@@ -42,7 +42,7 @@ def _series(group, k):
 
 def paired_differences(results, confidence: float = 0.95) -> list[dict]:
     """Rows ``{dataset, temperature, num_drafts, a, b, kind, difference, difference_ci, positions,
-    prompts}`` from :func:`otbound.lm.measure_trace` results: ``difference`` = mean of ``a_t − b_t``
+    prompts}`` from :func:`otbound.report.measure_trace` results: ``difference`` = mean of ``a_t − b_t``
     over the cell's positions and its cluster-robust half-width. ``kind``: ``"gap"`` (a verifier
     against α* of its own law, b = ``"α*(law)"``), ``"laws"`` (two laws' α*) or ``"verifiers"``
     (two verifiers, any laws)."""

@@ -15,6 +15,7 @@ from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, tra
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import _int_keys, aggregate, measure_trace
 from otbound.report._paired import paired_differences
+from otbound.token import settings_at
 
 
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 20,
@@ -22,7 +23,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
                     mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float32",
                     measure_batch_size: int | None = None, prompts_per_shard: int = 8, engine="local",
-                    address: str | None = None) -> list[dict]:
+                    address: str | None = None, target_settings=None, draft_settings=None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
     ``<out>/measure``) and return the rows of :func:`otbound.report.aggregate` (also written to
     ``<out>/rows.json``; the paired differences of :func:`otbound.report.paired_differences` go to
@@ -53,6 +54,10 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     there is: enough to re-aggregate and to resume, not to measure again with another
     configuration. ``batch_size``: prompts per collection batch within a shard (default: the
     whole shard, so that the samples do not depend on the device).
+
+    ``target_settings`` / ``draft_settings``: sampling settings besides T (dicts of
+    :class:`otbound.SamplingParams` fields; :func:`otbound.token.settings_at`), recorded in every
+    trace and keying its folder, the shards and the measurement cache.
     """
     out = Path(out)
     name = pair_name(pair)
@@ -64,13 +69,15 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     measure = dict(num_drafts=[int(k) for k in num_drafts], verifiers=None if verifiers is None else list(verifiers),
                    samplings=list(samplings), mc_samples=int(mc_samples), measure_batch_size=measure_batch_size,
                    store_logits=store_logits)
+    if target_settings or draft_settings:
+        measure.update(target_settings=dict(target_settings or {}), draft_settings=dict(draft_settings or {}))
     shards = []
     for ds in datasets:
         prompts = load_prompts(ds, num_prompts)
         for temp in check_temperatures(temperatures):
             for start in range(0, len(prompts), prompts_per_shard):
                 chunk = prompts[start:start + prompts_per_shard]
-                cell = trace_path("", chunk[0], temp).parent  # <dataset>/T<T>
+                cell = trace_path("", chunk[0], temp, *settings_at(temp, target_settings, draft_settings)).parent
                 sid = f"real-{cell.parent.name}-{cell.name}-{start // prompts_per_shard}"
                 kwargs = dict(prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid,
                               max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
@@ -88,7 +95,8 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
 
 
 def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_tokens, batch_size, seed, num_drafts,
-                verifiers, samplings, mc_samples, measure_batch_size, store_logits) -> list[dict]:
+                verifiers, samplings, mc_samples, measure_batch_size, store_logits, target_settings=None,
+                draft_settings=None) -> list[dict]:
     """One shard of the real report: collect the traces of ``prompts`` at ``temperature`` (one
     batch of ``batch_size`` prompts, default all of them, so the samples depend on the shard and
     the seed only), each measured as it is sampled (:func:`measure_trace`, its seed per trace).
@@ -107,8 +115,10 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
         measure_trace(record, num_drafts, reuse=False, **options)
 
     kwargs = dict(temperatures=[temperature], max_new_tokens=max_new_tokens, batch_size=batch_size or len(prompts),
-                  seed=seed, progress=False, logits_dtype=store_logits, on_trace=measure_now)
-    if not done.exists() and not any(trace_path(traces, p, temperature).exists() for p in prompts):
+                  seed=seed, progress=False, logits_dtype=store_logits, on_trace=measure_now,
+                  target_settings=target_settings, draft_settings=draft_settings)
+    cell = settings_at(temperature, target_settings, draft_settings)
+    if not done.exists() and not any(trace_path(traces, p, temperature, *cell).exists() for p in prompts):
         for stale in staging_root.glob(f"{shard_id}-*"):  # left by a killed attempt
             shutil.rmtree(stale, ignore_errors=True)
         staging = staging_root / f"{shard_id}-{os.getpid()}"
@@ -117,7 +127,7 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
         os.replace(staging, done)
     if done.exists():  # move a complete shard's traces into place (again, if a move was interrupted)
         for p in prompts:
-            src, dst = trace_path(done, p, temperature), trace_path(traces, p, temperature)
+            src, dst = trace_path(done, p, temperature, *cell), trace_path(traces, p, temperature, *cell)
             if src.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(src, dst)

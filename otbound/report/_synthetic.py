@@ -8,18 +8,25 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._validation import InvalidInputError
+from otbound._validation import SAMPLINGS, InvalidInputError
 from otbound.report import plots, tables
 from otbound.report._distributed import Shard, make_executor, run_shards
+from otbound.token import settings_at
 from otbound.token.bounds import optimal_acceptance
+from otbound.token.draft_laws import inverse_cdf
 from otbound.token.logits import laws_from_logits
 
 SYNTHETIC_FAMILIES = ("dirichlet", "zipf")
 
 
-def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_pair(family: str, vocab_size: int, temperature: float, rng, *, target=None,
+                   draft=None) -> tuple[np.ndarray, np.ndarray]:
     """A target/draft pair (p, q) from logits, temperature applied to both (theory.md §0) by
-    :func:`otbound.token.laws_from_logits`.
+    :func:`otbound.token.laws_from_logits`; with ``target`` / ``draft`` settings (the fields of
+    :func:`otbound.token._settings.settings_at`: the target's top-k / top-p / min-p / repetition
+    penalty, the draft's own values) each model's law is that of its :class:`otbound.SamplingParams`.
+    A repetition penalty reads a context of 16 tokens drawn from the target's untruncated law at
+    ``temperature`` (drawn only when a penalty is set, so other settings see the same logits).
 
     dirichlet: logits = log of independent Dirichlet(0.5) draws.
     zipf: target logits −1.1·log(rank) over a random permutation; the draft's are the target's plus
@@ -35,46 +42,65 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng) -> tup
         raise ValueError(f"unknown synthetic family {family!r}; expected one of {SYNTHETIC_FAMILIES}")
 
     # logits shifted to a maximum of 0 (the same laws; and, to the bit, those of the stored results)
-    return laws_from_logits(lp - lp.max(), temperature), laws_from_logits(lq - lq.max(), temperature)
+    lp, lq = lp - lp.max(), lq - lq.max()
+    if target is None and draft is None:
+        return laws_from_logits(lp, temperature), laws_from_logits(lq, temperature)
+    sp, sq = settings_at(temperature, target, draft)
+    context = None
+    if sp.needs_context or sq.needs_context:
+        context = inverse_cdf(laws_from_logits(lp, temperature), rng.random(16))
+    return laws_from_logits(lp, sp, context), laws_from_logits(lq, sq, context)
 
 
 def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instances, mc_samples, seed,
-                   max_plan_cells=100_000, *, engine="local", address=None, out=None, progress=True):
+                   *, engine="local", address=None, out=None, progress=True,
+                   target_settings=None, draft_settings=None):
     """Table rows on random laws, one shard per (family, T) cell (:func:`synthetic_cell`, its seed
     derived from ``seed`` and the cell), run by ``engine`` (see :func:`otbound.report.run_real_report`)
-    and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``."""
-    shards = [Shard(f"synthetic-{family}-T{float(t):g}", synthetic_cell, dict(
+    and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``.
+    ``target_settings`` / ``draft_settings``: the sampling settings besides T (see
+    :func:`synthetic_pair`); the checkpoints are keyed by them."""
+    extra = {}
+    tag = ""
+    if target_settings or draft_settings:
+        extra = dict(target_settings=dict(target_settings or {}), draft_settings=dict(draft_settings or {}))
+        tag = "-" + format(zlib.crc32(repr(sorted(extra.items())).encode()), "08x")
+    shards = [Shard(f"synthetic-{family}-T{float(t):g}{tag}", synthetic_cell, dict(
         family=family, vocab_size=vocab_size, temperature=float(t), num_drafts_list=[int(k) for k in num_drafts_list],
-        instances=instances, mc_samples=mc_samples, seed=seed, max_plan_cells=max_plan_cells), size=instances)
-        for family in families for t in temperatures]
+        instances=instances, mc_samples=mc_samples, seed=seed, **extra),
+        size=instances) for family in families for t in temperatures]
     cells = run_shards(shards, out, make_executor(engine, address=address), progress=progress, desc="synthetic laws",
                        unit="instances")
     return [r for c in cells for r in c["rows"]], sorted({s for c in cells for s in c["skipped"]})
 
 
 def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, mc_samples, seed,
-                   max_plan_cells) -> dict:
-    """``{"rows", "skipped"}`` of one (family, T) cell; ``max_plan_cells`` caps the ``ot``
-    verifier's LP plan (|V|^(K+1) entries) so the report stays fast: larger cells are reported as
-    not run. Random numbers from ``default_rng([seed, crc32("family|T")])``."""
-    from otbound.token.verifiers import VERIFIERS, OTVerifier
+                   target_settings=None, draft_settings=None) -> dict:
+    """``{"rows", "skipped"}`` of one (family, T) cell, every verifier of :data:`otbound.VERIFIERS`.
+    Random numbers from ``default_rng([seed, crc32("family|T")])``.
 
-    verifiers = {**VERIFIERS, "ot": OTVerifier(max_plan_cells=max_plan_cells)}
+    A draft law that needs K distinct tokens (without replacement, greedy, deterministic) on an
+    instance whose truncated draft law keeps fewer than K is not measured there (nor its
+    verifiers): the instance is listed under ``skipped`` with the reason, never given a value."""
+    from otbound.token.verifiers import VERIFIERS as verifiers
     rng = np.random.default_rng([int(seed), zlib.crc32(f"{family}|{float(temperature)!r}".encode())])
-    rows, skipped = [], set()
-    pairs = [synthetic_pair(family, vocab_size, temperature, rng) for _ in range(instances)]
+    rows, skipped, unmeasured = [], set(), {}
+    pairs = [synthetic_pair(family, vocab_size, temperature, rng, target=target_settings, draft=draft_settings)
+             for _ in range(instances)]
     for k in num_drafts_list:
         per = {}
         for p, q in pairs:
-            laws = ("with_replacement", "without_replacement", "greedy")
-            try:
-                bound = {law: optimal_acceptance(p, q, k, law) for law in laws}
-            except InvalidInputError as err:  # a law the bound refuses (denormals it cannot resolve)
-                skipped.add(f"an instance at K={k}, T={temperature}: {err}")
-                continue
+            bound = {}
+            for law in SAMPLINGS:
+                try:
+                    bound[law] = optimal_acceptance(p, q, k, law)
+                except InvalidInputError as err:  # too few surviving draft tokens, or denormals it cannot resolve
+                    unmeasured.setdefault((law, k), []).append(str(err))
             for law, a in bound.items():
                 per.setdefault((law, "optimal", "exact"), []).append((a, a))
             for name, ver in verifiers.items():
+                if ver.sampling not in bound:
+                    continue
                 try:
                     acc, method = ver.acceptance_or_estimate(p, q, k, mc_samples, rng)
                 except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
@@ -91,6 +117,7 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                     num_drafts=k,
                     sampling=law,
                     verifier=name,
+                    **({} if name == "optimal" else {"lossless": bool(verifiers[name].lossless)}),
                     acceptance=acc,
                     acceptance_ci=ci,
                     optimal=opt,
@@ -99,6 +126,9 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                     method=method,
                 )
             )
+    for (law, k), errors in unmeasured.items():
+        skipped.add(f"{law} at K={k}, T={temperature}: {len(errors)} of {instances} {family} instances not measured "
+                    f"(e.g. {errors[0]})")
     return {"rows": rows, "skipped": sorted(skipped)}
 
 

@@ -4,7 +4,8 @@ A *row* is a dict with at least ``dataset``, ``temperature``, ``num_drafts``, ``
 ``verifier`` (``"optimal"`` for the bound α* of that law), ``acceptance`` (None: skipped),
 ``optimal`` (α* of the verifier's law), ``positions`` (how many (p, q) pairs were averaged);
 optional ``acceptance_ci`` (half width of the 95% interval), ``efficiency`` (acceptance / optimal),
-``method`` ("exact" or "monte_carlo").
+``method`` ("exact" or "monte_carlo"), ``lossless`` (the verifier's declared flag: a verifier with
+``lossless`` False is labelled "(lossy)" in every table).
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ def mean_ci(values) -> tuple[float, float]:
     if x.size < 2:
         return float(x.mean()), 0.0
     return float(x.mean()), float(1.96 * x.std(ddof=1) / math.sqrt(x.size))
+
+
+def verifier_label(name: str, rows) -> str:
+    """``name``, followed by " (lossy)" when a row of ``rows`` for it declares ``lossless`` False.
+
+    Examples
+    --------
+    >>> verifier_label("hsd", [{"verifier": "hsd", "lossless": False}])
+    'hsd (lossy)'
+    >>> verifier_label("rrs", [{"verifier": "rrs", "lossless": True}])
+    'rrs'
+    """
+    lossy = any(r.get("verifier", r.get("name")) == name and r.get("lossless") is False for r in rows)
+    return f"{name} (lossy)" if lossy else name
 
 
 def _cell(row) -> str:
@@ -57,7 +72,7 @@ def main_table(rows, temperature, num_drafts) -> str:
         "|---" * (len(datasets) + 1) + "|",
     ]
     for law, v in names:
-        label = f"**optimal ({law})**" if v == "optimal" else f"{v} ({law or 'skipped'})"
+        label = f"**optimal ({law})**" if v == "optimal" else f"{verifier_label(v, sel)} ({law or 'skipped'})"
         cells = [_cell(lookup[(law, v, d)]) if (law, v, d) in lookup else "—" for d in datasets]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -80,7 +95,7 @@ def paper_tables(rows) -> str:
         columns = [(k, v) for k in ks for v in ["optimal"] + sorted(
             {r["verifier"] for r in sel if r["num_drafts"] == k and r["verifier"] != "optimal"})]
         lookup = {(r["dataset"], r["temperature"], r["num_drafts"], r["verifier"]): r for r in sel}
-        head = [f"K = {k}: " + ("α*" if v == "optimal" else v) for k, v in columns]
+        head = [f"K = {k}: " + ("α*" if v == "optimal" else verifier_label(v, sel)) for k, v in columns]
         lines = [f"| {law} | T | " + " | ".join(head) + " |", "|---" * (len(columns) + 2) + "|"]
         for d, t in dict.fromkeys((r["dataset"], r["temperature"]) for r in sel):
             cells = []

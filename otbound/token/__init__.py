@@ -2,16 +2,27 @@
 verifiers.
 
 * :mod:`otbound.token.draft_laws` — the three draft laws (with replacement, without replacement,
-  greedy): sampling, joint law, subset masses; :mod:`otbound.token.laws` — the same laws as
-  :class:`DraftLaw` objects in :data:`DRAFT_LAWS` (with their α* routine), keyed by the public
-  ``sampling="..."`` names, through which the bounds, samplers and verifiers dispatch.
+  greedy): sampling, joint law, subset masses, and the same laws as :class:`DraftLaw` objects in
+  :data:`DRAFT_LAWS` (with their α* routine), keyed by the public ``sampling="..."`` names, through
+  which the bounds, samplers and verifiers dispatch.
+* :class:`LawBatch` — laws ``(..., V)`` in numpy or torch checked once and sorted once by ratio: the
+  batched kernel (:mod:`otbound.token._kernel`) behind α* and every verifier's closed-form
+  acceptance, on the caller's device.
 * :mod:`otbound.token.bounds` — α* in dual/prefix form, primal LP, brute force, relaxations; the
-  without-replacement integral in :mod:`otbound.token._wor`.
-* :mod:`otbound.token.logits` — temperature, applied in one place: logits → laws.
+  without-replacement integral in :mod:`otbound.token._wor`, its branch and bound in
+  :mod:`otbound.token._search`.
+
+Modules form a DAG: ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` → ``bounds`` →
+``verifiers`` (and ``logits`` alone); no module imports one after it.
+* :mod:`otbound.token.logits` — sampling settings (:class:`SamplingParams`: temperature, top-k,
+  top-p, min-p, repetition penalty), applied in one place: logits → laws.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 """
 
+from otbound.token._kernel import LawBatch
+from otbound.token._settings import SamplingParams, describe_settings, settings_at
 from otbound.token.bounds import (
+    LPDual,
     Relaxation,
     TokenBound,
     optimal_acceptance,
@@ -19,20 +30,32 @@ from otbound.token.bounds import (
     optimal_acceptance_lp,
     relaxation_bounds,
 )
-from otbound.token.draft_laws import draft_joint, greedy_split, inclusion_probabilities, sample_drafts, subset_mass
-from otbound.token.laws import DRAFT_LAWS, DraftLaw, draft_law
+from otbound.token.draft_laws import (
+    DRAFT_LAWS,
+    DraftLaw,
+    draft_joint,
+    draft_law,
+    greedy_split,
+    inclusion_probabilities,
+    sample_drafts,
+    subset_mass,
+)
 from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 
 __all__ = [
     "DRAFT_LAWS",
     "DraftLaw",
+    "LawBatch",
+    "LPDual",
     "Relaxation",
+    "SamplingParams",
     "TokenBound",
     "VERIFIERS",
     "Verifier",
     "VerifierRun",
     "VerifierSample",
+    "describe_settings",
     "draft_joint",
     "draft_law",
     "greedy_split",
@@ -43,5 +66,6 @@ __all__ = [
     "optimal_acceptance_lp",
     "relaxation_bounds",
     "sample_drafts",
+    "settings_at",
     "subset_mass",
 ]

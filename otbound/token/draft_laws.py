@@ -16,9 +16,12 @@ All functions take a 1-D law ``q`` over the vocabulary ``V``.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-from otbound._validation import InvalidInputError, as_law, check_num_drafts
+from otbound._validation import InvalidInputError, as_law, check_num_drafts, check_sampling
+from otbound.token import _kernel, _wor
 
 
 def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -44,26 +47,40 @@ def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
     return _greedy_split(q, check_num_drafts(num_drafts, q, "greedy"))
 
 
+def top_tokens(q, num_tokens: int) -> np.ndarray:
+    """The ``num_tokens`` most probable tokens of q by decreasing q, ties to the lower index: the
+    deterministic draft tuple (``sampling="deterministic"``) and the greedy law's fixed drafts.
+
+    Parameters
+    ----------
+    q : array_like, shape (V,)
+        A law.
+    num_tokens : int
+        How many tokens, 0 ≤ num_tokens ≤ V.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 token ids, shape (num_tokens,).
+
+    Examples
+    --------
+    >>> from otbound.token.draft_laws import top_tokens
+    >>> top_tokens([0.2, 0.4, 0.2, 0.2], 3).tolist()
+    [1, 0, 2]
+    """
+    q = as_law(q, "q", ndim=1)
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)) or not 0 <= num_tokens <= q.size:
+        raise InvalidInputError(f"num_tokens must be an integer in [0, {q.size}], got {num_tokens!r}")
+    return _kernel.top_tokens(q, int(num_tokens))
+
+
 def _greedy_split(q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`greedy_split` on a checked law (also the hot path of the greedy bound over batches)."""
-    g = _top_tokens(q, k - 1)
+    g = _kernel.top_tokens(q, k - 1)
     rest = q.copy()
     rest[g] = 0.0
     return g, rest / rest.sum()
-
-
-def _top_tokens(q: np.ndarray, m: int) -> np.ndarray:
-    """Indices of the m largest entries of q by decreasing q, ties to the lower index (the first m
-    of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
-    if m == 0:
-        return np.zeros(0, dtype=np.int64)
-    v = q.size
-    part = np.argpartition(q, v - m)[v - m :]
-    thr = q[part].min()
-    if int(np.count_nonzero(q == thr)) != int(np.count_nonzero(q[part] == thr)):  # ties cut at the threshold
-        above = np.flatnonzero(q > thr)
-        part = np.concatenate([above, np.flatnonzero(q == thr)[: m - above.size]])
-    return part[np.lexsort((part, -q[part]))].astype(np.int64)
 
 
 def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: int = 1, rng=None) -> np.ndarray:
@@ -86,8 +103,6 @@ def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: 
     numpy.ndarray
         int64 array of shape ``(size, K)``.
     """
-    from otbound.token.laws import draft_law  # the law objects build on this module
-
     q = as_law(q, "q", ndim=1)
     law = draft_law(sampling)
     k = check_num_drafts(num_drafts, q, sampling)
@@ -159,8 +174,6 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
     numpy.ndarray
         float64 array of shape ``(V,)*K``; ``Q[x_1, ..., x_K]`` is the probability of the ordered tuple.
     """
-    from otbound.token.laws import draft_law
-
     q = as_law(q, "q", ndim=1)
     law = draft_law(sampling)
     k = check_num_drafts(num_drafts, q, sampling)
@@ -196,8 +209,6 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
     mask = _subset_mask(subset, q.size)
-    from otbound.token.laws import DRAFT_LAWS
-
     return DRAFT_LAWS[sampling].subset_mass(q, mask, k)
 
 
@@ -233,8 +244,217 @@ def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacemen
     with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; without replacement
     1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token with q > 0).
     """
-    from otbound.token.laws import DRAFT_LAWS
-
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
     return DRAFT_LAWS[sampling].inclusion(q, k)
+
+# ---------------------------------------------------------------------------------------------
+# the draft laws as objects: everything that depends on the law dispatches through DRAFT_LAWS,
+# keyed by the public ``sampling="..."`` names. Each DraftLaw carries how K drafts are drawn
+# (``sample``), the joint law of the ordered tuple (``joint``), Q(H) (``subset_mass``),
+# P(y ∈ x̄) (``inclusion``), its α* routine (``optimal_acceptance``, the batched kernel), the law
+# coupled in the lower relaxation and the check of a draft tuple.
+
+
+class DraftLaw:
+    """One draft law: how K drafts are drawn from the draft model's law q.
+
+    Methods take a checked 1-D float64 law ``q`` (or a batch ``Q`` of rows) and a checked K; the
+    public functions of :mod:`otbound.token.draft_laws` (and the bounds and verifiers) validate, then
+    dispatch here.
+    """
+
+    name: str
+
+    def sample(self, q: np.ndarray, k: int, n: int, rng) -> np.ndarray:
+        """``n`` draft tuples, int64 ``(n, K)``."""
+        raise NotImplementedError
+
+    def joint(self, q: np.ndarray, k: int) -> np.ndarray:
+        """Q(x̄) over ordered tuples, ``(V,)*K``."""
+        raise NotImplementedError
+
+    def subset_mass(self, q: np.ndarray, mask: np.ndarray, k: int) -> float:
+        """Q(H) for the boolean mask H."""
+        raise NotImplementedError
+
+    def inclusion(self, q: np.ndarray, k: int) -> np.ndarray:
+        """P(y ∈ x̄) for every token y."""
+        raise NotImplementedError
+
+    def optimal_acceptance(self, batch, k: int, want_sets: bool = False):
+        """``(α* per row, binding sets or None)`` on a checked :class:`otbound.token.LawBatch`
+        (torch tensors on its device; :mod:`otbound.token._kernel`)."""
+        return _kernel.optimal_values(batch, k, self.name, want_sets)
+
+    def coupling_law(self, q: np.ndarray, k: int) -> np.ndarray:
+        """The law of the one random draft coupled with p in the lower relaxation 1 − TV (q itself,
+        except for the greedy law, whose only random draft follows q')."""
+        return q
+
+    def check_drafts(self, q: np.ndarray, drafts: np.ndarray, k: int) -> None:
+        """Raise :class:`InvalidInputError` naming the first draft tuple (rows of ``drafts``, token
+        ids already checked in range) that this law cannot produce."""
+        zero = q[drafts] <= 0
+        if zero.any():
+            r, c = np.argwhere(zero)[0]
+            raise InvalidInputError(f"drafts[{r}, {c}] = {drafts[r, c]} has q = 0: it cannot be drafted")
+
+    def __repr__(self) -> str:
+        return f"<draft law {self.name!r}>"
+
+
+class WithReplacement(DraftLaw):
+    """x_k ~ q i.i.d.; Q(H) = q(H)^K."""
+
+    name = "with_replacement"
+
+    def sample(self, q, k, n, rng):
+        return inverse_cdf(q, rng.random((n, k)))
+
+    def joint(self, q, k):
+        joint = q
+        for _ in range(k - 1):
+            joint = np.multiply.outer(joint, q)
+        return joint
+
+    def subset_mass(self, q, mask, k):
+        return float(q[mask].sum() ** k)
+
+    def inclusion(self, q, k):
+        return 1.0 - (1.0 - q) ** k
+
+
+class WithoutReplacement(DraftLaw):
+    """Sequential draws renormalised after removing drawn tokens; Q(H) by exponential clocks."""
+
+    name = "without_replacement"
+
+    def sample(self, q, k, n, rng):
+        return _sample_without_replacement(q, k, n, rng)
+
+    def joint(self, q, k):
+        v = q.size
+        joint = np.zeros((v,) * k)
+        support = np.flatnonzero(q > 0)
+        for tup in itertools.permutations(support.tolist(), k):
+            prob, left = 1.0, np.ones(v, dtype=bool)
+            for x in tup:
+                # the mass still undrawn is summed directly, never as 1 − drawn: no cancellation when
+                # the drawn tokens hold almost all of q
+                prob *= q[x] / q[left].sum()
+                left[x] = False
+            joint[tup] = prob
+        return joint
+
+    def subset_mass(self, q, mask, k):
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return 0.0
+        return float(_wor.wor_prefix_mass(q, idx, k)[-1])
+
+    def inclusion(self, q, k):
+        return 1.0 - _wor.wor_exclusion_mass(q, k)
+
+    def check_drafts(self, q, drafts, k):
+        super().check_drafts(q, drafts, k)
+        if k > 1:
+            s = np.sort(drafts, axis=1)
+            rep = (s[:, 1:] == s[:, :-1]).any(axis=1)
+            if rep.any():
+                r = int(np.flatnonzero(rep)[0])
+                raise InvalidInputError(
+                    f"drafts row {r} = {drafts[r].tolist()} repeats a token; without replacement drafts are distinct"
+                )
+
+
+class Greedy(DraftLaw):
+    """G = the K−1 most likely tokens of q, then x_K ~ q' = q|_{V∖G} / (1 − q(G));
+    Q(H) = 1[G ⊆ H] · q'(H ∖ G)."""
+
+    name = "greedy"
+
+    def sample(self, q, k, n, rng):
+        g, qp = greedy_split(q, k)
+        out = np.empty((n, k), dtype=np.int64)
+        out[:, : k - 1] = g
+        out[:, k - 1] = inverse_cdf(qp, rng.random(n))
+        return out
+
+    def joint(self, q, k):
+        g, qp = greedy_split(q, k)
+        joint = np.zeros((q.size,) * k)
+        joint[tuple(g) + (slice(None),)] = qp
+        return joint
+
+    def subset_mass(self, q, mask, k):
+        g, qp = greedy_split(q, k)
+        return float(qp[mask].sum()) if mask[g].all() else 0.0
+
+    def inclusion(self, q, k):
+        g, qp = greedy_split(q, k)
+        out = qp.copy()
+        out[g] = 1.0
+        return out
+
+    def coupling_law(self, q, k):
+        return greedy_split(q, k)[1]
+
+    def check_drafts(self, q, drafts, k):
+        g, qp = greedy_split(q, k)
+        wrong = (drafts[:, : k - 1] != g).any(axis=1) | (qp[drafts[:, -1]] <= 0)
+        if wrong.any():
+            r = int(np.flatnonzero(wrong)[0])
+            raise InvalidInputError(
+                f"drafts row {r} = {drafts[r].tolist()} is not a greedy-law tuple: expected the top-(K-1) "
+                f"tokens {g.tolist()} of q first, then a token outside them with q > 0"
+            )
+
+
+class Deterministic(DraftLaw):
+    """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
+    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._deterministic`)."""
+
+    name = "deterministic"
+
+    def sample(self, q, k, n, rng):
+        return np.tile(_kernel.top_tokens(q, k), (n, 1))
+
+    def joint(self, q, k):
+        joint = np.zeros((q.size,) * k)
+        joint[tuple(_kernel.top_tokens(q, k))] = 1.0
+        return joint
+
+    def subset_mass(self, q, mask, k):
+        return float(mask[_kernel.top_tokens(q, k)].all())
+
+    def inclusion(self, q, k):
+        out = np.zeros(q.size)
+        out[_kernel.top_tokens(q, k)] = 1.0
+        return out
+
+    def coupling_law(self, q, k):
+        out = np.zeros(q.size)  # the first draft is argmax q, a point mass
+        out[_kernel.top_tokens(q, 1)] = 1.0
+        return out
+
+    def check_drafts(self, q, drafts, k):
+        g = _kernel.top_tokens(q, k)
+        wrong = (drafts != g).any(axis=1)
+        if wrong.any():
+            r = int(np.flatnonzero(wrong)[0])
+            raise InvalidInputError(
+                f"drafts row {r} = {drafts[r].tolist()} is not the deterministic tuple: expected the top-{k} "
+                f"tokens {g.tolist()} of q by decreasing q (ties to the lower index)"
+            )
+
+
+#: the draft laws by their ``sampling`` name (the keys are :data:`otbound.SAMPLINGS`)
+DRAFT_LAWS: dict[str, DraftLaw] = {
+    law.name: law for law in (WithReplacement(), WithoutReplacement(), Greedy(), Deterministic())
+}
+
+
+def draft_law(sampling: str) -> DraftLaw:
+    """The :class:`DraftLaw` named ``sampling``; an :class:`InvalidInputError` for any other name."""
+    return DRAFT_LAWS[check_sampling(sampling)]

@@ -1,5 +1,7 @@
-"""Temperature, applied in one place: next-token logits → the float64 laws every bound and verifier
-reads (theory.md §0: the temperature T applies to both the target and the draft model).
+"""Sampling settings, applied in one place: next-token logits → the float64 laws every bound and
+verifier reads. A bare temperature T means ``softmax(logits / T)``; a
+:class:`otbound.SamplingParams` adds top-k, top-p, min-p and the repetition penalty with
+transformers' semantics (:mod:`otbound.token._settings`).
 
 Used by the traces of real models (:mod:`otbound.lm`, where it defines the law of a stored trace) and
 by the synthetic target/draft pairs of the report (:func:`otbound.report.synthetic_pair`).
@@ -10,26 +12,44 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._validation import InvalidInputError
+from otbound.token._settings import SamplingParams
 
 
-def laws_from_logits(logits, temperature: float) -> np.ndarray:
-    """Float64 laws ``softmax(logits / T)`` along the last axis.
+def laws_from_logits(logits, temperature, context=None) -> np.ndarray:
+    """Float64 laws along the last axis: ``softmax(logits / T)``, or the law of a
+    :class:`otbound.SamplingParams`.
 
     ``p(x) = exp(z_x / T − m) / Σ_y exp(z_y / T − m)`` with ``m = max_y z_y / T`` (max-shifted, so
-    no overflow); each row sums to 1 within ~1e-16·sqrt(V) float64 rounding.
+    no overflow); each row sums to 1 within ~1e-16·sqrt(V) float64 rounding. With settings, the
+    steps of :meth:`otbound.SamplingParams.laws` (repetition penalty, temperature, top-k, top-p,
+    min-p, transformers' order and semantics).
 
     Parameters
     ----------
     logits : array_like, shape (..., V)
         Next-token logits (any float dtype; computed in float64). ``-inf`` entries get probability 0.
-    temperature : float
-        T > 0.
+    temperature : float or SamplingParams
+        T > 0, or the model's full sampling settings.
+    context : array_like of int, optional
+        The context's token ids, read by a repetition penalty only
+        (:meth:`otbound.SamplingParams.laws`).
 
     Returns
     -------
     numpy.ndarray
         float64 array of the same shape, laws along the last axis.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import SamplingParams, laws_from_logits
+    >>> laws_from_logits(np.log([0.5, 0.3, 0.2]), 1.0).round(3).tolist()
+    [0.5, 0.3, 0.2]
+    >>> laws_from_logits(np.log([0.5, 0.3, 0.2]), SamplingParams(top_p=0.6)).round(3).tolist()
+    [0.625, 0.375, 0.0]
     """
+    if isinstance(temperature, SamplingParams):
+        return temperature.laws(logits, context)
     t = float(temperature)
     if not (np.isfinite(t) and t > 0):
         raise InvalidInputError(f"temperature must be finite and > 0, got {temperature!r}")

@@ -12,9 +12,10 @@ name                      algorithm
 ``causal_optimal``        attains U_causal: LP draft choice + block verification (derived)
 ``hsd``                   hierarchical speculative decoding (Zhou et al. 2601.05724), first draft
 ``univer``                UniVer (Weng, Hu, Yairi 2605.04543) on its own tree, ``num_drafts`` = m
+``static_tree``           static top-k tree (deterministic drafting), ``num_drafts`` = branching
 ========================= ===================================================================
 
-Every verifier but ``univer`` is run with K i.i.d. draft blocks (``draft_law ==
+Every verifier but ``univer`` is run with K i.i.d. draft blocks (``sampling ==
 "with_replacement"``). ``univer`` drafts its own tree (per node the top ``m − 1`` draft tokens plus
 one residual sample; ``m^L`` paths): its drafting hooks (``draft_tuple_law``, ``draw_drafts``,
 ``num_rows``, ``node_drafts``) are used by every consumer, and it is compared with the bounds of its
@@ -32,6 +33,7 @@ from otbound.block.verifiers.hsd import HierarchicalSpeculativeDecoding
 from otbound.block.verifiers.multipath import MultiPathVerifier
 from otbound.block.verifiers.optimal import CausalOptimal
 from otbound.block.verifiers.spectr_gbv import SpecTrGBV
+from otbound.block.verifiers.static_tree import StaticTreeTraversal
 from otbound.block.verifiers.traversal import TraversalVerification
 from otbound.block.verifiers.univer import UniVer
 
@@ -47,6 +49,7 @@ BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
         CausalOptimal(),
         HierarchicalSpeculativeDecoding(),
         UniVer(),
+        StaticTreeTraversal(),
     )
 }
 
@@ -55,6 +58,7 @@ __all__ = [
     "BlockSample",
     "BlockVerifier",
     "BlockVerification",
+    "StaticTreeTraversal",
     "CausalOptimal",
     "DraftLawBounds",
     "HierarchicalSpeculativeDecoding",

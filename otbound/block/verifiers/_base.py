@@ -119,14 +119,37 @@ class DraftLawBounds:
 
 
 class BlockVerifier:
-    """Base class: subclasses define ``prepare`` and ``walk`` (see the module docstring)."""
+    """Base class of the block verifiers: subclasses define ``prepare`` and ``walk`` (see the module
+    docstring) and set ``name``, ``reference`` and ``lossless``, the attributes the token verifiers
+    (:class:`otbound.token.verifiers.Verifier`) carry too.
 
-    name = "base"
-    reference = ""
-    #: the draft-tuple law the verifier is run with: ``"with_replacement"`` = K i.i.d. blocks (the
-    #: law of :func:`otbound.block_bound`); a verifier with its own drafting scheme names it and
-    #: overrides the five drafting methods below
-    draft_law = "with_replacement"
+    Attributes
+    ----------
+    name : str
+        The registry name (:data:`otbound.BLOCK_VERIFIERS`).
+    reference : str
+        The algorithm and the paper it comes from.
+    lossless : bool
+        Declared by every verifier: whether one iteration's emitted sequence, continued by the
+        target, has the target's law (:meth:`lossless_error` is 0; tested exactly). ``spectr_gbv``
+        and ``hsd`` are published verifiers found lossy, kept with ``lossless = False``.
+    sampling : str
+        The draft-tuple law it is run with, the block layer's ``sampling=`` (as a token verifier's):
+        ``"with_replacement"`` = K i.i.d. blocks, the law of :func:`otbound.block_bound`; a verifier
+        with its own drafting scheme (``univer``: ``"univer_tree"``) names it and overrides the
+        drafting methods.
+
+    Examples
+    --------
+    >>> from otbound import BLOCK_VERIFIERS
+    >>> sorted(n for n, v in BLOCK_VERIFIERS.items() if not v.lossless)
+    ['hsd', 'spectr_gbv']
+    """
+
+    name: str
+    reference: str
+    lossless: bool
+    sampling: str = "with_replacement"  # K i.i.d. blocks; a drafting scheme of its own overrides the methods below
 
     # -- to implement -----------------------------------------------------------------------
     def prepare(self, target: BlockModel, draft: BlockModel, drafts: tuple, cache: dict):

@@ -23,10 +23,10 @@ import numpy as np
 from otbound.block.verifiers._base import BlockVerifier, residual
 
 
-def block_schedule(target, draft_law, tokens: tuple, *, root_p: float = 1.0, root_law=None) -> list:
+def block_schedule(target, draft, tokens: tuple, *, root_p: float = 1.0, root_law=None) -> list:
     """Block verification's tests ``[(i, h_i, correction law), …]`` for ``i = L..0`` (Sun et al. Alg. 2).
 
-    ``draft_law(prefix)`` is the draft's next-token law (a model, or any law the block was drawn from).
+    ``draft(prefix)`` is the draft's next-token law (a model, or any law the block was drawn from).
     ``root_p`` / ``root_law``: the running ``p_0`` and the target's law at the root (default 1 and
     ``target(())``); traversal verification chains blocks through them, feeding each block the
     previous one's ``(h_0, law_0)``.
@@ -38,11 +38,11 @@ def block_schedule(target, draft_law, tokens: tuple, *, root_p: float = 1.0, roo
 
     ps = [float(root_p)]
     for i, x in enumerate(tokens):
-        ps.append(min(1.0, ps[-1] * float(law_at(i)[x]) / float(draft_law(tokens[:i])[x])))
+        ps.append(min(1.0, ps[-1] * float(law_at(i)[x]) / float(draft(tokens[:i])[x])))
     sched = [(length, ps[length], target(tokens))]
     for i in range(length - 1, -1, -1):
         p_here = law_at(i)
-        pos = np.maximum(ps[i] * p_here - draft_law(tokens[:i]), 0.0)
+        pos = np.maximum(ps[i] * p_here - draft(tokens[:i]), 0.0)
         s = float(pos.sum())
         den = s + (1.0 - ps[i])  # not (s + 1) − p_i: that loses s when s ≪ 1
         # den = 0 only when p_i = 1 and p = q at this node: the walk stops earlier with probability 1
@@ -62,6 +62,7 @@ def walk_schedule(tokens: tuple, sched: list, oracle):
 class TokenChain(BlockVerifier):
     name = "token"
     reference = "speculative sampling (Leviathan et al. 2211.17192; Chen et al. 2302.01318)"
+    lossless = True
 
     def prepare(self, target, draft, drafts, cache):
         tokens = drafts[0]
@@ -83,6 +84,7 @@ class TokenChain(BlockVerifier):
 class BlockVerification(BlockVerifier):
     name = "block"
     reference = "block verification (Sun et al. 2403.10444, Alg. 2)"
+    lossless = True
 
     def prepare(self, target, draft, drafts, cache):
         tokens = drafts[0]

@@ -37,6 +37,7 @@ from otbound.block.verifiers.chain import block_schedule, walk_schedule
 class HierarchicalSpeculativeDecoding(BlockVerifier):
     name = "hsd"
     reference = "hierarchical speculative decoding (Zhou et al. 2601.05724), single draft"
+    lossless = False  # measured: one iteration's output law is not the target's (module docstring)
 
     def prepare(self, target, draft, drafts, cache):
         tokens = drafts[0]

@@ -33,6 +33,11 @@ class MultiPathVerifier(BlockVerifier):
         self.name = f"multipath_{label}"
         self.reference = f"token-level {label} at every node of the draft tree"
 
+    @property
+    def lossless(self) -> bool:
+        """Lossless exactly when its token-level verifier is: every node emits the target's law."""
+        return bool(self._verifier().lossless)
+
     def _verifier(self):
         from otbound.token.verifiers import VERIFIERS
 

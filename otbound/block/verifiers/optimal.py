@@ -41,6 +41,7 @@ def _selection_rule(keep: list, q: np.ndarray):
 class CausalOptimal(BlockVerifier):
     name = "causal_optimal"
     reference = "causal-LP optimum: draft choice + block verification with the chosen law (derived)"
+    lossless = True
 
     def prepare(self, target, draft, drafts, cache):
         k, length = len(drafts), len(drafts[0])

@@ -49,6 +49,7 @@ EPS = 1e-20  # as in the reference implementation
 class SpecTrGBV(BlockVerifier):
     name = "spectr_gbv"
     reference = "SpecTr-GBV (Lin et al. 2604.25925), Alg. 1 as recovered (no Alg. 2)"
+    lossless = False  # measured: one iteration's output law is not the target's (module docstring)
 
     def prepare(self, target, draft, drafts, cache):
         k, length = len(drafts), len(drafts[0])

@@ -33,6 +33,7 @@ from otbound.block.verifiers.chain import block_schedule
 class TraversalVerification(BlockVerifier):
     name = "traversal"
     reference = "traversal verification (Weng et al. 2505.12398), i.i.d. draft branches"
+    lossless = True
 
     def prepare(self, target, draft, drafts, cache):
         # each branch is block verification from the current root (Sun et al.'s schedule), the

@@ -52,7 +52,7 @@ but can be strictly below it (measured: up to 0.067 tokens at V = 3, m = 2, L = 
 Requires at least ``m`` tokens of positive draft probability at every expanded node (else the group
 would be smaller than ``m``: :class:`~otbound.InvalidInputError`).
 
-In ``BLOCK_VERIFIERS`` as ``univer`` with its own drafting scheme (``draft_law = "univer_tree"``):
+In ``BLOCK_VERIFIERS`` as ``univer`` with its own drafting scheme (``sampling = "univer_tree"``):
 ``num_drafts`` is the branching ``m``, so a tuple has ``m^L`` paths, not K blocks. The drafting hooks
 of :class:`~otbound.block.verifiers.BlockVerifier` (``draft_tuple_law``, ``draw_drafts``,
 ``num_rows``, ``node_drafts``, ``own_law_bounds``) give its tree law to every consumer: exact
@@ -116,7 +116,8 @@ def _paths(children: dict, m: int, length: int) -> tuple:
 class UniVer(BlockVerifier):
     name = "univer"
     reference = "UniVer (Weng, Hu, Yairi 2605.04543), as reimplemented publicly (see module docstring)"
-    draft_law = "univer_tree"
+    lossless = True
+    sampling = "univer_tree"
 
     # -- drafting scheme -------------------------------------------------------------------------
     def draft_tuple_law(self, draft, num_drafts: int, block_len: int):

@@ -26,8 +26,8 @@ import numpy as np
 
 from otbound._backend import is_torch, to_numpy
 from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
-from otbound.token.draft_laws import draft_joint, inverse_cdf, sample_drafts
-from otbound.token.laws import DRAFT_LAWS
+from otbound.token._kernel import LawBatch
+from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
 ENUMERATION_MAX_TUPLES = 200_000
@@ -114,11 +114,37 @@ class VerifierRun:
 class Verifier(ABC):
     """Base class of the token-level multi-draft verifiers.
 
-    Subclasses set ``name`` and ``sampling`` (the draft law of theory.md §2 they verify), optionally
-    ``max_drafts``, and implement ``_laws`` and ``_sample`` (and ``_prepare`` / ``_closed_form``).
+    Subclasses set ``name``, ``reference``, ``lossless`` and ``sampling`` (the draft law of
+    theory.md §2 they verify), optionally ``max_drafts``, and implement ``_laws`` and ``_sample``
+    (and ``_prepare`` / ``_closed_form``). The block verifiers
+    (:class:`otbound.block.verifiers.BlockVerifier`) carry the same attributes.
+
+    Attributes
+    ----------
+    name : str
+        The registry name (:data:`otbound.VERIFIERS`).
+    reference : str
+        The algorithm and the paper it comes from.
+    lossless : bool
+        Declared by every verifier: whether its output law is the target's,
+        ``Σ_x̄ Q(x̄) law(·|x̄) = p`` (checked exactly by :meth:`lossless_error` in the tests; a
+        published verifier found lossy is kept with ``lossless = False``).
+    sampling : str
+        Its draft law, a name in :data:`otbound.SAMPLINGS`.
+    max_drafts : int or None
+        The largest K it supports (None: any).
+
+    Examples
+    --------
+    >>> from otbound import VERIFIERS
+    >>> v = VERIFIERS["rrs"]
+    >>> v.name, v.sampling, v.lossless
+    ('rrs', 'with_replacement', True)
     """
 
     name: str = ""
+    reference: str
+    lossless: bool
     sampling: str = "with_replacement"
     max_drafts: int | None = None
 
@@ -153,25 +179,179 @@ class Verifier(ABC):
         laws = self._chunked_laws(p, q, aux, drafts)
         return laws[0] if single else laws
 
-    def acceptance(self, p, q, num_drafts: int) -> float | None:
+    def acceptance(self, p, q, num_drafts: int):
         """Exact acceptance P(Y ∈ x̄) under this verifier's draft law, or None if not computable.
 
-        Closed form where one exists (see each verifier), else enumeration of the draft tuples with
-        Q(x̄) > 0 when ``|V|^K ≤ ENUMERATION_MAX_TUPLES`` and ``|V|^(K+1) ≤ ENUMERATION_MAX_CELLS``.
-        Exact up to float64 rounding (~1e-15), clipped to [0, 1].
+        Closed form where one exists (see each verifier; computed for the whole batch at once by
+        :meth:`batch_acceptance` on the sorted-rows kernel), else enumeration of the draft tuples
+        with Q(x̄) > 0 when ``|V|^K ≤ ENUMERATION_MAX_TUPLES`` and
+        ``|V|^(K+1) ≤ ENUMERATION_MAX_CELLS``. Exact up to float64 rounding (~1e-15), clipped to
+        [0, 1].
+
+        Parameters
+        ----------
+        p, q : array_like or torch.Tensor, shape (V,) or (..., V)
+            Target and draft laws along the last axis.
+        num_drafts : int
+            K (within the support of q for the laws without replacement and greedy, and within
+            ``max_drafts``).
+
+        Returns
+        -------
+        float, numpy.ndarray, torch.Tensor or None
+            A float for 1-D laws, an array over the batch shape otherwise, a float64 tensor on the
+            input's device for torch input; None where no exact value is computable.
+
+        Raises
+        ------
+        InvalidInputError
+            Malformed laws, K out of range, or ``p/q`` overflowing float64.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+        >>> round(VERIFIERS["rrs"].acceptance(p, q, 2), 6)
+        0.83
+        >>> VERIFIERS["rrs"].acceptance(np.stack([p, q]), np.stack([q, p]), 2).round(6)
+        array([0.83, 0.83])
+        """
+        batch = LawBatch(p, q, check_overflow=True)
+        k = self.check_num_drafts(batch, num_drafts)
+        values = self.batch_acceptance(batch, k)
+        return None if values is None else batch.wrap(values.clamp(0.0, 1.0))
+
+    def batch_acceptance(self, batch: LawBatch, num_drafts: int):
+        """The exact acceptance of every row of a :class:`otbound.token.LawBatch` for a checked K, a
+        (B,) float64 tensor on the batch's device (not clipped), or None where not computable.
+
+        This default runs the verifier's per-row closed form or enumeration on each row; verifiers
+        with a batched closed form override it (their docstrings give the derivation).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> from otbound.token import LawBatch
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> VERIFIERS["khisti_is"].batch_acceptance(b, 2).numpy().round(6)
+        array([0.842857])
+        """
+        import torch
+
+        P, Q = batch.numpy_rows()
+        out = np.empty(batch.rows)
+        for i, (p, q) in enumerate(zip(P, Q)):
+            aux = self._prepare(p, q, num_drafts)
+            value = self._closed_form(p, q, aux, num_drafts)
+            if value is None:
+                value = self._enumerated_acceptance(p, q, aux, num_drafts)
+            if value is None:
+                return None
+            out[i] = min(1.0, max(0.0, value))  # as the per-row acceptance always clipped (NaN → 0)
+        return torch.as_tensor(out, device=batch.p.device)
+
+    def batch_estimate(self, batch: LawBatch, num_drafts, mc_samples: int = 64, rng=None) -> dict:
+        """Per K in ``num_drafts``: ``(values, method)`` with the exact :meth:`batch_acceptance`
+        (``"exact"``) where computable, else a Monte Carlo estimate per row (``"monte_carlo"``:
+        by default the accepted fraction of ``mc_samples`` draft tuples drawn and verified with the
+        numpy generator ``rng``, standard error ≤ 0.5/√mc_samples); or the
+        :class:`InvalidInputError` that refuses that K. Values are (B,) float64 tensors on the
+        batch's device, clipped to [0, 1].
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> from otbound.token import LawBatch
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> res = VERIFIERS["spechub"].batch_estimate(b, (2, 3))
+        >>> res[2][1], type(res[3]).__name__
+        ('exact', 'InvalidInputError')
+        """
+        import torch
+
+        rng = np.random.default_rng(rng)
+        out = {}
+        for k in num_drafts:
+            try:
+                k = self.check_num_drafts(batch, k)
+                values = self.batch_acceptance(batch, k)
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            if values is not None:
+                out[k] = (values.clamp(0.0, 1.0), "exact")
+                continue
+            P, Q = batch.numpy_rows()
+            try:
+                est = [float(self.sample(p, q, sample_drafts(q, k, self.sampling, mc_samples, rng),
+                                         rng).accepted.mean()) for p, q in zip(P, Q)]
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            out[k] = (torch.as_tensor(est, dtype=torch.float64, device=batch.p.device), "monte_carlo")
+        return out
+
+    def check_num_drafts(self, batch: LawBatch, num_drafts) -> int:
+        """K checked against the draft law (the support of every row's q) and ``max_drafts``."""
+        k = batch.check_num_drafts(num_drafts, self.sampling)
+        if self.max_drafts is not None and k > self.max_drafts:
+            raise InvalidInputError(f"verifier {self.name!r} supports at most {self.max_drafts} drafts, got K = {k}")
+        return k
+
+    def lossless_error(self, p, q, num_drafts: int) -> float:
+        """Exact ``max_y |Σ_x̄ Q(x̄) law(y | x̄) − p(y)|`` over the draft tuples of this verifier's
+        draft law: 0 (to float64 rounding, ~1e-16) iff the verifier is lossless on ``(p, q, K)``.
+
+        The block verifiers' :meth:`otbound.block.verifiers.BlockVerifier.lossless_error` is the
+        same quantity for one iteration's emitted sequence.
+
+        Parameters
+        ----------
+        p, q : array_like (V,)
+            Target and draft laws.
+        num_drafts : int
+            K.
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        InvalidInputError
+            On bad laws or K, or when the enumeration would exceed ``ENUMERATION_MAX_TUPLES`` tuples
+            or ``ENUMERATION_MAX_CELLS`` cells.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+        >>> VERIFIERS["kseq"].lossless_error(p, q, 3) < 1e-15
+        True
         """
         p, q = _check_laws(p, q)
         k = self._check_k(q, num_drafts)
+        v = q.size
+        if v**k > ENUMERATION_MAX_TUPLES or v ** (k + 1) > ENUMERATION_MAX_CELLS:
+            raise InvalidInputError(
+                f"the exact lossless error enumerates |V|^K = {v}^{k} draft tuples (limits {ENUMERATION_MAX_TUPLES} "
+                f"tuples, {ENUMERATION_MAX_CELLS} cells): use a smaller vocabulary"
+            )
         aux = self._prepare(p, q, k)
-        value = self._closed_form(p, q, aux, k)
-        if value is None:
-            value = self._enumerated_acceptance(p, q, aux, k)
-        return None if value is None else float(min(1.0, max(0.0, value)))
+        weights, tuples = support_tuples(q, k, self.sampling)
+        out = np.zeros(v)
+        for sl in _chunks(tuples.shape[0], v):
+            out += weights[sl] @ self._laws(p, q, aux, tuples[sl])
+        return float(np.abs(out - p).max())
 
     def acceptance_or_estimate(self, p, q, num_drafts: int, mc_samples: int, rng) -> tuple[float, str]:
         """``(acceptance, method)``: the exact :meth:`acceptance` (``"exact"``) where it is
         computable, else the accepted fraction of ``mc_samples`` draft tuples drawn from the draft law
-        and verified (``"monte_carlo"``; standard error ≤ 0.5/√mc_samples)."""
+        and verified (``"monte_carlo"``; standard error ≤ 0.5/√mc_samples). 1-D laws."""
         exact = self.acceptance(p, q, num_drafts)
         if exact is not None:
             return exact, "exact"

@@ -47,6 +47,8 @@ class GreedyVerifier(SequentialVerifier):
     """Optimal verifier for the greedy draft law (theory.md §3): reaches α*_greedy."""
 
     name = "greedy"
+    reference = "greedy-law optimal verifier (theory.md §3), α = α*_greedy"
+    lossless = True
     sampling = "greedy"
 
     def _prepare(self, p, q, k):
@@ -60,15 +62,28 @@ class GreedyVerifier(SequentialVerifier):
         x = drafts[:, -1:]
         return x, ratio_min1(p[x], aux["qp"][x]), aux["residual"]
 
-    def _closed_form(self, p, q, aux, k):
-        in_g = aux["in_g"]
-        return float(p[in_g].sum() + np.minimum(p[~in_g], aux["qp"][~in_g]).sum())
+    def batch_acceptance(self, batch, num_drafts):
+        """``α = α*_greedy = p(G) + Σ_{x∉G} min(p(x), q'(x))`` per row (module docstring), the
+        greedy law's bound from the batched kernel.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import GreedyVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> GreedyVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.9])
+        """
+        return batch.optimal_acceptance(num_drafts, "greedy")
 
 
 class SpecHubVerifier(GreedyVerifier):
     """SpecHub (2411.05289) for K = 2 on the greedy law; K = 1 is speculative sampling."""
 
     name = "spechub"
+    reference = "SpecHub (Sun et al. 2411.05289), K ≤ 2"
+    lossless = True
     max_drafts = 2
 
     def _prepare(self, p, q, k):
@@ -117,11 +132,17 @@ class SpecHubVerifier(GreedyVerifier):
         accept = np.where(x_first[:, None], acc_xa, acc_ax)
         return first_acceptance_sample(tokens, accept, aux["residual"], rng)
 
-    def _closed_form(self, p, q, aux, k):
-        if k == 1:
-            return super()._closed_form(p, q, aux, k)
-        a = aux["a"]
-        accepted_i = np.minimum(p, q) + np.minimum(aux["p1"], aux["q2"])  # = min(p, q') off a
-        accepted_i[a] = 0.0
-        # hub: accepted min(p(a), R1 + R2) plus residual mass at a, i.e. all of p(a)
-        return float(accepted_i.sum() + p[a])
+    def batch_acceptance(self, batch, num_drafts):
+        """``α_SpecHub = α*_greedy`` at K ≤ 2 (derived in the module docstring: the i-acceptances
+        add to ``min(p, q')`` per token off the hub and the hub keeps all of ``p(a)``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import SpecHubVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> SpecHubVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.9])
+        """
+        return batch.optimal_acceptance(num_drafts, "greedy")

@@ -75,6 +75,8 @@ class ImportanceSamplingVerifier(Verifier):
     """Khisti et al. (2410.18234): IS selection of one draft, then speculative sampling vs p_s."""
 
     name = "khisti_is"
+    reference = "importance-sampling draft selection + speculative sampling (Khisti et al. 2410.18234)"
+    lossless = True
     sampling = "with_replacement"
 
     def _prepare(self, p, q, k):
@@ -144,6 +146,8 @@ class OptimalImportanceVerifier(ImportanceSamplingVerifier):
     """Khisti et al. (2410.18234), K = 2: LP-optimal selection of one draft, then speculative sampling."""
 
     name = "khisti_lp"
+    reference = "LP-optimal draft selection + speculative sampling, K ≤ 2 (Khisti et al. 2410.18234)"
+    lossless = True
     max_drafts = 2
 
     def _prepare(self, p, q, k):

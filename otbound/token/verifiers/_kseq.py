@@ -14,7 +14,11 @@ the drafts are i.i.d. with law ``(q − min(q, p/ρ))/(1 − β)`` and
 
 r the residual. At the exact root γ = ρ, the residual is ``∝ (p − ρq)_+``, supported where
 ``p > ρq``, while a draft can only be rejected where ``p < ρq``: the coincidence term vanishes and
-``α = 1 − (1 − β(ρ*))^K`` exactly (the claim of theory.md §3; the tests check it to 1e-12).
+``α = 1 − (1 − β(ρ*))^K`` exactly (the claim of theory.md §3; the tests check it to 1e-12). At the
+float64 root the coincidence term is at most ``|p_acc(ρ*) − ρ* β(ρ*)|`` (~1e-16: it carries the
+factor ``1 − γ/ρ*`` and a mass ``≤ ρ* β``), so the acceptance is computed as ``1 − (1 − β(ρ*))^K``
+for the whole batch: ``β(ρ) = Pc[n(ρ)]/ρ + Qs[n(ρ)]`` from the ratio-sorted prefix sums
+(:mod:`otbound.token._kernel`), ρ* by the same bisection as :func:`kseq_rho`, for every row at once.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class KSeqVerifier(SequentialVerifier):
     """SpecTr K-SEQ with ρ = ρ* (2310.15141)."""
 
     name = "kseq"
+    reference = "SpecTr K-SEQ at ρ* (Sun et al. 2310.15141)"
+    lossless = True
     sampling = "with_replacement"
 
     def _prepare(self, p, q, k):
@@ -69,11 +75,46 @@ class KSeqVerifier(SequentialVerifier):
         accept = ratio_min1(p[drafts], aux["rho"] * q[drafts])
         return drafts, accept, aux["residual"]
 
-    def _closed_form(self, p, q, aux, k):
-        beta = aux["beta"]
-        if beta >= 1.0:
-            return 1.0
-        rejected_law = (q - np.minimum(q, p / aux["rho"])) / (1.0 - beta)
-        with np.errstate(divide="ignore"):  # log1p(-1) = -inf gives the exact 1 − 0^K = 1
-            coincide = float(aux["residual"] @ -np.expm1(k * np.log1p(-np.minimum(rejected_law, 1.0))))
-        return aux["p_acc"] + (1.0 - beta) ** k * coincide
+    def batch_acceptance(self, batch, num_drafts):
+        """``α = 1 − (1 − β(ρ*))^K`` per row, ρ* by a batched bisection (module docstring).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import KSeqVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> KSeqVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.83])
+        """
+        return batch.memo(("kseq", num_drafts), lambda: _kseq_batch(batch.sorted, num_drafts))
+
+
+def _kseq_batch(srt, k):
+    import torch
+
+    b = srt.r.shape[0]
+    kt = torch.full((b, 1), float(k), dtype=torch.float64, device=srt.r.device)
+
+    def beta(rho):
+        n = srt.count_below(rho)
+        return srt.at(srt.pc, n) / rho + srt.qsuf(n)
+
+    def p_acc(bt):
+        return torch.where(bt < 1.0, -torch.expm1(kt * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))
+
+    def f(rho):
+        bt = beta(rho)
+        return p_acc(bt) - rho * bt
+
+    lo = torch.ones_like(kt)
+    hi = kt.clone()
+    done = f(lo) <= 0.0
+    hi = torch.where(done, lo, hi)
+    while not bool(done.all()):
+        mid = 0.5 * (lo + hi)
+        done = done | (mid <= lo) | (mid >= hi)
+        pos = f(mid) > 0.0
+        lo = torch.where(~done & pos, mid, lo)
+        hi = torch.where(~done & ~pos, mid, hi)
+    return p_acc(beta(hi))[:, 0]

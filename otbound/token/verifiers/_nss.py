@@ -19,6 +19,8 @@ class NaiveVerifier(Verifier):
     """Naive speculative sampling (NSS): Y ~ p regardless of the drafts; works for any draft law."""
 
     name = "nss"
+    reference = "naive speculative sampling: Y ~ p, accepted iff Y ∈ x̄"
+    lossless = True
 
     def __init__(self, sampling: str = "with_replacement"):
         self.sampling = check_sampling(sampling)
@@ -31,3 +33,24 @@ class NaiveVerifier(Verifier):
 
     def _closed_form(self, p, q, aux, k):
         return float(p @ inclusion_probabilities(q, k, self.sampling))
+
+    def batch_acceptance(self, batch, num_drafts):
+        """``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts ``Σ_t p(t)(1 − (1 − q(t))^K)`` for every row
+        at once (``1 − q`` computed once per batch); for the other laws row by row from
+        :func:`otbound.token.draft_laws.inclusion_probabilities`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import NaiveVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> NaiveVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.58])
+        """
+        if self.sampling != "with_replacement":
+            return super().batch_acceptance(batch, num_drafts)
+        from otbound.token._kernel import power
+
+        miss = batch.memo("nss_miss", lambda: 1.0 - batch.q)
+        return (batch.p * (1.0 - power(miss, num_drafts))).sum(1)

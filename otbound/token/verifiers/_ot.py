@@ -1,6 +1,7 @@
-"""OT-optimal verifier: given the drafts x̄, sample ``Y ~ π*(· | x̄) = π*(x̄, ·)/Q(x̄)`` from an optimal
-plan of the membership-cost transport problem (SpecTr OTM 2310.15141; theory.md §2), solved by
-:func:`otbound.optimal_acceptance_lp`. Lossless by the plan's marginals; acceptance ``α*``.
+"""The optimal verifier's plan path (implementation of :class:`~otbound.token.verifiers.OptimalVerifier`
+for the draft laws other than i.i.d.): given the drafts x̄, sample ``Y ~ π*(· | x̄) = π*(x̄, ·)/Q(x̄)``
+from an optimal plan of the membership-cost transport problem (SpecTr OTM 2310.15141; theory.md §2),
+solved by :func:`otbound.optimal_acceptance_lp`. Lossless by the plan's marginals; acceptance ``α*``.
 
 Small V only: the plan has ``|V|^K · |V|`` entries (at most ``max_plan_cells``, default
 ``MAX_PLAN_CELLS``). The LP's plan
@@ -9,20 +10,18 @@ float64 rounding) by the rounding step of Altschuler, Weed & Rigollet (1705.0963
 rows down to Q, columns down to p, and add the outer product of the deficits (normalised). This
 moves at most the solver error (~1e-10) of mass, so the acceptance returned (the exact membership
 mass of the repaired plan, by enumeration) equals α* to ~1e-9. Plans are cached per (p, q, K)
-(``CACHE_SIZE`` most recent).
+(by the verifier).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from otbound._validation import InvalidInputError, check_sampling
+from otbound._validation import InvalidInputError
 from otbound.token.bounds import optimal_acceptance_lp
 from otbound.token.draft_laws import draft_joint
-from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 
 MAX_PLAN_CELLS = 10_000_000
-CACHE_SIZE = 16
 
 
 def round_plan(plan: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -40,35 +39,29 @@ def round_plan(plan: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarr
     return f
 
 
-class OTVerifier(Verifier):
-    """Samples from the LP-optimal plan π*(x̄, y) for the draft law ``sampling`` (small V)."""
+def plan(p: np.ndarray, q: np.ndarray, k: int, sampling: str, max_plan_cells: int = MAX_PLAN_CELLS) -> np.ndarray:
+    """The repaired LP-optimal plan ``π*(x̄, y)``, array ``(V^K, V)`` (rows: draft tuples in
+    ``np.ravel_multi_index`` order), for the draft law ``sampling``.
 
-    name = "ot"
+    Raises
+    ------
+    InvalidInputError
+        If the plan would have more than ``max_plan_cells`` entries ``|V|^(K+1)``.
+    """
+    v = q.size
+    if v ** (k + 1) > max_plan_cells:
+        raise InvalidInputError(
+            f"the ot verifier with sampling={sampling!r} needs the full LP plan with |V|^(K+1) = {v}^{k + 1} "
+            f"entries (limit {max_plan_cells:.0e}); use a smaller vocabulary (with_replacement has no such limit)"
+        )
+    joint = draft_joint(q, k, sampling)
+    bound = optimal_acceptance_lp(p, joint, return_plan=True)
+    return round_plan(bound.plan.reshape(v**k, v), joint.ravel(), p)
 
-    def __init__(self, sampling: str = "with_replacement", max_plan_cells: int = MAX_PLAN_CELLS):
-        self.sampling = check_sampling(sampling)
-        self.max_plan_cells = int(max_plan_cells)
-        self._cache = PreparedCache(CACHE_SIZE)
 
-    def _prepare(self, p, q, k):
-        return self._cache.get_or_build(p, q, k, lambda: self._plan(p, q, k))
-
-    def _plan(self, p, q, k):
-        v = q.size
-        if v ** (k + 1) > self.max_plan_cells:
-            raise InvalidInputError(
-                f"the ot verifier needs the full LP plan with |V|^(K+1) = {v}^{k + 1} entries "
-                f"(limit {self.max_plan_cells:.0e}); use a smaller vocabulary"
-            )
-        joint = draft_joint(q, k, self.sampling)
-        bound = optimal_acceptance_lp(p, joint, return_plan=True)
-        return round_plan(bound.plan.reshape(v**k, v), joint.ravel(), p)
-
-    def _laws(self, p, q, aux, drafts):
-        v = q.size
-        idx = np.ravel_multi_index(tuple(drafts.T), (v,) * drafts.shape[1])
-        rows = aux[idx]
-        return rows / rows.sum(axis=1, keepdims=True)
-
-    def _sample(self, p, q, aux, drafts, rng):
-        return draw(self._laws(p, q, aux, drafts), rng.random(drafts.shape[0]))
+def plan_laws(plan_rows: np.ndarray, drafts: np.ndarray) -> np.ndarray:
+    """``π*(· | x̄)`` for each row of ``drafts`` (n, K): the plan's rows, normalised, array (n, V)."""
+    v = plan_rows.shape[1]
+    idx = np.ravel_multi_index(tuple(drafts.T), (v,) * drafts.shape[1])
+    rows = plan_rows[idx]
+    return rows / rows.sum(axis=1, keepdims=True)

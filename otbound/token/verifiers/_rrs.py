@@ -2,28 +2,85 @@
 
 **With replacement** (SpecInfer, Miao et al. 2305.09781): drafts i.i.d. from q; ``p_1 = p``; round i
 accepts ``x_i`` w.p. ``min(1, p_i(x_i)/q(x_i))``, else ``p_{i+1} = norm((p_i − q)_+)``; if all K are
-rejected, ``Y ~ p_{K+1}``. Exact acceptance by the recursion of Thomas et al. (Dynamic Delayed Tree
-Expansion, Alg. 9; theory.md §3): with ``r_i = Σ min(p_i, q)``,
-``P_rej = Π (1 − r_i)``, ``m = Π (1 − (q − p_i)_+/(1 − r_i))`` (the probability, given all rounds
-rejected, that no draft equals t), ``α = (1 − P_rej) + P_rej Σ_t p_{K+1}(t)(1 − m(t))``.
+rejected, ``Y ~ p_{K+1}``.
+
+Exact acceptance (derived; the recursion of Thomas et al., Dynamic Delayed Tree Expansion, Alg. 9,
+is the independent check of the tests): with ``h(μ) = Σ (p − μ q)_+`` the residuals are
+``p_i = (p − μ_i q)_+ / h(μ_i)`` with ``μ_1 = 0``, ``μ_{i+1} = μ_i + h(μ_i)`` (induction:
+``(p_i − q)_+ = (p − μ_i q − h(μ_i) q)_+ / h(μ_i)``). Round i rejects with probability
+``Σ (q − p_i)_+ = h(μ_{i+1})/h(μ_i)``, so all K rounds reject with probability ``h(μ_{K+1})``; the
+final residual lives where ``r = p/q > μ_{K+1}`` while a rejected draft of round i has
+``r < μ_{i+1} ≤ μ_{K+1}``, so no residual token is a draft and
+
+    α = 1 − h(μ_{K+1}),
+
+K binary searches per row on the ratio-sorted prefix sums (:mod:`otbound.token._kernel`).
 
 **Without replacement** (Jeon et al. 2402.14160; Yang et al. 2401.06706): drafts drawn without
 replacement (Gumbel-top-K); after rejecting ``x_i``: ``p_{i+1} = norm((p_i − q_i)_+)`` and
-``q_{i+1} = norm(q_i with x_i zeroed)``. No closed form: exact acceptance by enumeration for small V.
-Costs O(n·V·K) time (per-row residuals), processed in chunks of ``CHUNK_CELLS``.
+``q_{i+1} = norm(q_i with x_i zeroed)``. Costs O(n·V·K) time (per-row residuals), processed in
+chunks of ``CHUNK_CELLS``.
+
+Acceptance (derived): after rejecting ``x_1..x_{i−1}`` the target residual is
+``(p − μ_i q)_+/h(μ_i)`` and the draft law ``q/S_i`` off the rejected tokens R
+(``S_i = 1 − Σ q(x_j)``, summed directly), with ``μ_{i+1} = μ_i + h(μ_i)/S_i`` (the same induction
+as with replacement, the draft law rescaled by ``1/S_i``). Rejected tokens have ``r < μ_i`` and carry
+no residual mass, so ``α = 1 − P(all K rejected)`` and round i rejects with
+
+    ρ_i = (Qc[n(μ_{i+1})] − q(R))/S_i − Σ_{μ_i ≤ r < μ_{i+1}} (p − μ_i q)/h(μ_i)
+        = 1 − Qs[n(μ_{i+1})]/S_i − Σ_{μ_i ≤ r < μ_{i+1}} (p − μ_i q)/h(μ_i)
+
+(prefix and suffix sums of the ratio-sorted row; the second form, used, keeps its accuracy when
+``S_i`` is tiny, as R lies below ``n(μ_i)``). K ≤ 2: exact, summing ρ_2 over every first draft
+x_1 with its round-1 rejection weight ``(q − p)_+(x_1)`` (a vector over the sorted row). K ≥ 3: exact by enumeration
+of the draft tuples for small V; otherwise :meth:`RRSWithoutReplacementVerifier.batch_estimate`
+gives a Rao–Blackwellised Monte Carlo estimate with ``mc_samples`` paths per position: the rejected
+drafts ``x_1..x_{K−1}`` are drawn from their conditional law given rejection (inverse CDF by
+binary search on the prefix sums) and the path's weight is ``Π ρ_i`` (the last round exactly), an
+unbiased estimate of P(all rejected) with far less variance than counting accepted samples. One
+set of paths of max K rounds serves every K ≥ 3: K's estimate uses the paths' first K rounds (a
+draft's law does not depend on how many drafts follow it; the estimates of different K are
+correlated).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from otbound._validation import InvalidInputError
 from otbound.token.verifiers._base import SequentialVerifier, ratio_min1, residual
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def rrs_thresholds(batch, k: int):
+    """``(μ_{k}, h(μ_{k}))`` of the RRS recursion (module docstring), each (B, 1), cached per batch:
+    μ_1 = 0, μ_{i+1} = μ_i + h(μ_i)."""
+    if k == 1:
+        torch = _torch()
+        mu = torch.zeros(batch.rows, 1, dtype=torch.float64, device=batch.p.device)
+        return batch.memo(("rrs_mu", 1), lambda: (mu, batch.sorted.h(mu)))
+
+    def build():
+        mu, h = rrs_thresholds(batch, k - 1)
+        mu = mu + h
+        return mu, batch.sorted.h(mu)
+
+    return batch.memo(("rrs_mu", k), build)
 
 
 class RRSVerifier(SequentialVerifier):
     """SpecInfer recursive rejection sampling, drafts i.i.d. from q (2305.09781)."""
 
     name = "rrs"
+    reference = "SpecInfer recursive rejection sampling (Miao et al. 2305.09781)"
+    lossless = True
     sampling = "with_replacement"
 
     def _prepare(self, p, q, k):
@@ -38,22 +95,27 @@ class RRSVerifier(SequentialVerifier):
         accept = ratio_min1(aux[cols, drafts], q[drafts])
         return drafts, accept, aux[k]
 
-    def _closed_form(self, p, q, aux, k):
-        p_rej, m = 1.0, np.ones_like(q)
-        for i in range(k):
-            excess = np.maximum(q - aux[i], 0.0)
-            rej = excess.sum()  # 1 − r_i, summed directly for accuracy
-            if rej <= 0.0:
-                return 1.0  # round i accepts with certainty
-            p_rej *= rej
-            m *= 1.0 - excess / rej
-        return (1.0 - p_rej) + p_rej * float(aux[k] @ (1.0 - m))
+    def batch_acceptance(self, batch, num_drafts):
+        """``α = 1 − h(μ_{K+1})`` per row (module docstring), (B,) float64 on the batch's device.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import RRSVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> RRSVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.83])
+        """
+        return 1.0 - rrs_thresholds(batch, num_drafts + 1)[1][:, 0]
 
 
 class RRSWithoutReplacementVerifier(SequentialVerifier):
     """Recursive rejection sampling with drafts without replacement (Jeon et al. 2402.14160)."""
 
     name = "rrs_wor"
+    reference = "recursive rejection sampling without replacement (Jeon et al. 2402.14160)"
+    lossless = True
     sampling = "without_replacement"
 
     def _rounds(self, p, q, aux, drafts):
@@ -70,3 +132,183 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
                 cur_q[rows, x] = 0.0
                 cur_q /= cur_q.sum(axis=1, keepdims=True)
         return drafts, accept, cur_p
+
+    def batch_acceptance(self, batch, num_drafts):
+        """Exact acceptance per row: K = 1, 2 in closed form on the sorted rows (module docstring),
+        K ≥ 3 by enumeration where V is small (else None: :meth:`batch_estimate`).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import RRSWithoutReplacementVerifier
+        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+        >>> RRSWithoutReplacementVerifier().batch_acceptance(b, 2).numpy().round(6)
+        array([0.94])
+        """
+        if num_drafts <= 2:
+            return batch.memo(("rrs_wor", num_drafts), lambda: _rrs_wor_exact(batch, num_drafts))
+        return super().batch_acceptance(batch, num_drafts)
+
+    def batch_estimate(self, batch, num_drafts, mc_samples: int = 64, rng=None) -> dict:
+        """As :meth:`Verifier.batch_estimate`, with the Rao–Blackwellised Monte Carlo of the module
+        docstring (``mc_samples`` paths per position, the batch's torch generator; one set of paths
+        of max K rounds for every K ≥ 3) where no exact value is computable.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> from otbound.token.verifiers import RRSWithoutReplacementVerifier
+        >>> rng = np.random.default_rng(0)
+        >>> p, q = rng.dirichlet(np.ones(400), 2), rng.dirichlet(np.ones(400), 2)
+        >>> res = RRSWithoutReplacementVerifier().batch_estimate(LawBatch(p, q), (2, 3), mc_samples=16)
+        >>> res[2][1], res[3][1], tuple(res[3][0].shape)
+        ('exact', 'monte_carlo', (2,))
+        """
+        out, todo = {}, []
+        for k in num_drafts:
+            try:
+                k = self.check_num_drafts(batch, k)
+                values = self.batch_acceptance(batch, k)
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            if values is None:
+                todo.append(k)
+            else:
+                out[k] = (values.clamp(0.0, 1.0), "exact")
+        if todo:
+            horizon = max(todo)
+            weights = batch.memo(("rrs_wor_paths", int(mc_samples), horizon),
+                                 lambda: _rrs_wor_paths(batch, horizon, int(mc_samples)))
+            for k in todo:
+                out[k] = ((1.0 - weights[k - 1].mean(1)).clamp(0.0, 1.0), "monte_carlo")
+        return out
+
+
+def _rrs_wor_exact(batch, k):
+    """α of RRS without replacement for K = 1, 2 (module docstring), (B,)."""
+    torch = _torch()
+    srt = batch.sorted
+    mu1, h1 = rrs_thresholds(batch, 1)
+    if k == 1:
+        return 1.0 - _reject(srt, mu1, h1, torch.ones_like(mu1), torch.zeros_like(mu1))[:, 0]
+    mu2 = mu1 + h1
+    h2 = srt.h(mu2)
+    n_mu2 = srt.count_below(mu2)
+    n1 = int(n_mu2.max())  # first drafts that can be rejected: r < μ_2
+    qx = srt.qs[:, :n1]
+    w1 = (qx - srt.ps[:, :n1] / h1).clamp_min(0.0)  # rejection weight of each first draft
+    s2 = srt.qc[:, :n1] + srt.qsuf_range(1, n1 + 1)  # Σ_{x ≠ x_1} q
+    return 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+
+
+def _rrs_wor_paths(batch, horizon, mc_samples):
+    """Path weights ``Π_{i ≤ K} ρ_i`` for K = 1..horizon (a list of (B, mc_samples) tensors) of the
+    Rao–Blackwellised Monte Carlo (module docstring), drawn with the batch's generator."""
+    torch = _torch()
+    srt = batch.sorted
+    b, v = srt.r.shape
+    dev = srt.r.device
+    f64 = torch.float64
+    mu1, h1 = rrs_thresholds(batch, 1)
+    shape = (b, mc_samples)
+    mu = mu1.expand(shape).contiguous()
+    h = h1.expand(shape).contiguous()
+    s = srt.q_tot.expand(shape).contiguous()
+    removed_pos = torch.full((b, mc_samples, horizon), v + 1, dtype=torch.int64, device=dev)
+    removed_q = torch.zeros((b, mc_samples, horizon), dtype=f64, device=dev)
+    weight = torch.ones(shape, dtype=f64, device=dev)
+    out = []
+    for i in range(horizon):
+        q_rem = removed_q.sum(2)
+        rho = _reject(srt, mu, h, s, q_rem)
+        weight = weight * rho
+        out.append(weight)
+        if i == horizon - 1:
+            break
+        mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
+        u = torch.rand(shape, generator=batch.generator, dtype=f64, device=dev) * rho
+        pos = _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u)
+        qx = torch.gather(srt.qs, 1, pos)
+        removed_pos[:, :, i] = pos
+        removed_q[:, :, i] = qx
+        s = s - qx
+        mu = mu_next
+        h = srt.h(mu)
+    return out
+
+
+def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
+    """ρ_2 of every first draft x_1 (states (B, m): S_2 = s2, q(x_1) = qx; μ_2, h_2 and n(μ_2) per row).
+
+    μ_3 = μ_2 + h_2/S_2 ≥ μ_2 + h_2, and for most first drafts (q(x_1) tiny, S_2 ≈ 1) no ratio lies in
+    [μ_2 + h_2, μ_3): then n(μ_3) is the row's n(μ_2 + h_2) and :func:`_reject` reduces to
+    ``(Qc[n] − q(x_1))/S_2 − D`` with D per row. The others take :func:`_reject` itself: row by row
+    (``per_row``, default on the CPU) or all at once (default on an accelerator).
+    """
+    torch = _torch()
+    live = h2 > 0
+    safe_h = torch.where(live, h2, torch.ones_like(h2))
+    base = srt.count_below(mu2 + h2)
+    q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
+    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
+    # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
+    rho = (1.0 - srt.qsuf(base) / s2 - d).clamp_(0.0, 1.0)
+    v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
+    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)
+    # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
+    far = (h2 > (r_next - mu2) * s2) & live
+    if per_row is None:
+        per_row = s2.device.type == "cpu"
+    if per_row:
+        for row in torch.nonzero(far.any(1)).flatten().tolist():
+            sel = far[row]
+            rho[row, sel] = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s2[row : row + 1, sel],
+                                    qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
+    else:  # on an accelerator one general round over every first draft beats a per-row loop
+        rho = torch.where(far, _reject(srt, mu2.expand_as(s2), h2.expand_as(s2), s2, qx, n_mu2), rho)
+    return rho if bool(live.all()) else torch.where(live, rho, torch.zeros_like(rho))
+
+
+def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
+    """ρ = P(reject) of a round in state (μ, h = h(μ), S, q-mass of the rejected drafts); all (B, m).
+    ``n0``, ``n1``: n(μ) and n(μ + h/S) if already known."""
+    torch = _torch()
+    live = (h > 0) & (s > 0)
+    safe_h = torch.where(live, h, torch.ones_like(h))
+    safe_s = torch.where(live, s, torch.ones_like(s))
+    mu_next = mu + h / safe_s
+    n0 = srt.count_below(mu) if n0 is None else n0
+    n1 = srt.count_below(mu_next) if n1 is None else n1
+    q_lo, q_hi = srt.at(srt.qc, n0), srt.at(srt.qc, n1)
+    band = (srt.at(srt.pc, n1) - srt.at(srt.pc, n0)) - mu * (q_hi - q_lo)
+    # the rejected tokens R all lie below n(μ) ≤ n1, so Qc[n1] − q(R) = S − Qs[n1]: computed so, no
+    # cancellation when S is tiny (S itself is summed directly by the callers)
+    rho = 1.0 - srt.qsuf(n1) / safe_s - band / safe_h
+    return torch.where(live, rho.clamp(0.0, 1.0), torch.zeros_like(rho))
+
+
+def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
+    """Sorted position of a draft drawn from the rejected-draft law of the state, by binary search
+    for ``u`` in its cumulative weight ``W(m) = (Qc[m] − q(R ∩ [0, m)))/S − D(m)/h``."""
+    torch = _torch()
+    n0 = srt.count_below(mu)
+    lo = torch.zeros_like(n0)
+    hi = srt.count_below(mu_next)
+    pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
+    safe_h = torch.where(h > 0, h, torch.ones_like(h))
+
+    def cum(m):
+        qm, pm = srt.at(srt.qc, m), srt.at(srt.pc, m)
+        rem = (removed_q * (removed_pos < m.unsqueeze(2))).sum(2)
+        d = torch.where(m > n0, (pm - pc0) - mu * (qm - qc0), torch.zeros_like(qm))
+        return (qm - rem) / s - d / safe_h
+
+    while bool((hi - lo > 1).any()):
+        mid = (lo + hi) // 2
+        below = cum(mid) <= u
+        lo = torch.where(below, mid, lo)
+        hi = torch.where(below, hi, mid)
+    return lo

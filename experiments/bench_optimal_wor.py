@@ -1,0 +1,205 @@
+"""Benchmark: ``ot_wor_top`` (the optimum seen through the top-m tokens, drafts without replacement)
+beside ``rrs_wor`` and ``ot``, and its gap to α* as a function of m.
+
+    python experiments/bench_optimal_wor.py [--runs 3] [--instances 2] [--ks 2 4 8] [--figure PATH]
+
+Instances: LM-like pairs at V = 151,936 (logits N(0, 2.5²) with 50 boosted tokens; the draft's
+logits add N(0, 1) noise; both laws softmax(logits / T)), T ∈ ``--temperatures``. Times are process
+CPU times (one thread; the machine is shared), medians of ``--runs`` runs, then the median over
+instances:
+
+* ``per token`` — the public ``sample`` on one drafted tuple with an empty cache (a fresh p, q, as
+  in decoding): for ``ot_wor_top`` the whole set-up (the clock pass over T^c, the sets, the LP);
+  ``rrs_wor`` and ``ot`` (i.i.d. drafts, the with-replacement optimum) the same call;
+* ``batched`` — per tuple, 1,000 tuples of one (p, q) in one ``sample`` call, set-up cached;
+* ``acceptance`` — the exact acceptance of ``ot_wor_top`` and α* without replacement.
+
+Gap table: ``α* − α(ot_wor_top)`` for ``max_sets`` ∈ ``--max-sets`` (m = ``truncation_size``),
+written as a figure with ``--figure``.
+
+Real traces: ``--traces DIR`` (a folder of ``otbound-trace-1`` files, :func:`otbound.lm.collect_traces`)
+replaces all of the above by the mean over every stored position of α*_wor and of the exact
+acceptance of ``ot_wor_top`` at each ``max_sets`` (and K in ``--ks``), with the mean gap; beside
+them α* with replacement (``ot_wor_iid``'s proven floor) and the Monte Carlo acceptance of
+``ot_wor_iid`` and ``rrs_wor`` on the same ``--mc`` draft tuples per position (standard error of the
+mean over positions below 0.5 / √(positions · mc)).
+
+``ot_wor_iid`` (ot on i.i.d. draws rebuilt from the drafts) is timed beside the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from otbound import VERIFIERS, optimal_acceptance, sample_drafts  # noqa: E402
+from otbound.token import laws_from_logits  # noqa: E402
+from otbound.token.verifiers import OptimalWithoutReplacementVerifier  # noqa: E402
+from otbound.token.verifiers._optimal_wor import truncation_size  # noqa: E402
+
+V = 151_936
+WOR = "without_replacement"
+
+
+def lm_pair(seed: int, temperature: float, v: int = V):
+    r = np.random.default_rng(seed)
+    z = r.standard_normal(v) * 2.5
+    z[:50] += 8 * r.random(50)
+    return laws_from_logits(z, temperature), laws_from_logits(z + r.standard_normal(v), temperature)
+
+
+def cpu_median(fn, runs):
+    times = []
+    for _ in range(runs):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def per_token(name, p, q, drafts, runs):
+    ver = VERIFIERS[name]
+    rng = np.random.default_rng(0)
+
+    def once():
+        for obj in (ver, getattr(ver, "_inner", None)):  # ot_wor_iid keeps ot inside
+            if hasattr(obj, "_cache"):
+                obj._cache.clear()
+        ver.sample(p, q, drafts, rng)
+
+    return cpu_median(once, runs)
+
+
+def batched(name, p, q, drafts, runs):
+    ver = VERIFIERS[name]
+    rng = np.random.default_rng(0)
+    ver.sample(p, q, drafts[:1], rng)  # set-up cached
+    return cpu_median(lambda: ver.sample(p, q, drafts, rng), runs) / drafts.shape[0]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.5, 1.0])
+    ap.add_argument("--max-sets", type=int, nargs="+", default=[100, 300, 1000, 2500])
+    ap.add_argument("--figure", default=None, help="write the gap figure here (PNG)")
+    ap.add_argument("--traces", default=None, help="folder of stored traces: the gap on real laws instead")
+    ap.add_argument("--mc", type=int, default=200, help="draft tuples per position for the Monte Carlo columns")
+    args = ap.parse_args(argv)
+    if args.traces:
+        return real_gap(args)
+    print(f"{datetime.date.today()} {platform.processor() or platform.machine()}, V = {V:,}, CPU ms, "
+          f"medians of {args.runs} runs, median over {args.instances} instances")
+    print(f"{'T':>4} {'K':>2} {'m':>3} | {'ot_wor_top':>10} {'rrs_wor':>8} {'ot':>8} {'ot_wor_iid':>10} | "
+          f"per tuple batched: "
+          f"{'ot_wor_top':>10} {'rrs_wor':>8} | {'α(ot_wor_top)':>13} {'α*_wor':>7}")
+    for temp in args.temperatures:
+        for k in args.ks:
+            cells = {key: [] for key in ("wor", "rrs", "fast", "iid", "bwor", "brrs", "acc", "star")}
+            for i in range(args.instances):
+                p, q = lm_pair(1000 * k + i, temp)
+                rng = np.random.default_rng(i)
+                wor_drafts = sample_drafts(q, k, WOR, 1000, rng)
+                iid_drafts = sample_drafts(q, k, "with_replacement", 1, rng)
+                cells["wor"].append(per_token("ot_wor_top", p, q, wor_drafts[:1], args.runs))
+                cells["rrs"].append(per_token("rrs_wor", p, q, wor_drafts[:1], args.runs))
+                cells["fast"].append(per_token("ot", p, q, iid_drafts, args.runs))
+                cells["iid"].append(per_token("ot_wor_iid", p, q, wor_drafts[:1], args.runs))
+                cells["bwor"].append(batched("ot_wor_top", p, q, wor_drafts, args.runs))
+                cells["brrs"].append(batched("rrs_wor", p, q, wor_drafts[:64], 1))
+                cells["acc"].append(VERIFIERS["ot_wor_top"].acceptance(p, q, k))
+                cells["star"].append(optimal_acceptance(p, q, k, WOR))
+            med = {key: statistics.median(val) for key, val in cells.items()}
+            print(f"{temp:>4} {k:>2} {truncation_size(k):>3} | {1e3 * med['wor']:>10.1f} {1e3 * med['rrs']:>8.1f} "
+                  f"{1e3 * med['fast']:>8.1f} {1e3 * med['iid']:>10.1f} | {'':>19}{1e3 * med['bwor']:>10.3f} "
+                  f"{1e3 * med['brrs']:>8.3f} | "
+                  f"{med['acc']:>13.4f} {med['star']:>7.4f}")
+    print("\nGap α* − α(ot_wor_top) by max_sets (m), median over instances")
+    gaps = {}
+    for temp in args.temperatures:
+        for k in args.ks:
+            row = []
+            for ms in args.max_sets:
+                if 2 ** (k + 1) - 1 > ms:
+                    row.append(None)
+                    continue
+                ver = OptimalWithoutReplacementVerifier(ms)
+                vals = []
+                for i in range(args.instances):
+                    p, q = lm_pair(1000 * k + i, temp)
+                    vals.append(optimal_acceptance(p, q, k, WOR) - ver.acceptance(p, q, k))
+                row.append(statistics.median(vals))
+            gaps[(temp, k)] = row
+            cells = " ".join(
+                f"m={truncation_size(k, ms):>2}: {'—':>6}" if g is None else f"m={truncation_size(k, ms):>2}: {g:.4f}"
+                for ms, g in zip(args.max_sets, row)
+            )
+            print(f"T = {temp}, K = {k}: {cells}")
+    if args.figure:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for (temp, k), row in gaps.items():
+            xs = [truncation_size(k, ms) for ms, g in zip(args.max_sets, row) if g is not None]
+            ys = [g for g in row if g is not None]
+            ax.plot(xs, ys, marker="o", label=f"T = {temp}, K = {k}")
+        ax.set_xlabel("m (tokens of T)")
+        ax.set_ylabel("α*_wor − α(ot_wor_top)")
+        ax.set_xscale("log")
+        ax.set_title(f"Top-m truncation gap, LM-like pairs, V = {V:,}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(args.figure, dpi=120)
+        print(f"figure: {args.figure}")
+
+
+def real_gap(args):
+    from otbound.lm import load_traces
+
+    laws = []
+    for rec in load_traces(args.traces):
+        p_rows, q_rows = rec.p, rec.q
+        laws += [(rec.prompt_id, rec.temperature, p_rows[i], q_rows[i]) for i in range(rec.positions)]
+    prompts = sorted({x[0] for x in laws})
+    temps = sorted({x[1] for x in laws})
+    print(f"{datetime.date.today()}: {len(laws)} positions of {len(prompts)} prompts ({', '.join(prompts)}), "
+          f"T = {temps}")
+    for k in args.ks:
+        star = np.array([optimal_acceptance(p, q, k, WOR) for _, _, p, q in laws])
+        cells = [f"α*_wor {star.mean():.4f}"]
+        for ms in args.max_sets:
+            if 2 ** (k + 1) - 1 > ms:
+                continue
+            ver = OptimalWithoutReplacementVerifier(ms)
+            acc = np.array([ver.acceptance(p, q, k) for _, _, p, q in laws])
+            gap = star - acc
+            cells.append(f"m={truncation_size(k, ms)}: α {acc.mean():.4f}, gap {gap.mean():.4f} "
+                         f"(median {np.median(gap):.4f}, max {gap.max():.4f}, "
+                         f"efficiency {acc.mean() / star.mean():.1%})")
+        iid = np.array([optimal_acceptance(p, q, k) for _, _, p, q in laws])
+        rng = np.random.default_rng(k)
+        mc = {"ot_wor_iid": [], "rrs_wor": []}
+        for _, _, p, q in laws:
+            drafts = sample_drafts(q, k, WOR, args.mc, rng)
+            for name in mc:
+                mc[name].append(VERIFIERS[name].sample(p, q, drafts, rng).accepted.mean())
+        cells.append(f"α*_iid {iid.mean():.4f}; Monte Carlo: ot_wor_iid {np.mean(mc['ot_wor_iid']):.4f}, "
+                     f"rrs_wor {np.mean(mc['rrs_wor']):.4f}")
+        print(f"K = {k}: " + "; ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

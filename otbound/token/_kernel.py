@@ -1,0 +1,517 @@
+"""The batched sorted-rows kernel of the token layer: laws ``(..., V)`` in numpy or torch (CPU or
+CUDA), checked once, sorted once by ratio, and every α* and closed-form acceptance computed from the
+same prefix sums, on the caller's device, float64 throughout.
+
+One ordering per row serves every draft law, K and verifier: the tokens sorted by the ratio
+``r = p/q`` (``q = 0`` last, ties by index), with prefix sums ``Pc[j] = Σ_{l<j} p``,
+``Qc[j] = Σ_{l<j} q`` of the sorted row and suffix sums ``Ps``, ``Qs`` summed from the tail (so that
+tiny tails keep their relative accuracy). With ``n(μ) = #{r < μ}`` (a binary search per row)
+
+    h(μ) = Σ (p − μ q)_+ = Ps[n(μ)] − μ Qs[n(μ)],     Σ min(p, c q) = Pc[n(c)] + c Qs[n(c)].
+
+α* (Hu et al. 2502.18779, Theorem 3.1, prefix form ``α* = 1 + min_j [Pc[j] − Q(first j tokens)]``):
+
+* **with replacement**: ``1 + min(0, min_j Pc[j] − Qc[j]^K)`` over the prefixes with ratio ≤ K
+  (beyond, adding a token raises the value);
+* **without replacement**: K = 1 as with replacement; K = 2 in closed form on the same prefixes,
+  ``Q(H) = s − (1 − s) Σ_{i∈H} q_i/(1 − q_i)`` (:mod:`otbound.token._wor`; ``1 − q_i`` of a token
+  with ``q_i > 1/2`` is the other tokens' mass summed directly); K ≥ 3 the exponential-clock
+  integral by the branch and bound of :mod:`otbound.token._search`, run on the rows as sorted here
+  (its bucket sums become sums of runs);
+* **greedy**: ``α*_greedy = p(G) + Σ_{x∉G} min(p, q')``, ``G`` the K − 1 largest q (ties to the
+  lower index), ``q' = q/(1 − q(G))`` off G: ``Σ_x min(p, c q)`` from the prefix sums minus the G
+  terms.
+
+Sorting: on the CPU one unsigned-integer sort of the ratio's bit pattern with the index in its low
+bits (:func:`_ratio_order`; ``torch.sort`` costs 16× ``np.sort`` for float64 on one core, numpy's
+``argsort`` 2.6×), near ties repaired exactly; on CUDA a stable ``torch.sort``.
+
+Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); the values agree
+with the per-row references of the tests to float64 summation error (≤ 1e-14 measured, 1e-12
+demanded; without replacement K ≥ 3 within the clock integral's stated 1e-12).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+
+import numpy as np
+
+from otbound._backend import is_torch
+from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
+from otbound.token import _search, _wor
+from otbound.token._deterministic import top_k_mask_torch
+
+_OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+# ---------------------------------------------------------------------------------------------
+# the checked batch
+
+
+class LawBatch:
+    """A checked batch of target/draft laws, sorted once by ratio and shared by every quantity.
+
+    Every α* and every verifier's batched acceptance on the same positions reads the same ratio
+    ordering and prefix sums (and caches what it derives: α* per law and K, the greedy split, the
+    RRS thresholds), so a measurement of many quantities pays for one sort per row.
+
+    Parameters
+    ----------
+    p, q : array_like or torch.Tensor, shape (V,) or (..., V)
+        Target and draft laws along the last axis (same shape; each row sums to 1 within
+        ``LAW_ATOL`` and is renormalised). Torch tensors stay on their device (CPU or CUDA).
+    seed : int, sequence of ints or numpy.random.SeedSequence
+        Seeds the batch's torch generator (Monte Carlo estimates, e.g. RRS without replacement at
+        K ≥ 3).
+    check_overflow : bool
+        Also refuse a positive ``q`` so small that ``p/q`` overflows float64 (the verifiers'
+        acceptance ratios).
+
+    Raises
+    ------
+    InvalidInputError
+        Malformed laws (shape, NaN, negative entry, sum away from 1), or an overflowing ``p/q``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token import LawBatch
+    >>> b = LawBatch(np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]]), np.full((2, 3), 1 / 3))
+    >>> b.shape, b.vocab
+    ((2,), 3)
+    >>> b.wrap(b.optimal_acceptance(2, "with_replacement")).round(6)
+    array([0.957778, 0.76    ])
+    """
+
+    def __init__(self, p, q, *, seed=0, check_overflow: bool = False):
+        torch = _torch()
+        if is_torch(p) or is_torch(q):
+            self.device = (p if is_torch(p) else q).device
+            p, q = _check_torch(p, q, self.device)
+        else:
+            self.device = None
+            p, q = as_pair(p, q)
+            p, q = torch.from_numpy(np.ascontiguousarray(p)), torch.from_numpy(np.ascontiguousarray(q))
+        self.shape = tuple(p.shape[:-1])
+        self.vocab = int(p.shape[-1])
+        self.p = p.reshape(-1, self.vocab)  # (B, V) float64
+        self.q = q.reshape(-1, self.vocab)  # (B, V) float64
+        self.seed = seed
+        self._memo: dict = {}
+        if check_overflow:
+            self._check_overflow()
+
+    @property
+    def rows(self) -> int:
+        """B, the number of rows (positions)."""
+        return self.p.shape[0]
+
+    def wrap(self, values):
+        """``values`` (a (B,) float64 tensor) in the caller's type and batch shape: a float for 1-D
+        numpy laws, a numpy array for numpy batches, a tensor on the input's device for torch."""
+        values = values.reshape(self.shape)
+        if self.device is not None:
+            return values
+        arr = values.cpu().numpy()
+        return float(arr) if arr.ndim == 0 else arr
+
+    def memo(self, key, build):
+        """The value cached under ``key``, else ``build()`` cached."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
+
+    @functools.cached_property
+    def sorted(self) -> SortedRows:
+        """The rows sorted by ratio with their prefix and suffix sums (:class:`SortedRows`)."""
+        return SortedRows(self.p, self.q)
+
+    @functools.cached_property
+    def support(self) -> int:
+        """The smallest number of tokens with q > 0 over the rows (V for an empty batch)."""
+        return int((self.q > 0).sum(1).min()) if self.rows else self.vocab
+
+    @functools.cached_property
+    def generator(self):
+        """A torch generator on the batch's device seeded from ``seed``."""
+        torch = _torch()
+        gen = torch.Generator(device=self.p.device)
+        seq = self.seed if isinstance(self.seed, np.random.SeedSequence) else np.random.SeedSequence(self.seed)
+        gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+        return gen
+
+    def check_num_drafts(self, num_drafts, sampling: str = "with_replacement") -> int:
+        """``num_drafts`` checked as K ≥ 1 and, for the laws without replacement and greedy, within
+        the support of every row's q (:func:`otbound._validation.check_num_drafts`)."""
+        k = check_num_drafts(num_drafts, None, sampling)
+        if sampling != "with_replacement" and k > self.support:
+            raise InvalidInputError(
+                f"num_drafts={k} exceeds the support of q ({self.support} tokens with q > 0): "
+                f"the {sampling} law needs K distinct tokens of positive draft mass")
+        return k
+
+    def optimal_acceptance(self, num_drafts: int, sampling: str = "with_replacement"):
+        """α* per row, a (B,) float64 tensor on the batch's device, in [0, 1] (module docstring).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token import LawBatch
+        >>> b = LawBatch(np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]))
+        >>> round(float(b.optimal_acceptance(2, "greedy")[0]), 6)
+        0.8
+        """
+        check_sampling(sampling)
+        k = self.check_num_drafts(num_drafts, sampling)
+        return self.memo(("alpha", sampling, k), lambda: optimal_values(self, k, sampling)[0])
+
+    def numpy_rows(self):
+        """``(P, Q)`` as float64 numpy arrays of shape (B, V) (a copy off the CPU)."""
+        return self.memo("numpy", lambda: (self.p.cpu().numpy(), self.q.cpu().numpy()))
+
+    def _check_overflow(self):
+        q = self.q
+        if not bool(((q > 0) & (q < _OVERFLOW_Q)).any()):
+            return
+        torch = _torch()
+        over = (q > 0) & torch.isinf(self.p / torch.where(q > 0, q, torch.ones_like(q)))
+        if bool(over.any()):
+            r, i = torch.nonzero(over)[0].tolist()
+            where = f"token {i}" if not self.shape else f"row {r}, token {i}"
+            raise InvalidInputError(
+                f"p/q overflows float64 at {where} (p = {float(self.p[r, i]):.3g}, q = {float(q[r, i]):.3g}): "
+                f"set such denormal q entries to 0")
+
+
+def _check_torch(p, q, device):
+    """``(p, q)`` as checked, renormalised float64 tensors on ``device`` (the rules and messages of
+    :func:`otbound._validation.as_law`)."""
+    torch = _torch()
+    out = []
+    for name, x in (("p", p), ("q", q)):
+        x = torch.as_tensor(x, device=device).to(torch.float64)
+        if x.ndim == 0:
+            raise InvalidInputError(f"{name} must be an array of probabilities, got a scalar")
+        if x.shape[-1] == 0:
+            raise InvalidInputError(f"{name} has an empty vocabulary axis (shape {tuple(x.shape)})")
+        s = x.sum(dim=-1, keepdim=True)
+        # one pass each for the common case: a finite non-negative row has a finite sum and min ≥ 0
+        if x.numel() and not (bool(torch.isfinite(s).all()) and float(x.amin()) >= 0.0):
+            if not bool(torch.isfinite(x).all()):
+                bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
+                raise InvalidInputError(f"{name} has a NaN or infinite entry at index {tuple(bad)}")
+            bad = torch.nonzero(x < 0)[0].tolist()
+            raise InvalidInputError(f"{name} has a negative entry {float(x[tuple(bad)])!r} at index {tuple(bad)}")
+        err = (s - 1.0).abs()
+        if x.numel() and bool((err > LAW_ATOL).any()):
+            flat = err.reshape(-1)
+            row = int(torch.argmax(flat))
+            idx = tuple(np.unravel_index(row, tuple(err.shape[:-1]))) if x.ndim > 1 else ()
+            raise InvalidInputError(f"{name} does not sum to 1 (row {idx} sums to {float(s.reshape(-1)[row]):.9g}; "
+                                    f"tolerance {LAW_ATOL:g})")
+        out.append(x / s)
+    if out[0].shape != out[1].shape:
+        raise InvalidInputError(
+            f"p and q must have the same shape, got {tuple(out[0].shape)} and {tuple(out[1].shape)}")
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the ratio ordering and its prefix sums
+
+
+def _ratio(p, q):
+    """p/q with q = 0 mapped to +inf (0/0 and x/0 alike: last) and −0 to +0 (non-negative floats
+    sort as their bit patterns)."""
+    return (p / q).masked_fill_(q == 0, math.inf).add_(0.0)
+
+
+def _index_bits(v: int) -> int:
+    return max(1, (v - 1).bit_length())
+
+
+def _ratio_order(r):
+    """Per row of ``r`` (non-negative float64, numpy; overwritten: the result lives in its memory),
+    the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
+    ratio's bit pattern (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the
+    index, so ratios closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order:
+    :func:`_fix_near_ties`."""
+    low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
+    key = r.view(np.uint64)
+    key &= ~low
+    key |= np.arange(r.shape[1], dtype=np.uint64)
+    key.sort(axis=1)
+    key &= low
+    return key.view(np.int64)
+
+
+def _fix_near_ties(r, r_in_order, order):
+    """Re-sort one row's ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within its
+    runs of equal truncated ratio, where a descent can lie; in place. ``r``: the row's ratios,
+    ``r_in_order``: the same in the given order."""
+    run = r_in_order.view(np.uint64) >> np.uint64(_index_bits(order.size))
+    tied = np.flatnonzero(run[1:] == run[:-1])
+    pos = np.union1d(tied, tied + 1)  # every element of a run of length ≥ 2, in increasing order
+    sub = order[pos]
+    order[pos] = sub[np.lexsort((sub, r[sub], run[pos]))]
+
+
+class SortedRows:
+    """Rows ``p``, ``q`` (B, V) sorted by ratio p/q (ties by index, q = 0 last) with prefix sums
+    (module docstring). ``order`` (B, V): the sorted token ids; ``ps``, ``qs``, ``r``: p, q and the
+    ratio in that order; ``pc``, ``qc`` (B, V + 1): prefix sums."""
+
+    def __init__(self, p, q):
+        torch = _torch()
+        if p.device.type == "cpu":
+            order = torch.from_numpy(_ratio_order(_ratio(p, q).numpy()))
+        else:
+            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices
+        self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
+        self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
+        if p.device.type == "cpu" and p.shape[1] > 1:
+            for row in torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten().tolist():
+                r = _ratio(p[row], q[row])
+                _fix_near_ties(r.numpy(), self.r[row].numpy(), order[row].numpy())
+                self.ps[row], self.qs[row], self.r[row] = p[row, order[row]], q[row, order[row]], r[order[row]]
+        self.order = order
+        self.v = p.shape[1]
+        self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
+        # suffix sums summed from the tail (exact in relative terms where they are tiny and get
+        # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
+        self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
+        self.q_tot = self.qc[:, -1:]
+
+    def row(self, i):
+        """The same structure for row ``i`` alone (shape (1, V))."""
+        view = copy.copy(self)
+        for name in ("r", "ps", "qs", "pc", "qc", "_prs", "_qrs", "q_tot", "order"):
+            setattr(view, name, getattr(self, name)[i : i + 1])
+        return view
+
+    @staticmethod
+    def _prefix(x):
+        torch = _torch()
+        out = torch.empty((x.shape[0], x.shape[1] + 1), dtype=x.dtype, device=x.device)
+        out[:, 0] = 0.0
+        torch.cumsum(x, 1, out=out[:, 1:])
+        return out
+
+    def psuf(self, n):
+        """Σ_{l ≥ n} p of the sorted row (n: positions, (B, m))."""
+        return _torch().gather(self._prs, 1, self.v - n)
+
+    def qsuf(self, n):
+        """Σ_{l ≥ n} q of the sorted row (n: positions, (B, m))."""
+        return _torch().gather(self._qrs, 1, self.v - n)
+
+    def qsuf_range(self, lo, hi):
+        """Σ_{l ≥ j} q for the positions j = lo..hi−1 (a slice, no gather)."""
+        return self._qrs[:, self.v - hi + 1 : self.v - lo + 1].flip(1)
+
+    def count_below(self, mu):
+        """n(μ) = #{r < μ} per row, μ of shape (B, m)."""
+        return _torch().searchsorted(self.r, mu.contiguous(), side="left")
+
+    def at(self, prefix, idx):
+        return _torch().gather(prefix, 1, idx)
+
+    def h(self, mu, n=None):
+        """h(μ) = Σ (p − μ q)_+ (≥ 0), μ of shape (B, m)."""
+        n = self.count_below(mu) if n is None else n
+        return (self.psuf(n) - mu * self.qsuf(n)).clamp_min(0.0)
+
+    def min_sum(self, c):
+        """Σ min(p, c q) per row, c of shape (B, m) (c may be +inf: then Σ over q > 0 of p)."""
+        n = self.count_below(c)
+        return self.at(self.pc, n) + _scaled(c, self.qsuf(n))
+
+    def prefix_limit(self, bound):
+        """Smallest column count covering every prefix with ratio ≤ bound (B,) in every row."""
+        return int(self.count_below(bound.reshape(-1, 1) * (1 + 1e-12)).max()) + 1
+
+    def unsort(self, sorted_mask):
+        """A boolean (B, V) mask given in sorted order, back in token order."""
+        return _torch().zeros_like(sorted_mask).scatter_(1, self.order, sorted_mask)
+
+
+def _scaled(c, x):
+    """c·x for x ≥ 0, with 0 where x = 0 (c may overflow to +inf: a q-mass off G below 1/DBL_MAX)."""
+    return _torch().where(x > 0, c * x, _torch().zeros_like(x))
+
+
+def power(x, k: int):
+    """x**k for an integer k ≥ 1 by repeated squaring (torch's pow is several times slower than a
+    multiplication on the CPU for k ≥ 4; the results differ by rounding only)."""
+    out, base = None, x
+    while True:
+        if k & 1:
+            out = base if out is None else out * base
+        k >>= 1
+        if not k:
+            return out
+        base = base * base
+
+
+# ---------------------------------------------------------------------------------------------
+# α* per draft law
+
+
+def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = False):
+    """``(α* (B,), binding sets (B, V) bool or None)`` for a checked K (module docstring)."""
+    if sampling == "with_replacement" or (sampling == "without_replacement" and k == 1):
+        return _with_replacement(batch, k, want_sets)
+    if sampling == "greedy":
+        return _greedy(batch, k, want_sets)
+    if sampling == "deterministic":
+        return _deterministic(batch, k, want_sets)
+    return _without_replacement(batch, k, want_sets)
+
+
+def _deterministic(batch, k, want_sets):
+    """α*_det = p(G), G = top-K(q) (ties to the lower index), binding set H* = G where p(G) < 1
+    (:mod:`otbound.token._deterministic`)."""
+    g = top_k_mask_torch(batch.q, k)  # (B, V) bool
+    value = (batch.p * g).sum(1).clamp(0.0, 1.0)  # (B,)
+    return value, ((g & (value < 1.0).reshape(-1, 1)) if want_sets else None)
+
+
+def _prefix_minimum(srt, f, want_sets):
+    """``1 + min(0, min_j f[:, j])`` over prefix columns and the binding prefixes as a token mask."""
+    torch = _torch()
+    best, j = f.min(1)
+    value = (1.0 + best.clamp(max=0.0)).clamp(0.0, 1.0)
+    if not want_sets:
+        return value, None
+    cols = torch.arange(srt.v, device=f.device).reshape(1, -1)
+    return value, srt.unsort((cols < j.reshape(-1, 1)) & (best < 0).reshape(-1, 1))
+
+
+def _with_replacement(batch, k, want_sets):
+    torch = _torch()
+    srt = batch.sorted
+    m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=batch.p.device))
+    m = min(m, srt.pc.shape[1])
+    f = srt.pc[:, :m] - power(srt.qc[:, :m], k)  # column 0 is the empty set: f = 0
+    return _prefix_minimum(srt, f, want_sets)
+
+
+def _without_replacement(batch, k, want_sets):
+    """K = 2 closed form on the sorted prefixes; K ≥ 3 the branch and bound of
+    :mod:`otbound.token._search` (per row on the CPU; on the rows as sorted here for values, on the
+    rows as given for binding sets). Rows with a positive q below ``_wor.CLOCK_FLOOR`` go through
+    the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
+    torch = _torch()
+    tiny = ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1)
+    if k >= 3 or bool(tiny.any()):
+        if want_sets:
+            P, Q = batch.numpy_rows()
+            vals, sets = _search.without_replacement(P, Q, k, True)
+            return (torch.as_tensor(np.clip(vals, 0.0, 1.0), device=batch.p.device),
+                    torch.as_tensor(sets, device=batch.p.device))
+        srt = batch.sorted
+        rows = batch.memo("sorted_numpy", lambda: (srt.ps.cpu().numpy(), srt.qs.cpu().numpy()))
+        if k >= 3:
+            vals = _search.without_replacement_ratio_sorted(*rows, k)
+            return torch.as_tensor(vals, dtype=torch.float64, device=batch.p.device), None
+        vals = _pair_closed_form(batch, want_sets)[0]
+        for i in torch.nonzero(tiny).flatten().tolist():
+            vals[i] = float(np.clip(_search.without_replacement(rows[0][i : i + 1], rows[1][i : i + 1], 2,
+                                                                False)[0][0], 0.0, 1.0))
+        return vals, None
+    return _pair_closed_form(batch, want_sets)
+
+
+def _pair_closed_form(batch, want_sets):
+    torch = _torch()
+    srt = batch.sorted
+    top = torch.topk(batch.q, 1, dim=1).values[:, 0]
+    m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
+    qs = srt.qs[:, : m - 1]
+    rest = 1.0 - qs
+    big = qs > 0.5  # at most one per row: 1 − q as the other tokens' mass summed directly (as PairMass)
+    if bool(big.any()):
+        rest = torch.where(big, srt.qc[:, : m - 1] + srt.qsuf_range(1, m), rest)
+    odds = torch.cumsum(qs / rest, 1)
+    mass = srt.qc[:, 1:m] - srt.qsuf_range(1, m) * odds
+    f = torch.cat([torch.zeros_like(srt.pc[:, :1]), srt.pc[:, 1:m] - mass.clamp(0.0, 1.0)], 1)
+    return _prefix_minimum(srt, f, want_sets)
+
+
+def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
+    """Indices of the m largest entries of a 1-D ``q`` by decreasing q, ties to the lower index (the
+    first m of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    v = q.size
+    part = np.argpartition(q, v - m)[v - m :]
+    thr = q[part].min()
+    if int(np.count_nonzero(q == thr)) != int(np.count_nonzero(q[part] == thr)):  # ties cut at the threshold
+        above = np.flatnonzero(q > thr)
+        part = np.concatenate([above, np.flatnonzero(q == thr)[: m - above.size]])
+    return part[np.lexsort((part, -q[part]))].astype(np.int64)
+
+
+def greedy_split_rows(batch: LawBatch, m: int):
+    """``(idx, pg, qg, outside, rest)`` of the greedy law for up to m = K − 1 deterministic drafts,
+    cached per batch: ``idx`` (B, m) the m largest q per row (ties to the lower index, as
+    :func:`otbound.greedy_split`), ``pg``, ``qg`` their p and q, ``outside`` (B, 1) the q-mass off
+    the m (summed directly where it may be tiny), ``rest[:, j]`` the q-mass off the top j."""
+
+    def build():
+        torch = _torch()
+        p, q = batch.p, batch.q
+        vals, idx = torch.topk(q, m, dim=1)
+        # ties cut at the edge of the top-m: take the lowest indices among the tied values
+        edge = vals[:, -1:]
+        tied = ((q == edge).sum(1) != (vals == edge).sum(1)) | (vals[:, 1:] == vals[:, :-1]).any(1)
+        for row in torch.nonzero(tied).flatten().tolist():
+            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), m), device=q.device)
+        pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
+        in_g = qg.sum(1, keepdim=True)
+        outside = q.sum(1, keepdim=True) - in_g
+        direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
+        if direct.numel():
+            outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
+        rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])
+        return idx, pg, qg, outside, rest
+
+    return batch.memo(("greedy_split", m), build)
+
+
+def _greedy(batch, k, want_sets):
+    """α*_greedy (module docstring); H* = G ∪ {x ∉ G: p(x) < q'(x)} where α* < 1."""
+    torch = _torch()
+    srt = batch.sorted
+    if k == 1:
+        c = torch.ones(batch.rows, 1, dtype=torch.float64, device=batch.p.device)
+        value = srt.min_sum(c)[:, 0].clamp(0.0, 1.0)
+        return value, ((batch.p < batch.q) & (value < 1.0).reshape(-1, 1)) if want_sets else None
+    idx, pg, qg, outside, rest = greedy_split_rows(batch, k - 1)
+    c = 1.0 / rest[:, k - 1 : k] if k - 1 < idx.shape[1] else 1.0 / outside
+    g_p, g_q = pg[:, : k - 1], qg[:, : k - 1]
+    value = (g_p.sum(1) + srt.min_sum(c)[:, 0] - torch.minimum(g_p, _scaled(c, g_q)).sum(1)).clamp(0.0, 1.0)
+    # a mass q(V∖G) so small (denormal) that 1/q(V∖G) overflows or nearly: q' by direct division there
+    for i in torch.nonzero(~torch.isfinite(c[:, 0]) | (c[:, 0] > 1e290)).flatten().tolist():
+        qp = batch.q[i].scatter(0, idx[i, : k - 1], 0.0)
+        qp = qp / qp.sum()
+        value[i] = (g_p[i].sum() + torch.minimum(batch.p[i], qp).sum()).clamp(0.0, 1.0)
+        c[i] = math.inf  # marks the row for the binding set below
+    if not want_sets:
+        return value, None
+    in_g = torch.zeros_like(batch.p, dtype=torch.bool).scatter_(1, idx[:, : k - 1], True)
+    scaled = _scaled(c, batch.q)
+    for i in torch.nonzero(~torch.isfinite(c[:, 0])).flatten().tolist():
+        qp = batch.q[i].scatter(0, idx[i, : k - 1], 0.0)
+        scaled[i] = qp / qp.sum()
+    sets = (in_g | (batch.p < scaled)) & (value < 1.0).reshape(-1, 1)
+    return value, sets

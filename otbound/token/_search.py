@@ -1,0 +1,430 @@
+"""Branch and bound for α* without replacement over ratio buckets (the search routine behind
+:func:`otbound.optimal_acceptance` at ``sampling="without_replacement"``, K ≥ 2).
+
+f(H) = p(H) − Q(H) over prefixes H of the ratio order p/q, Q(H) the probability that all K drafts
+lie in H (:mod:`otbound.token._wor`). Tokens are bucketed by the bit pattern of p/q (32 buckets per
+octave, a bincount per row), prefix values come from bucket sums, and the search sorts only the
+buckets whose lower bound can beat the best value found (a few thousand tokens of V = 151,936).
+
+The search asks Q(H) and its stretch bounds of a mass evaluator through the small
+:class:`MassEvaluator` protocol; :class:`otbound.token._wor.PairMass` (K = 2, closed form) and
+:class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from otbound._validation import InvalidInputError
+from otbound.token import _wor
+
+
+class MassEvaluator(Protocol):
+    """What the search needs of a Q(H) evaluator (:class:`otbound.token._wor.PairMass`,
+    :class:`otbound.token._wor.ClockMass`)."""
+
+    has_exact: bool
+    leaf: int
+
+    def chain_features(self, base, q_tokens, tokens=None):
+        """Moment features of the prefixes along a chain of tokens after the state ``base``."""
+
+    def bucket_features(self, q, keys, num_keys, work=None, keys_sorted=False):
+        """Moment features of the bucket-end prefixes of a row."""
+
+    def mass(self, features, out, inside=None, exact=None, out_next=None):
+        """``(Q, d1, c2, c3)`` at the given prefixes: Q(H) and the coefficients of its stretch bound."""
+
+
+def _ratio(P: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """p/q with q = 0 mapped to +inf (those tokens sort last)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = P / Q
+    r[Q == 0] = np.inf
+    return r
+
+
+# the exponent and the top 5 mantissa bits, a bucket id monotone in r (32 buckets per octave).
+_SHIFT = 47
+
+
+def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tuple[np.ndarray, int]:
+    """Bucket id of every token's ratio p/q (one row) and the id ``top`` of the overflow bucket.
+
+    Bucket j holds the ratios in [_bucket_floor(j), _bucket_floor(j + 1)); tokens with q = 0 (ratio
+    inf or nan) and all buckets above the one holding ``limit`` are merged into ``top``, so every
+    bucket below ``top`` holds only tokens with q > 0 and ratio < _bucket_floor(top). ``out``: a
+    float64 scratch row, reused across rows (fresh large arrays cost page faults); the ids live in it.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bits = np.divide(p, q, out=out).view(np.uint64)
+    np.bitwise_and(bits, np.uint64(0x7FFF_FFFF_FFFF_FFFF), out=bits)  # −0.0 is 0; nan and inf lie above any ratio
+    np.right_shift(bits, _SHIFT, out=bits)
+    top = (int(np.float64(limit).view(np.uint64)) >> _SHIFT) + 1
+    np.minimum(bits, np.uint64(top), out=bits)
+    return bits.view(np.int64), top
+
+
+def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None, ratio_sorted=False):
+    """``(b, top, bp, bq, ids, sums)``: the buckets of :func:`_ratio_buckets`, the p and q mass of
+    every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio) and the
+    :class:`otbound.token._wor.KeySums` of ``b`` (by runs when ``ratio_sorted``: the row is sorted
+    by ratio)."""
+    b, top = _ratio_buckets(p, q, limit, out=out)
+    sums = _wor.KeySums(b, top, ratio_sorted)
+    if ratio_sorted and sums.starts is None:  # the bucket ids of a ratio-sorted row never decrease
+        raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+    bp, bq = sums(p), sums(q)
+    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0), sums
+
+
+def _bucket_floor(ids) -> np.ndarray:
+    """Smallest ratio of each bucket id (the float whose bit pattern is id << _SHIFT)."""
+    return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
+
+
+def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, ratio_sorted=False) -> np.ndarray:
+    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first).
+    ``ratio_sorted``: the row is sorted by ratio, so a bucket's tokens are a run of ``b`` (found by
+    binary search; sorting the run again costs one pass)."""
+    if ratio_sorted and len(ids) == 1:
+        sel = np.arange(np.searchsorted(b, ids[0], "left"), np.searchsorted(b, ids[0], "right"))
+    elif len(ids) == 1:
+        sel = np.flatnonzero(b == ids[0])
+    else:
+        table = np.zeros(int(b.max()) + 1, dtype=bool)
+        table[ids] = True
+        sel = np.flatnonzero(table[b])
+    return sel[np.argsort(p[sel] / q[sel], kind="stable")]
+
+
+def without_replacement(P, Q, k, want_sets, ratio_sorted=False):
+    """α* for drafts without replacement: branch and bound over ratio buckets with fast Q(H).
+
+    Only tokens with p_i/q_i ≤ K / (1 − M) can bind, M the mass of the K − 1 largest q's: adding i
+    to H raises Q(H) by at most P(i among the drafts) ≤ K q_i / (1 − M). K = 1 is the i.i.d. case;
+    K ≤ ``_wor.MAX_FAST_DRAFTS`` uses the fast prefix masses of :mod:`otbound.token._wor` (closed form for
+    K = 2, clock integral with moment sums for K ≥ 3); larger K the reference DP.
+    ``ratio_sorted``: every row is sorted by ratio p/q ascending (q = 0 last), as
+    :func:`without_replacement_ratio_sorted` takes them; binding sets are then in that order.
+    """
+    if k == 1:
+        raise ValueError("the without-replacement search needs K >= 2 (K = 1 is the i.i.d. case)")
+    if k > _wor.MAX_FAST_DRAFTS:
+        return _without_replacement_reference(P, Q, k, want_sets)
+    n, v = P.shape
+    values = np.ones(n)
+    sets = np.zeros((n, v), dtype=bool) if want_sets else None
+    work = {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
+    for i in range(n):
+        row_q = Q[i]
+        q = _wor.clock_law(row_q, k)
+        # a law changed by clock_law (dropped tiny tokens, renormalised) may no longer be in ratio order
+        values[i], h = _without_replacement_row(P[i], q, k, want_sets, work, ratio_sorted and q is row_q)
+        if h is not None:
+            sets[i] = h
+    return values, sets
+
+
+def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int) -> np.ndarray:
+    """α* without replacement (:func:`otbound.optimal_acceptance`'s value, within its 1e-12) for checked rows
+    (shape (B, V), each a law, K within the support) already sorted by ratio p/q ascending with
+    q = 0 last, as the batched engine sorts them once for every law and K. The branch and bound is
+    the same; its bucket sums and moment features become sums of contiguous runs and a bucket's
+    tokens a slice (no scatter, no search over the row)."""
+    return np.clip(without_replacement(P, Q, k, False, ratio_sorted=True)[0], 0.0, 1.0)
+
+
+def _without_replacement_row(p, q, k, want_set, work, ratio_sorted=False):
+    """One row of :func:`without_replacement`; returns (α*, H* or None). ``work``: scratch arrays;
+    ``ratio_sorted``: the row is sorted by ratio (bucket sums and features by runs, buckets as slices).
+
+    f(H) = p(H) − Q(H) over prefixes of the ratio order, by branch and bound over chains of
+    positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
+    tokens sorted by ratio. A stretch of a chain between evaluated positions s and e is dropped
+    when its lower bound is no better than the best value found: every prefix H in it adds q-mass
+    x ≤ q(e) − q(s) and p-mass ≥ r_lo x (r_lo: smallest ratio in the stretch) to H_s, while
+    Q(H) ≤ min(Q_e, Q_s + D1 x + C2 x²/2) (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), so
+    f(H) ≥ min(f_s, p_s + r_lo x_c − Q_e) with x_c where the quadratic reaches Q_e (the bound is
+    concave below x_c and increasing above). Long stretches are sampled at about ``_FANOUT``
+    positions and the pieces bounded the same way; a bucket (one step of the bucket chain) is opened
+    into its tokens. All stretches alive in a round are evaluated in one call.
+
+    The quadrature grid (K ≥ 3) reaches the horizon the bucket ends need (:func:`_wor_horizons`); a
+    bucket whose inside needs a longer one is opened only after the row is redone on a longer grid.
+    """
+    v = p.size
+    n_top = min(v, 2 * k + 30)
+    top = np.argpartition(q, v - n_top)[v - n_top :]
+    top = top[np.argsort(-q[top], kind="stable")]
+    m = q[top[: k - 1]].sum()
+    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else q.sum() - m  # 1 − M summed directly if small
+    cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
+    b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"],
+                                                 ratio_sorted=ratio_sorted)
+    nb = ids.size
+    if nb == 0:
+        return 1.0, None
+    # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
+    held = np.flatnonzero(bq)
+    tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
+    out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
+    inside = np.concatenate([[0.0], np.cumsum(bq[ids])])
+    fp = np.concatenate([[0.0], np.cumsum(bp[ids])])
+    key = np.full(top_id + 1, nb)
+    key[ids] = np.arange(nb)
+    keys = sums.spread(key, out=work["keys"])
+    row = (p, q, k, b, ids, keys, fp, out, inside, ratio_sorted)
+    if k == 2:
+        return _wor_search(row, _wor.PairMass(q), None, want_set, work)
+    t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
+    horizon = t_ends
+    while True:
+        try:
+            return _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work)
+        except _LongerGrid as need:
+            horizon = need.t_end
+
+
+class _LongerGrid(Exception):
+    """A bucket to open needs the clock integral beyond the grid: redo the row up to ``t_end``."""
+
+    def __init__(self, t_end: float):
+        super().__init__(t_end)
+        self.t_end = t_end
+
+
+def _wor_search(row, ev, t_cut_before, want_set, work):
+    """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
+    p, q, k, b, ids, keys, fp, out, inside, ratio_sorted = row
+    nb = ids.size
+    feats = np.zeros((nb + 1, ev.num_features))
+    np.cumsum(ev.bucket_features(q, keys, nb, work, keys_sorted=ratio_sorted), axis=0, out=feats[1:])
+    states = None
+    if ev.has_exact:
+        exact = np.flatnonzero(q > ev.theta)
+        exact = exact[keys[exact] < nb]
+        exact = exact[np.argsort(p[exact] / q[exact], kind="stable")]
+        through = np.searchsorted(keys[exact], np.arange(nb), side="right")
+        states = ev.run_exact(q[exact], ev.start(q[exact]), np.concatenate([[-1], through - 1]))
+    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states=states)
+    ends = np.array([0, nb])
+    chain.q[ends] = ev.mass(feats[ends], out[ends], inside[ends], chain.exact(ends))
+    f_all = float(fp[nb] - chain.q[nb])
+
+    def open_bucket(i):  # chain position i ends bucket i − 1
+        toks = _bucket_tokens(b, ids[i - 1 : i], p, q, ratio_sorted)
+        if toks.size < 2:
+            return None
+        if t_cut_before is not None:  # prefixes inside keep at least the last token out
+            t_inside = min(_wor.TAIL / (out[i] + q[toks[-1]]), t_cut_before[i - 1])
+            if t_inside > ev.t_end * (1.0 + 1e-9):
+                raise _LongerGrid(t_inside * (1.0 + 1e-6))
+        return chain.tokens(i, toks, p, q)
+
+    best, where = _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket)
+    if not (want_set and best < 0):
+        return 1.0 + best, None
+    ch, j = where
+    if ch is chain:
+        return 1.0 + best, b <= ids[j - 1]
+    h = b < ids[ch.bucket - 1]
+    h[ch.toks[:j]] = True
+    return 1.0 + best, h
+
+
+class _Chain:
+    """Nested prefixes along one stretch of the ratio order (index 0: the prefix before it).
+
+    Arrays over positions: cumulative p (``fp``), evaluator features, q outside and inside, the
+    smallest ratio of the step into each position (``r_step``), Q where evaluated (nan otherwise)
+    and exact-token states (given for all positions, or rebuilt on demand from a start state).
+    A token chain also records its bucket position and tokens.
+    """
+
+    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, exact_run=None, bucket=None, toks=None):
+        self.ev, self.fp, self.feats, self.out, self.inside, self.r_step = ev, fp, feats, out, inside, r_step
+        self.states, self.exact_run, self.bucket, self.toks = states, exact_run, bucket, toks
+        self.q = np.full(fp.size, np.nan)
+
+    def exact(self, idx):
+        if self.exact_run is not None:
+            return self.exact_run(np.asarray(idx))
+        if self.states is None:
+            return None
+        sums, e, sx = self.states
+        return sums[idx], e[:, idx], sx[idx]
+
+    def tokens(self, i, toks, p, q):
+        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i."""
+        ev, qt = self.ev, q[toks]
+        n = toks.size
+        fp = self.fp[i - 1] + np.concatenate([[0.0], np.cumsum(p[toks])])
+        feats = ev.chain_features(self.feats[i - 1], qt, toks)
+        out = self.out[i] + np.concatenate([np.cumsum(qt[::-1])[::-1], [0.0]])  # + q of the bucket's later tokens
+        inside = self.inside[i - 1] + np.concatenate([[0.0], np.cumsum(qt)])
+        exact_run = None
+        if ev.has_exact:
+            is_exact = ev.is_exact(qt)
+            exact_q = qt[is_exact]
+            last = np.concatenate([[-1], np.cumsum(is_exact) - 1])
+            start = self.exact([i - 1])
+
+            def exact_run(idx):
+                return ev.run_exact(exact_q, start, last[idx])
+
+        r_step = np.concatenate([[0.0], p[toks] / qt])
+        sub = _Chain(ev, fp, feats, out, inside, r_step, exact_run=exact_run, bucket=i, toks=toks)
+        sub.q[0], sub.q[n] = self.q[i - 1], self.q[i]
+        return sub
+
+
+_FANOUT = 24  # a long stretch is sampled at about this many positions
+
+
+def _search(root, best, where, open_bucket):
+    """Branch and bound over the positions strictly inside ``root`` (Q known at both ends).
+
+    Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
+    the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
+    are evaluated in one call, and each consecutive pair of samples becomes a stretch of the next
+    round. Returns the best f and where it is ((chain, position), or the ``where`` given).
+    """
+    ev = root.ev
+    n = root.fp.size - 1
+    first = np.array([0]), np.array([n])
+    _, bound = _bounds(root, *first, *_evaluate(ev, [(root, *first)]))
+    live = {root: [(0, n, float(bound[0]))]}
+    while live:
+        parts = []
+        for ch, stretches in live.items():
+            pts, nxt = [], []
+            for lo, hi, lower in stretches:
+                if lower >= best:  # beaten by a value found later in the previous round
+                    continue
+                if hi - lo == 1:
+                    sub = open_bucket(hi)  # only root stretches are single steps here
+                    if sub is not None:
+                        m = sub.fp.size - 1
+                        s = _samples(0, m, ev.leaf)
+                        parts.append((sub, s, np.append(s[1:], m)))
+                    continue
+                s = _samples(lo, hi, ev.leaf)
+                pts.append(s)
+                nxt.append(np.append(s[1:], hi))
+            if pts:
+                parts.append((ch, np.concatenate(pts), np.concatenate(nxt)))
+        if not parts:
+            break
+        q_pts, d1, c2, c3 = _evaluate(ev, parts)
+        live = {}
+        start = 0
+        for ch, pts, nxt in parts:
+            sl = slice(start, start + pts.size)
+            start += pts.size
+            ch.q[pts] = q_pts[sl]
+            f, bound = _bounds(ch, pts, nxt, q_pts[sl], d1[sl], c2[sl], c3[sl])
+            j = int(np.argmin(f))
+            if f[j] < best:
+                best, where = float(f[j]), (ch, int(pts[j]))
+            keep = np.flatnonzero((bound < best) & ((nxt - pts > 1) | (ch is root)))
+            if keep.size:
+                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[keep].tolist()))
+    return best, where
+
+
+def _bounds(ch, pts, nxt, q_pts, d1, c2, c3):
+    """f at ``pts`` and the lower bound of f over each stretch pts → nxt (Q known at nxt):
+    f ≥ min(f_s, p_s + r_lo x_c − Q_e), x_c where Q_s + D1 x + C x²/2 reaches Q_e."""
+    f = ch.fp[pts] - q_pts
+    q_e = ch.q[nxt]
+    mass = ch.inside[nxt] - ch.inside[pts]
+    rise = np.maximum(q_e - q_pts, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        curv = c2 + c3 * mass / 3.0  # x ≤ mass: the cubic term folded into the quadratic
+        x_c = 2.0 * rise / (d1 + np.sqrt(d1 * d1 + 2.0 * curv * rise))
+    x_c = np.clip(np.where(np.isfinite(x_c), x_c, 0.0), 0.0, mass)
+    return f, np.minimum(f, ch.fp[pts] + ch.r_step[pts + 1] * x_c - q_e)
+
+
+def _samples(lo, hi, leaf):
+    """lo and about ``_FANOUT`` positions strictly between lo and hi (all of them if ≤ ``leaf``)."""
+    inner = hi - lo - 1
+    step = 1 if inner <= leaf else -(-inner // _FANOUT)
+    return np.arange(lo, hi, step)
+
+
+def _evaluate(ev, parts):
+    """Q and the stretch-bound coefficients at the positions of several chains, in one call."""
+    feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
+    out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
+    inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
+    out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts])
+    exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
+    return ev.mass(feats, out, inside, exact, out_next=out_next)
+
+
+def _wor_horizons(q, k, b, ids, top, out, inside):
+    """Grid end for the bucket ends and, per bucket m, the cut-off t_cut(H_{m−1}) for the prefixes
+    inside it.
+
+    A prefix H needs the clock integral up to min(40/out(H), t_cut(H)): beyond, the tail is ≤ e^{−40}
+    or P[N_H(t) < K] ≤ e^{−40} (:mod:`otbound.token._wor`); ``out``, ``inside``: q outside and inside each
+    bucket-chain position.
+    t_cut(H) is the smaller of two sufficient times, both monotone in H (so that of H_{m−1} serves
+    every prefix inside bucket m):
+
+    * (40 + ln K)/q_(K)(H), as P[N_H < K] ≤ K e^{−q_(K) t}; q_(K)(H) is bounded below by the K-th
+      largest q among the ``top`` tokens (the largest q's, sorted) in H;
+    * a Chernoff time: the tokens of H outside ``top`` (mass s', each q ≤ q_cap, the smallest top q)
+      ring on average μ ≥ s' t (1 − q_cap t/2) of them by t ≤ 1/q_cap, and for a Poisson-binomial
+      count P[N ≤ K−1] ≤ e^{−μ} (eμ/(K−1))^{K−1} when μ > K − 1 (e^{−μ} for K = 1).
+
+    Ends with out = 0 need no grid (Q = 1).
+    """
+    nb = ids.size
+    pos = np.searchsorted(ids, b[top])  # bucket position of each top token (nb: not a candidate)
+    through = pos[:, None] <= np.arange(nb)[None, :]  # top token in H_m (after bucket m)
+    rank = np.cumsum(through, axis=0)
+    has_k = rank[-1] >= k
+    kth = q[top][np.argmax(rank >= k, axis=0)]
+    s_rest = np.maximum(inside[1:] - q[top] @ through, 0.0)  # mass of H_m outside top
+    q_cap = float(q[top[-1]]) if top.size < q.size else 0.0
+    t = 2.0 ** (np.arange(-4, 100) / 2.0)
+    if q_cap > 0:
+        t = t[t <= 1.0 / q_cap]
+    mu = s_rest[:, None] * t[None, :] * (1.0 - 0.5 * q_cap * t[None, :])  # (nb, len(t))
+    a = k - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_tail = -mu if a == 0 else np.where(mu > a, -mu + a * (1.0 + np.log(mu / a)), 0.0)
+        ok = log_tail <= -_wor.TAIL
+        t_chernoff = np.where(ok.any(axis=1), t[np.argmax(ok, axis=1)], np.inf) if t.size else np.full(nb, np.inf)
+        t_cut = np.where(has_k, (_wor.TAIL + np.log(k)) / np.where(has_k, kth, 1.0), np.inf)
+        t_cut = np.minimum(t_cut, t_chernoff)
+        t_ends = np.minimum(_wor.TAIL / out[1:], t_cut)[out[1:] > 0]
+    return float(t_ends.max(initial=_wor.TAIL)), np.concatenate([[np.inf], t_cut[:-1]])
+
+
+def _without_replacement_reference(P, Q, k, want_sets):
+    """The plain reference: full sort of the candidates and the token-by-token DP of
+    :func:`otbound.token._wor.wor_prefix_mass` (used for K > ``_wor.MAX_FAST_DRAFTS``; an independent check)."""
+    n, v = P.shape
+    values = np.empty(n)
+    sets = np.zeros((n, v), dtype=bool) if want_sets else None
+    r = _ratio(P, Q)
+    for i in range(n):
+        top = np.argpartition(Q[i], v - k + 1)[v - k + 1 :] if k > 1 else np.zeros(0, dtype=np.int64)
+        cut = k / max(np.delete(Q[i], top).sum(), 1e-300)  # 1 − M summed directly
+        cand = np.flatnonzero(r[i] <= cut)
+        order = cand[np.argsort(r[i, cand], kind="stable")]
+        if order.size == 0:
+            values[i] = 1.0
+            continue
+        f = np.cumsum(P[i, order]) - _wor.wor_prefix_mass(Q[i], order, k)
+        j = int(np.argmin(f))
+        values[i] = 1.0 + min(0.0, f[j])
+        if want_sets and f[j] < 0:
+            sets[i, order[: j + 1]] = True
+    return values, sets

@@ -1,0 +1,148 @@
+"""Deterministic drafting (the K most probable draft tokens): its optimum α* = p(top-K(q)) against the
+primal LP and brute force, its two lossless verifiers on truncated laws at several temperatures
+(exact law and a G-test with its power asserted), and the batched engine's value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from stat_power import chi2_power
+
+from otbound import (
+    DRAFT_LAWS,
+    SAMPLINGS,
+    VERIFIERS,
+    InvalidInputError,
+    SamplingParams,
+    draft_joint,
+    optimal_acceptance,
+    optimal_acceptance_brute_force,
+    optimal_acceptance_lp,
+    sample_drafts,
+    subset_mass,
+)
+from otbound.token.verifiers import run
+
+DET = ("onehot", "nss_deterministic")
+ALPHA = 1e-3
+
+
+def _top_k_by_hand(q, k):
+    """Independent reference: a stable sort of −q (ties to the lower index)."""
+    return np.argsort(-q, kind="stable")[:k]
+
+
+def test_registered_like_the_other_laws():
+    assert "deterministic" in SAMPLINGS and DRAFT_LAWS["deterministic"].name == "deterministic"
+    assert {VERIFIERS[n].sampling for n in DET} == {"deterministic"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bound_is_target_mass_of_top_k_against_lp_and_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    v = int(rng.integers(3, 9))
+    k = int(rng.integers(1, min(v, 4) + 1))
+    p = rng.dirichlet(np.full(v, 0.5))
+    q = rng.dirichlet(np.full(v, 0.5))
+    if seed % 3 == 0:  # ties in q at the K-th value
+        q = np.round(q * 4) + 1.0
+        q /= q.sum()
+    expected = p[_top_k_by_hand(q, k)].sum()
+    got = optimal_acceptance(p, q, k, "deterministic", return_certificate=True)
+    assert got.value == pytest.approx(expected, abs=1e-15)
+    joint = draft_joint(q, k, "deterministic")
+    assert optimal_acceptance_lp(p, joint) == pytest.approx(expected, abs=1e-9)
+    assert optimal_acceptance_brute_force(p, joint).value == pytest.approx(expected, abs=1e-12)
+    # the certificate: α* = 1 + p(H*) − Q(H*)
+    h = got.binding_set
+    if expected < 1:
+        assert 1 + p[h].sum() - subset_mass(q, h, k, "deterministic") == pytest.approx(expected, abs=1e-15)
+
+
+def test_ties_go_to_the_lower_index_and_batches_and_torch_agree():
+    q = np.array([0.2, 0.3, 0.2, 0.3])
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    assert sample_drafts(q, 3, "deterministic", size=2).tolist() == [[1, 3, 0], [1, 3, 0]]
+    assert optimal_acceptance(p, q, 3, "deterministic") == pytest.approx(0.7, abs=1e-15)
+    rng = np.random.default_rng(5)
+    P, Q = rng.dirichlet(np.ones(50), size=(3, 4)), rng.dirichlet(np.ones(50), size=(3, 4))
+    batch = optimal_acceptance(P, Q, 5, "deterministic")
+    rows = [[optimal_acceptance(P[i, j], Q[i, j], 5, "deterministic") for j in range(4)] for i in range(3)]
+    np.testing.assert_allclose(batch, rows, atol=1e-15)
+    t = optimal_acceptance(torch.tensor(P), torch.tensor(Q), 5, "deterministic")
+    assert isinstance(t, torch.Tensor)
+    np.testing.assert_allclose(t.numpy(), batch, atol=1e-15)
+
+
+def test_fewer_surviving_tokens_than_drafts_is_an_error():
+    q = SamplingParams(top_k=2).laws(np.array([3.0, 2.0, 1.0, 0.0]))
+    p = np.full(4, 0.25)
+    with pytest.raises(InvalidInputError, match="exceeds the support of q"):
+        optimal_acceptance(p, q, 3, "deterministic")
+    with pytest.raises(InvalidInputError, match="exceeds the support of q"):
+        VERIFIERS["onehot"].acceptance(p, q, 3)
+
+
+def test_non_deterministic_tuple_is_refused():
+    q = np.array([0.1, 0.6, 0.3])
+    with pytest.raises(InvalidInputError, match="not the deterministic tuple"):
+        VERIFIERS["onehot"].sample(np.full(3, 1 / 3), q, [[2, 1]])
+
+
+def _truncated_pair(t, seed, v=40):
+    """Target and draft laws through deployed settings: each its own top-k / top-p / min-p."""
+    rng = np.random.default_rng(seed)
+    lp = rng.normal(0, 2, v)
+    lq = lp + rng.normal(0, 1, v)
+    p = SamplingParams(t, top_k=20, top_p=0.9).laws(lp)
+    q = SamplingParams(t * 0.9, top_k=12, min_p=0.01).laws(lq)
+    return p, q
+
+
+def g_test_pvalue(tokens, p):
+    """G-test of the token counts against p (bins with expected < 5 pooled), its power asserted."""
+    counts = np.bincount(tokens, minlength=p.size)
+    assert counts[p == 0].sum() == 0, "a token of target probability 0 was emitted"
+    exp = p * tokens.size
+    big = exp >= 5
+    obs = np.append(counts[big], counts[~big & (p > 0)].sum())
+    e = np.append(exp[big], exp[~big & (p > 0)].sum())
+    keep = e > 0
+    assert chi2_power(int(keep.sum()) - 1, tokens.size, 0.01, ALPHA) >= 0.995
+    return float(scipy.stats.power_divergence(obs[keep], e[keep], lambda_="log-likelihood").pvalue)
+
+
+@pytest.mark.parametrize("t", [0.5, 0.8, 1.3])
+@pytest.mark.parametrize("name", DET)
+def test_lossless_and_optimal_on_truncated_laws(name, t):
+    p, q = _truncated_pair(t, int(t * 10))
+    ver = VERIFIERS[name]
+    for k in (1, 2, 4):
+        (tup,) = sample_drafts(q, k, "deterministic")
+        # exact: the only tuple has probability 1, its conditional law is the target's law itself
+        np.testing.assert_allclose(ver.conditional_law(p, q, tup), p, atol=1e-12, rtol=0)
+        bound = optimal_acceptance(p, q, k, "deterministic")
+        assert ver.acceptance(p, q, k) == pytest.approx(bound, abs=1e-12)
+        assert bound == pytest.approx(p[_top_k_by_hand(q, k)].sum(), abs=1e-15)
+    # statistical: 200 000 verified draws, G-test against p (power ≥ 0.995 against 1% TV asserted)
+    res = run(name, p, q, 3, 200_000, rng=int(100 * t), confidence=1 - ALPHA)
+    assert g_test_pvalue(res.sample.tokens, p) > ALPHA
+    assert res.ci_low <= ver.acceptance(p, q, 3) <= res.ci_high
+
+
+def test_batched_kernel_matches_the_top_k_by_hand():
+    """The batched α*_det on (B, V) numpy and torch rows, ties at the top included, against p of
+    the top-K tokens chosen by hand per row."""
+    rng = np.random.default_rng(2)
+    P, Q = rng.dirichlet(np.full(300, 0.3), size=6), rng.dirichlet(np.full(300, 0.3), size=6)
+    Q[0, :10] = Q[0, 10]  # ties at the top
+    Q /= Q.sum(1, keepdims=True)
+    for k in (1, 2, 4):
+        want = np.array([p[_top_k_by_hand(q, k)].sum() for p, q in zip(P, Q)])
+        np.testing.assert_allclose(optimal_acceptance(P, Q, k, "deterministic"), want, atol=1e-15, rtol=0)
+        got = optimal_acceptance(torch.tensor(P), torch.tensor(Q), k, "deterministic")
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-15, rtol=0)
+        for name in ("onehot", "nss_deterministic"):
+            np.testing.assert_allclose(VERIFIERS[name].acceptance(P, Q, k), want, atol=1e-15, rtol=0)
