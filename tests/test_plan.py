@@ -99,7 +99,7 @@ UNIT_COST = CostModel(CostCurve([1], [0.001]), CostCurve([1, 100], [0.01, 0.02])
 
 @pytest.fixture(scope="module")
 def small_table():
-    return synthetic_table(num_traces=4, positions=8, max_drafts=2, verifiers=("rrs", "kseq", "spechub", "ot_fast"),
+    return synthetic_table(num_traces=4, positions=8, max_drafts=2, verifiers=("rrs", "kseq", "spechub", "ot"),
                            laws=("with_replacement", "greedy"))
 
 
@@ -116,7 +116,7 @@ def test_single_chain_on_context_free_laws_is_one_plus_geometric_sum(length):
     q = np.array([0.25, 0.25, 0.25, 0.25])
     alpha = 1 - 0.5 * np.abs(p - q).sum()
     expected = 1 + sum(alpha**ell for ell in range(1, length + 1))
-    table = measure_table(_constant_laws(p, q), max_drafts=1, verifiers=("rrs", "kseq", "ot_fast", "greedy"))
+    table = measure_table(_constant_laws(p, q), max_drafts=1, verifiers=("rrs", "kseq", "ot", "greedy"))
     for name in table.acceptance:
         c = evaluate(table, UNIT_COST, table.sampling[name], name, chain_shape(1, length))
         assert c.mean_acceptance_length == pytest.approx(expected, abs=1e-12), name
@@ -136,7 +136,7 @@ def test_every_candidate_between_one_and_its_bound(small_table):
         assert c.shape["nodes"] == tree_nodes_of(c.shape["branching"])
     # the optimum verifier attains α* with i.i.d. drafts: its candidates equal their bounds
     for c in plan.candidates:
-        if c.verifier == "ot_fast":
+        if c.verifier == "ot":
             assert c.mean_acceptance_length == pytest.approx(c.bound_mean_acceptance_length, abs=1e-9)
     # every budget searched has a tree within it
     for n in (1, 3, 6, 10):

@@ -103,7 +103,7 @@ def run(args) -> dict:
 
     t0 = time.perf_counter()
     given = _check_args(args)
-    verifiers = args.verifiers or list(pl.DEFAULT_VERIFIERS)
+    verifiers = args.verifiers or pl.DEFAULT_VERIFIERS
     out = Path(args.out)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     cost_dict = None
