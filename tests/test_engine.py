@@ -114,7 +114,7 @@ def _ref_spechub(p, q, k):
     return float(accepted.sum() + p[a])
 
 
-def _ref_ot_fast(p, q, k):
+def _ref_ot(p, q, k):
     from otbound.token.verifiers import optimal_coupling
 
     return optimal_coupling(p, q, k).accepted  # Σ_{H*} p + Σ_C m, from the coupling's construction
@@ -130,7 +130,7 @@ def _ref_enumerated(name, p, q, k):
 
 
 REFERENCES = {"nss": _ref_nss, "rrs": _ref_rrs, "kseq": _ref_kseq, "greedy": _ref_greedy, "spechub": _ref_spechub,
-              "ot": _ref_ot_fast, "rrs_wor": lambda p, q, k: _ref_enumerated("rrs_wor", p, q, k)}
+              "ot": _ref_ot, "rrs_wor": lambda p, q, k: _ref_enumerated("rrs_wor", p, q, k)}
 
 
 def _ref_optimal(p, q, k, sampling):

@@ -26,6 +26,10 @@ Sharded runs
     :func:`run_shards`, :class:`Shard`, :func:`make_executor` (``"local"``: this process,
     ``"ray"``: :class:`RayExecutor`), :func:`read_checkpoints` — every report section as
     checkpointed shards with a result independent of where they ran (:mod:`otbound.report._distributed`).
+Engine metrics
+    :func:`engine_metrics`, :func:`metrics_from_levels` — mean acceptance length, acceptance rate,
+    per-position acceptance and acceptance-length histogram as vLLM / SGLang / TensorRT-LLM / EAGLE
+    report them (docs/guide/metrics.md), in every block-level row.
 Tables and plots
     :mod:`otbound.report.tables` (markdown tables, ``report.md``/``report.json``) and
     :mod:`otbound.report.plots` (figure style, PNG output).
@@ -52,6 +56,7 @@ from otbound.report._end_to_end import (
     tree_expected_accepted,
 )
 from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
+from otbound.report._metrics import METRIC_NAMES, engine_metrics, metrics_from_levels
 from otbound.report._paired import (
     max_gap_half_width,
     paired_differences,
@@ -67,6 +72,7 @@ __all__ = [
     "EndToEndRow", "IterationMeasure", "end_to_end_figure", "end_to_end_markdown", "end_to_end_rows",
     "end_to_end_section", "measure_run", "tree_expected_accepted",
     "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",
+    "METRIC_NAMES", "engine_metrics", "metrics_from_levels",
     "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "max_gap_half_width",
     "measure_laws", "measure_trace", "paired_differences", "paired_figure", "paired_panels",
     "paired_section", "paired_tables",

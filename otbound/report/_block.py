@@ -7,7 +7,12 @@ verifier's ``E[τ]`` — exact by enumeration when ``(V^L)^K ≤ max_exact_tuple
 Carlo mean over ``mc_samples`` drawn draft tuples of the exact ``E[τ | drafts]``
 (``conditional_accepted``: Rao-Blackwellised over the verifier's own coins; method and standard
 error in the row). ``E[τ]`` counts
-accepted draft tokens; block efficiency is ``E[τ] + 1``.
+accepted draft tokens. Every row also carries the engine metrics (:mod:`otbound.report._metrics`,
+docs/guide/metrics.md): ``mean_acceptance_length = E[τ] + 1`` and ``acceptance_rate = E[τ] /
+drafted_tokens`` (``K·L`` for K blocks of L; ``m + m² + ... + m^L`` tree nodes for ``univer``);
+the bound rows with per-level optima (``causal``, ``per_level``) also ``per_position_acceptance``
+(``P(τ ≥ ℓ)`` under the optimum) and ``acceptance_length_histogram``; None where only the mean is
+known.
 
 The three bounds are of K i.i.d. draft blocks. A verifier with its own drafting scheme (``univer``:
 ``num_drafts`` = the branching m of its tree, ``m^L`` paths) is run on its own draft law
@@ -29,6 +34,7 @@ from otbound.block.models import dirichlet_model, mixture_model, sample_blocks
 from otbound.block.verifiers import BLOCK_VERIFIERS
 from otbound.report import plots
 from otbound.report._distributed import Shard, make_executor, run_shards
+from otbound.report._metrics import metrics_from_levels
 
 _STYLE = {"per_level": ("k", ":"), "joint": ("k", "--"), "causal": ("k", "-")}
 
@@ -79,10 +85,11 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
     common = {"num_drafts": int(k), "block_len": int(length)}
     iid = {}
     for kind in KINDS:
-        iid[kind] = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind).value
-        rows.append(
-            {"kind": "bound", "name": kind, **common, "expected_accepted": iid[kind], "method": "exact", "stderr": 0.0}
-        )
+        res = block_bound(target, draft, vocab_size=vocab_size, num_drafts=k, block_len=length, kind=kind)
+        iid[kind] = res.value
+        rows.append(_with_engine_metrics(
+            {"kind": "bound", "name": kind, **common, "expected_accepted": iid[kind], "method": "exact", "stderr": 0.0},
+            k * length, res.levels))
     exact = (vocab_size**length) ** k <= max_exact_tuples  # the i.i.d. tuples; every verifier is run alike
     drafts = None if exact else sample_blocks(draft, mc_samples * k, length, rng).reshape(mc_samples, k, length)
     kw = dict(vocab_size=vocab_size, num_drafts=k, block_len=length)
@@ -108,8 +115,23 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
         except InvalidInputError as exc:  # its draft law cannot be built on this pair (e.g. UniVer, K > support)
             row.update(expected_accepted=None, method="skipped", stderr=None, causal_bound=None, joint_bound=None,
                        note=str(exc))
-        rows.append(row)
+        nodes = k * length if ver.sampling == "with_replacement" else sum(k**d for d in range(1, length + 1))
+        rows.append(_with_engine_metrics(row, nodes, None))
     return rows
+
+
+def _with_engine_metrics(row: dict, drafted_tokens: int, levels) -> dict:
+    """``row`` with the engine metrics of its ``expected_accepted`` (module docstring)."""
+    tau = row["expected_accepted"]
+    row.update(mean_acceptance_length=None, acceptance_rate=None, per_position_acceptance=None,
+               acceptance_length_histogram=None, drafted_tokens=int(drafted_tokens))
+    if tau is None:
+        return row
+    if levels is not None:
+        row.update(metrics_from_levels(levels, drafted_tokens))
+    else:
+        row.update(mean_acceptance_length=1.0 + tau, acceptance_rate=tau / drafted_tokens)
+    return row
 
 
 def _figure(rows, block_lens, names, vocab_size):
@@ -149,9 +171,13 @@ def block_markdown(block_rows) -> str:
         "U_joint of that law (`univer`: its own tree, m = K branches per node, m^L paths; — under Monte Carlo).",
         "",
         "Lossless: the verifier's declared flag; a lossy verifier's E[τ] may exceed U_causal (it is no bound on it).",
+        "Engine metrics (docs/guide/metrics.md): mean acceptance length = E[τ] + 1 per target call; acceptance rate "
+        "= E[τ] / drafted tokens (K·L; univer: its tree's nodes); per-position acceptance P(τ ≥ ℓ) where known "
+        "(the per-level optima of the bounds).",
         "",
-        "| name | kind | K | L | E[τ] | lossless | draft law | U_causal / U_joint of that law |",
-        "|---|---|---|---|---|---|---|---|",
+        "| name | kind | K | L | E[τ] | mean acceptance length | acceptance rate | per-position acceptance "
+        "| lossless | draft law | U_causal / U_joint of that law |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in block_rows:
         if r["kind"] == "bound":
@@ -160,5 +186,8 @@ def block_markdown(block_rows) -> str:
             tail = (f"{'yes' if r['lossless'] else '**no**'} | {r['sampling']} | {f(r['causal_bound'])} / "
                     f"{f(r['joint_bound'])} |")
         value = f"skipped: {r['note']}" if r["method"] == "skipped" else f(r["expected_accepted"])
-        lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {value} | {tail}")
+        pos = r.get("per_position_acceptance")
+        pos = "—" if pos is None else ", ".join(f"{x:.3f}" for x in pos)
+        lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {value} | "
+                     f"{f(r.get('mean_acceptance_length'))} | {f(r.get('acceptance_rate'))} | {pos} | {tail}")
     return "\n".join(lines) + "\n"

@@ -46,6 +46,7 @@ from otbound.block import block_bound, block_bound_bracket
 from otbound.block.verifiers import BLOCK_VERIFIERS, MultiPathVerifier
 from otbound.lm import LiveModels, resolve_verifier, speculative_sample, tiny_pair, tiny_prompts, tree_block_models
 from otbound.report._measure import cluster_mean_ci
+from otbound.report._metrics import engine_metrics
 from otbound.token import optimal_acceptance
 from otbound.token.verifiers import VERIFIERS, support_tuples
 
@@ -56,6 +57,7 @@ class IterationMeasure:
 
     num_accepted: int
     given_drafts: float
+    drafted_tokens: int = 0
     given_context: float | None = None
     acceptance_sum: float | None = None
     alpha_sum: float | None = None
@@ -124,7 +126,8 @@ def measure_run(
         live = LiveModels(pair, run.context(i), run.temperature)
         p, q = it.p, it.q
         tm, dm = tree_block_models(it.drafts, p, q, default_target=live.target, default_draft=live.draft)
-        m = IterationMeasure(it.num_accepted, float(block.conditional_accepted(tm, dm, it.drafts)))
+        m = IterationMeasure(it.num_accepted, float(block.conditional_accepted(tm, dm, it.drafts)),
+                             drafted_tokens=tree_nodes(it.drafts))
         if token is not None:
             acc, opt = 0.0, 0.0
             for depth, rows in it.node_visits:
@@ -160,6 +163,19 @@ def measure_run(
     return out
 
 
+def tree_nodes(drafts) -> int:
+    """Draft tokens one target call verifies: the distinct prefixes (tree nodes) of the drafted
+    rows ``drafts`` (K, L) — ``K·L`` for K distinct chains, fewer where rows share prefixes.
+
+    Examples
+    --------
+    >>> tree_nodes(np.array([[1, 2], [1, 3], [4, 5]]))
+    5
+    """
+    d = np.asarray(drafts)
+    return int(sum(np.unique(d[:, :depth], axis=0).shape[0] for depth in range(1, d.shape[1] + 1)))
+
+
 def _given_context(token, block, models, v, k, length, exact_max_tuples, exact_block_tuples):
     """Exact ``E[τ | context]`` or None when the draft tuples are too many to enumerate
     (``|V|^K`` per node for tree verification, ``(V^L)^K`` whole trees for a block verifier)."""
@@ -185,7 +201,11 @@ class EndToEndRow:
 
     mean_accepted ± accepted_ci: empirical τ per iteration (95%, cluster-robust over prompts);
     residual_ci: 95% interval of mean(τ − given_drafts), which must contain 0. ``*_lower/_upper``:
-    bracket ends of the block bounds (equal when exact). position_acceptance[ℓ−1] = P(τ ≥ ℓ);
+    bracket ends of the block bounds (equal when exact). Engine metrics
+    (:func:`otbound.report.engine_metrics`, docs/guide/metrics.md): mean_acceptance_length =
+    1 + mean τ (± mean_acceptance_length_ci, the interval of τ), acceptance_rate = accepted /
+    drafted tokens (drafted: the tree nodes of each call), per_position_acceptance[ℓ−1] = P(τ ≥ ℓ),
+    acceptance_length_histogram[a−1] = fraction of calls with τ + 1 = a.
     position_bound[ℓ−1]: the causal optimum's P(τ ≥ ℓ) (exact trees only). speedup: seconds per
     generated token of plain target sampling / this decoder's (same process, same prompts).
     """
@@ -207,7 +227,11 @@ class EndToEndRow:
     per_level_upper: float | None
     causal_lower: float | None
     causal_upper: float | None
-    position_acceptance: list
+    mean_acceptance_length: float
+    mean_acceptance_length_ci: float
+    acceptance_rate: float
+    per_position_acceptance: list
+    acceptance_length_histogram: list
     position_bound: list | None
     tokens_per_call: float
     seconds_per_token: float
@@ -292,6 +316,7 @@ def _row(runs, meas, clusters, plain_seconds_per_token, length):
     tokens = sum(len(r.tokens) for r in runs)
     seconds = sum(r.seconds for r in runs)
     r0 = runs[0]
+    engine = engine_metrics(tau, [m.drafted_tokens for m in meas], length, clusters)
     return EndToEndRow(
         verifier=r0.verifier,
         sampling=r0.sampling,
@@ -310,7 +335,11 @@ def _row(runs, meas, clusters, plain_seconds_per_token, length):
         per_level_upper=_mean_or_none(None if b is None else b[1] for b in pl),
         causal_lower=_mean_or_none(None if b is None else b[0] for b in ca),
         causal_upper=_mean_or_none(None if b is None else b[1] for b in ca),
-        position_acceptance=[float(np.mean(tau >= ell)) for ell in range(1, length + 1)],
+        mean_acceptance_length=engine["mean_acceptance_length"],
+        mean_acceptance_length_ci=ci,
+        acceptance_rate=engine["acceptance_rate"],
+        per_position_acceptance=engine["per_position_acceptance"],
+        acceptance_length_histogram=engine["acceptance_length_histogram"],
         position_bound=None if any(x is None for x in levels) else np.mean(levels, axis=0).tolist(),
         tokens_per_call=tokens / max(sum(r.target_calls for r in runs), 1),
         seconds_per_token=seconds / max(tokens, 1),
@@ -342,18 +371,27 @@ def end_to_end_markdown(rows, meta: dict) -> str:
         "except law univer_tree: UniVer's own tree (K branches per node, K^L paths) and causal = U_causal of "
         "that tree law (exact where its trees can be enumerated, else —).",
         "",
+        "Engine metrics (docs/guide/metrics.md): mean acceptance length = 1 + τ per target call (vLLM, "
+        "SGLang spec_accept_length, EAGLE), acceptance rate = accepted / drafted tokens (tree nodes), "
+        "per-position acceptance P(τ ≥ ℓ) (vLLM num_accepted_tokens_per_pos / num_drafts), acceptance-length "
+        "histogram: fraction of calls with acceptance length 1..L+1 (SGLang, TensorRT-LLM).",
+        "",
         "| verifier | law | K | L | iters | τ ± 95% | E[τ|drafts] | residual ± 95% | E[τ|ctx] | Σα_V | Σα* "
-        "| per-level | causal | P(τ≥ℓ), ℓ=1..L | tokens/call | speed-up |",
-        "|---" * 16 + "|",
+        "| per-level | causal | mean acceptance length | acceptance rate | per-position acceptance, ℓ=1..L "
+        "| acceptance-length histogram, 1..L+1 | tokens/call | speed-up |",
+        "|---" * 19 + "|",
     ]
     for r in rows:
-        pos = ", ".join(f"{x:.2f}" for x in r.position_acceptance)
+        pos = ", ".join(f"{x:.2f}" for x in r.per_position_acceptance)
+        hist = ", ".join(f"{x:.2f}" for x in r.acceptance_length_histogram)
         lines.append(
             f"| {r.verifier} | {r.sampling} | {r.num_drafts} | {r.block_len} | {r.iterations} | "
             f"{r.mean_accepted:.3f} ± {r.accepted_ci:.3f} | {r.given_drafts:.3f} | "
             f"{r.residual:+.3f} ± {r.residual_ci:.3f} | {f(r.given_context)} | "
             f"{f(r.acceptance_sum)} | {f(r.alpha_sum)} | {br(r.per_level_lower, r.per_level_upper)} | "
-            f"{br(r.causal_lower, r.causal_upper)} | {pos} | {r.tokens_per_call:.2f} | {r.speedup:.2f} |"
+            f"{br(r.causal_lower, r.causal_upper)} | "
+            f"{r.mean_acceptance_length:.3f} ± {r.mean_acceptance_length_ci:.3f} | "
+            f"{r.acceptance_rate:.3f} | {pos} | {hist} | {r.tokens_per_call:.2f} | {r.speedup:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -399,12 +437,12 @@ def end_to_end_figure(rows, path):
     ax = axes[0, 1]
     ells = np.arange(1, length + 1)
     for i, r in enumerate(sel):
-        ax.plot(ells, r.position_acceptance, "-o", color=f"C{i % 10}", label=r.verifier, alpha=0.8)
+        ax.plot(ells, r.per_position_acceptance, "-o", color=f"C{i % 10}", label=r.verifier, alpha=0.8)
     bound = next((r.position_bound for r in sel if r.position_bound is not None), None)
     if bound is not None:
         ax.plot(ells, bound, "k--", label="causal optimum")
     ax.set_xlabel("draft position ℓ")
-    ax.set_ylabel("P(τ ≥ ℓ)")
+    ax.set_ylabel("per-position acceptance P(τ ≥ ℓ)")
     ax.set_xticks(ells)
     ax.legend(frameon=False, ncol=2, fontsize=5)
     return plots.save(fig, path)[0]

@@ -1,0 +1,198 @@
+"""The cost model of a speculative iteration: forward times measured on the models, verification
+times measured per verifier.
+
+One iteration of shape ``b = (b_1, ..., b_L)`` (``n_d = b_1 ⋯ b_d`` nodes at depth ``d``, ``N =
+Σ_d n_d``) costs
+
+* drafting: ``Σ_{d=1..L} c_q(n_{d−1})`` (``n_0 = 1``) — one draft forward per depth over the
+  current frontier with the KV cache;
+* scoring: ``c_p(N + 1)`` — one target forward over the root and every node;
+* verification: ``Σ_{d=1..L} P(τ ≥ d − 1) · c_V(b_d)`` — the verifier runs at depth ``d`` when
+  the walk gets there;
+
+and plain decoding costs ``c_p(1)`` per token, so the predicted speed-up is
+``mean_acceptance_length · c_p(1) / (drafting + scoring + verification)``. ``c_q(n)`` / ``c_p(n)``:
+forward time with ``n`` new tokens on a KV cache (a tree of ``n`` nodes costs as ``n`` new
+tokens: the same matrix products, another attention mask), measured by :func:`measure_forward_costs`
+on the models and device and interpolated piecewise linearly (extrapolated along the last segment),
+or given for hardware measured elsewhere (:meth:`CostCurve.parse`). ``c_V(m)``: the median time of
+``verifier.sample`` on ``m`` drafts at the traces' vocabulary (:func:`measure_verify_costs`).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otbound._validation import InvalidInputError
+
+
+@dataclass
+class CostCurve:
+    """Seconds of one forward against the number of new tokens ``n``: points ``(sizes, seconds)``,
+    interpolated piecewise linearly, extrapolated along the last segment (first segment below).
+
+    Examples
+    --------
+    >>> c = CostCurve.parse("1:0.02,8:0.021,64:0.03")
+    >>> round(c(1), 4), round(c(36), 4), round(c(128), 5)
+    (0.02, 0.0255, 0.04029)
+    """
+
+    sizes: list
+    seconds: list
+    source: str = "given"
+
+    def __post_init__(self):
+        n = np.asarray(self.sizes, dtype=np.float64)
+        s = np.asarray(self.seconds, dtype=np.float64)
+        if n.ndim != 1 or n.size == 0 or n.shape != s.shape:
+            raise InvalidInputError(f"a cost curve needs matching sizes and seconds, got {self.sizes}, {self.seconds}")
+        if not np.all(np.isfinite(s)) or np.any(s <= 0):
+            raise InvalidInputError(f"cost curve times must be positive seconds, got {s.tolist()}")
+        if np.any(n < 1) or np.any(np.diff(n) <= 0):
+            raise InvalidInputError(f"cost curve sizes must be increasing token counts ≥ 1, got {n.tolist()}")
+        self.sizes, self.seconds = n.tolist(), s.tolist()
+
+    @classmethod
+    def parse(cls, text: str, source: str = "given") -> CostCurve:
+        """A curve from ``"n:seconds,n:seconds,..."`` (one point: a constant time)."""
+        try:
+            pts = [tuple(float(x) for x in part.split(":")) for part in str(text).split(",") if part.strip()]
+            if not pts or any(len(p) != 2 for p in pts):
+                raise ValueError
+        except ValueError:
+            raise InvalidInputError(f"cost curve must read 'n:seconds,n:seconds,...', got {text!r}") from None
+        pts.sort()
+        return cls([p[0] for p in pts], [p[1] for p in pts], source)
+
+    def __call__(self, n) -> float:
+        x, y = np.asarray(self.sizes), np.asarray(self.seconds)
+        n = float(n)
+        if x.size == 1:
+            return float(y[0])
+        if n > x[-1]:
+            return float(y[-1] + (y[-1] - y[-2]) / (x[-1] - x[-2]) * (n - x[-1]))
+        if n < x[0]:
+            return float(max(y[0] + (y[1] - y[0]) / (x[1] - x[0]) * (n - x[0]), 1e-12))
+        return float(np.interp(n, x, y))
+
+    def as_dict(self) -> dict:
+        return {"sizes": self.sizes, "seconds": self.seconds, "source": self.source}
+
+
+@dataclass
+class CostModel:
+    """Draft and target forward curves, verification seconds ``verify[name][m]`` and the machine.
+
+    Examples
+    --------
+    >>> cm = CostModel(CostCurve([1], [0.01]), CostCurve([1, 9], [0.1, 0.1]))
+    >>> round(cm.iteration_seconds((2, 1), [0.5, 0.25], None), 4)  # 2 draft + 1 target forward
+    0.12
+    >>> round(cm.speedup((2, 1), [0.5, 0.25], None), 4)  # 1.75 tokens per 0.12 s vs 0.1 s per token
+    1.4583
+    """
+
+    draft: CostCurve
+    target: CostCurve
+    verify: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
+
+    def iteration_seconds(self, branching, levels, verifier) -> float:
+        """Seconds of one iteration of ``branching`` whose levels are ``levels[ℓ−1] = P(τ ≥ ℓ)``."""
+        widths = np.cumprod([1] + [int(b) for b in branching])
+        drafting = sum(self.draft(w) for w in widths[:-1])
+        scoring = self.target(int(widths[1:].sum()) + 1)
+        reach = np.concatenate([[1.0], np.asarray(levels, dtype=np.float64)[:-1]])
+        per = self.verify.get(verifier, {}) if verifier is not None else {}
+        verification = float(sum(r * per.get(int(b), 0.0) for r, b in zip(reach, branching, strict=True)))
+        return drafting + scoring + verification
+
+    def speedup(self, branching, levels, verifier) -> float:
+        """Predicted speed-up over plain decoding (module docstring)."""
+        mal = 1.0 + float(np.sum(levels))
+        return mal * self.target(1) / self.iteration_seconds(branching, levels, verifier)
+
+    def as_dict(self) -> dict:
+        return {"draft": self.draft.as_dict(), "target": self.target.as_dict(),
+                "verify": {n: {str(m): s for m, s in d.items()} for n, d in self.verify.items()},
+                "machine": self.machine}
+
+
+def machine_description(device=None) -> dict:
+    """Where costs were measured: platform, processor, CPU count, torch and the device's name."""
+    import os
+
+    out = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+           "cpus": os.cpu_count(), "python": platform.python_version(),
+           "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        if device is not None and str(device).startswith("cuda"):
+            out["device"] = torch.cuda.get_device_name(torch.device(device))
+        else:
+            out["device"] = str(device or "cpu")
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return out
+
+
+def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 16, 32, 64), context: int = 128,
+                          repeats: int = 5, seed: int = 0, source: str = "measured") -> CostCurve:
+    """Median seconds of one forward of ``model`` (a causal LM of transformers) with ``n`` new
+    tokens on a KV cache of ``context`` tokens, for each ``n`` in ``sizes``; the cache is cropped
+    back to ``context`` between calls. Random token ids (the cost does not depend on them)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab_size, (1, context), generator=gen).to(device)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    secs = []
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).past_key_values
+        for n in sizes:
+            new = torch.randint(0, vocab_size, (1, int(n)), generator=gen).to(device)
+            times = []
+            for _ in range(repeats + 1):  # the first call warms up
+                extra = cache.get_seq_length() - context
+                if extra > 0:
+                    cache.crop(-extra)  # back to the context
+                sync()
+                t0 = time.perf_counter()
+                model(new, past_key_values=cache, use_cache=True)
+                sync()
+                times.append(time.perf_counter() - t0)
+            secs.append(float(np.median(times[1:])))
+    return CostCurve(list(sizes), secs, source)
+
+
+def measure_verify_costs(drafts_of, laws_at, *, repeats: int = 5, seed: int = 0) -> dict:
+    """``{name: {m: seconds}}``: median time of ``VERIFIERS[name].sample(p, q, drafts)`` on one
+    draft tuple of ``m`` drafts of its law, for each ``(name, ms)`` in ``drafts_of.items()``;
+    ``laws_at``: a list of ``(p, q)`` positions cycled through. A call over one second is not
+    repeated."""
+    from otbound.token import sample_drafts
+    from otbound.token.verifiers import VERIFIERS
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, ms in drafts_of.items():
+        v = VERIFIERS[name]
+        for m in ms:
+            times = []
+            for r in range(repeats):
+                p, q = laws_at[r % len(laws_at)]
+                drafts = sample_drafts(q, m, v.sampling, 1, rng)
+                t0 = time.perf_counter()
+                v.sample(p, q, drafts, rng)
+                times.append(time.perf_counter() - t0)
+                if times[-1] > 1.0:
+                    break
+            out.setdefault(name, {})[int(m)] = float(np.median(times))
+    return out
