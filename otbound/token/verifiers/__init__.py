@@ -13,7 +13,7 @@ spechub    greedy (K ≤ 2)      SpecHub (2411.05289)
 greedy     greedy              greedy-law optimal verifier (theory.md §3), α = α*_greedy
 khisti_is  with_replacement    IS draft selection + speculative sampling (2410.18234)
 khisti_lp  with_replacement    the same with LP-optimal selection weights, K ≤ 2 (2410.18234)
-ot         with_replacement    sample from the LP-optimal plan π*(·|x̄), α = α* (small V)
+ot         with_replacement    sample from the LP-optimal plan π*(· | x̄), α = α* (small V)
 ot_fast    with_replacement    an optimal coupling sampled per tuple without the plan, α = α* (any V)
 ========== =================== ==============================================================
 
