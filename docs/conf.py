@@ -131,8 +131,12 @@ def write_api_pages(app=None) -> None:
             path.write_text(text)
 
 
+_MISSING = object()
+
+
 def _resolve(target: str, module: str | None):
-    """The object an ``otbound`` reference names, trying it relative to the current module first."""
+    """The object an ``otbound`` reference names (``_MISSING`` if none), trying it relative to the
+    current module first. A dataclass field counts as existing."""
     candidates = [f"{module}.{target}", target] if module else [target]
     for dotted in candidates:
         parts = dotted.split(".")
@@ -143,13 +147,18 @@ def _resolve(target: str, module: str | None):
                 obj = importlib.import_module(".".join(parts[:i]))
             except ImportError:
                 continue
-            try:
-                for attr in parts[i:]:
+            for attr in parts[i:]:
+                if hasattr(obj, attr):
                     obj = getattr(obj, attr)
-            except AttributeError:
-                break
-            return obj, parts[i:]
-    return None, None
+                elif attr in getattr(obj, "__dataclass_fields__", {}):
+                    obj = None
+                else:
+                    obj = _MISSING
+                    break
+            if obj is not _MISSING:
+                return obj
+            break
+    return _MISSING
 
 
 def _on_missing_reference(app, env, node, contnode):
@@ -162,11 +171,11 @@ def _on_missing_reference(app, env, node, contnode):
     if node.get("refdomain") != "py":
         return None
     target = node.get("reftarget", "")
-    obj, _ = _resolve(target, node.get("py:module"))
-    if obj is None:
+    obj = _resolve(target, node.get("py:module"))
+    if obj is _MISSING:
         return None
     canonical = None
-    if not inspect.ismodule(obj) and id(obj) in _HOMES:
+    if obj is not None and not inspect.ismodule(obj) and id(obj) in _HOMES:
         canonical = ".".join(_HOMES[id(obj)])
     elif inspect.ismodule(obj) and obj.__name__ in API_PACKAGES:
         canonical = obj.__name__
