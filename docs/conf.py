@@ -114,7 +114,8 @@ def write_api_pages(app=None) -> None:
             elif home[id(obj)] == (name, member):
                 own.append(member)
             else:
-                elsewhere.append(".".join(home[id(obj)]) + (f" (as ``{member}``)" if home[id(obj)][1] != member else ""))
+                alias = f" (as ``{member}``)" if home[id(obj)][1] != member else ""
+                elsewhere.append(".".join(home[id(obj)]) + alias)
         lines = [name, "=" * len(name), "", f".. automodule:: {name}", "   :no-members:", ""]
         lines += [f".. currentmodule:: {name}", ""]
         if own:
