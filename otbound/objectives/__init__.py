@@ -4,7 +4,7 @@ A *block drafter* proposes ``L`` tokens at once from a factorised law ``q(x_{1:L
 (parallel heads, a diffusion block) while verification runs left to right. Whalen, Ito & Sakamoto,
 "Teaching Diffusion to Speculate Left-to-Right" (arXiv 2606.11552), train such drafters with
 three additions to cross-entropy; this module implements them and the exact objective they
-approximate (theory.md §5):
+approximate (docs/theory/drafter-objectives.md):
 
 * :func:`position_weighted_ce` — ``Σ_k w_k CE_k / Σ_k w_k``, ``w_k = exp(−γ k)``, ``k = 1..L``
   (``γ = 0``: plain mean cross-entropy, the baseline).
@@ -142,7 +142,7 @@ def expected_accepted_length(draft_probs, target_probs, verification: str = "blo
       (no division, so zeros are safe) — ``O(V**L)`` paths; at most :data:`MAX_PATHS` entries.
       Keeping only ``j ∈ {0, i}`` in the min gives the per-level bound
       ``Σ min(q(x_{1:i}), p(x_{1:i}))``, so token ≤ block ≤ per-level; for one draft block the
-      block value equals the causal (lossless-verifier) bound ``U_causal`` of theory.md §4.
+      block value equals the causal (lossless-verifier) bound ``U_causal`` of docs/theory/block-bounds.md.
 
     Tolerances: each row must sum to 1 within :func:`law_tolerance` (1e-6 in float64); laws are
     not renormalised, so gradients are the plain partial derivatives of the formula.
@@ -292,7 +292,7 @@ class DrafterObjective:
         return LossTerms(total=total, ce=ce, focal=first_error, chain=chained, exact=exact)
 
 
-#: The ablation of theory.md §5, cumulative as in the paper (baseline, +positional weighting,
+#: The ablation of docs/theory/drafter-objectives.md, cumulative as in the paper (baseline, +positional weighting,
 #: +first-error focal, +chain), then the exact objective in place of the chain term, and the exact
 #: objective alone. ``γ = 0.5`` (weights ∝ 0.61, 0.37, 0.22, 0.14 for L = 4) and unit weights are
 #: fixed a priori, not tuned on evaluation data.
