@@ -17,7 +17,21 @@ SAMPLINGS = ("with_replacement", "without_replacement", "greedy")
 
 
 class InvalidInputError(ValueError):
-    """Raised for malformed laws, shapes, draft counts or sampling names."""
+    """Raised for malformed input: laws, shapes, draft counts, sampling names, settings.
+
+    The message names what is wrong. A subclass of :class:`ValueError`.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> try:
+    ...     ob.optimal_acceptance([0.5, 0.5], [0.5, 0.6], num_drafts=2)
+    ... except ob.InvalidInputError as err:
+    ...     print(err)
+    q does not sum to 1 (row () sums to 1.1; tolerance 1e-06)
+    >>> issubclass(ob.InvalidInputError, ValueError)
+    True
+    """
 
 
 def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:

