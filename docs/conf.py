@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 project = "otbound"
 author = "the otbound authors"

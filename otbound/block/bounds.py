@@ -141,9 +141,8 @@ def block_bound(
 
     References
     ----------
-    Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro, Suresh, "Block verification accelerates
-    speculative decoding", arXiv 2403.10444. Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: fast
-    speculative decoding via optimal transport", arXiv 2310.15141. Derivations:
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444. Sun et
+    al., "SpecTr: fast speculative decoding via optimal transport", arXiv 2310.15141. Derivations:
     ``docs/theory/block-bounds.md``.
 
     Examples
