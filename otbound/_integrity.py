@@ -27,11 +27,28 @@ LOCK_NAME = ".otbound.lock"
 
 
 class CorruptFileError(InvalidInputError):
-    """A stored file whose checksum does not match or that cannot be read (truncated, edited)."""
+    """A stored file whose checksum does not match or that cannot be read (truncated, edited).
+
+    A subclass of :class:`otbound.InvalidInputError`; readers recompute what they can.
+
+    Examples
+    --------
+    >>> from otbound import InvalidInputError
+    >>> from otbound._integrity import CorruptFileError
+    >>> issubclass(CorruptFileError, InvalidInputError)
+    True
+    """
 
 
 class FolderLockedError(RuntimeError):
-    """Another live run holds the output folder."""
+    """Another live run holds the output folder (:func:`output_lock`; the message names it).
+
+    Examples
+    --------
+    >>> from otbound._integrity import FolderLockedError
+    >>> issubclass(FolderLockedError, RuntimeError)
+    True
+    """
 
 
 def content_key(obj) -> str:

@@ -169,7 +169,20 @@ def bound_on_tree(
     tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None
 ) -> BlockBound:
     """The bound on a built trie; ``selectable`` (mask over nodes): the lower side of a truncation
-    bracket, where no other node may be accepted."""
+    bracket, where no other node may be accepted.
+
+    The engine of :func:`block_bound` and :func:`block_bound_bracket` (same ``kind``, ``method`` and
+    certificate), for callers that build the trie themselves (real-model draft trees).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> from otbound.block._tree import build_tree
+    >>> from otbound.block.bounds import bound_on_tree
+    >>> tree = build_tree(ob.context_free_model([1/3, 2/3]), ob.context_free_model([2/3, 1/3]), 2, with_bonus=False)
+    >>> round(9 * bound_on_tree(tree, 1, "causal", method="lp").value, 9)
+    11.0
+    """
     v, length = tree.vocab_size, tree.block_len
     cert = None
     levels = None

@@ -45,7 +45,23 @@ class ModelPair:
 
 
 def resolve_device(device="auto"):
-    """``"auto"`` -> CUDA when available, else CPU; anything else through ``torch.device``."""
+    """``"auto"`` -> CUDA when available, else CPU; anything else through ``torch.device``.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        An unknown device, or CUDA asked for where torch sees none.
+
+    Examples
+    --------
+    >>> from otbound.lm._models import resolve_device
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("tpu")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: device must be 'auto', 'cpu', 'cuda[:n]' or a torch.device, got 'tpu'
+    """
     import torch
 
     if device == "auto" or device is None:
@@ -60,7 +76,14 @@ def resolve_device(device="auto"):
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (Linux flags avx512_bf16 / amx_bf16)."""
+    """Whether this CPU computes bfloat16 natively (Linux flags avx512_bf16 / amx_bf16).
+
+    Examples
+    --------
+    >>> from otbound.lm._models import cpu_has_bf16
+    >>> isinstance(cpu_has_bf16(), bool)
+    True
+    """
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -71,7 +94,24 @@ def cpu_has_bf16() -> bool:
 def resolve_dtype(dtype, device):
     """None -> float32 on CPU (exact greedy agreement), bfloat16 on CUDA; ``"auto"`` -> bfloat16
     on CUDA and on CPUs with native bfloat16 (:func:`cpu_has_bf16`; ~4x faster batched forwards
-    there), else float32; otherwise a name in ("float32", "bfloat16", "float16") or torch dtype."""
+    there), else float32; otherwise a name in ("float32", "bfloat16", "float16") or torch dtype.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Any other dtype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm._models import resolve_dtype
+    >>> resolve_dtype(None, torch.device("cpu")), resolve_dtype("bfloat16", torch.device("cpu"))
+    (torch.float32, torch.bfloat16)
+    >>> resolve_dtype("int8", torch.device("cpu"))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: dtype must be one of ('float32', 'bfloat16', 'float16') ...got 'int8'
+    """
     import torch
 
     if dtype is None:

@@ -32,7 +32,20 @@ _MARKER = "otbound-source.json"
 
 @dataclass(frozen=True)
 class OfflineModel:
-    """A GGUF model shipped as ``parts`` (pinned wheels); ``size`` bytes, SHA-256 ``sha256``."""
+    """A GGUF model shipped as ``parts`` (pinned wheels); ``size`` bytes, SHA-256 ``sha256``.
+
+    The registered ones are ``otbound.lm.OFFLINE_MODELS``; :func:`ensure_converted` turns one into
+    a float32 safetensors folder under the cache.
+
+    Examples
+    --------
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> model = OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"]
+    >>> model.filename, len(model.parts), model.size, model.licence
+    ('qwen2.5-coder-0.5b-instruct-q4_k_m.gguf', 6, 491400064, 'Apache-2.0 (Qwen)')
+    >>> model.converted_dir.name
+    'qwen2.5-coder-0.5b-instruct-float32'
+    """
 
     name: str
     filename: str
@@ -92,6 +105,28 @@ def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool =
     """SHA-256 and size of the concatenated parts, read straight out of the wheels.
 
     With ``write_to`` the bytes are also written there (the caller verifies before using them).
+
+    Returns
+    -------
+    tuple of (str, int)
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError
+    >>> from otbound.lm._offline import wheel_sha256
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         wheel_sha256(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" missing")[0])
+    6 pinned wheel(s)
     """
     paths = model.wheels(download=download, progress=progress)
     digest, size = hashlib.sha256(), 0
@@ -170,6 +205,16 @@ def converted_problem(model: OfflineModel, *, full: bool = False) -> str | None:
     modification time, SHA-256 each, :func:`otbound._integrity.folder_manifest`). Every load checks
     sizes and times (fast); ``full`` (``--verify``, and whenever the fast check fails) rehashes
     every file. A folder without a manifest (converted before it existed) is not trusted.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> from otbound.lm._offline import converted_problem
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     converted_problem(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"])
+    'not converted yet'
     """
     from otbound._integrity import check_manifest
 
@@ -189,7 +234,25 @@ def converted_problem(model: OfflineModel, *, full: bool = False) -> str | None:
 
 
 def converted_digest(model: OfflineModel) -> str:
-    """One SHA-256 over the converted files' recorded digests (what traces record as the model)."""
+    """One SHA-256 over the converted files' recorded digests (what traces record as the model).
+
+    Reads the marker of :func:`ensure_converted`; the digest equals
+    ``otbound._integrity.content_key({relative path: file SHA-256})``.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> from unittest import mock
+    >>> from otbound._integrity import content_key
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> from otbound.lm._offline import converted_digest
+    >>> model = OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"]
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     model.converted_dir.mkdir(parents=True)
+    ...     _ = (model.converted_dir / "otbound-source.json").write_text(json.dumps({"files": {"a": {"sha256": "00"}}}))
+    ...     converted_digest(model) == content_key({"a": "00"})
+    True
+    """
     from otbound._integrity import content_key
 
     files = json.loads((model.converted_dir / _MARKER).read_text())["files"]
