@@ -173,6 +173,29 @@ def test_readme_is_a_front_page_and_ci_runs_its_test_command():
         assert (DOCS / page).is_file(), page
 
 
+def test_readme_example_runs_and_its_comments_are_right():
+    """The README's Python example runs, and every number stated in a comment is what the line computes."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    namespace: dict = {}
+    checked = 0
+    for line in block.splitlines():
+        code, _, comment = line.partition("  #")
+        number = re.search(r"(\d+)/(\d+)|\d+\.\d+", comment)
+        try:
+            compile(code, "README", "eval")
+        except SyntaxError:
+            exec(code, namespace)
+            continue
+        value = eval(code, namespace)
+        if number:
+            stated = int(number[1]) / int(number[2]) if number[1] else float(number[0])
+            digits = 6 if number[1] else len(number[0].split(".")[1])
+            assert round(float(value), digits) == round(stated, digits), line
+            checked += 1
+    assert checked >= 5
+
+
 if __name__ == "__main__":
     for module, names in sorted(missing_examples().items()):
         print(f"{module}: {', '.join(sorted(names))}")
