@@ -57,6 +57,42 @@ DOCSTRING_PENDING = {
     "otbound.report.block_markdown",
 }
 
+#: Source files still citing the former "theory.md §N" or an issue number, in areas being reworked
+#: elsewhere (the replacement is /work/notes/theory-anchors.md's sed); the list may only shrink.
+DIARY_PENDING = {
+    "otbound/__init__.py",
+    "otbound/block/__init__.py",
+    "otbound/block/_lp.py",
+    "otbound/block/_plain.py",
+    "otbound/block/verifiers/__init__.py",
+    "otbound/block/verifiers/_base.py",
+    "otbound/block/verifiers/multipath.py",
+    "otbound/block/verifiers/univer.py",
+    "otbound/conformance/__init__.py",
+    "otbound/conformance/_block.py",
+    "otbound/conformance/_instances.py",
+    "otbound/conformance/_token.py",
+    "otbound/conformance/examples.py",
+    "otbound/lm/_blocks.py",
+    "otbound/lm/_specsample.py",
+    "otbound/lm/_traces.py",
+    "otbound/report/_end_to_end.py",
+    "otbound/report/_synthetic.py",
+    "otbound/token/__init__.py",
+    "otbound/token/_wor.py",
+    "otbound/token/bounds.py",
+    "otbound/token/draft_laws.py",
+    "otbound/token/laws.py",
+    "otbound/token/logits.py",
+    "otbound/token/verifiers/__init__.py",
+    "otbound/token/verifiers/_base.py",
+    "otbound/token/verifiers/_greedy.py",
+    "otbound/token/verifiers/_kseq.py",
+    "otbound/token/verifiers/_nss.py",
+    "otbound/token/verifiers/_ot.py",
+    "otbound/token/verifiers/_rrs.py",
+}
+
 #: Words that belong to a run diary or an issue tracker, not to documentation.
 DIARY = re.compile(r"theory\.md|issue [0-9]+|this session", re.IGNORECASE)
 
@@ -159,6 +195,14 @@ def test_no_diary_or_issue_language(path):
     hits = [f"{f.relative_to(ROOT)}:{i}: {line.strip()}" for f in files
             for i, line in enumerate(f.read_text().splitlines(), 1) if DIARY.search(line)]
     assert not hits, hits
+
+
+def test_no_diary_or_issue_language_in_the_code():
+    sources = sorted((ROOT / "otbound").rglob("*.py"))
+    hits = {f.relative_to(ROOT).as_posix() for f in sources if DIARY.search(f.read_text())}
+    assert not hits - DIARY_PENDING, sorted(hits - DIARY_PENDING)
+    clean_now = DIARY_PENDING - hits
+    assert not clean_now, f"clean now, remove from DIARY_PENDING: {sorted(clean_now)}"
 
 
 def test_readme_is_a_front_page_and_ci_runs_its_test_command():
