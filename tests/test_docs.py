@@ -64,7 +64,7 @@ DOCSTRING_PENDING = {
     "otbound.report.block_markdown",
 }
 
-#: Source files still citing the former "theory.md §N" or an issue number, in areas being reworked
+#: Source files still citing the former theory file (by section sign) or an issue number, in areas being reworked
 #: elsewhere (the replacement is /work/notes/theory-anchors.md's sed); the list may only shrink.
 DIARY_PENDING = {
     "otbound/__init__.py",
