@@ -65,7 +65,7 @@ DOCSTRING_PENDING = {
 }
 
 #: Source files still citing the former theory file (by section sign) or an issue number, in areas being reworked
-#: elsewhere (the replacement is /work/notes/theory-anchors.md's sed); the list may only shrink.
+#: elsewhere (each to be replaced by the docs/theory page it means); the list may only shrink.
 DIARY_PENDING = {
     "otbound/__init__.py",
     "otbound/block/__init__.py",
