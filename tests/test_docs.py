@@ -144,7 +144,8 @@ def test_docs_build_without_warnings(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, f"sphinx-build failed:\n{proc.stderr[-6000:]}"
-    assert not proc.stderr.strip(), proc.stderr[-6000:]
+    problems = [line for line in proc.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert not problems, "\n".join(problems[:40])
     for page in ("index", "theory/token-bounds", "theory/optimal-verifier", "theory/block-bounds",
                  "guide/main-job", "results/findings", "api/index", "api/otbound"):
         assert (out / f"{page}.html").is_file(), page
