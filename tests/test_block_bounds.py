@@ -1,7 +1,7 @@
 """Block bounds: the Sun et al. test vector, the hierarchy, independent cross-checks, brackets.
 
 Every LP value is checked against an independent formulation: the trie LP (default) against the
-plain LP of theory.md §4 over ordered tuples and over multisets (causal), and against network
+plain LP of docs/theory/block-bounds.md over ordered tuples and over multisets (causal), and against network
 simplex between multisets and target blocks (joint). Tolerance 1e-8 (HiGHS at 1e-10).
 """
 
@@ -100,7 +100,7 @@ def test_hierarchy_monotone_in_k_and_k1_identities(seed):
         vals = [bound(tg, dr, v, k, length, kind) for kind in KINDS]
         per_level, joint, causal = vals
         assert causal <= joint + TOL and joint <= per_level + TOL
-        if k == 1:  # one draft: the joint OT is the per-level relaxation (theory.md §4)
+        if k == 1:  # one draft: the joint OT is the per-level relaxation (docs/theory/block-bounds.md)
             assert joint == pytest.approx(per_level, abs=TOL)
         if prev is not None:  # more drafts never hurt
             assert all(a <= b + TOL for a, b in zip(prev, vals))

@@ -120,7 +120,7 @@ def test_exactly_lossless_and_below_causal_bound(name, inst, request):
     assert value <= bound + 1e-9
     if name in ("causal_optimal", "static_tree"):  # the optimum of its draft law is attained
         assert value == pytest.approx(bound, abs=1e-8)
-    if name == "block" and k == 1:  # theory.md §4: U_causal = block verification at K = 1
+    if name == "block" and k == 1:  # docs/theory/block-bounds.md: U_causal = block verification at K = 1
         assert value == pytest.approx(bound, abs=1e-8)
 
 

@@ -1,7 +1,7 @@
 """User-described drafting schemes for :func:`~otbound.conformance.check_block_verifier` (implementation).
 
 A block verifier is bounded by the law of the draft trees it is run with: U_causal / U_joint
-(theory.md §4) are maxima over couplings of *that* law with the target. K i.i.d. blocks are the
+(docs/theory/block-bounds.md) are maxima over couplings of *that* law with the target. K i.i.d. blocks are the
 kit's default; an engine that drafts otherwise (EAGLE's static top-k tree, a beam, a sampled tree)
 describes its scheme by two functions — its exact law, for exact mode and for the bounds, and a
 draw, for sample mode — and passes ``drafting=DraftingScheme(...)``. The bounds are the causal LP

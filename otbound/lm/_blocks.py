@@ -1,4 +1,4 @@
-"""Block traces: real draft trees for the block-level bounds and verifiers (theory.md §4).
+"""Block traces: real draft trees for the block-level bounds and verifiers (docs/theory/block-bounds.md).
 
 At a few sampled positions ``t`` of a stored trace (prefix = prompt + continuation[:t]), ``K``
 i.i.d. draft blocks ``X^(k)_{1:L}`` are drawn autoregressively from the draft at the trace's

@@ -1,4 +1,4 @@
-"""Multi-draft speculative sampling on a model pair: every verifier run as a decoder (issue 13).
+"""Multi-draft speculative sampling on a model pair: every verifier run as a decoder.
 
 One *iteration* at context ``c`` (prompt + tokens generated so far):
 
@@ -55,7 +55,8 @@ from otbound.token.draft_laws import inverse_cdf, sample_drafts
 from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier
 
-#: largest causal LP (variables (K − 1)·V^(2L), theory.md §4) causal_optimal may solve per iteration (~0.3 s)
+#: largest causal LP (variables (K − 1)·V^(2L), docs/theory/block-bounds.md) causal_optimal may solve per
+#: iteration (~0.3 s)
 CAUSAL_OPTIMAL_MAX_CELLS = 25_000
 
 

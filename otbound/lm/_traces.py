@@ -1,7 +1,7 @@
 """Token-level traces: target-sampled continuations with the target's and draft's laws at every
 position, stored so that every bound and verifier reruns exactly without the models.
 
-Collection, per prompt and temperature ``T`` (theory.md §0: T applies to both models):
+Collection, per prompt and temperature ``T`` (docs/theory/notation.md: T applies to both models):
 
 1. sample a continuation ``y_1..y_n`` from the target at ``T`` (batched over prompts, KV cache;
    stops at an end-of-sequence token, which is kept, or after ``max_new_tokens``). The target's

@@ -1,4 +1,4 @@
-"""Speculative decoders measured against the bounds at the contexts they visit (issue 13); the
+"""Speculative decoders measured against the bounds at the contexts they visit: the
 end-to-end section of ``python -m otbound.compare --end-to-end``.
 
 For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, accepted ``τ_i``),
@@ -15,8 +15,8 @@ For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, 
 * ``acceptance_sum`` / ``alpha_sum`` (token-level verifiers) — over the nodes verified in the
   iteration (depth ``d ≤ min(τ, L − 1)``, ``m`` drafts through the node), the sum of the verifier's
   exact acceptance ``α_V(p, q, m)`` / of the optimum ``α*(p, q, m)`` of its draft law (SpecTr
-  2310.15141, theory.md §1). ``τ = Σ_d 1[node d reached and accepted]`` and a reached node accepts
-  with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
+  2310.15141, docs/theory/token-bounds.md (one draft)). ``τ = Σ_d 1[node d reached and accepted]`` and a
+  reached node accepts with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
 * ``per_level`` / ``causal`` — the block bounds on ``E[τ | c_i]`` for K i.i.d. blocks
   (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small,
   ``(K − 1)·V^{2L} ≤ exact_lp_cells``,

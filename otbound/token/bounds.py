@@ -315,7 +315,7 @@ class Relaxation:
 
 
 def relaxation_bounds(p, q, num_drafts: int, sampling: str = "with_replacement") -> Relaxation:
-    """The simple relaxations of theory.md §2 for one (p, q) pair (1-D)."""
+    """The simple relaxations of docs/theory/token-bounds.md for one (p, q) pair (1-D)."""
     p, q = as_pair(to_numpy(p)[0], to_numpy(q)[0])
     if p.ndim != 1:
         raise InvalidInputError(f"relaxation_bounds takes 1-D laws, got shape {p.shape}")

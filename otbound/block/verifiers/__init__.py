@@ -1,4 +1,4 @@
-"""Block verifiers (theory.md §4): registry :data:`BLOCK_VERIFIERS` (name → verifier object).
+"""Block verifiers (docs/theory/block-bounds.md): registry :data:`BLOCK_VERIFIERS` (name → verifier object).
 
 ========================= ===================================================================
 name                      algorithm

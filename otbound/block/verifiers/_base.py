@@ -13,7 +13,7 @@ correction (or bonus) token. The same walk is
   the drafts, and by summing over all draft tuples, exact ``E[τ]`` and the exact one-iteration law
   of the output — the losslessness check needs no sampling at all.
 
-Terminology (theory.md §0): ``τ`` = accepted draft tokens, the emitted sequence is ``τ + 1`` tokens
+Terminology (docs/theory/notation.md): ``τ`` = accepted draft tokens, the emitted sequence is ``τ + 1`` tokens
 (bonus/correction included), ``E[τ]`` excludes the bonus.
 """
 
@@ -112,7 +112,7 @@ def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 @dataclass
 class DraftLawBounds:
-    """U_causal and U_joint (theory.md §4) of the draft-tuple law a verifier is run with."""
+    """U_causal and U_joint (docs/theory/block-bounds.md) of the draft-tuple law a verifier is run with."""
 
     causal: float
     joint: float
@@ -190,7 +190,7 @@ class BlockVerifier:
         """Exact ``max_v |P(output continued by p = v) − p(v)|`` over ``v ∈ V^{L+1}`` (0 iff lossless).
 
         One iteration's emitted sequence, continued by sampling the target, must be distributed as
-        the target (theory.md §4); float64 round-off leaves ~1e-16.
+        the target (docs/theory/block-bounds.md); float64 round-off leaves ~1e-16.
         """
         target, draft = _models(target, draft, vocab_size)
         length = check_positive_int(block_len, "block_len")

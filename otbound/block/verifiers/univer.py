@@ -244,7 +244,7 @@ class UniVer(BlockVerifier):
 
     # -- bounds of its own draft law ------------------------------------------------------------
     def own_law_bounds(self, target, draft, *, vocab_size, num_drafts, block_len) -> DraftLawBounds:
-        """U_causal and U_joint for UniVer's tree law (the causal LP of theory.md §4 and the block OT,
+        """U_causal and U_joint for UniVer's tree law (the causal LP of docs/theory/block-bounds.md and the block OT,
         both over every tree; :func:`otbound.block._plain.causal_lp_tuples`)."""
         target, draft = _models(target, draft, vocab_size)
         m = check_num_drafts(num_drafts)

@@ -1,4 +1,4 @@
-"""Shared machinery of the token-level verifiers (theory.md §3).
+"""Shared machinery of the token-level verifiers (docs/theory/token-verifiers.md).
 
 A *verifier* maps a target law ``p``, a draft law ``q`` and one draft tuple ``x̄ = (x_1..x_K)`` to an
 emitted token ``Y``. It is lossless when ``Σ_x̄ Q(x̄) law(Y = · | x̄) = p`` for its draft law ``Q``.
@@ -9,7 +9,7 @@ Every verifier here exposes
 * ``acceptance(p, q, num_drafts)`` — the exact ``α = P(Y ∈ x̄)`` (closed form, recursion, or
   enumeration of the draft tuples when ``|V|^K`` is small), else ``None``.
 
-Acceptance follows theory.md §0: a residual sample that happens to equal a draft counts as accepted.
+Acceptance follows docs/theory/notation.md: a residual sample that happens to equal a draft counts as accepted.
 
 Numerics: float64 throughout; conditional laws are exact up to float64 rounding (the tests check
 ``Σ_x̄ Q(x̄) law(·|x̄) = p`` to ``1e-12``). Residual laws ``norm((a − b)_+)`` whose mass is exactly 0
@@ -115,7 +115,7 @@ class Verifier(ABC):
     """Base class of the token-level multi-draft verifiers.
 
     Subclasses set ``name``, ``reference``, ``lossless`` and ``sampling`` (the draft law of
-    theory.md §2 they verify), optionally ``max_drafts``, and implement ``_laws`` and ``_sample``
+    docs/theory/token-bounds.md they verify), optionally ``max_drafts``, and implement ``_laws`` and ``_sample``
     (and ``_prepare`` / ``_closed_form``). The block verifiers
     (:class:`otbound.block.verifiers.BlockVerifier`) carry the same attributes.
 

@@ -1,7 +1,7 @@
 """NSS / naive verification: ignore the drafts, sample ``Y ~ p``, accepted iff ``Y ∈ x̄``.
 
 Lossless trivially. Acceptance ``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts
-``Σ_t p(t)(1 − (1 − q(t))^K)`` (theory.md §3); for the other laws the inclusion probabilities of
+``Σ_t p(t)(1 − (1 − q(t))^K)`` (docs/theory/token-verifiers.md); for the other laws the inclusion probabilities of
 :func:`otbound.token.draft_laws.inclusion_probabilities`. This is what deterministic top-k trees
 (EAGLE-style, one-hot q) amount to.
 """

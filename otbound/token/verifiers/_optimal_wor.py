@@ -2,7 +2,7 @@
 
 Notation: K drafts without replacement from q (sequential draws, equivalently exponential clocks
 ``T_i ~ Exp(q_i)``, the drafted set S = the first K tokens to ring; :mod:`otbound.token._wor`);
-target p; ``Q(B) = P(S ⊆ B)``; α* = 1 − max_B [Q(B) − p(B)] (theory.md §2).
+target p; ``Q(B) = P(S ⊆ B)``; α* = 1 − max_B [Q(B) − p(B)] (docs/theory/token-bounds.md).
 
 **Truncation.** Let T be the m tokens with q > 0 of largest ``min(p_y, 1 − (1 − q_y)^K)`` (a
 token's acceptance can exceed neither its p nor about its chance of being drafted; ties: lower id)
