@@ -29,6 +29,7 @@ from pathlib import Path
 
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
+from otbound.lm._errors import HashMismatchError, ModelUnavailableError
 from otbound.report import (
     SYNTHETIC_FAMILIES,
     make_executor,
@@ -107,17 +108,29 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     if synthetic and max(args.num_drafts) > args.vocab_size:
         parser.error(f"--num-drafts {max(args.num_drafts)} exceeds --vocab-size {args.vocab_size}: "
                      "the draft laws without replacement need K distinct tokens")
-    if not synthetic:
-        from otbound.lm import DATASETS, PAIRS
+    _check_device_and_dtype(parser, args)
+    if not synthetic and not args.end_to_end:
+        from otbound.lm import DATASETS, PAIRS, load_prompts
 
         for d in args.datasets:
             if d not in DATASETS and not Path(d).is_file():
                 parser.error(f"--datasets {d!r} is neither a shipped set ({', '.join(DATASETS)}) nor a JSONL file")
+            if d not in DATASETS:  # a user file is read now: a bad line stops the run before any work
+                try:
+                    load_prompts(d, args.num_prompts)
+                except InvalidInputError as err:
+                    parser.error(f"--datasets: {err}")
         if "," not in args.pair and args.pair not in PAIRS:
             parser.error(f"--pair {args.pair!r} is not a registered pair ({', '.join(sorted(PAIRS))}) "
                          "nor 'DRAFT,TARGET'")
         if len(args.pair.split(",")) > 2 or any(not s for s in args.pair.split(",")):
             parser.error(f"--pair {args.pair!r}: expected a registered name or 'DRAFT,TARGET'")
+        if "," in args.pair:
+            from otbound.lm._models import looks_like_path
+
+            for ref in args.pair.split(","):
+                if looks_like_path(ref) and not Path(ref).expanduser().is_dir():
+                    parser.error(f"--pair: model folder {ref!r} does not exist")
     if args.block:
         _check_block_size(parser, args)
     if args.end_to_end and args.e2e_verifiers:
@@ -128,6 +141,17 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
             parser.error(f"--e2e-verifiers: unknown verifier(s) {', '.join(unknown)} "
                          f"(token: {', '.join(VERIFIERS)}; block: {', '.join(BLOCK_VERIFIERS)})")
     return args
+
+
+def _check_device_and_dtype(parser, args) -> None:
+    """--device and --dtype, checked in every mode (also those that load no model)."""
+    from otbound.lm._models import resolve_device, resolve_dtype
+
+    try:
+        device = resolve_device(args.device)
+        resolve_dtype(args.dtype, device)
+    except InvalidInputError as err:
+        parser.error(f"--device {args.device} --dtype {args.dtype}: {err}")
 
 
 def _check_block_size(parser, args) -> None:
@@ -237,25 +261,36 @@ def parse_args(argv=None):
     return check_args(ap, ap.parse_args(argv))
 
 
+PROG = "python -m otbound.compare"
+
+
 def main(argv=None) -> Path:
+    """Run the command line; every failure a user can cause ends in one line on stderr and exit
+    status 2 (Ctrl-C: one line, status 130, the finished shards kept for a rerun to resume)."""
     args = parse_args(argv)
-    try:
-        with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
-            return _run(args)
-    except FolderLockedError as err:
-        sys.exit(f"python -m otbound.compare: error: {err}")
-
-
-def _run(args) -> Path:
-    out = Path(args.out)
-    for stale in ("report.md", "report.json"):  # the report is written last: none until this run's is complete
-        (out / stale).unlink(missing_ok=True)
     try:
         engine = make_executor(args.engine, address=args.address,
                                **({"num_workers": args.workers} if args.engine == "ray" else {}))
-    except InvalidInputError as exc:
-        print(f"python -m otbound.compare: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
+            return _run(args, engine)
+    except FolderLockedError as err:
+        sys.exit(f"{PROG}: error: {err}")
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the finished shards are kept in {Path(args.out) / 'shards'} "
+              "(rerun the same command to resume)", file=sys.stderr)
+        raise SystemExit(130) from None
+    except (InvalidInputError, ModelUnavailableError, HashMismatchError) as err:
+        print(f"{PROG}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:  # e.g. a full disk: the previous report, if any, is still in place
+        print(f"{PROG}: error: {err.strerror or err} ({err.filename or args.out})", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _run(args, engine) -> Path:
+    # a finished report in ``out`` stays until this run's report replaces it (written last, report.md and
+    # report.json together); every flag was checked before, so a failing rerun leaves it untouched
+    out = Path(args.out)
     if args.end_to_end and not args.synthetic:
         rows, skipped, meta = [], [], {"mode": "end to end"}
     elif args.synthetic:
@@ -341,6 +376,9 @@ def _run(args) -> Path:
         figures=figures,
         meta=meta,
     )
+    if args.synthetic or args.end_to_end:  # an earlier trace report's files do not belong to this report
+        for stale in ("rows.json", "paired.json", "paired_gaps.png", "paired_gaps.pdf"):
+            (out / stale).unlink(missing_ok=True)
     print(tables.all_tables([r for r in rows if "block_len" not in r]))
     for section in sections:
         print(section)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from otbound._io import write_text_atomic
-from otbound._validation import SAMPLINGS, check_positive_int, check_temperatures
+from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import _int_keys, aggregate, measure_trace
@@ -74,7 +74,9 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                 sid = f"real-{cell.parent.name}-{cell.name}-{start // prompts_per_shard}"
                 kwargs = dict(prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid,
                               max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
-                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk)))
+                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk),
+                                    unkeyed=("out",)))
+    _claim_traces(out, name)
     per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
                            count=lambda res: sum(r["positions"] for r in res), unit="positions")
     results = [_int_keys(r) for res in per_shard for r in res]
@@ -85,6 +87,30 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
     return rows
+
+
+PAIR_MARKER = ".pair.json"
+
+
+def _claim_traces(out: Path, name: str) -> None:
+    """Record which pair ``<out>/traces`` holds (``<out>/traces/.pair.json``), or refuse another one.
+
+    The traces of a folder are found by dataset, temperature and prompt id, so without this mark a
+    rerun with another pair would measure the old pair's traces (no model is loaded when every trace
+    exists). Raises :class:`InvalidInputError` naming both pairs.
+    """
+    marker = out / "traces" / PAIR_MARKER
+    try:
+        held = json.loads(marker.read_text(encoding="utf-8"))["pair"]
+    except FileNotFoundError:
+        held = None
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable mark: rewritten below
+        held = None
+    if held is not None and held != name:
+        raise InvalidInputError(f"{out} holds the traces of another model pair ({held}), not of {name}: "
+                                "write to another folder or delete its traces/")
+    if held is None:
+        write_text_atomic(marker, json.dumps({"pair": name}))
 
 
 def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_tokens, batch_size, seed, num_drafts,
