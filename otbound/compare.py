@@ -14,9 +14,17 @@ default: the tiny random pair, ``--e2e-pair qwen2.5-coder`` for the real one) an
 figure; without ``--synthetic`` it replaces the trace report.
 Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
 
-Every mode runs as checkpointed shards (``<out>/shards``, resumable); ``--engine ray [--address
-ADDRESS]`` runs them on Ray actors (a local Ray instance without an address) with a report
-identical to the default in-process run (see :mod:`otbound.report._distributed`).
+The trace report and the synthetic and block sections run as checkpointed shards (``<out>/shards``,
+each with its SHA-256; a rerun resumes, recomputing only missing, damaged or differently configured
+shards, also in a folder copied elsewhere); the end-to-end section is not checkpointed (it is short:
+rerun it whole). ``--engine ray [--address ADDRESS]`` runs the shards on Ray actors (a local Ray
+instance without an address) with a report identical to the default in-process run (see
+:mod:`otbound.report._distributed`).
+
+Every flag, prompt file and model path is checked before the output folder is touched; any error
+is one line on stderr with exit status 2, and a finished report in the folder stays until this
+run's report replaces it (``report.md`` and ``report.json`` together). Ctrl-C stops with one line
+(status 130), the finished shards kept.
 """
 
 from __future__ import annotations
@@ -109,7 +117,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         parser.error(f"--num-drafts {max(args.num_drafts)} exceeds --vocab-size {args.vocab_size}: "
                      "the draft laws without replacement need K distinct tokens")
     _check_device_and_dtype(parser, args)
-    if not synthetic and not args.end_to_end:
+    if not synthetic:
         from otbound.lm import DATASETS, PAIRS, load_prompts
 
         for d in args.datasets:
@@ -177,7 +185,8 @@ def effective_settings(args) -> dict:
         out.update(block_drafts=list(args.block_drafts), block_lens=list(args.block_lens),
                    block_vocab=args.block_vocab, block_mc_samples=args.block_mc_samples)
     if args.end_to_end:
-        out.update(e2e_pair=args.e2e_pair, e2e_drafts=list(args.e2e_drafts), e2e_lens=list(args.e2e_lens),
+        out.update(e2e_pair=args.e2e_pair, e2e_temperature=args.e2e_temperature, e2e_drafts=list(args.e2e_drafts),
+                   e2e_lens=list(args.e2e_lens),
                    e2e_prompts=args.e2e_prompts, e2e_tokens=args.e2e_tokens, e2e_verifiers=args.e2e_verifiers)
     return out
 
@@ -232,6 +241,9 @@ def parse_args(argv=None):
                     help="K values of the end-to-end section")
     ap.add_argument("--e2e-lens", type=positive_int, nargs="+", default=[2],
                     help="block lengths L of the end-to-end section")
+    ap.add_argument("--e2e-temperature", type=temperature, default=1.0,
+                    help="temperature of the end-to-end section (default: %(default)s; --temperature does not "
+                         "apply to it)")
     ap.add_argument("--e2e-prompts", type=positive_int, default=4, help="prompts of the end-to-end section")
     ap.add_argument("--e2e-tokens", type=positive_int, default=12,
                     help="tokens generated per prompt in the end-to-end section")
@@ -350,7 +362,8 @@ def _run(args, engine) -> Path:
     if args.end_to_end:
         from otbound.report import end_to_end_section
 
-        e2e_rows, section, fig = end_to_end_section(args, out)
+        e2e_args = argparse.Namespace(**{**vars(args), "temperature": [args.e2e_temperature]})
+        e2e_rows, section, fig = end_to_end_section(e2e_args, out)
         rows += e2e_rows
         sections.append(section)
         figures.append(fig)

@@ -12,6 +12,7 @@ from pathlib import Path
 from otbound._io import write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, trace_path
+from otbound.lm._prompts import check_token_ids
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import _int_keys, aggregate, measure_trace
 from otbound.report._paired import paired_differences
@@ -129,6 +130,11 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
     options = dict(verifiers=verifiers, samplings=samplings, mc_samples=mc_samples, seed=seed,
                    cache_dir=Path(out) / "measure", batch_size=measure_batch_size)
 
+    def checked_pair():  # the prompts' token ids checked against the vocabulary as soon as the pair is known
+        pair = load_pair()
+        check_token_ids(prompts, pair.vocab_size)
+        return pair
+
     def measure_now(record):
         measure_trace(record, num_drafts, reuse=False, **options)
 
@@ -138,7 +144,7 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
         for stale in staging_root.glob(f"{shard_id}-*"):  # left by a killed attempt
             shutil.rmtree(stale, ignore_errors=True)
         staging = staging_root / f"{shard_id}-{os.getpid()}"
-        collect_traces(load_pair, prompts, staging, **kwargs)
+        collect_traces(checked_pair, prompts, staging, **kwargs)
         done.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, done)
     if done.exists():  # move a complete shard's traces into place (again, if a move was interrupted)
@@ -149,5 +155,5 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
                 os.replace(src, dst)
         shutil.rmtree(done)
     # all present now, or present from an earlier run with other chunks (then only the missing ones are collected)
-    paths = collect_traces(load_pair, prompts, traces, **kwargs)
+    paths = collect_traces(checked_pair, prompts, traces, **kwargs)
     return [measure_trace(next(load_traces(path)), num_drafts, **options) for path in paths]
