@@ -257,9 +257,13 @@ def parse_args(argv=None):
                     "CUDA and on CPUs with native bfloat16, else float32)")
     ap.add_argument("--batch-size", type=positive_int, default=None,
                     help="prompts per collection batch within a shard (default: the whole shard)")
-    ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
-                    help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
-                         "position) or none (the per-position measurements only: enough to re-aggregate and resume)")
+    ap.add_argument("--store-logits", choices=("float16", "float32", "none"), default="float16",
+                    help="what a trace keeps besides its tokens (default: %(default)s). The report's numbers never "
+                         "depend on it: every position is measured from the models' logits as it is sampled. It "
+                         "decides what re-measuring with other K or verifiers later reads: float16 logits (2·V·2 "
+                         "bytes per position, ~1.5 GB for the default 2,560 positions at V = 151,936; laws from "
+                         "logits rounded to 11 significant bits), float32 (twice that; the logits as computed) or "
+                         "none (only the measurements: enough to re-aggregate and resume, not to re-measure)")
     ap.add_argument("--engine", choices=("local", "ray"), default="local",
                     help="run the shards in this process, or on Ray actors (pip install 'otbound[ray]'); the report "
                          "is identical either way (default: %(default)s)")

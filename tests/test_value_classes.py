@@ -291,8 +291,8 @@ def test_run_shards_never_reuses_another_pairs_checkpoint(tmp_path):
 
 
 def test_real_report_rerun_with_another_pair_does_not_reuse_the_old_pair(tmp_path):
-    """A real-model report rerun in the same folder with another pair (the same datasets, so the same
-    shard ids): refused before any work, naming both pairs, and the old report's rows stay; in a
+    """A real-model report rerun in the same folder with another (loaded) pair (the same datasets, so
+    the same shard ids): refused before any work, naming both pairs, and the old report's rows stay; in a
     fresh folder the other pair gives other numbers (so reuse would have been visible)."""
     from otbound.report import run_real_report
 
@@ -300,8 +300,7 @@ def test_real_report_rerun_with_another_pair_does_not_reuse_the_old_pair(tmp_pat
     data.write_text("".join(json.dumps({"prompt": f"p{i}", "token_ids": [i, i + 1, 2]}) + "\n" for i in range(3)))
     kw = dict(datasets=[data], num_prompts=3, max_new_tokens=4, temperatures=(1.0,), num_drafts=(2,),
               progress=False, verifiers=["rrs"], mc_samples=8, prompts_per_shard=2, store_logits="none")
-    a = functools.partial(ob.lm.tiny_pair, 8, seed=0)
-    b = functools.partial(ob.lm.tiny_pair, 8, seed=1)
+    a, b = ob.lm.tiny_pair(8, seed=0), ob.lm.tiny_pair(8, seed=1)
     rows_a = run_real_report(a, out=tmp_path / "r", **kw)
     before = (tmp_path / "r" / "rows.json").read_text()
     with pytest.raises(ob.InvalidInputError, match="another model pair"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -21,7 +22,7 @@ from otbound.report._paired import paired_differences
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 20,
                     max_new_tokens: int = 32, temperatures=(0.7, 1.0), num_drafts=(2, 3, 4), out="report-real",
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
-                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float32",
+                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float16",
                     measure_batch_size: int | None = None, prompts_per_shard: int = 8, engine="local",
                     address: str | None = None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
@@ -49,14 +50,17 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
 
     Streaming: each new trace is measured as soon as it is sampled, on the device its logits are on
     (the batched engine, ``measure_batch_size`` positions per call), and its per-position results
-    are stored before the trace file; ``store_logits`` (``"float32"``, ``"float16"`` or ``"none"``)
-    is what the trace keeps besides the tokens. With ``"none"`` the stored measurements are all
-    there is: enough to re-aggregate and to resume, not to measure again with another
-    configuration. ``batch_size``: prompts per collection batch within a shard (default: the
+    are stored before the trace file; ``store_logits`` (``"float16"``, the default, ``"float32"`` or
+    ``"none"``) is what the trace keeps besides the tokens. The rows never depend on it (every
+    position is measured from the models' own logits as they are sampled); it decides what a later
+    measurement with another configuration (other K, verifiers) reads: float16 logits (2·V·2 bytes
+    per position, laws from logits rounded to 11 significant bits), float32 (2·V·4 bytes, the
+    logits as computed) or, with ``"none"``, nothing (the stored measurements are all there is:
+    enough to re-aggregate and to resume). ``batch_size``: prompts per collection batch within a shard (default: the
     whole shard, so that the samples do not depend on the device).
     """
     out = Path(out)
-    name = pair_name(pair)
+    name, spec = pair_name(pair), pair
     executor = make_executor(engine, address=address)
     if not (hasattr(pair, "target") or callable(pair)):  # download/conversion bars only in this process
         pair = functools.partial(load_pair, pair, device=device, dtype=dtype,
@@ -77,9 +81,10 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                               max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
                 shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk),
                                     unkeyed=("out",)))
-    _claim_traces(out, name)
+    _claim_traces(out, spec, name)
     per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
                            count=lambda res: sum(r["positions"] for r in res), unit="positions")
+    _remove_empty_folders(out / "traces-staging")  # every shard moved its traces into place
     results = [_int_keys(r) for res in per_shard for r in res]
     rows = aggregate(results)
     write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
@@ -93,13 +98,28 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
 PAIR_MARKER = ".pair.json"
 
 
-def _claim_traces(out: Path, name: str) -> None:
+def _remove_empty_folders(root: Path) -> None:
+    """Remove ``root`` and the folders under it if they hold no file (what a run's staging leaves)."""
+    if not root.is_dir():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+def _claim_traces(out: Path, pair, name: str) -> None:
     """Record which pair ``<out>/traces`` holds (``<out>/traces/.pair.json``), or refuse another one.
 
     The traces of a folder are found by dataset, temperature and prompt id, so without this mark a
     rerun with another pair would measure the old pair's traces (no model is loaded when every trace
-    exists). Raises :class:`InvalidInputError` naming both pairs.
+    exists). A pair named by a registered name, ids/paths or a loaded pair is compared with the
+    mark (:class:`InvalidInputError` naming both pairs); a bare loader callable is trusted to load
+    the pair of the traces (it is called only if some trace is missing).
     """
+    if callable(pair) and not hasattr(pair, "target"):
+        return
     marker = out / "traces" / PAIR_MARKER
     try:
         held = json.loads(marker.read_text(encoding="utf-8"))["pair"]
