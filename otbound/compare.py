@@ -258,9 +258,10 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=positive_int, default=None,
                     help="prompts per collection batch within a shard (default: the whole shard)")
     ap.add_argument("--store-logits", choices=("float16", "float32", "none"), default="float16",
-                    help="what a trace keeps besides its tokens (default: %(default)s). The report's numbers never "
-                         "depend on it: every position is measured from the models' logits as it is sampled. It "
-                         "decides what re-measuring with other K or verifiers later reads: float16 logits (2·V·2 "
+                    help="what a trace keeps besides its tokens (default: %(default)s). The report's numbers do not "
+                         "depend on it: every position is measured from the models' logits as it is sampled and "
+                         "cached (<out>/measure). It decides what a re-measure (other K or verifiers, or a deleted "
+                         "cache) reads: float16 logits (2·V·2 "
                          "bytes per position, ~1.5 GB for the default 2,560 positions at V = 151,936; laws from "
                          "logits rounded to 11 significant bits), float32 (twice that; the logits as computed) or "
                          "none (only the measurements: enough to re-aggregate and resume, not to re-measure)")

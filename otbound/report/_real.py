@@ -51,9 +51,9 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     Streaming: each new trace is measured as soon as it is sampled, on the device its logits are on
     (the batched engine, ``measure_batch_size`` positions per call), and its per-position results
     are stored before the trace file; ``store_logits`` (``"float16"``, the default, ``"float32"`` or
-    ``"none"``) is what the trace keeps besides the tokens. The rows never depend on it (every
-    position is measured from the models' own logits as they are sampled); it decides what a later
-    measurement with another configuration (other K, verifiers) reads: float16 logits (2·V·2 bytes
+    ``"none"``) is what the trace keeps besides the tokens. The rows do not depend on it (every
+    position is measured from the models' own logits as they are sampled, and cached); it decides
+    what a later measurement (another configuration, or after the cache is deleted) reads: float16 logits (2·V·2 bytes
     per position, laws from logits rounded to 11 significant bits), float32 (2·V·4 bytes, the
     logits as computed) or, with ``"none"``, nothing (the stored measurements are all there is:
     enough to re-aggregate and to resume). ``batch_size``: prompts per collection batch within a shard (default: the
