@@ -161,24 +161,37 @@ def _greedy_tie_rows(v=7, seed=3):
         [0.4, 0.15, 0.15, 0.15, 0.05, 0.05, 0.05],  # tie for places 2-4 (K = 3: two of three kept)
         [0.2, 0.2, 0.2, 0.2, 0.1, 0.05, 0.05],  # four-way tie at the top
         [0.05, 0.25, 0.05, 0.25, 0.2, 0.1, 0.1],  # tie at non-leading indices
+        np.array([1, 5, 1, 5, 1, 1, 5]) / 19,  # the top K - 1 = 3 all tied (no tie at the edge of G for K = 4)
     ]
     p, q = [], []
     for row in qs:
-        for _ in range(3):
+        row = np.asarray(row, dtype=np.float64)
+        # a target far above q' on the tied tokens, with other values on each: the tie rule decides α*
+        tied = np.flatnonzero(np.isin(row, [x for x in row if np.count_nonzero(row == x) > 1]))
+        weight = np.full(v, 0.2)
+        weight[tied] = [6.0, 2.0, 1.0, 0.5, 3.0, 0.3, 4.0][: tied.size]
+        for law in (weight * row / (weight * row).sum(), weight[::-1] * row / (weight[::-1] * row).sum()):
+            p.append(law)
+            q.append(row)
+        for _ in range(2):
             p.append(rng.dirichlet(np.full(v, 0.4)))
             q.append(row)
-    return np.array(p), np.array(q, dtype=np.float64)
+    return np.array(p), np.array(q)
 
 
 def test_greedy_ties_batched_measurement_matches_the_per_row_bound():
     p, q = _greedy_tie_rows()
     ks = (2, 3, 4)
+    # the whole batch, and each row alone (torch.topk orders tied values differently by batch shape)
+    for rows in [np.arange(len(p))] + [np.array([i]) for i in range(len(p))]:
+        out = ob.report.measure_laws(p[rows], q[rows], ks, verifiers=["greedy"], samplings=("greedy",))
+        for k in ks:
+            per_row = [ob.optimal_acceptance(p[i], q[i], k, sampling="greedy") for i in rows]
+            np.testing.assert_allclose(out["optimal"]["greedy"][k], per_row, rtol=0, atol=1e-12,
+                                       err_msg=f"K={k}, rows {rows}")
+            # the greedy verifier attains the greedy bound (exact acceptance), ties included
+            np.testing.assert_allclose(out["verifiers"]["greedy"][k]["acceptance"], per_row, rtol=0, atol=1e-12)
     out = ob.report.measure_laws(p, q, ks, verifiers=["greedy"], samplings=("greedy",))
-    for k in ks:
-        per_row = [ob.optimal_acceptance(pi, qi, k, sampling="greedy") for pi, qi in zip(p, q)]
-        np.testing.assert_allclose(out["optimal"]["greedy"][k], per_row, rtol=0, atol=1e-12, err_msg=f"K={k}")
-        # the greedy verifier attains the greedy bound (exact acceptance), ties included
-        np.testing.assert_allclose(out["verifiers"]["greedy"][k]["acceptance"], per_row, rtol=0, atol=1e-12)
     # the tie rule matters on these rows: a different rule (highest index first) gives other values
     flipped = [ob.optimal_acceptance(pi[::-1], qi[::-1], 2, sampling="greedy") for pi, qi in zip(p, q)]
     assert np.max(np.abs(np.array(flipped) - out["optimal"]["greedy"][2])) > 0.01
