@@ -113,6 +113,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     args.block_mc_samples = 20_000 if args.mc_samples is None else args.mc_samples
     if args.mc_samples is None:
         args.mc_samples = 20_000 if synthetic else 16
+    from otbound._validation import MAX_NUM_DRAFTS
+
+    for flag, ks in (("--num-drafts", args.num_drafts), ("--block-drafts", args.block_drafts),
+                     ("--e2e-drafts", args.e2e_drafts)):
+        if max(ks) > MAX_NUM_DRAFTS:
+            parser.error(f"{flag} {max(ks)} exceeds {MAX_NUM_DRAFTS}, the most drafts otbound resolves exactly")
     if synthetic and max(args.num_drafts) > args.vocab_size:
         parser.error(f"--num-drafts {max(args.num_drafts)} exceeds --vocab-size {args.vocab_size}: "
                      "the draft laws without replacement need K distinct tokens")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import otbound as ob
@@ -301,3 +302,51 @@ def test_end_to_end_default_temperature_is_one(tmp_path):
                   "--out", str(tmp_path)])
     meta = json.loads((tmp_path / "report.json").read_text())["meta"]
     assert meta["settings"]["e2e_temperature"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# number of drafts far beyond the vocabulary
+
+
+def _alpha_wr_by_complements(p, q, k):
+    """α* for K i.i.d. drafts, 1 + min_H [p(H) − q(H)^K] over all subsets (small V), with
+    q(H)^K = exp(K·log1p(−q(V∖H))) from the complement summed directly (no 1 − q(H) cancellation)."""
+    import itertools
+
+    v = p.size
+    best = 0.0
+    for r in range(v + 1):
+        for h in itertools.combinations(range(v), r):
+            rest = np.delete(q, h).sum()
+            best = min(best, p[list(h)].sum() - (np.exp(k * np.log1p(-rest)) if rest < 1 else 0.0))
+    return 1.0 + best
+
+
+def test_alpha_star_at_the_largest_accepted_k_is_exact():
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.full(6, 0.3))
+        for k in (1_000, ob._validation.MAX_NUM_DRAFTS):
+            assert ob.optimal_acceptance(p, q, k) == pytest.approx(_alpha_wr_by_complements(p, q, k), abs=1e-9)
+
+
+@pytest.mark.parametrize("k", [ob._validation.MAX_NUM_DRAFTS + 1, 10**6, 10**15, 10**30])
+def test_more_drafts_than_resolvable_are_refused_at_once(k, tmp_path, capsys):
+    import time
+
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    t0 = time.perf_counter()
+    with pytest.raises(ob.InvalidInputError, match="exceeds 65536"):
+        ob.optimal_acceptance(p, q, k)
+    for verifier in ob.VERIFIERS.values():
+        with pytest.raises(ob.InvalidInputError, match="exceeds 65536"):
+            verifier.acceptance(p, q, k)
+    from otbound.report import measure_laws
+
+    with pytest.raises(ob.InvalidInputError, match="exceeds 65536"):
+        measure_laws(p[None], q[None], (k,))
+    assert time.perf_counter() - t0 < 5, "refused before any work"
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--num-drafts", str(k), "--out", str(tmp_path / "r")])
+    assert exc.value.code == 2 and "65536" in _one_line_error(capsys.readouterr().err)
