@@ -285,6 +285,8 @@ def parse_args(argv=None):
 
 
 PROG = "python -m otbound.compare"
+#: the figures a report may hold (one per section); those of an earlier mode are removed
+REPORT_FIGURES = ("token_bounds", "paired_gaps", "block_bounds", "end_to_end")
 
 
 def main(argv=None) -> Path:
@@ -400,9 +402,13 @@ def _run(args, engine) -> Path:
         figures=figures,
         meta=meta,
     )
-    if args.synthetic or args.end_to_end:  # an earlier trace report's files do not belong to this report
-        for stale in ("rows.json", "paired.json", "paired_gaps.png", "paired_gaps.pdf"):
-            (out / stale).unlink(missing_ok=True)
+    # an earlier mode's files do not belong to this report: its figures and the trace report's rows
+    mine = {Path(f).stem for f in figures}
+    stale = [f"{stem}.{ext}" for stem in REPORT_FIGURES if stem not in mine for ext in ("png", "pdf")]
+    if args.synthetic or args.end_to_end:
+        stale += ["rows.json", "paired.json"]
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
     print(tables.all_tables([r for r in rows if "block_len" not in r]))
     for section in sections:
         print(section)

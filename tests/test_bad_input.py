@@ -291,10 +291,12 @@ def test_ctrl_c_is_one_line_and_keeps_the_checkpoints(tmp_path, capsys, monkeypa
 
 def test_earlier_modes_files_do_not_stay_beside_a_new_report(finished):
     out, _ = finished
-    for name in ("rows.json", "paired.json"):  # as a trace report leaves them
+    for name in ("rows.json", "paired.json", "paired_gaps.png", "end_to_end.png"):  # as other modes leave them
         (out / name).write_text("[]")
     compare.main([*SYNTH, "--out", str(out)])
-    assert not (out / "rows.json").exists() and not (out / "paired.json").exists()
+    for name in ("rows.json", "paired.json", "paired_gaps.png", "end_to_end.png"):
+        assert not (out / name).exists(), name
+    assert (out / "token_bounds.png").exists()
 
 
 def test_end_to_end_default_temperature_is_one(tmp_path):
