@@ -170,8 +170,15 @@ def check_temperatures(temperatures) -> list[float]:
     return ts
 
 
+#: the largest number of drafts accepted anywhere. Beyond it the bounds are not resolved in float64
+#: (α* for i.i.d. drafts holds q(H)^K, whose relative error is K times that of the summed q(H)), the
+#: verifiers' acceptances cost time growing with K, and no speculative decoder drafts so many.
+MAX_NUM_DRAFTS = 65_536
+
+
 def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "with_replacement") -> int:
-    """Check ``num_drafts`` is an integer >= 1 and, without replacement, at most the support of q.
+    """Check ``num_drafts`` is an integer in ``1..MAX_NUM_DRAFTS`` and, for the laws with distinct
+    tokens, at most the support of q.
 
     Examples
     --------
@@ -183,12 +190,19 @@ def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "w
     Traceback (most recent call last):
         ...
     otbound._validation.InvalidInputError: num_drafts=3 exceeds the support of q (2 tokens with q > 0): ...
+    >>> check_num_drafts(10**15)
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: num_drafts=1000000000000000 exceeds 65536, the most drafts ...
     """
     if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)):
         raise InvalidInputError(f"num_drafts must be an integer, got {num_drafts!r}")
     k = int(num_drafts)
     if k < 1:
         raise InvalidInputError(f"num_drafts must be at least 1, got {k}")
+    if k > MAX_NUM_DRAFTS:
+        raise InvalidInputError(f"num_drafts={k} exceeds {MAX_NUM_DRAFTS}, the most drafts otbound resolves exactly "
+                                "in float64")
     check_sampling(sampling)
     if q is not None and sampling != "with_replacement":
         # without replacement needs K distinct tokens of positive mass; the greedy law needs mass

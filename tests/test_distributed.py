@@ -73,7 +73,7 @@ def prompts_file(tmp_path):
 def report_kwargs(data, out):
     return dict(datasets=[data], num_prompts=5, max_new_tokens=4, temperatures=(0.8, 1.1), num_drafts=(2,),
                 out=out, progress=False, verifiers=["rrs", "kseq", "greedy"], mc_samples=16, prompts_per_shard=2,
-                seed=7)
+                seed=7, store_logits="float32")  # a trace planted from another run is re-measured bit for bit
 
 
 # ---------------------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def test_load_pair_bad_input(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(InvalidInputError, match="no CUDA device"):
             load_pair("qwen2.5-coder", device="cuda")
-    with pytest.raises(ModelUnavailableError, match="neither a local folder"):
+    with pytest.raises(ModelUnavailableError, match="does not exist"):  # a path: refused without asking the hub
         load_pair((tmp_path / "missing-a", tmp_path / "missing-b"), device="cpu", progress=False)
 
 
@@ -512,7 +512,8 @@ def test_run_real_report_end_to_end_and_resume(pair, tmp_path):
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in ["def f(", "hello", "x = 1", "abc"]))
     kwargs = dict(datasets=[data], num_prompts=3, max_new_tokens=5, temperatures=(0.8,), num_drafts=(3,),
-                  out=tmp_path / "out", progress=False, verifiers=["rrs", "rrs_wor"], mc_samples=32)
+                  out=tmp_path / "out", progress=False, verifiers=["rrs", "rrs_wor"], mc_samples=32,
+                  store_logits="float32")  # re-measured bit for bit below from the stored logits
     rows = run_real_report(pair, **kwargs)
     assert {r["verifier"] for r in rows} == {"optimal", "rrs", "rrs_wor"}
     for r in rows:
@@ -537,17 +538,20 @@ def test_streaming_without_logits_keeps_what_the_report_needs(pair, tmp_path):
     prompts_file.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ["def f(", "hello", "x = 1"]))
     kwargs = dict(datasets=[prompts_file], num_prompts=3, max_new_tokens=4, temperatures=(0.8,), num_drafts=(2, 3),
                   progress=False, verifiers=["rrs", "kseq", "rrs_wor", "greedy"], mc_samples=8)
-    full = run_real_report(pair, out=tmp_path / "f32", **kwargs)
+    full = run_real_report(pair, out=tmp_path / "f32", store_logits="float32", **kwargs)
     lean = run_real_report(pair, out=tmp_path / "none", store_logits="none", **kwargs)
     assert json.loads(json.dumps(lean)) == json.loads(json.dumps(full))
+    half = run_real_report(pair, out=tmp_path / "f16", **kwargs)  # the default: float16 logits, the same rows
+    assert json.loads(json.dumps(half)) == json.loads(json.dumps(full))
+    assert not (tmp_path / "f16" / "traces-staging").exists(), "no empty staging folder left"
     files = sorted((tmp_path / "none" / "traces").rglob("*.safetensors"))
     assert len(files) == 3
     for f in files:
         (record,) = load_traces(f)
         assert record.target_logits is None and record.positions == 4
     per_pos = {d: sum(f.stat().st_size for f in (tmp_path / d / "traces").rglob("*.safetensors")) / 12
-               for d in ("f32", "none")}
-    assert per_pos["f32"] > 2 * V * 4 > per_pos["none"]
+               for d in ("f32", "f16", "none")}
+    assert per_pos["f32"] > 2 * V * 4 > per_pos["f16"] > 2 * V * 2 > per_pos["none"]
 
     def never():
         raise AssertionError("resume must not load models")

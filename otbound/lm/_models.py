@@ -230,6 +230,9 @@ def _load_one(ref, dtype, *, download, progress):
     else:
         folder = str(ref)
         src = {"id": str(ref)}
+        if looks_like_path(folder) and not Path(folder).expanduser().is_dir():
+            raise ModelUnavailableError(f"model folder {folder!r} does not exist (a path, so the hub is not asked)")
+        folder = str(Path(folder).expanduser()) if looks_like_path(folder) else folder
     try:
         tok = AutoTokenizer.from_pretrained(str(folder))
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
@@ -239,6 +242,20 @@ def _load_one(ref, dtype, *, download, progress):
             f"(no network to the hub here?): {exc}"
         ) from exc
     return tok, model, src
+
+
+def looks_like_path(ref) -> bool:
+    """Whether a model reference names a local folder rather than a hub id (``org/name``): it exists,
+    or starts with ``/``, ``.``, ``~``, or holds a backslash or more than one ``/``.
+
+    Examples
+    --------
+    >>> looks_like_path("Qwen/Qwen2.5-0.5B"), looks_like_path("./models/draft"), looks_like_path("/no/such")
+    (False, True, True)
+    """
+    text = str(ref)
+    return (isinstance(ref, Path) or Path(text).exists() or text.startswith(("/", ".", "~")) or "\\" in text
+            or text.count("/") > 1)
 
 
 def check_same_tokenizer(tok_d, tok_t, name_d: str = "draft", name_t: str = "target") -> None:

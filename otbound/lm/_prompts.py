@@ -182,30 +182,54 @@ def load_prompts(source, num_prompts: int | None = None) -> list[Prompt]:
             )
         dataset = path.stem
     prompts, seen = [], set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
-                raise InvalidInputError(f'{path}:{lineno}: expected an object with a non-empty string "prompt"')
-            pid = str(row.get("id", f"{dataset}/{lineno}"))
-            if pid in seen:
-                raise InvalidInputError(f"{path}:{lineno}: duplicate prompt id {pid!r}")
-            seen.add(pid)
-            ids = row.get("token_ids")
-            valid = isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)
-            if ids is not None and not valid:
-                raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of integers >= 0')
-            prompts.append(Prompt(pid, dataset, row["prompt"], None if ids is None else tuple(ids)))
-            if num_prompts is not None and len(prompts) >= num_prompts:
-                break
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InvalidInputError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+            raise InvalidInputError(f'{path}:{lineno}: expected an object with a non-empty string "prompt"')
+        pid = str(row.get("id", f"{dataset}/{lineno}"))
+        if pid in seen:
+            raise InvalidInputError(f"{path}:{lineno}: duplicate prompt id {pid!r}")
+        seen.add(pid)
+        ids = row.get("token_ids")
+        valid = isinstance(ids, list) and ids and all(type(i) is int and i >= 0 for i in ids)
+        if ids is not None and not valid:
+            raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of integers >= 0')
+        prompts.append(Prompt(pid, dataset, row["prompt"], None if ids is None else tuple(ids)))
+        if num_prompts is not None and len(prompts) >= num_prompts:
+            break
     if not prompts:
         raise InvalidInputError(f"{path} holds no prompts")
     return prompts
+
+
+def check_token_ids(prompts, vocab_size: int) -> None:
+    """Refuse (:class:`InvalidInputError`) prompts whose ``token_ids`` fall outside ``0..vocab_size - 1``
+    (a model would fail on them with an indexing error deep inside its embedding).
+
+    Examples
+    --------
+    >>> check_token_ids([Prompt("a", "d", "x", (0, 5))], 8)
+    >>> check_token_ids([Prompt("a", "d", "x", (0, 9))], 8)
+    Traceback (most recent call last):
+    ...
+    otbound._validation.InvalidInputError: prompt 'a' of d has token id 9, outside the vocabulary 0..7 of the model pair
+    """
+    for p in prompts:
+        if isinstance(p, Prompt) and p.token_ids is not None:
+            bad = [i for i in p.token_ids if not 0 <= i < vocab_size]
+            if bad:
+                raise InvalidInputError(f"prompt {p.id!r} of {p.dataset} has token id {bad[0]}, outside the "
+                                        f"vocabulary 0..{vocab_size - 1} of the model pair")
 
 
 def encode_prompt(tokenizer, prompt, *, chat: bool | None = None) -> list[int]:
