@@ -19,6 +19,7 @@ ot_wor_top without_replacement the optimum seen through the top-m tokens of q, e
                                (any V; α = α* when those tokens hold all of q)
 ot_wor_iid without_replacement ot_fast on K i.i.d. draws rebuilt from the drafts, α ≥ α* with
                                replacement (any V; exact acceptance at K ≤ 2)
+ot_wor     without_replacement per (p, q, K) the better of ot_wor_top and ot_wor_iid (any V)
 ========== =================== ==============================================================
 
 ``NaiveVerifier(sampling)`` and ``OTVerifier(sampling)`` build the same verifiers for another draft
@@ -44,6 +45,7 @@ from otbound.token.verifiers._kseq import KSeqVerifier, kseq_rho
 from otbound.token.verifiers._nss import NaiveVerifier
 from otbound.token.verifiers._optimal import OptimalCoupling, OptimalVerifier, optimal_coupling
 from otbound.token.verifiers._optimal_wor import (
+    BestWithoutReplacementVerifier,
     IIDStreamVerifier,
     OptimalWithoutReplacementVerifier,
     TruncatedCoupling,
@@ -67,6 +69,7 @@ VERIFIERS: dict[str, Verifier] = {
         OptimalVerifier(),
         OptimalWithoutReplacementVerifier(),
         IIDStreamVerifier(),
+        BestWithoutReplacementVerifier(),
     )
 }
 
@@ -97,4 +100,5 @@ __all__ = [
     "TruncatedCoupling",
     "truncated_coupling",
     "IIDStreamVerifier",
+    "BestWithoutReplacementVerifier",
 ]

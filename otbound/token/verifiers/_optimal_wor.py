@@ -652,3 +652,56 @@ def luce_rule(p, q, k: int, *, tol: float = 1e-13, max_iter: int = 200_000) -> L
     h_star[order[:h]] = True
     alpha = float(min(1.0, cum_p[h] + 1.0 - cum_q[h]))
     return LuceRule(level, weight, select, h_star, alpha, worst)
+
+
+class BestWithoutReplacementVerifier(Verifier):
+    """Per (p, q, K), the better of ``ot_wor_top`` and ``ot_wor_iid`` (drafts without replacement).
+
+    The choice depends on (p, q, K) only, so the verifier is lossless as both are. It compares the
+    exact acceptance of ``ot_wor_top`` with that of ``ot_wor_iid`` (exact at K ≤ 2) or, at K ≥ 3,
+    with its proven floor α* with replacement; so its acceptance is at least the larger of
+    ``α(ot_wor_top)`` and ``α*_wr``, and exact except where ``ot_wor_iid`` is chosen at K ≥ 3 (then
+    by enumeration at small V, else None). Costs the set-up of ``ot_wor_top`` per (p, q, K).
+
+    Parameters
+    ----------
+    max_sets : int
+        As for :class:`OptimalWithoutReplacementVerifier`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import VERIFIERS, optimal_acceptance
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> bool(abs(VERIFIERS["ot_wor"].acceptance(p, q, 2) - optimal_acceptance(p, q, 2, "without_replacement")) < 1e-12)
+    True
+    """
+
+    name = "ot_wor"
+    sampling = "without_replacement"
+
+    def __init__(self, max_sets: int = MAX_SETS):
+        self._top = OptimalWithoutReplacementVerifier(max_sets)
+        self._iid = IIDStreamVerifier()
+        self._cache = PreparedCache(CACHE_SIZE)
+
+    def _prepare(self, p, q, k):
+        return self._cache.get_or_build(p, q, k, lambda: self._choose(p, q, k))
+
+    def _choose(self, p, q, k):
+        """``(verifier, its prepared state, exact acceptance or None)``."""
+        top_aux = self._top._prepare(p, q, k)
+        iid_value = self._iid._closed_form(p, q, None, k)
+        rival = iid_value if iid_value is not None else self._iid._inner._prepare(p, q, k).accepted
+        if top_aux.accepted >= rival:
+            return self._top, top_aux, top_aux.accepted
+        return self._iid, None, iid_value
+
+    def _closed_form(self, p, q, aux, k):
+        return aux[2]
+
+    def _laws(self, p, q, aux, drafts):
+        return aux[0]._laws(p, q, aux[1], drafts)
+
+    def _sample(self, p, q, aux, drafts, rng):
+        return aux[0]._sample(p, q, aux[1], drafts, rng)
