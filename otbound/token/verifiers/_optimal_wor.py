@@ -1,4 +1,14 @@
-"""Optimal verifier for drafts without replacement on a top-m truncation, with an exact residual.
+"""Verifiers for drafts without replacement at full vocabulary (derived here).
+
+* ``ot_wor_top`` (:class:`OptimalWithoutReplacementVerifier`): the optimum over verifiers that see
+  the drafts through their top-m tokens, with an exact residual: lossless by construction, exact
+  acceptance; α = α* when those tokens hold all of q (this docstring, below).
+* ``ot_wor_iid`` (:class:`IIDStreamVerifier`): ``ot_fast`` on K i.i.d. draws rebuilt exactly from the
+  ordered drafts: α ≥ α* with replacement, at ``ot_fast``'s cost.
+* ``ot_wor`` (:class:`BestWithoutReplacementVerifier`): the better of the two per (p, q, K).
+* :func:`luce_rule` (small V): the optimal sampler's structure, a hierarchical Luce rule.
+
+docs/theory/optimal-without-replacement.md has the derivations and proofs.
 
 Notation: K drafts without replacement from q (sequential draws, equivalently exponential clocks
 ``T_i ~ Exp(q_i)``, the drafted set S = the first K tokens to ring; :mod:`otbound.token._wor`);
@@ -33,29 +43,30 @@ which are closed under subsets), and
 
     Q(B) = 1 − ∫_0^∞ o e^{−o t} P[N_B(t) < K] dt,   N_B(t) = Σ_{i ∈ B} Bernoulli(1 − e^{−q_i t}).
 
-For c(R), Möbius-invert ``F(A) = E[p(S ∩ T^c); S ⊆ B] = Σ_{z ∈ T^c} p_z P(z ∈ S, S ⊆ B)``. Mark each
-ring of ``z ∈ T^c`` as "outside B" with probability ``ε p_z`` (split its clock into an inside clock
-of rate ``q_z(1 − ε p_z)`` and an outside one of rate ``q_z ε p_z``): then
-``Q_ε(B) = E[Π_{z ∈ S ∩ T^c} (1 − ε p_z); S ⊆ B]`` and ``F = −dQ_ε/dε`` at 0, which gives (with
-``w = Σ_{z ∈ T^c} q_z p_z`` and ``D_j(t) = Σ_{z ∈ T^c} q_z p_z P[N_B(t) = j, z has not rung]``)
+For c(R), Möbius-invert ``F(A) = E[p(S ∩ T^c); S ⊆ B] = Σ_{z ∈ T^c} p_z [Q(B) − Q(B ∖ z)]``.
+``Q(B ∖ z)`` is the same integral with rate ``o + q_z`` over ``N_{B∖z}``, and
+``e^{−q_z t} P[N_{B∖z} = j] = P[N_B = j, z unrung]``; so, with ``P_j = P[N_B(t) = j]``,
+``U_j = Σ_z p_z P[N_B = j, z unrung]`` and ``D_j = Σ_z p_z q_z P[N_B = j, z unrung]`` (sums over
+the tokens of ``T^c`` with q > 0),
 
-    F(A) = w ∫_0^∞ e^{−o t} (1 − o t) P[N_B(t) < K] dt + ∫_0^∞ o t e^{−o t} D_{K−1}(t) dt.
+    F(A) = ∫_0^∞ e^{−o t} Σ_{j<K} ( D_j − o [p(T^c) P_j − U_j] ) dt.
 
-Both integrands are carried on one grid by a forward pass over the tokens of ``T^c`` (the law of N
-truncated below K, and D), then over the ≤ K tokens of each A (sets by increasing size, each from
-its parent). The pass over ``T^c`` treats the tokens with ``q_z t_hi ≤ SMOOTH_X`` together through
-their moments: with ``ρ_z = e^{q_z t} − 1``, ``Π (e^{−q_z t} + (1 − e^{−q_z t}) x) =
-e^{−t Σ q_z} exp(Σ_k (−1)^{k+1} S_k x^k / k)``, ``S_k = Σ ρ_z^k``, and
-``D(x) = (that product) · Σ_k (−x)^k Σ_z q_z p_z ρ_z^k``; ``ρ^k = Σ_n k! S(n, k) x^n / n!``
-(Stirling numbers of the second kind) turns every sum into moments ``Σ_z y_z^n`` of
-``y_z = q_z t_hi ≤ SMOOTH_X``, truncated when the terms fall below 1e-17 relative. The other tokens
-are added one by one: ``P_j ← e P_j + (1 − e) P_{j−1}``, ``D_j ← e D_j + (1 − e) D_{j−1} +
-q_z p_z e P_j`` (e = ``e^{−q_z t}``, old P on the right).
+All three are carried on one grid by a forward pass over the tokens of ``T^c``, then over the
+≤ K tokens of each A (sets by increasing size, each from its parent; tokens of T carry no weight).
+The pass over ``T^c`` treats the tokens with ``q_z t_hi ≤ SMOOTH_X`` together through their
+moments: with ``ρ_z = e^{q_z t} − 1``, ``Π (e^{−q_z t} + (1 − e^{−q_z t}) x) =
+e^{−t Σ q_z} exp(Σ_k (−1)^{k+1} S_k x^k / k)``, ``S_k = Σ ρ_z^k``, and the weighted sums (weights
+``w_z`` = ``p_z`` for U, ``p_z q_z`` for D) are that product times ``Σ_k (−x)^k Σ_z w_z ρ_z^k``;
+``ρ^k = Σ_n k! S(n, k) x^n / n!`` (Stirling numbers of the second kind) turns every sum into
+moments of ``y_z = q_z t_hi ≤ SMOOTH_X``, truncated when the terms fall below 1e-17. The other
+tokens are added one by one: ``P_j ← e P_j + (1 − e) P_{j−1}``, ``W_j ← e W_j + (1 − e) W_{j−1} +
+w_z e P_j`` (e = ``e^{−q_z t}``, old P on the right).
 
 Grid (as the reference :func:`otbound.token._wor.wor_prefix_mass`): Gauss–Legendre in ln t,
 panels of width ``PANEL_WIDTH`` with ``PANEL_NODES`` nodes, from ``t_lo = ((K+1)! 1e-17)^{1/(K+1)}``
-(below it ``P[N < K] = 1`` to ``(t s)^K / K!``; the parts ``1 − e^{−o t_lo}`` and ``w t_lo e^{−o t_lo}``
-are added in closed form) to ``t_hi = (TAIL + ln max(1, w / min o)) / min o`` (the neglected tails
+(below it ``P[N < K] = 1`` to ``(t s)^K / K!``; the parts ``1 − e^{−o t_lo}`` of Q and
+``e^{−o t_lo} Σ_z p_z (1 − e^{−q_z t_lo})`` of F are added in closed form) to
+``t_hi = (TAIL + ln max(1, w / min o)) / min o``, ``w = Σ_{z ∈ T^c} q_z p_z`` (the neglected tails
 are below ``(2 + w/o) e^{−o t_hi} ≤ 3 e^{−TAIL}``). Checked against
 enumeration of the draft law (``tests/test_optimal_wor.py``: μ, c and the acceptance to 1e-12).
 
