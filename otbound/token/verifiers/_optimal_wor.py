@@ -507,10 +507,13 @@ class IIDStreamVerifier(Verifier):
         if k == 1:
             return c.accepted
         keep, rho = c.keep, c.residual
-        others = np.where(q > 0.5, q.sum() - q, 1.0 - q)  # 1 − q_a, summed directly when q_a is large
+        others = 1.0 - q  # Σ_{z ≠ a} q_z, summed directly for the one token that may exceed 1/2
+        big = int(np.argmax(q))
+        others[big] = np.delete(q, big).sum()
+        # the second draft given X = (a, a) is q_z / Σ_{z≠a} q_z off a; ρ_a = 0 wherever 1 − keep_a > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            per = np.where(q > 0, q**2 * (1.0 - keep) / np.where(others > 0, others, 1.0), 0.0)
-        return c.accepted + float(per.sum()) * float(rho @ q)
+            hit = np.where(others > 0, np.minimum(1.0, float(rho @ q) / np.where(others > 0, others, 1.0)), 0.0)
+        return c.accepted + float(np.sum(q**2 * (1.0 - keep) * hit))
 
     @staticmethod
     def _step_weights(q, drafts):
