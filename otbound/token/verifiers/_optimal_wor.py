@@ -172,9 +172,15 @@ def _smooth_state(q_s, weights, t, t_hi, k):
     while order < 200 and span ** (order + 1) * math.exp(span) / math.factorial(order + 1) > _SERIES_TOL:
         order += 1
     a = _stirling(max(jm, 1), order)  # (jm + 1, order); row 0 unused
-    powers = np.cumprod(np.repeat(y[:, None], order, axis=1), axis=1)  # y^n, n = 1..order
+    moments = np.empty((1 + len(weights), order))  # Σ y^n, then Σ w y^n per weight row, n = 1..order
+    power = y.copy()
+    for n in range(order):  # one pass per order, O(V) memory
+        moments[0, n] = power.sum()
+        for i, w in enumerate(weights):
+            moments[1 + i, n] = w @ power
+        power *= y
     tau_n = (t / t_hi)[None, :] ** np.arange(1, order + 1)[:, None]  # (order, T)
-    s_k = (a * powers.sum(axis=0)[None, :]) @ tau_n  # S_k(t) = Σ ρ^k
+    s_k = (a * moments[0][None, :]) @ tau_n  # S_k(t) = Σ ρ^k
     # exp of h(x) = Σ_{k=1}^{jm} (−1)^{k+1} S_k x^k / k: n f_n = Σ_k k h_k f_{n−k} (f_n: elementary symmetric of ρ)
     f = [np.ones(t.size)]
     for n in range(1, jm + 1):
@@ -185,8 +191,8 @@ def _smooth_state(q_s, weights, t, t_hi, k):
     scale = np.exp(-t * q_s.sum())
     for j in range(k):
         p_state[j] = scale * f[j]
-    for w, out in zip(weights, sums):
-        w_k = (a * (w @ powers)[None, :]) @ tau_n  # Σ w ρ^k
+    for i, (w, out) in enumerate(zip(weights, sums)):
+        w_k = (a * moments[1 + i][None, :]) @ tau_n  # Σ w ρ^k
         w_k[0] = w.sum()
         for j in range(k):  # coefficient of x^j in G(x) Σ_k (−x)^k Σ w ρ^k
             out[j] = scale * sum(f[j - kk] * (-1.0) ** kk * w_k[kk] for kk in range(j + 1))
