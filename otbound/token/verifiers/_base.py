@@ -133,6 +133,10 @@ class Verifier(ABC):
         Its draft law, a name in :data:`otbound.SAMPLINGS`.
     max_drafts : int or None
         The largest K it supports (None: any).
+    in_default_measurement : bool
+        Whether :func:`otbound.report.measure_laws` (and so ``python -m otbound.compare``) measures
+        it when no verifiers are named: False for the verifiers whose exact acceptance costs a
+        per-row set-up far above the sorted-rows kernel's (named explicitly, they are measured).
 
     Examples
     --------
@@ -147,6 +151,7 @@ class Verifier(ABC):
     lossless: bool
     sampling: str = "with_replacement"
     max_drafts: int | None = None
+    in_default_measurement: bool = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sampling={self.sampling!r})"
