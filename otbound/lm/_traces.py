@@ -80,6 +80,8 @@ class LogitLaws:
         sp, sq = self.sampling_params()
         settings, logits = (sp, self.target_logits) if which == "p" else (sq, self.draft_logits)
         ctx = self.contexts() if settings.needs_context else None
+        if ctx is not None:  # the draft's laws along a tree stop one depth earlier than the target's
+            ctx = ctx[tuple(slice(0, d) for d in np.shape(logits)[:-1])]
         if rows is not None:
             logits = logits[rows]
             ctx = None if ctx is None else ctx[rows]
