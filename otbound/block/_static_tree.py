@@ -32,7 +32,7 @@ import numpy as np
 
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.block.models import as_block_model
-from otbound.token.draft_laws import _top_tokens
+from otbound.token.draft_laws import sample_drafts
 
 
 def check_branching(branching, block_len: int | None = None) -> tuple:
@@ -55,7 +55,7 @@ def _children(law: np.ndarray, b: int, where) -> np.ndarray:
             f"the static tree needs {b} children at {where} but the draft law has only {support} tokens with q > 0 "
             "(a truncated draft law leaves fewer survivors than the branching): lower the branching"
         )
-    return _top_tokens(law, b)
+    return sample_drafts(law, b, "deterministic")[0]  # the top b by decreasing q, ties to the lower index
 
 
 def static_tree_paths(draft, branching, vocab_size: int | None = None) -> np.ndarray:

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
-from otbound.token._deterministic import deterministic_acceptance
+from otbound.token import deterministic_acceptance
 from otbound.token.draft_laws import greedy_split
 
 #: verifiers the engine computes itself (the rest go through their per-row ``acceptance``).

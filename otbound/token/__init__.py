@@ -13,6 +13,7 @@ verifiers.
 """
 
 from otbound.token._settings import SamplingParams, describe_settings, settings_at
+from otbound.token._topk import deterministic_acceptance
 from otbound.token.bounds import (
     Relaxation,
     TokenBound,
@@ -37,6 +38,7 @@ __all__ = [
     "VerifierRun",
     "VerifierSample",
     "describe_settings",
+    "deterministic_acceptance",
     "draft_joint",
     "draft_law",
     "greedy_split",

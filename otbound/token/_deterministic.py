@@ -20,44 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from otbound.token._topk import top_k_mask
 from otbound.token.draft_laws import _top_tokens
 from otbound.token.laws import DraftLaw
-
-
-def top_k_mask(Q: np.ndarray, k: int) -> np.ndarray:
-    """Boolean (..., V) mask of the K largest entries of every row, ties to the lower index
-    (O(V) per row: a partition for the K-th value, then the first of the tied tokens by index).
-
-    Examples
-    --------
-    >>> top_k_mask(np.array([[0.2, 0.4, 0.2, 0.2]]), 2).tolist()
-    [[True, True, False, False]]
-    """
-    Q = np.asarray(Q)
-    v = Q.shape[-1]
-    kth = np.partition(Q, v - k, axis=-1)[..., v - k : v - k + 1]
-    above = Q > kth
-    tied = Q == kth
-    need = k - above.sum(axis=-1, keepdims=True)
-    return above | (tied & (np.cumsum(tied, axis=-1) <= need))
-
-
-def top_k_mask_torch(Q, k: int):
-    """:func:`top_k_mask` for a torch tensor (..., V), on its device."""
-    import torch
-
-    kth = torch.topk(Q, k, dim=-1).values[..., -1:]
-    above = Q > kth
-    tied = Q == kth
-    need = k - above.sum(dim=-1, keepdim=True)
-    return above | (tied & (torch.cumsum(tied.to(torch.int64), dim=-1) <= need))
-
-
-def deterministic_acceptance(P, Q, k: int):
-    """α*_det = p(top-K(q)) per row, numpy or torch (..., V) (float64; the engine's batched path)."""
-    if hasattr(P, "detach"):
-        return (P * top_k_mask_torch(Q, k)).sum(dim=-1)
-    return np.where(top_k_mask(Q, k), P, 0.0).sum(axis=-1)
 
 
 class Deterministic(DraftLaw):
