@@ -225,3 +225,35 @@ def test_mismatch_law_matches_the_package_verifier_and_the_kit_flags_the_example
     assert not res.passed
     np.testing.assert_allclose(res.counterexample.output_law, [0.55, 0.27, 0.18], atol=1e-12)
     assert check_token_verifier(ex.rrs_truncated_q, vocab_size=2, num_drafts=2).passed  # nothing to truncate
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def test_cli_flags_reach_the_report_header(tmp_path):
+    from otbound.compare import main
+
+    out = main(["--synthetic", "--num-drafts", "2", "4", "--temperature", "0.8", "--instances", "2",
+                "--mc-samples", "200", "--vocab-size", "8", "--top-k", "3", "--top-p", "0.9",
+                "--draft-temperature", "0.9", "--out", str(tmp_path / "r")])
+    md = (out / "report.md").read_text()
+    assert "- target sampling: T=0.8, top-k=3, top-p=0.9" in md
+    assert "- draft sampling: T=0.9, top-k=3, top-p=0.9" in md
+    assert "optimal (deterministic)" in md and "onehot (deterministic)" in md
+    # K = 4 drafts on a top-3 draft law: the laws needing 4 distinct tokens are listed, not valued
+    assert "deterministic at K=4, T=0.8: 2 of 2" in md
+    import json
+
+    rows = json.loads((out / "report.json").read_text())["rows"]
+    assert not [r for r in rows if r["num_drafts"] == 4 and r["sampling"] != "with_replacement"]
+
+
+@pytest.mark.parametrize("flag,value", [("--top-k", "0"), ("--top-p", "1.5"), ("--min-p", "-1"),
+                                        ("--repetition-penalty", "0"), ("--draft-temperature", "-1")])
+def test_cli_bad_settings_exit_2_with_one_line(flag, value, tmp_path, capsys):
+    from otbound.compare import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["--synthetic", flag, value, "--out", str(tmp_path / "r")])
+    assert err.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

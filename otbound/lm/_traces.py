@@ -23,8 +23,11 @@ tensor             shape, dtype                meaning
 =================  ==========================  =============================================
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
-SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
-logits divided by T (:func:`otbound.token.laws_from_logits`, also :func:`otbound.lm.laws64`),
+SHA-256, model dtype, seed, both models' sampling settings ``target_sampling`` / ``draft_sampling``
+(:class:`otbound.SamplingParams` fields; the target sampled its continuation under its own), ...).
+The laws are *defined* as the float64 laws of the stored logits under those settings — by default
+the softmax of the logits divided by T (:func:`otbound.token.laws_from_logits`, also
+:func:`otbound.lm.laws64`; a repetition penalty reads each position's prefix) —
 computed identically on every read, so each row sums to 1 up to float64 rounding (≈1e-16·√V, far
 inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet that tolerance in
 general. Size per position: ``2·V·4`` bytes
