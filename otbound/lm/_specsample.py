@@ -218,7 +218,13 @@ def _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_to
 
 def tree_contexts(context, drafts, depths: int) -> np.ndarray:
     """``(K, depths, n + depths − 1)`` int64 token ids, ``-1`` padded: entry ``[k, ℓ]`` is
-    ``context + drafts[k, :ℓ]``, the context of the law at depth ℓ of row k (repetition penalty)."""
+    ``context + drafts[k, :ℓ]``, the context of the law at depth ℓ of row k (repetition penalty).
+
+    Examples
+    --------
+    >>> tree_contexts([7, 8], np.array([[1, 2]]), 3)[0].tolist()
+    [[7, 8, -1, -1], [7, 8, 1, -1], [7, 8, 1, 2]]
+    """
     context = np.asarray(list(context), dtype=np.int64)
     k = drafts.shape[0]
     n = context.size
@@ -234,7 +240,14 @@ def resolve_settings(temperature, target_settings=None, draft_settings=None):
     (a SamplingParams, or a dict of its fields besides the temperature) at ``temperature``;
     ``draft_settings`` a SamplingParams or a dict of the draft's own values (its unset fields are
     the target's). A SamplingParams given for the target brings its own temperature, which must
-    then agree with ``temperature`` unless that is left at 1."""
+    then agree with ``temperature`` unless that is left at 1.
+
+    Examples
+    --------
+    >>> t, d = resolve_settings(0.7, {"top_p": 0.8}, {"temperature": 0.9})
+    >>> t.describe(), d.describe()
+    ('T=0.7, top-p=0.8', 'T=0.9, top-p=0.8')
+    """
     if isinstance(target_settings, SamplingParams):
         if float(temperature) not in (1.0, target_settings.temperature):
             raise InvalidInputError(

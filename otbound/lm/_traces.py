@@ -106,7 +106,13 @@ class LogitLaws:
 
 def prefix_contexts(tokens, start: int, n: int) -> np.ndarray:
     """``(n, start + n − 1)`` int64: row t holds ``tokens[:start + t]`` then ``-1`` padding (the
-    context of the law at continuation position t, for a repetition penalty)."""
+    context of the law at continuation position t, for a repetition penalty).
+
+    Examples
+    --------
+    >>> prefix_contexts([5, 6, 7], 1, 2).tolist()
+    [[5, -1], [5, 6]]
+    """
     tokens = np.asarray(tokens, dtype=np.int64)
     width = max(start + n - 1, 1)
     out = np.full((n, width), -1, dtype=np.int64)
@@ -128,7 +134,15 @@ def settings_dir(temperature: float, target: SamplingParams | None = None,
                  draft: SamplingParams | None = None) -> str:
     """Folder name of a (temperature, settings) cell: ``T<T>`` when both models sample plain
     ``softmax(logits / T)``, else ``T<T>-<8 hex digits of the settings>`` (runs at other settings
-    never share a folder)."""
+    never share a folder).
+
+    Examples
+    --------
+    >>> settings_dir(0.7)
+    'T0.7'
+    >>> settings_dir(0.7, SamplingParams(0.7, top_k=20)).startswith('T0.7-')
+    True
+    """
     t = float(temperature)
     plain = SamplingParams(t)
     if (target is None or target == plain) and (draft is None or draft == plain):

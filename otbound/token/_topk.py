@@ -37,7 +37,13 @@ def top_k_mask_torch(Q, k: int):
 
 
 def deterministic_acceptance(P, Q, k: int):
-    """α*_det = p(top-K(q)) per row, numpy or torch (..., V) (float64; the engine's batched path)."""
+    """α*_det = p(top-K(q)) per row, numpy or torch (..., V) (float64; the engine's batched path).
+
+    Examples
+    --------
+    >>> float(deterministic_acceptance(np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.6, 0.3]), 2))
+    0.5
+    """
     if hasattr(P, "detach"):
         return (P * top_k_mask_torch(Q, k)).sum(dim=-1)
     return np.where(top_k_mask(Q, k), P, 0.0).sum(axis=-1)
