@@ -143,3 +143,13 @@ def test_engine_matches_the_law_object():
     for k in (1, 2, 4):
         want = optimal_acceptance(P, Q, k, "deterministic")
         np.testing.assert_allclose(res.optimal["deterministic"][k].numpy(), want, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", DET)
+def test_conformance_kit_checks_the_deterministic_law(name):
+    import otbound.conformance as oc
+
+    res = oc.check_token_verifier(oc.token_law_adapter(VERIFIERS[name]), vocab_size=4, num_drafts=2,
+                                  sampling="deterministic")
+    assert res.passed and res.lossless_error < 1e-12
+    np.testing.assert_allclose(res.acceptance, res.optimal, atol=1e-12)  # optimal: α = p(top-K(q))
