@@ -82,6 +82,8 @@ class LogitLaws:
     def _laws(self, which: str, rows=None):
         sp, sq = self.sampling_params()
         settings, logits = (sp, self.target_logits) if which == "p" else (sq, self.draft_logits)
+        if settings == SamplingParams(settings.temperature):  # plain softmax(logits / T): the stored traces' formula
+            return laws64(logits if rows is None else logits[rows], settings.temperature)
         ctx = self.contexts() if settings.needs_context else None
         if ctx is not None:  # the draft's laws along a tree stop one depth earlier than the target's
             ctx = ctx[tuple(slice(0, d) for d in np.shape(logits)[:-1])]
@@ -236,8 +238,10 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
         config = _config(pair, max_new_tokens, seed, logits_dtype)
     kept = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if path.exists()]
     for t, p, path in kept:
+        # plain settings are not compared: files from before the settings were recorded are plain
+        plain = settings[t] == (SamplingParams(t), SamplingParams(t))
         _check_config(path, dict(config, format=TRACE_FORMAT, temperature=t, dataset=p.dataset, prompt_id=p.id,
-                                 **_settings_meta(*settings[t])))
+                                 **({} if plain else _settings_meta(*settings[t]))))
     _check_one_pair([path for _, _, path in kept])
     if not todo:
         return [path for row in paths for path in row]
