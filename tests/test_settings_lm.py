@@ -119,3 +119,25 @@ def test_decoder_laws_along_the_tree_follow_the_settings(pair8):
                 logits = forward(pair8.target, torch.tensor([pre]))[0, -1].numpy()
                 np.testing.assert_allclose(it.p[row, ell], sp.laws(logits, pre), atol=1e-5)
             assert (it.q[row] > 0).sum(axis=-1).max() <= 3
+
+
+def test_block_traces_follow_the_trace_settings(pair8, tmp_path):
+    from otbound.lm import collect_block_traces, load_block_traces
+
+    prompts = [Prompt("a", "toy", "", (1, 2, 3))]
+    collect_traces(pair8, prompts, tmp_path / "t", temperatures=[0.8], max_new_tokens=6, progress=False,
+                   target_settings=TARGET, draft_settings={"top_k": 3})
+    out = collect_block_traces(pair8, tmp_path / "t", tmp_path / "b", num_drafts=2, block_length=2,
+                               positions_per_trace=2, progress=False)
+    assert all("T0.8-" in str(p) for p in out)
+    sp, sq = SamplingParams(0.8, **TARGET), SamplingParams(0.8, top_k=3, top_p=0.9, repetition_penalty=1.3)
+    for rec in load_block_traces(tmp_path / "b"):
+        assert rec.sampling_params() == (sp, sq)
+        for k in range(2):
+            for ell in range(3):
+                ctx = list(rec.prefix) + rec.drafts[k, :ell].tolist()
+                np.testing.assert_allclose(rec.p[k, ell], sp.laws(rec.target_logits[k, ell], ctx), atol=1e-15)
+                if ell < 2:
+                    np.testing.assert_allclose(rec.q[k, ell], sq.laws(rec.draft_logits[k, ell], ctx), atol=1e-15)
+                    assert rec.q[k, ell][rec.drafts[k, ell]] > 0  # drafted from the truncated law
+                    assert (rec.q[k, ell] > 0).sum() <= 3
