@@ -38,7 +38,7 @@ from pathlib import Path
 from otbound._backend import retain_freed_memory
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
-from otbound.lm._errors import HashMismatchError, ModelUnavailableError
+from otbound.lm import HashMismatchError, ModelUnavailableError
 from otbound.report import (
     SYNTHETIC_FAMILIES,
     make_executor,
@@ -170,7 +170,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         if len(args.pair.split(",")) > 2 or any(not s for s in args.pair.split(",")):
             parser.error(f"--pair {args.pair!r}: expected a registered name or 'DRAFT,TARGET'")
         if "," in args.pair:
-            from otbound.lm._models import looks_like_path
+            from otbound.lm import looks_like_path
 
             for ref in args.pair.split(","):
                 if looks_like_path(ref) and not Path(ref).expanduser().is_dir():
@@ -189,6 +189,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         if args.end_to_end:
             parser.error("--end-to-end decodes at the temperature only; drop the sampling-setting flags or run "
                          "otbound.lm.speculative_sample with target_settings / draft_settings")
+        if args.block:
+            parser.error("--block's random block models are laws, not logits: the sampling-setting flags do not "
+                         "apply to them; run the block section without them")
     if args.end_to_end and args.e2e_verifiers:
         from otbound import BLOCK_VERIFIERS, VERIFIERS
 
@@ -201,7 +204,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
 
 def _check_device_and_dtype(parser, args) -> None:
     """--device and --dtype, checked in every mode (also those that load no model)."""
-    from otbound.lm._models import resolve_device, resolve_dtype
+    from otbound.lm import resolve_device, resolve_dtype
 
     try:
         device = resolve_device(args.device)
@@ -229,7 +232,9 @@ def effective_settings(args) -> dict:
     """The settings the run actually used, for the report's meta."""
     target, draft = sampling_settings(args)
     out = {"num_drafts": list(args.num_drafts), "temperatures": list(args.temperature),
-           "target_settings": target, "draft_settings": draft, "mc_samples": args.mc_samples, "seed": args.seed}
+           "mc_samples": args.mc_samples, "seed": args.seed}
+    if target or draft:  # both models' settings besides T (the header states them in words)
+        out.update(target_settings=target, draft_settings=draft)
     if args.block:
         out.update(block_drafts=list(args.block_drafts), block_lens=list(args.block_lens),
                    block_vocab=args.block_vocab, block_mc_samples=args.block_mc_samples)
@@ -410,6 +415,8 @@ def _run(args, engine) -> Path:
             store_logits=args.store_logits,
             prompts_per_shard=args.prompts_per_shard,
             engine=engine,
+            target_settings=sampling_settings(args)[0],
+            draft_settings=sampling_settings(args)[1],
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {

@@ -103,8 +103,7 @@ def test_report_records_effective_settings_and_its_values_follow_from_its_rows(t
     compare.main([*argv, "--mc-samples", "300"])
     report = json.loads((tmp_path / "report.json").read_text())
     settings = report["meta"]["settings"]
-    assert settings == {"num_drafts": [1, 2], "temperatures": [1.0], "target_settings": {}, "draft_settings": {},
-                        "mc_samples": 300, "seed": 0}
+    assert settings == {"num_drafts": [1, 2], "temperatures": [1.0], "mc_samples": 300, "seed": 0}
     optimal = {
         (r["dataset"], r["num_drafts"], r["sampling"]): r["acceptance"]
         for r in report["rows"]

@@ -123,7 +123,8 @@ def measure_run(
             raise InvalidInputError(
                 "measure_run needs the laws along the tree: run speculative_sample with keep_laws=True"
             )
-        live = LiveModels(pair, run.context(i), run.temperature)
+        settings = (run.target_sampling, run.draft_sampling) if run.target_sampling is not None else None
+        live = LiveModels(pair, run.context(i), run.temperature, settings)
         p, q = it.p, it.q
         tm, dm = tree_block_models(it.drafts, p, q, default_target=live.target, default_draft=live.draft)
         m = IterationMeasure(it.num_accepted, float(block.conditional_accepted(tm, dm, it.drafts)),

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from otbound._io import write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
-from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, trace_path
-from otbound.lm._prompts import check_token_ids
+from otbound.lm import check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import _int_keys, aggregate, measure_trace
 from otbound.report._paired import paired_differences

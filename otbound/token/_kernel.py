@@ -42,7 +42,7 @@ import numpy as np
 from otbound._backend import is_torch
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
 from otbound.token import _search, _wor
-from otbound.token._deterministic import top_k_mask_torch
+from otbound.token._topk import top_k_mask_torch
 
 _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
 
@@ -379,7 +379,7 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
 
 def _deterministic(batch, k, want_sets):
     """α*_det = p(G), G = top-K(q) (ties to the lower index), binding set H* = G where p(G) < 1
-    (:mod:`otbound.token._deterministic`)."""
+    (:mod:`otbound.token._topk`)."""
     g = top_k_mask_torch(batch.q, k)  # (B, V) bool
     value = (batch.p * g).sum(1).clamp(0.0, 1.0)  # (B,)
     return value, ((g & (value < 1.0).reshape(-1, 1)) if want_sets else None)

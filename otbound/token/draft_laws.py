@@ -413,7 +413,7 @@ class Greedy(DraftLaw):
 
 class Deterministic(DraftLaw):
     """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
-    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._deterministic`)."""
+    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._topk`)."""
 
     name = "deterministic"
 
