@@ -1119,3 +1119,21 @@ def test_transformers_verifier_sampled_through_as_sampler_matches_exact():
                                       block_len=2, instances=inst, mode="sample", samples=4000, seed=2)
     r = sampled.instances[0]
     assert sampled.passed and abs(r.acceptance - exact.instances[0].acceptance) < 5 * r.acceptance_se
+
+
+def test_tuple_law_bounds_of_iid_blocks_are_the_block_bounds():
+    """tuple_law_bounds over the law of K i.i.d. blocks equals block_bound's U_causal and U_joint
+    (two formulations of the same LPs), on the kit's adversarial and random models."""
+    from otbound import block_bound
+    from otbound.block.law_bounds import tuple_law_bounds
+
+    ver = BLOCK_VERIFIERS["block"]
+    for t in oc.block_instances(2, 2, 8, 1):
+        tg, dr = t.models()
+        law = list(ver.draft_tuple_law(dr, 2, 2))
+        b = tuple_law_bounds(tg, dr, law, vocab_size=2, block_len=2)
+        kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+        assert b.causal == pytest.approx(block_bound(tg, dr, kind="causal", **kw).value, abs=1e-8)
+        assert b.joint == pytest.approx(block_bound(tg, dr, kind="joint", **kw).value, abs=1e-8)
+    with pytest.raises(InvalidInputError, match="same positive number of rows"):
+        tuple_law_bounds(tg, dr, [(0.5, [(0, 1)]), (0.5, [(0, 1), (1, 1)])], vocab_size=2, block_len=2)
