@@ -11,7 +11,7 @@ from stat_power import detectable_tv
 
 torch = pytest.importorskip("torch")
 
-from otbound import optimal_acceptance  # noqa: E402
+from otbound import laws_from_logits, optimal_acceptance  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
 from otbound.lm import (  # noqa: E402  # noqa: E402
     HashMismatchError,
@@ -20,22 +20,18 @@ from otbound.lm import (  # noqa: E402  # noqa: E402
     TokenizerMismatchError,
     _offline,
     _wheels,
-    aggregate,
-    cluster_mean_ci,
     collect_block_traces,
     collect_traces,
     encode_prompt,
     greedy_decode,
-    laws64,
     load_block_traces,
     load_pair,
     load_prompts,
     load_traces,
-    measure_laws,
     random_pair,
-    run_real_report,
 )
 from otbound.lm._prompts import repo_prompts_dir  # noqa: E402
+from otbound.report import aggregate, cluster_mean_ci, measure_laws, run_real_report  # noqa: E402
 
 V = 259  # 256 byte-level symbols + <eos>, <user>, <bot>
 EOS = 256
@@ -265,7 +261,7 @@ def test_traces_hold_the_models_laws(pair, tmp_path):
         # batched (left-padded) step-by-step logits = an unpadded teacher-forced forward
         np.testing.assert_allclose(r.target_logits, unpadded_logits(pair.target, r.tokens, r.prompt_length), atol=2e-5)
         np.testing.assert_allclose(r.draft_logits, unpadded_logits(pair.draft, r.tokens, r.prompt_length), atol=2e-5)
-        np.testing.assert_allclose(r.q, laws64(r.draft_logits, r.temperature))
+        np.testing.assert_allclose(r.q, laws_from_logits(r.draft_logits, r.temperature))
         cont = r.continuation
         assert len(cont) == 7 or cont[-1] == EOS  # max length, or stopped at <eos>
     assert {r.temperature for r in records} == {0.7, 1.3}
@@ -436,7 +432,7 @@ def test_greedy_speculative_with_the_target_as_draft(pair):
 
 
 def random_laws(rng, n, v, temp=1.0):
-    return laws64(rng.normal(size=(n, v)) * 3, temp), laws64(rng.normal(size=(n, v)) * 3, temp)
+    return laws_from_logits(rng.normal(size=(n, v)) * 3, temp), laws_from_logits(rng.normal(size=(n, v)) * 3, temp)
 
 
 def test_measure_laws_respects_the_bounds():
@@ -460,20 +456,21 @@ def test_measure_laws_respects_the_bounds():
 
 def test_monte_carlo_matches_the_exact_value():
     """Force Monte Carlo on a verifier with an exact value and compare (20k draws per position)."""
-    from otbound.report import _measure
+    from otbound.token import LawBatch
+    from otbound.token.verifiers import VERIFIERS
 
     rng = np.random.default_rng(4)
     p, q = random_laws(rng, 3, 10)
-    v = _measure._verifier_registry()["rrs"]
+    v = VERIFIERS["rrs"]
 
     class NoExact(type(v)):  # the same verifier without its exact acceptance
-        def acceptance(self, *a):
+        def batch_acceptance(self, batch, num_drafts):
             return None
 
-    est, method = _measure._verifier_values(NoExact(), p, q, 2, 20000, np.random.default_rng(0))
+    est, method = NoExact().batch_estimate(LawBatch(p, q), (2,), 20000, np.random.default_rng(0))[2]
     exact = [v.acceptance(a, b, 2) for a, b in zip(p, q)]
     assert method == "monte_carlo"
-    np.testing.assert_allclose(est, exact, atol=5 * 0.5 / np.sqrt(20000))
+    np.testing.assert_allclose(est.numpy(), exact, atol=5 * 0.5 / np.sqrt(20000))
 
 
 def test_cluster_ci_reduces_to_the_t_interval():
