@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._validation import check_sampling
+from otbound.token._kernel import power
 from otbound.token.draft_laws import inclusion_probabilities
 from otbound.token.verifiers._base import Verifier, draw
 
@@ -48,7 +49,5 @@ class NaiveVerifier(Verifier):
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)
-        from otbound.token._kernel import power
-
         miss = batch.memo("nss_miss", lambda: 1.0 - batch.q)
         return (batch.p * (1.0 - power(miss, num_drafts))).sum(1)
