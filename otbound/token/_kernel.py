@@ -88,7 +88,7 @@ class LawBatch:
     >>> b.shape, b.vocab
     ((2,), 3)
     >>> b.wrap(b.optimal_acceptance(2, "with_replacement")).round(6)
-    array([0.957778, 0.76    ])
+    array([1.      , 0.955556])
     """
 
     def __init__(self, p, q, *, seed=0, check_overflow: bool = False):
@@ -167,7 +167,7 @@ class LawBatch:
         >>> from otbound.token import LawBatch
         >>> b = LawBatch(np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]))
         >>> round(float(b.optimal_acceptance(2, "greedy")[0]), 6)
-        0.8
+        0.9
         """
         check_sampling(sampling)
         k = self.check_num_drafts(num_drafts, sampling)

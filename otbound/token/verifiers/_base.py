@@ -187,9 +187,9 @@ class Verifier(ABC):
         >>> from otbound import VERIFIERS
         >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
         >>> round(VERIFIERS["rrs"].acceptance(p, q, 2), 6)
-        0.83
+        0.76
         >>> VERIFIERS["rrs"].acceptance(np.stack([p, q]), np.stack([q, p]), 2).round(6)
-        array([0.83, 0.83])
+        array([0.76, 0.76])
         """
         batch = LawBatch(p, q, check_overflow=True)
         k = self.check_num_drafts(batch, num_drafts)
@@ -210,7 +210,7 @@ class Verifier(ABC):
         >>> from otbound.token import LawBatch
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> VERIFIERS["khisti_is"].batch_acceptance(b, 2).numpy().round(6)
-        array([0.842857])
+        array([0.814434])
         """
         import torch
 

@@ -45,7 +45,7 @@ class NaiveVerifier(Verifier):
         >>> from otbound.token.verifiers import NaiveVerifier
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> NaiveVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.58])
+        array([0.483])
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)
