@@ -374,15 +374,16 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
     return _without_replacement(batch, k, want_sets)
 
 
-def _prefix_minimum(srt, f, want_sets):
-    """``1 + min(0, min_j f[:, j])`` over prefix columns and the binding prefixes as a token mask."""
+def _prefix_minimum(srt, f, want_sets, first: int = 0):
+    """``1 + min(0, min_j f[:, j])`` over prefix columns (column j: the first ``first + j`` tokens;
+    the empty prefix, f = 0, is always a candidate) and the binding prefixes as a token mask."""
     torch = _torch()
     best, j = f.min(1)
     value = (1.0 + best.clamp(max=0.0)).clamp(0.0, 1.0)
     if not want_sets:
         return value, None
     cols = torch.arange(srt.v, device=f.device).reshape(1, -1)
-    return value, srt.unsort((cols < j.reshape(-1, 1)) & (best < 0).reshape(-1, 1))
+    return value, srt.unsort((cols < (j + first).reshape(-1, 1)) & (best < 0).reshape(-1, 1))
 
 
 def _with_replacement(batch, k, want_sets):
@@ -421,19 +422,24 @@ def _without_replacement(batch, k, want_sets):
 
 
 def _pair_closed_form(batch, want_sets):
+    """K = 2: ``f_j = Pc[j] − (Qc[j] − Qs[j] Σ_{i<j} q_i/(1 − q_i))`` over the prefixes with ratio
+    ≤ 2/(1 − max q) (beyond, adding a token raises f), in place on (B, m) work arrays."""
     torch = _torch()
     srt = batch.sorted
     top = torch.topk(batch.q, 1, dim=1).values[:, 0]
     m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
+    if m <= 1:
+        return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
     qs = srt.qs[:, : m - 1]
+    suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
     rest = 1.0 - qs
-    big = qs > 0.5  # at most one per row: 1 − q as the other tokens' mass summed directly (as PairMass)
-    if bool(big.any()):
-        rest = torch.where(big, srt.qc[:, : m - 1] + srt.qsuf_range(1, m), rest)
-    odds = torch.cumsum(qs / rest, 1)
-    mass = srt.qc[:, 1:m] - srt.qsuf_range(1, m) * odds
-    f = torch.cat([torch.zeros_like(srt.pc[:, :1]), srt.pc[:, 1:m] - mass.clamp(0.0, 1.0)], 1)
-    return _prefix_minimum(srt, f, want_sets)
+    if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
+        big = qs > 0.5
+        rest = torch.where(big, srt.qc[:, : m - 1] + suffix, rest)
+    odds = torch.cumsum(rest.reciprocal_().mul_(qs), 1)
+    mass = torch.sub(srt.qc[:, 1:m], suffix.mul_(odds), out=odds).clamp_(0.0, 1.0)
+    f = torch.sub(srt.pc[:, 1:m], mass, out=mass)
+    return _prefix_minimum(srt, f, want_sets, first=1)
 
 
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
