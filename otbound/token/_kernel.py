@@ -253,15 +253,31 @@ def _ratio_order(r):
     return key.view(np.int64)
 
 
-def _fix_near_ties(r, r_in_order, order):
+def _fix_near_ties(r_in_order, order):
     """Re-sort one row's ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within its
-    runs of equal truncated ratio, where a descent can lie; in place. ``r``: the row's ratios,
-    ``r_in_order``: the same in the given order."""
-    run = r_in_order.view(np.uint64) >> np.uint64(_index_bits(order.size))
-    tied = np.flatnonzero(run[1:] == run[:-1])
-    pos = np.union1d(tied, tied + 1)  # every element of a run of length ≥ 2, in increasing order
-    sub = order[pos]
-    order[pos] = sub[np.lexsort((sub, r[sub], run[pos]))]
+    runs of equal truncated ratio, where a descent can lie; in place. ``r_in_order``: the row's
+    ratios in the given order.
+
+    Within a run the ratios share all but their low b = ⌈log2 V⌉ bits, so the key
+    (run start, low b bits of the ratio, index) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
+    (ratio, index): one more unsigned-integer sort of the row (larger V: a stable sort of each run's
+    tokens, which come in index order, by ratio)."""
+    v = order.size
+    b = _index_bits(v)
+    bits = r_in_order.view(np.uint64)
+    run = bits >> np.uint64(b)
+    if 3 * b > 64:
+        tied = np.flatnonzero(run[1:] == run[:-1])
+        pos = np.union1d(tied, tied + 1)
+        order[pos] = order[pos][np.argsort(r_in_order[pos], kind="stable")]
+        return
+    start = np.ones(v, dtype=bool)
+    np.not_equal(run[1:], run[:-1], out=start[1:])
+    run_start = np.maximum.accumulate(np.where(start, np.arange(v, dtype=np.uint64), np.uint64(0)))
+    low = np.uint64((1 << b) - 1)
+    key = (run_start << np.uint64(2 * b)) | ((bits & low) << np.uint64(b)) | order.view(np.uint64)
+    key.sort()
+    order[:] = (key & low).view(np.int64)
 
 
 class SortedRows:
@@ -278,10 +294,12 @@ class SortedRows:
         self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
         self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
         if p.device.type == "cpu" and p.shape[1] > 1:
-            for row in torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten().tolist():
-                r = _ratio(p[row], q[row])
-                _fix_near_ties(r.numpy(), self.r[row].numpy(), order[row].numpy())
-                self.ps[row], self.qs[row], self.r[row] = p[row, order[row]], q[row, order[row]], r[order[row]]
+            rows = torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten()
+            for row in rows.tolist():
+                _fix_near_ties(self.r[row].numpy(), order[row].numpy())
+            if rows.numel():
+                self.ps[rows], self.qs[rows] = (torch.gather(x[rows], 1, order[rows]) for x in (p, q))
+                self.r[rows] = _ratio(self.ps[rows], self.qs[rows])
         self.order = order
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
