@@ -49,9 +49,7 @@ class NaiveVerifier(Verifier):
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)
-        import torch
-
-        return 1.0 - torch.linalg.vecdot(batch.p, _miss_power(batch, num_drafts))
+        return 1.0 - (batch.p * _miss_power(batch, num_drafts)).sum(1)
 
 
 def _miss_power(batch, k):
