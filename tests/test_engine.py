@@ -465,3 +465,23 @@ def test_rrs_wor_paths_serve_every_k():
         alone = VERIFIERS["rrs_wor"].batch_estimate(LawBatch(p, q, seed=7), (k,), mc_samples=32)
         assert torch.equal(both[k][0], alone[k][0])
         assert both[k][1] == "monte_carlo"
+
+
+def test_one_ratio_sort_per_batch_serves_every_quantity(monkeypatch):
+    """measure_laws sorts each batch once: α* of every law and K and every verifier read the same
+    SortedRows (the optimal verifier's acceptance is α* itself, not a second computation)."""
+    from otbound.token import _kernel
+
+    calls = []
+    init = _kernel.SortedRows.__init__
+
+    def counting(self, p, q):
+        calls.append(p.shape[0])
+        init(self, p, q)
+
+    monkeypatch.setattr(_kernel.SortedRows, "__init__", counting)
+    rng = np.random.default_rng(15)
+    p, q = lm_rows(rng, 5, 300)
+    res = measure_laws(p, q, (2, 3, 4), batch_size=3, mc_samples=4)
+    assert calls == [3, 2]  # one sort per batch of 3 rows
+    assert res["verifiers"]["ot_fast"][3]["acceptance"] == res["optimal"]["with_replacement"][3]

@@ -364,7 +364,7 @@ class OptimalVerifier(Verifier):
         return self._cache.get_or_build(p, q, k, lambda: optimal_coupling(p, q, k))
 
     def batch_acceptance(self, batch, num_drafts):
-        """``α = α*`` with replacement (the proof in the module docstring), from the batched kernel:
+        """``α = α*`` of its draft law (the proof in the module docstring), from the batched kernel:
         no coupling is built to compute it.
 
         Examples
@@ -376,7 +376,7 @@ class OptimalVerifier(Verifier):
         >>> OptimalVerifier().batch_acceptance(b, 2).numpy().round(6)
         array([0.86])
         """
-        return batch.optimal_acceptance(num_drafts, "with_replacement")
+        return batch.optimal_acceptance(num_drafts, self.sampling)
 
     @staticmethod
     def _paths(aux, tops):
