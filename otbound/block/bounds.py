@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block._lp import solve_selection_lp
+from otbound.block._plain import causal_lp_plain, joint_ot_emd
 from otbound.block._tree import build_tree
+from otbound.block._truncate import truncated_tree
 from otbound.block.models import as_block_model
 from otbound.token.bounds import optimal_acceptance
 
@@ -269,7 +272,6 @@ def bound_on_tree(
         if return_certificate:
             cert = PerLevelCertificate(binding_sets=sets)
     elif method == "lp":
-        from otbound.block._lp import solve_selection_lp
 
         sol = solve_selection_lp(tree, k, kind, selectable)
         value = sol.value
@@ -281,7 +283,6 @@ def bound_on_tree(
                 keep=list(sol.keep),
             )
     elif method == "emd":
-        from otbound.block._plain import joint_ot_emd
 
         if return_certificate:
             value, tuples, plan = joint_ot_emd(tree, k, return_plan=True)
@@ -289,7 +290,6 @@ def bound_on_tree(
         else:
             value = joint_ot_emd(tree, k)
     else:
-        from otbound.block._plain import causal_lp_plain
 
         value = causal_lp_plain(tree, k, exchangeable=method == "plain_exchangeable")
     return BlockBound(
@@ -385,7 +385,6 @@ def block_bound_bracket(
     >>> bool(bracket.lower <= exact <= bracket.upper), round(exact, 4), bracket.nodes_evaluated
     (True, 1.5922, 4)
     """
-    from otbound.block._truncate import truncated_tree
 
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, None)
     trunc = truncated_tree(target, draft, length, check_positive_int(top_m, "top_m"))

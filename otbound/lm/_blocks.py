@@ -80,7 +80,6 @@ class BlockRecord(LogitLaws):
 
     def contexts(self):
         """``prefix + drafts[k, :ℓ]`` for every law along the blocks (repetition penalty)."""
-        from otbound.lm._specsample import tree_contexts
 
         return tree_contexts(self.prefix, self.drafts, self.block_length + 1)
 
@@ -98,6 +97,25 @@ class BlockRecord(LogitLaws):
         ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
         models. A prefix off the tree is an error naming it."""
         return tree_block_models(self.drafts, self.p, self.q)
+
+
+def tree_contexts(context, drafts, depths: int) -> np.ndarray:
+    """``(K, depths, n + depths − 1)`` int64 token ids, ``-1`` padded: entry ``[k, ℓ]`` is
+    ``context + drafts[k, :ℓ]``, the context of the law at depth ℓ of row k (repetition penalty).
+
+    Examples
+    --------
+    >>> tree_contexts([7, 8], np.array([[1, 2]]), 3)[0].tolist()
+    [[7, 8, -1, -1], [7, 8, 1, -1], [7, 8, 1, 2]]
+    """
+    context = np.asarray(list(context), dtype=np.int64)
+    k = drafts.shape[0]
+    n = context.size
+    out = np.full((k, depths, n + max(depths - 1, 0)), -1, dtype=np.int64)
+    out[:, :, :n] = context
+    for ell in range(1, depths):
+        out[:, ell, n : n + ell] = drafts[:, :ell]
+    return out
 
 
 def tree_block_models(drafts, p, q, *, default_target=None, default_draft=None):
@@ -156,7 +174,6 @@ def _draw_blocks(pair, record, t, layers_d, k, length, dtype_name, rng):
     settings; return (drafts (K, L), draft logits (K, L, V))."""
     import torch
 
-    from otbound.lm._specsample import tree_contexts
 
     start = record.prompt_length + t - 1  # cache holds tokens[:start]; tokens[start] is fed next
     v = pair.vocab_size

@@ -48,7 +48,7 @@ import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockVerifier, MultiPathVerifier
-from otbound.lm._blocks import lm_block_models, tree_block_models
+from otbound.lm._blocks import lm_block_models, tree_block_models, tree_contexts
 from otbound.lm._decode import cache_prefix, forward, stop_token_ids
 from otbound.lm._traces import LogitLaws
 from otbound.token import SamplingParams, settings_at
@@ -215,25 +215,6 @@ def _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_to
     if not (isinstance(temperature, (int, float)) and np.isfinite(temperature) and temperature > 0):
         raise InvalidInputError(f"temperature must be a positive number, got {temperature!r}")
     return ids, k, int(block_len), float(temperature), check_positive_int(max_new_tokens, "max_new_tokens")
-
-
-def tree_contexts(context, drafts, depths: int) -> np.ndarray:
-    """``(K, depths, n + depths − 1)`` int64 token ids, ``-1`` padded: entry ``[k, ℓ]`` is
-    ``context + drafts[k, :ℓ]``, the context of the law at depth ℓ of row k (repetition penalty).
-
-    Examples
-    --------
-    >>> tree_contexts([7, 8], np.array([[1, 2]]), 3)[0].tolist()
-    [[7, 8, -1, -1], [7, 8, 1, -1], [7, 8, 1, 2]]
-    """
-    context = np.asarray(list(context), dtype=np.int64)
-    k = drafts.shape[0]
-    n = context.size
-    out = np.full((k, depths, n + max(depths - 1, 0)), -1, dtype=np.int64)
-    out[:, :, :n] = context
-    for ell in range(1, depths):
-        out[:, ell, n : n + ell] = drafts[:, :ell]
-    return out
 
 
 def resolve_settings(temperature, target_settings=None, draft_settings=None):

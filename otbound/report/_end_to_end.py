@@ -45,6 +45,7 @@ from otbound._validation import InvalidInputError
 from otbound.block import block_bound, block_bound_bracket
 from otbound.block.verifiers import BLOCK_VERIFIERS, MultiPathVerifier
 from otbound.lm import LiveModels, resolve_verifier, speculative_sample, tiny_pair, tiny_prompts, tree_block_models
+from otbound.report import plots
 from otbound.report._measure import cluster_mean_ci
 from otbound.report._metrics import engine_metrics
 from otbound.token import optimal_acceptance
@@ -401,7 +402,6 @@ def end_to_end_figure(rows, path):
     """Left: empirical mean τ (95% interval) per verifier beside its bounds (causal, Σα*) for the
     largest K and L. Right: P(τ ≥ ℓ) per draft position ℓ for each verifier, the causal optimum's
     levels dashed."""
-    from otbound.report import plots
 
     k = max(r.num_drafts for r in rows)
     length = max(r.block_len for r in rows)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block.bounds import block_bound
 from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
 
@@ -281,7 +282,6 @@ class BlockVerifier:
     def own_law_bounds(self, target, draft, *, vocab_size, num_drafts, block_len) -> DraftLawBounds:
         """U_causal and U_joint of this verifier's draft-tuple law (K i.i.d. blocks:
         :func:`otbound.block_bound`); a lossless verifier's ``E[τ]`` never exceeds the causal one."""
-        from otbound.block.bounds import block_bound
 
         kw = dict(vocab_size=vocab_size, num_drafts=num_drafts, block_len=block_len)
         return DraftLawBounds(

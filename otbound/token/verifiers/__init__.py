@@ -13,13 +13,18 @@ build the same verifiers for another draft law. :func:`run` draws drafts, verifi
 the Monte Carlo acceptance with a CI.
 """
 
+import numpy as np
+
+from otbound._validation import InvalidInputError, check_positive_int
+from otbound.token.draft_laws import sample_drafts
 from otbound.token.verifiers._base import (
     SequentialVerifier,
     Verifier,
     VerifierRun,
     VerifierSample,
-    run,
+    _check_laws,
     support_tuples,
+    wilson_interval,
 )
 from otbound.token.verifiers._deterministic import MembershipVerifier, OneHotVerifier
 from otbound.token.verifiers._greedy import GreedyVerifier, SpecHubVerifier
@@ -60,6 +65,62 @@ VERIFIERS: dict[str, Verifier] = {
         BestWithoutReplacementVerifier(),
     )
 }
+
+
+
+def run(verifier, p, q, num_drafts: int, n: int, rng=None, *, confidence: float = 0.95) -> VerifierRun:
+    """Draw ``n`` draft tuples from ``verifier.sampling`` (:func:`otbound.sample_drafts`), verify them,
+    and return the sample with the Monte Carlo acceptance and its Wilson score interval.
+
+    Parameters
+    ----------
+    verifier : Verifier or str
+        A verifier or a name in :data:`VERIFIERS`.
+    p, q : array_like, shape (V,)
+        Target and draft laws.
+    num_drafts : int
+        K.
+    n : int
+        Number of draft tuples.
+    rng : numpy Generator, seed or None
+    confidence : float
+        Level of the Wilson interval, in (0, 1).
+
+    Returns
+    -------
+    VerifierRun
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown verifier, bad laws, K or n.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token.verifiers import run
+    >>> r = run("rrs", np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), 2, 1000, rng=0)
+    >>> r.num_samples, r.ci_low <= r.acceptance <= r.ci_high
+    (1000, True)
+    """
+    if isinstance(verifier, str):
+        if verifier not in VERIFIERS:
+            raise InvalidInputError(f"unknown verifier {verifier!r}; expected one of {sorted(VERIFIERS)}")
+        verifier = VERIFIERS[verifier]
+    if not isinstance(verifier, Verifier):
+        raise InvalidInputError(f"verifier must be a Verifier or a registered name, got {verifier!r}")
+    n = check_positive_int(n, "n")
+    if not 0.0 < confidence < 1.0:
+        raise InvalidInputError(f"confidence must lie in (0, 1), got {confidence!r}")
+    p, q = _check_laws(p, q)
+    k = verifier._check_k(q, num_drafts)
+    rng = np.random.default_rng(rng)
+    drafts = sample_drafts(q, k, verifier.sampling, int(n), rng)
+    s = verifier.sample(p, q, drafts, rng)
+    m = float(s.accepted.mean())
+    lo, hi = wilson_interval(m, int(n), confidence)
+    return VerifierRun(drafts=drafts, sample=s, acceptance=m, ci_low=lo, ci_high=hi, confidence=confidence)
+
 
 __all__ = [
     "VERIFIERS",

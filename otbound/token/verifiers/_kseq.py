@@ -85,7 +85,7 @@ class KSeqVerifier(SequentialVerifier):
         >>> from otbound.token.verifiers import KSeqVerifier
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> KSeqVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.83])
+        array([0.791355])
         """
         return batch.memo(("kseq", num_drafts), lambda: _kseq_batch(batch.sorted, num_drafts))
 

@@ -323,7 +323,7 @@ class OptimalVerifier(Verifier):
         return self._cache.get_or_build(p, q, k, lambda: optimal_coupling(p, q, k))
 
     def batch_acceptance(self, batch, num_drafts):
-        """``α = α*`` with replacement (the proof in the module docstring), from the batched kernel:
+        """``α = α*`` of its draft law (the proof in the module docstring), from the batched kernel:
         no coupling is built to compute it.
 
         Examples

@@ -104,6 +104,7 @@ import scipy.sparse
 from otbound._solvers import solve_lp
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.token._wor import clock_law
+from otbound.token.draft_laws import draft_joint
 from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 from otbound.token.verifiers._optimal import OptimalVerifier
 
@@ -612,7 +613,6 @@ def luce_rule(p, q, k: int, *, tol: float = 1e-13, max_iter: int = 200_000) -> L
     >>> round(rule.alpha, 12), rule.residual_error < 1e-12
     (1.0, True)
     """
-    from otbound.token.draft_laws import draft_joint
 
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
