@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 import otbound as ob  # noqa: E402
 from otbound import InvalidInputError  # noqa: E402
@@ -14,14 +15,6 @@ from otbound.token.verifiers import VERIFIERS  # noqa: E402
 
 TOL = 1e-9  # the engine's contract against the per-row code (measured: ≤ 1e-14)
 LM_VOCAB = 151_936
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _softmax(z):

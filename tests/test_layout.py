@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otbound"
-SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity"}  # top-level modules every layer may use
+#: top-level modules every layer may use
+SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay"}
 
 
 def _run(code: str) -> str:

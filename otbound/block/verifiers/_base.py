@@ -1,17 +1,19 @@
 """Common machinery of the block verifiers: one algorithm, two executions (implementation).
 
-A verifier is written once as a *walk*: ``walk(inst, oracle) -> (accepted_prefix, law)``, where
+A verifier is written once as a *walk*: ``walk(inst, coin, draw) -> (accepted_prefix, law)``, where
 ``inst`` holds everything the verifier computes from the target, the draft and one draft tuple
-(``prepare``), every random decision goes through ``oracle.bernoulli(prob)`` or
-``oracle.categorical(law)``, and the walk ends with the accepted draft prefix and the law of the
-correction (or bonus) token. The same walk is
+(``prepare``), every random decision goes through ``coin(prob) -> bool`` or ``draw(law) -> int``
+(the primitives of the conformance kit), and the walk ends with the accepted draft prefix and the
+law of the correction (or bonus) token. The same walk is
 
-* *sampled*: the oracle answers with uniforms from a generator (one walk per sample, the rows that
-  share a draft tuple share ``inst``, correction tokens drawn in one inverse-CDF pass per law);
-* *enumerated exactly*: the oracle replays a fixed list of answers and queues the alternatives
-  (depth-first over the decision tree), which gives the exact law of the emitted sequence given
-  the drafts, and by summing over all draft tuples, exact ``E[τ]`` and the exact one-iteration law
-  of the output — the losslessness check needs no sampling at all.
+* *sampled*: ``coin`` and ``draw`` answer with uniforms from a generator (one walk per sample, the
+  rows that share a draft tuple share ``inst``, correction tokens drawn in one inverse-CDF pass per
+  law);
+* *enumerated exactly* by the package's one choice-tree enumerator
+  (:func:`otbound._replay.enumerate_outcomes`, unchecked mode, the one the conformance kit runs
+  checked), which gives the exact law of the emitted sequence given the drafts, and by summing over
+  all draft tuples, exact ``E[τ]`` and the exact one-iteration law of the output — the losslessness
+  check needs no sampling at all.
 
 Terminology (theory.md §0): ``τ`` = accepted draft tokens, the emitted sequence is ``τ + 1`` tokens
 (bonus/correction included), ``E[τ]`` excludes the bonus.
@@ -20,10 +22,12 @@ Terminology (theory.md §0): ``τ`` = accepted draft tokens, the emitted sequenc
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
+from otbound._replay import enumerate_outcomes
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
@@ -44,7 +48,9 @@ class BlockSample:
     num_accepted: np.ndarray
 
 
-class _RandomOracle:
+class _RandomChoices:
+    """``coin`` and ``draw`` answered with uniforms from ``rng`` (drawn 4096 at a time)."""
+
     __slots__ = ("_rng", "_u")
 
     def __init__(self, rng):
@@ -56,51 +62,11 @@ class _RandomOracle:
             self._u = self._rng.random(4096).tolist()
         return self._u.pop()
 
-    def bernoulli(self, prob: float) -> bool:
+    def coin(self, prob: float) -> bool:
         return self._next() < prob
 
-    def categorical(self, law: np.ndarray) -> int:
+    def draw(self, law: np.ndarray) -> int:
         return int(inverse_cdf(law, np.array([self._next()]))[0])
-
-
-class _ReplayOracle:
-    """Replays ``path`` then takes the first alternative of every new decision, queueing the rest."""
-
-    __slots__ = ("path", "taken", "weight", "pending")
-
-    def __init__(self, path, pending):
-        self.path = path
-        self.taken = []
-        self.weight = 1.0
-        self.pending = pending
-
-    def bernoulli(self, prob: float) -> bool:
-        prob = min(max(float(prob), 0.0), 1.0)
-        pos = len(self.taken)
-        if pos < len(self.path):
-            b = self.path[pos]
-        elif prob >= 1.0:
-            b = True
-        elif prob <= 0.0:
-            b = False
-        else:
-            b = True
-            self.pending.append(tuple(self.taken) + (False,))
-        self.weight *= prob if b else 1.0 - prob
-        self.taken.append(b)
-        return b
-
-    def categorical(self, law: np.ndarray) -> int:
-        pos = len(self.taken)
-        if pos < len(self.path):
-            i = self.path[pos]
-        else:
-            nz = np.flatnonzero(law > 0)
-            i = int(nz[0])
-            self.pending.extend(tuple(self.taken) + (int(j),) for j in nz[1:])
-        self.weight *= float(law[i])
-        self.taken.append(i)
-        return i
 
 
 def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -118,7 +84,7 @@ class DraftLawBounds:
     joint: float
 
 
-class BlockVerifier:
+class BlockVerifier(ABC):
     """Base class of the block verifiers: subclasses define ``prepare`` and ``walk`` (see the module
     docstring) and set ``name``, ``reference`` and ``lossless``, the attributes the token verifiers
     (:class:`otbound.token.verifiers.Verifier`) carry too.
@@ -152,22 +118,21 @@ class BlockVerifier:
     sampling: str = "with_replacement"  # K i.i.d. blocks; a drafting scheme of its own overrides the methods below
 
     # -- to implement -----------------------------------------------------------------------
+    @abstractmethod
     def prepare(self, target: BlockModel, draft: BlockModel, drafts: tuple, cache: dict):
-        raise NotImplementedError
+        """Everything the walk needs from the models and one draft tuple (``K`` blocks of token ids);
+        ``cache`` is shared by the tuples of one call."""
 
-    def walk(self, inst, oracle):
-        raise NotImplementedError
+    @abstractmethod
+    def walk(self, inst, coin, draw):
+        """One iteration on a prepared tuple: ``(accepted draft prefix, law of the next token)``, every
+        random decision taken through ``coin(prob)`` / ``draw(law)``."""
 
     # -- exact ---------------------------------------------------------------------------------
     def _outcomes(self, inst):
         """All ``(probability, accepted_prefix, correction_law)`` of one draft tuple."""
-        out, pending = [], [()]
-        while pending:
-            oracle = _ReplayOracle(pending.pop(), pending)
-            prefix, law = self.walk(inst, oracle)
-            if oracle.weight > 0:
-                out.append((oracle.weight, prefix, law))
-        return out
+        branches = enumerate_outcomes(lambda coin, draw: self.walk(inst, coin, draw), max_branches=None, checked=False)
+        return [(w, prefix, law) for w, (prefix, law) in branches]
 
     def output_law(self, target, draft, drafts) -> dict:
         """Exact law ``{emitted sequence: probability}`` of one iteration given a ``(K, L)`` draft tuple."""
@@ -311,10 +276,10 @@ class BlockVerifier:
 
     def _sample_group(self, inst, rows, tokens, accepted, rng):
         """Walk once per row; write the accepted prefix and draw corrections law by law."""
-        oracle = _RandomOracle(rng)
+        choices = _RandomChoices(rng)
         laws: dict = {}
         for r in rows.tolist():
-            prefix, law = self.walk(inst, oracle)
+            prefix, law = self.walk(inst, choices.coin, choices.draw)
             n_acc = len(prefix)
             tokens[r, :n_acc] = prefix
             accepted[r] = n_acc
