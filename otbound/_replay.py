@@ -10,8 +10,8 @@ returned value is exact up to float64 rounding of those products (~1e-16 relativ
 
 The one enumerator of the package, used twice:
 
-* by the block verifiers (:meth:`otbound.block.verifiers.BlockVerifier.output_law`,
-  ``expected_accepted``, ``lossless_error``: their ``walk(inst, coin, draw)``), trusted code:
+* by the block verifiers (:meth:`otbound.block.verifiers.BlockVerifier.conditional_law`,
+  ``acceptance``, ``lossless_error``: their ``walk(inst, coin, draw)``), trusted code:
   ``checked=False`` clips each probability to [0, 1] and takes each law as given;
 * by the conformance kit (:func:`otbound.conformance.enumerate_outcomes`), anyone's verifier:
   ``checked=True`` (the default) refuses a probability outside [0, 1] (beyond ``PROB_SLACK``) or a

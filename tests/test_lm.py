@@ -338,9 +338,9 @@ def test_block_verifiers_run_on_stored_trees(pair, tmp_path):
         live = lm_block_models(pair, rec.prefix.tolist(), rec.temperature)
         for name in ("token", "block", "multipath_rrs", "multipath_kseq", "traversal", "spectr_gbv", "hsd"):
             ver = BLOCK_VERIFIERS[name]
-            a = ver.conditional_accepted(*stored, rec.drafts)
+            a = ver.conditional_acceptance(*stored, rec.drafts)
             assert 0.0 <= a <= rec.block_length
-            assert a == pytest.approx(ver.conditional_accepted(*live, rec.drafts), abs=1e-4), name
+            assert a == pytest.approx(ver.conditional_acceptance(*live, rec.drafts), abs=1e-4), name
         off_tree = next(t for t in range(V) if t not in rec.drafts[:, 0])
         with pytest.raises(InvalidInputError, match="no law for prefix"):
             stored[0]((off_tree,))

@@ -32,7 +32,7 @@ from otbound._validation import InvalidInputError, check_num_drafts, check_posit
 from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
 
-# draft tuples enumerated for exact E[τ] at most ((V^L)^K)
+#: draft tuples enumerated for exact E[τ] at most ((V^L)^K); read as otbound.block.verifiers.MAX_EXACT_TUPLES, set here
 MAX_EXACT_TUPLES = 2_000_000
 
 
@@ -134,11 +134,21 @@ class BlockVerifier(ABC):
         branches = enumerate_outcomes(lambda coin, draw: self.walk(inst, coin, draw), max_branches=None, checked=False)
         return [(w, prefix, law) for w, (prefix, law) in branches]
 
-    def output_law(self, target, draft, drafts) -> dict:
-        """Exact law ``{emitted sequence: probability}`` of one iteration given a ``(K, L)`` draft tuple."""
+    def conditional_law(self, target, draft, drafts) -> dict:
+        """Exact law ``{emitted sequence: probability}`` of one iteration given a ``(K, L)`` draft tuple
+        (the block counterpart of the token verifiers' ``conditional_law``).
+
+        Examples
+        --------
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> law = BLOCK_VERIFIERS["token"].conditional_law(p, q, [[1, 1]])  # p/q = 2 on token 1: accepted
+        >>> {seq: round(pr, 12) for seq, pr in sorted(law.items())}
+        {(1, 1, 0): 0.333333333333, (1, 1, 1): 0.666666666667}
+        """
         batch, single = _check_drafts(drafts, _vocab(target))
         if not single:
-            raise InvalidInputError(f"output_law takes one draft tuple of shape (K, L), got {batch.shape}")
+            raise InvalidInputError(f"conditional_law takes one draft tuple of shape (K, L), got {batch.shape}")
         target, draft = _models(target, draft)
         tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in batch[0]))
         return _emitted_law(self._outcomes(self.prepare(target, draft, tup, {})))
@@ -155,7 +165,16 @@ class BlockVerifier(ABC):
         """Exact ``max_v |P(output continued by p = v) − p(v)|`` over ``v ∈ V^{L+1}`` (0 iff lossless).
 
         One iteration's emitted sequence, continued by sampling the target, must be distributed as
-        the target (theory.md §4); float64 round-off leaves ~1e-16.
+        the target (theory.md §4); float64 round-off leaves ~1e-16. The token verifiers'
+        ``lossless_error`` is the same quantity at L = 1.
+
+        Examples
+        --------
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+        >>> BLOCK_VERIFIERS["block"].lossless_error(p, q, **kw) < 1e-15, round(BLOCK_VERIFIERS["hsd"].lossless_error(p, q, **kw), 12)
+        (True, 0.074074074074)
         """
         target, draft = _models(target, draft, vocab_size)
         length = check_positive_int(block_len, "block_len")
@@ -168,21 +187,40 @@ class BlockVerifier(ABC):
             full[start : start + v**rest] += prob * prefix_law(shifted_model(target, seq), rest).ravel()
         return float(np.abs(full - prefix_law(target, length + 1).ravel()).max())
 
-    def expected_accepted(self, target, draft, *, vocab_size, num_drafts, block_len) -> float:
-        """Exact ``E[τ]`` (bonus excluded) by enumerating every draft tuple and every decision."""
+    def acceptance(self, target, draft, *, vocab_size, num_drafts, block_len) -> float:
+        """Exact ``E[τ]`` (bonus excluded) by enumerating every draft tuple and every decision; at
+        L = 1 it is the token verifiers' ``acceptance`` α.
+
+        Examples
+        --------
+        Sun et al.'s toy (2403.10444): token-level verification 10/9, block verification 11/9.
+
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+        >>> [round(9 * BLOCK_VERIFIERS[n].acceptance(p, q, **kw), 12) for n in ("token", "block")]
+        [10.0, 11.0]
+        """
         total = 0.0
         for prob, outcomes in self._all_tuples(target, draft, vocab_size, num_drafts, block_len):
             total += prob * sum(w * len(prefix) for w, prefix, _ in outcomes)
         return total
 
-    def conditional_accepted(self, target, draft, drafts) -> np.ndarray:
+    def conditional_acceptance(self, target, draft, drafts) -> np.ndarray:
         """Exact ``E[τ | drafts]`` (bonus excluded) for each ``(K, L)`` tuple of ``drafts``
         (``(n, K, L)``; a single ``(K, L)`` tuple gives a scalar), over the verifier's own randomness.
 
         Its mean over tuples drawn from the draft model is an unbiased, Rao-Blackwellised estimate
-        of :meth:`expected_accepted` that only queries the models along the drawn tuples — the way
+        of :meth:`acceptance` that only queries the models along the drawn tuples — the way
         to measure a verifier on a real language model, whose ``V^{KL}`` tuples cannot be
         enumerated.
+
+        Examples
+        --------
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> float(BLOCK_VERIFIERS["token"].conditional_acceptance(p, q, [[1, 1]]))  # both tokens accepted
+        2.0
         """
         batch, single = _check_drafts(drafts, _vocab(target))
         target, draft = _models(target, draft)
