@@ -1,7 +1,8 @@
-"""Shared test helpers: the single-thread torch fixture and the chi-square goodness-of-fit test.
+"""Shared test helpers: the single-thread torch fixture, the chi-square goodness-of-fit test and the
+block-level test pairs.
 
 Modules that need torch on one thread declare ``pytestmark = pytest.mark.usefixtures("one_thread")``;
-:func:`chi2_pvalue` is imported (``from conftest import chi2_pvalue``).
+the functions are imported (``from conftest import chi2_pvalue, sun_toy``).
 """
 
 from __future__ import annotations
@@ -46,3 +47,18 @@ def chi2_pvalue(tokens, law, *, tv: float = 0.01, power: float = 0.995, alpha: f
     got = chi2_power(int(keep.sum()) - 1, tokens.size, tv, alpha)
     assert got >= power, f"{int(keep.sum())} bins, {tokens.size} draws: power {got:.3f} against a {tv:g} distortion"
     return float(scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+def sun_toy():
+    """Sun et al.'s context-free toy (2403.10444): target ``(1/3, 2/3)``, draft ``(2/3, 1/3)``."""
+    from otbound.block.models import context_free_model
+
+    return context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+
+
+def random_block_pair(v: int, seed: int, *, draft_seed: int, concentration: float = 0.7):
+    """Target and draft Dirichlet block models over ``v`` tokens (seeds ``seed`` and ``draft_seed``)."""
+    from otbound.block.models import dirichlet_model
+
+    return (dirichlet_model(v, seed=seed, concentration=concentration),
+            dirichlet_model(v, seed=draft_seed, concentration=concentration))

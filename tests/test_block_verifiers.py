@@ -20,6 +20,7 @@ single-draft verification): one iteration is not lossless and E[τ] = U_joint > 
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import random_block_pair, sun_toy
 from stat_power import chi2_power
 
 from otbound import InvalidInputError
@@ -48,14 +49,8 @@ def test_declared_lossless_flags_match_the_measured_errors():
 ALL = list(BLOCK_VERIFIERS)
 
 
-def sun_toy():
-    return context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
-
-
 def random_pair(v, seed, concentration=0.7):
-    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(
-        v, seed=seed + 100, concentration=concentration
-    )
+    return random_block_pair(v, seed, draft_seed=seed + 100, concentration=concentration)
 
 
 def instances():
