@@ -98,3 +98,17 @@ def test_no_shims():
             if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
                 assert id(obj) not in seen, f"{module} exports {seen[id(obj)]} and {name}: one object, two names"
                 seen[id(obj)] = name
+
+
+def test_notebooks_use_the_public_api_only():
+    """The notebooks import public names only: no ``otbound._x`` module or ``_x`` name."""
+    import json
+    import re
+
+    private = re.compile(r"\botbound(\.\w+)*\._\w+|from otbound[\w.]* import [^\n]*\b_\w+")
+    offences = []
+    for nb in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                offences += [f"{nb.name}: {m.group(0)}" for m in private.finditer("".join(cell["source"]))]
+    assert not offences, "\n".join(offences)
