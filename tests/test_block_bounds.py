@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import random_block_pair, sun_toy
 
 from otbound import InvalidInputError
 from otbound.block.bounds import KINDS, block_bound, block_bound_bracket
@@ -21,14 +22,8 @@ def bound(tg, dr, v, k, length, kind, **kw):
     return block_bound(tg, dr, vocab_size=v, num_drafts=k, block_len=length, kind=kind, **kw).value
 
 
-def sun_toy():
-    return context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
-
-
 def random_pair(v, seed, concentration=0.7):
-    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(
-        v, seed=seed + 1000, concentration=concentration
-    )
+    return random_block_pair(v, seed, draft_seed=seed + 1000, concentration=concentration)
 
 
 def adversarial_pairs():

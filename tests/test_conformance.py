@@ -130,13 +130,13 @@ BLOCK_LOSSLESS = [  # K i.i.d. draft blocks; univer (its own tree law) has its o
 @pytest.mark.parametrize("name", BLOCK_LOSSLESS)
 def test_package_block_verifiers_pass_exact_mode(name):
     """Each block verifier's own walk, branch by branch: lossless, E[τ] equal to the package's exact
-    expected_accepted, never above U_causal (attained by causal_optimal)."""
+    acceptance E[τ], never above U_causal (attained by causal_optimal)."""
     ver = BLOCK_VERIFIERS[name]
     res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=2, block_len=2, instances=8)
     assert res.passed and res.lossless_error < EXACT
     for t, r in zip(oc.block_instances(2, 2, 8, 0), res.instances, strict=True):
         tg, dr = t.models()
-        assert abs(r.acceptance - ver.expected_accepted(tg, dr, vocab_size=2, num_drafts=2, block_len=2)) < EXACT
+        assert abs(r.acceptance - ver.acceptance(tg, dr, vocab_size=2, num_drafts=2, block_len=2)) < EXACT
         assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
     if name == "causal_optimal":
         assert np.abs(res.acceptance - res.optimal).max() < 1e-8
@@ -163,7 +163,7 @@ def test_univer_passes_exact_mode_on_its_own_tree_law():
     assert res.passed and res.lossless_error < EXACT and res.sampling == "univer_tree"
     for t, r in zip(ok, res.instances, strict=True):
         tg, dr = t.models()
-        assert abs(r.acceptance - ver.expected_accepted(tg, dr, vocab_size=3, num_drafts=2, block_len=2)) < EXACT
+        assert abs(r.acceptance - ver.acceptance(tg, dr, vocab_size=3, num_drafts=2, block_len=2)) < EXACT
         assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
     assert max(r.optimal - r.acceptance for r in res.instances) > 1e-3  # strictly below its U_causal at L = 2
     with pytest.raises(InvalidInputError, match="at least 2 draft tokens"):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 from otbound import compare  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
@@ -52,15 +53,6 @@ def tiny_pair_dying_once(marker):
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Ray workers run torch on one thread; so does this process, so floats match to the bit."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 import otbound as ob  # noqa: E402
 from otbound import InvalidInputError  # noqa: E402
@@ -18,14 +19,6 @@ from otbound.token.verifiers._rrs import _draw_rejected, _reject, _reject_first_
 TOL = 1e-12  # the kernel against the independent per-row references (measured: ≤ 1e-14)
 LM_VOCAB = 151_936
 CLOSED_FORM = ("nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot")  # rrs_wor: K <= 2
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _softmax(z):

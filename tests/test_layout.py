@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otbound"
-SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity"}  # top-level modules every layer may use
+#: top-level modules every layer may use
+SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay"}
 
 
 def _run(code: str) -> str:
@@ -184,3 +185,17 @@ def test_no_shims():
             if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
                 assert id(obj) not in seen, f"{module} exports {seen[id(obj)]} and {name}: one object, two names"
                 seen[id(obj)] = name
+
+
+def test_notebooks_use_the_public_api_only():
+    """The notebooks import public names only: no ``otbound._x`` module or ``_x`` name."""
+    import json
+    import re
+
+    private = re.compile(r"\botbound(\.\w+)*\._\w+|from otbound[\w.]* import [^\n]*\b_\w+")
+    offences = []
+    for nb in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                offences += [f"{nb.name}: {m.group(0)}" for m in private.finditer("".join(cell["source"]))]
+    assert not offences, "\n".join(offences)

@@ -479,7 +479,7 @@ def test_block_value_equals_causal_bound_and_block_verifier():
             qf, pf = _law_fn(q), _law_fn(p)
             ours = expected_accepted_length(_t(p), _t(q), "block")
             bound = otbound.block_bound(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length, kind="causal")
-            verifier = otbound.BLOCK_VERIFIERS["block"].expected_accepted(
+            verifier = otbound.BLOCK_VERIFIERS["block"].acceptance(
                 pf, qf, vocab_size=vocab, num_drafts=1, block_len=length
             )
             assert float(ours) == pytest.approx(bound.value, abs=1e-8)  # the LP at HiGHS tolerances 1e-10

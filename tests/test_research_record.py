@@ -41,13 +41,13 @@ class SharedUniformBlockVerification(BlockVerification):
     name = "block_shared_uniform"
     lossless = False
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         tokens, sched = inst
         shared, seen = [], 0.0
         for i, h, law in sched[:-1]:
             shared.append((i, (h - seen) / (1.0 - seen) if h > seen else 0.0, law))
             seen = max(seen, h)
-        return walk_schedule(tokens, shared + [sched[-1]], oracle)
+        return walk_schedule(tokens, shared + [sched[-1]], coin)
 
 
 def continued_law_error(verifier, target, draft, vocab_size, block_len):

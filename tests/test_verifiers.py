@@ -22,7 +22,7 @@ import itertools
 import numpy as np
 import pytest
 import scipy.stats
-from stat_power import chi2_power
+from conftest import chi2_pvalue
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
 from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, kseq_rho, run
@@ -91,22 +91,6 @@ def _mass_on_drafts(laws, tuples):
     mask = np.zeros(laws.shape, dtype=bool)
     mask[np.arange(len(tuples))[:, None], tuples] = True
     return np.where(mask, laws, 0.0).sum(axis=1)
-
-
-def chi2_pvalue(tokens, p):
-    """Pearson goodness of fit of the token counts against p; asserts nothing outside supp p."""
-    counts = np.bincount(tokens, minlength=p.size)
-    assert counts[p == 0].sum() == 0, f"emitted tokens with p = 0: {np.flatnonzero(counts * (p == 0))}"
-    expected = p * tokens.size
-    big = expected >= 5
-    obs = np.append(counts[big], counts[~big & (p > 0)].sum())
-    exp = np.append(expected[big], expected[~big & (p > 0)].sum())
-    keep = exp > 0
-    if keep.sum() < 2:
-        return 1.0
-    power = chi2_power(int(keep.sum()) - 1, tokens.size, 0.01, ALPHA)
-    assert power >= 0.995, f"{int(keep.sum())} bins, {tokens.size} draws: power {power:.3f} against a 1% distortion"
-    return float(scipy.stats.chisquare(obs[keep], exp[keep]).pvalue)
 
 
 def confirmed(check, seed):

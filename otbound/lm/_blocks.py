@@ -94,7 +94,7 @@ class BlockRecord(LogitLaws):
     def block_models(self):
         """``(target, draft)`` as :func:`otbound.block.models.tabulated_model` block models over the
         prefixes of the stored draft tree (relative to ``prefix``): block verifiers'
-        ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
+        ``conditional_acceptance(target, draft, drafts)`` then runs on the real tree without the
         models. A prefix off the tree is an error naming it."""
         return tree_block_models(self.drafts, self.p, self.q)
 

@@ -5,13 +5,13 @@ For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, 
 :func:`measure_run` evaluates, from the laws along the drafted tree and the live models:
 
 * ``given_drafts`` — the verifier's exact ``E[τ | c_i, drafts_i]`` over its own coins
-  (``conditional_accepted`` of the block verifier, :class:`~otbound.block.verifiers.MultiPathVerifier`
+  (``conditional_acceptance`` of the block verifier, :class:`~otbound.block.verifiers.MultiPathVerifier`
   for tree verification): ``τ_i − given_drafts_i`` has mean 0 given the past, so the mean of ``τ``
   must agree with the mean of ``given_drafts`` within its interval;
 * ``given_context`` — the exact ``E[τ | c_i]`` where the draft tuples can be enumerated (tiny
   vocabularies): token-level tree verification by recursion over the nodes (at a node with ``m``
   drafts, the verifier's ``conditional_law`` on every draft tuple of its law with ``K = m``), a
-  block verifier by ``expected_accepted`` when ``(V^L)^K ≤ exact_max_tuples``;
+  block verifier by ``acceptance`` when ``(V^L)^K ≤ exact_max_tuples``;
 * ``acceptance_sum`` / ``alpha_sum`` (token-level verifiers) — over the nodes verified in the
   iteration (depth ``d ≤ min(τ, L − 1)``, ``m`` drafts through the node), the sum of the verifier's
   exact acceptance ``α_V(p, q, m)`` / of the optimum ``α*(p, q, m)`` of its draft law (SpecTr
@@ -128,7 +128,7 @@ def measure_run(
         live = LiveModels(pair, run.context(i), run.temperature, settings)
         p, q = it.p, it.q
         tm, dm = tree_block_models(it.drafts, p, q, default_target=live.target, default_draft=live.draft)
-        m = IterationMeasure(it.num_accepted, float(block.conditional_accepted(tm, dm, it.drafts)),
+        m = IterationMeasure(it.num_accepted, float(block.conditional_acceptance(tm, dm, it.drafts)),
                              drafted_tokens=tree_nodes(it.drafts))
         if token is not None:
             acc, opt = 0.0, 0.0
@@ -192,7 +192,7 @@ def _given_context(token, block, models, v, k, length, exact_max_tuples, exact_b
     if (v**length) ** k > exact_block_tuples:
         return None
     try:
-        return float(block.expected_accepted(tgt, drf, vocab_size=v, num_drafts=k, block_len=length))
+        return float(block.acceptance(tgt, drf, vocab_size=v, num_drafts=k, block_len=length))
     except InvalidInputError:  # its own draft law cannot be enumerated here
         return None
 

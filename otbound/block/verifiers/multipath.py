@@ -56,13 +56,13 @@ class MultiPathVerifier(BlockVerifier):
             law = laws[key] = self._verifier().conditional_law(target(node), draft(node), row)
         return law
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         drafts, target = inst[0], inst[1]
         members = np.arange(drafts.shape[0])
         node: tuple = ()
         for depth in range(drafts.shape[1]):
             row = drafts[members, depth]
-            y = oracle.categorical(self._law(inst, node, row))
+            y = draw(self._law(inst, node, row))
             if not np.any(row == y):
                 return node, np.eye(target.vocab_size)[y]
             members = members[row == y]

@@ -236,9 +236,9 @@ class UniVer(BlockVerifier):
         visit((), 1.0)
         return sched
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         for thr, prefix, law in inst[:-1]:
-            if oracle.bernoulli(thr):
+            if coin(thr):
                 return prefix, law
         return (), inst[-1][2]  # the root: f = 1
 
