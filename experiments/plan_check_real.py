@@ -5,7 +5,7 @@ mean acceptance length and wall-clock speed-up beside the predicted ones, with t
 
 Usage (after ``python -m otbound.plan --collect ... --out RUN``)::
 
-    nice python experiments/plan_check_real.py RUN --candidates rrs:2x3 kseq:3x2 greedy:2x3 rrs_wor:3x2 rrs:1x4
+    PYTHONPATH=. nice python experiments/plan_check_real.py RUN --candidates rrs:1x3 greedy:3x2 rrs:2x2
 
 ``verifier:KxL``: ``K`` chains of length ``L`` verified by ``verifier`` (its own draft law). Writes
 ``RUN/check.json`` and ``RUN/check.md``.

@@ -49,6 +49,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budgets", type=int, nargs="+", default=None, help="node budgets of the tree search")
     ap.add_argument("--device", default=None, help="measure the pair's forward costs on this device")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--cost-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128],
+                    help="new-token counts at which --device measures the forward time")
+    ap.add_argument("--cost-repeats", type=int, default=5, help="timed forwards per size (median)")
+    ap.add_argument("--cost-context", type=int, default=128, help="KV-cache length of the cost measurement")
     ap.add_argument("--draft-cost", default=None, help="draft forward seconds 'n:s,n:s,...' (n new tokens)")
     ap.add_argument("--target-cost", default=None, help="target forward seconds 'n:s,n:s,...'")
     ap.add_argument("--cost", default=None, help="a cost.json written by an earlier --device run")
@@ -86,6 +90,8 @@ def _check_args(args):
         raise InvalidInputError(f"every node budget must be at least one node, got {budgets}")
     if args.max_depth < 1:
         raise InvalidInputError(f"--max-depth must be ≥ 1, got {args.max_depth}")
+    if min(args.cost_sizes) < 1 or args.cost_repeats < 1 or args.cost_context < 1:
+        raise InvalidInputError("--cost-sizes, --cost-repeats and --cost-context must be ≥ 1")
     if args.max_drafts < 1:
         raise InvalidInputError(f"--max-drafts must be ≥ 1, got {args.max_drafts}")
     unknown = [s for s in args.laws if s not in SAMPLINGS]
@@ -103,7 +109,7 @@ def run(args) -> dict:
 
     t0 = time.perf_counter()
     given = _check_args(args)
-    verifiers = args.verifiers or list(pl.DEFAULT_VERIFIERS)
+    verifiers = args.verifiers or pl.DEFAULT_VERIFIERS
     out = Path(args.out)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     cost_dict = None
@@ -142,9 +148,10 @@ def run(args) -> dict:
                 from otbound.lm import load_pair
 
                 pair = load_pair(records[0].meta.get("pair") or args.pair, device=args.device, dtype=args.dtype)
-            sizes = sorted({1, 2, 4, 8, 16, 32, 64, 128})
+            sizes = sorted(set(args.cost_sizes) | {1})
             say(f"otbound.plan: measuring forward costs on {pair.device} ...")
-            kw = dict(vocab_size=pair.vocab_size, device=pair.device, sizes=sizes)
+            kw = dict(vocab_size=pair.vocab_size, device=pair.device, sizes=sizes, repeats=args.cost_repeats,
+                      context=args.cost_context)
             draft = pl.measure_forward_costs(pair.draft, source=f"measured ({pair.name} draft, {pair.device})", **kw)
             target = pl.measure_forward_costs(pair.target, source=f"measured ({pair.name} target, {pair.device})", **kw)
             machine = pl.machine_description(pair.device)

@@ -29,9 +29,11 @@ import numpy as np
 
 from otbound._validation import SAMPLINGS, InvalidInputError
 
-#: verifiers planned by default (the lossless registered verifiers with fast exact acceptance;
-#: ``nss`` ignores the drafts)
-DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot", "khisti_is")
+#: verifiers planned by default: the registered lossless verifiers with an exact acceptance, one per
+#: algorithm (``nss`` ignores the drafts; ``nss_deterministic`` has ``onehot``'s acceptance;
+#: ``khisti_lp`` is the LP form of the optimum at K ≤ 2, ``ot_wor_iid`` an i.i.d.-stream variant of
+#: ``ot_wor_top``); names not registered are passed over
+DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot", "khisti_is", "onehot", "ot_wor_top")
 
 
 @dataclass
@@ -183,11 +185,13 @@ def measure_table(laws_per_trace, *, max_drafts: int, verifiers=DEFAULT_VERIFIER
     unknown = [s for s in laws if s not in SAMPLINGS]
     if unknown:
         raise InvalidInputError(f"unknown draft law(s) {unknown}; expected names in {list(SAMPLINGS)}")
+    if verifiers is DEFAULT_VERIFIERS:
+        verifiers = [n for n in verifiers if n in VERIFIERS]
     names = [n for n in verifiers if n in VERIFIERS and VERIFIERS[n].sampling in laws]
     bad = [n for n in verifiers if n not in VERIFIERS]
     if bad:
         raise InvalidInputError(f"unknown verifier(s) {bad}; expected names in {sorted(VERIFIERS)}")
-    lossy = [n for n in names if getattr(VERIFIERS[n], "lossless", True) is False]
+    lossy = [n for n in names if not VERIFIERS[n].lossless]
     if lossy:
         raise InvalidInputError(f"verifier(s) {lossy} are not lossless: a plan compares lossless verifiers only")
     if max_drafts < 1:

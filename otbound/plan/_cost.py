@@ -14,7 +14,8 @@ and plain decoding costs ``c_p(1)`` per token, so the predicted speed-up is
 ``mean_acceptance_length · c_p(1) / (drafting + scoring + verification)``. ``c_q(n)`` / ``c_p(n)``:
 forward time with ``n`` new tokens on a KV cache (a tree of ``n`` nodes costs as ``n`` new
 tokens: the same matrix products, another attention mask), measured by :func:`measure_forward_costs`
-on the models and device and interpolated piecewise linearly (extrapolated along the last segment),
+on the models and device, fitted non-decreasing and interpolated piecewise linearly (extrapolated
+along the last segment),
 or given for hardware measured elsewhere (:meth:`CostCurve.parse`). ``c_V(m)``: the median time of
 ``verifier.sample`` on ``m`` drafts at the traces' vocabulary (:func:`measure_verify_costs`).
 """
@@ -32,14 +33,19 @@ from otbound._validation import InvalidInputError
 
 @dataclass
 class CostCurve:
-    """Seconds of one forward against the number of new tokens ``n``: points ``(sizes, seconds)``,
-    interpolated piecewise linearly, extrapolated along the last segment (first segment below).
+    """Seconds of one forward against the number of new tokens ``n``: points ``(sizes, seconds)``
+    (medians as measured, or given), fitted by the non-decreasing least-squares sequence through
+    them (``fitted``: pool-adjacent-violators; a forward over more tokens never takes less time,
+    so a dip is timing noise), interpolated piecewise linearly and extrapolated along the last
+    segment (the first one below).
 
     Examples
     --------
     >>> c = CostCurve.parse("1:0.02,8:0.021,64:0.03")
     >>> round(c(1), 4), round(c(36), 4), round(c(128), 5)
     (0.02, 0.0255, 0.04029)
+    >>> CostCurve([1, 4, 16], [4.0, 3.0, 6.0]).fitted  # the dip pooled
+    [3.5, 3.5, 6.0]
     """
 
     sizes: list
@@ -56,6 +62,7 @@ class CostCurve:
         if np.any(n < 1) or np.any(np.diff(n) <= 0):
             raise InvalidInputError(f"cost curve sizes must be increasing token counts ≥ 1, got {n.tolist()}")
         self.sizes, self.seconds = n.tolist(), s.tolist()
+        self.fitted = _non_decreasing(s).tolist()
 
     @classmethod
     def parse(cls, text: str, source: str = "given") -> CostCurve:
@@ -70,18 +77,29 @@ class CostCurve:
         return cls([p[0] for p in pts], [p[1] for p in pts], source)
 
     def __call__(self, n) -> float:
-        x, y = np.asarray(self.sizes), np.asarray(self.seconds)
+        x, y = np.asarray(self.sizes), np.asarray(self.fitted)
         n = float(n)
         if x.size == 1:
             return float(y[0])
         if n > x[-1]:
-            return float(y[-1] + (y[-1] - y[-2]) / (x[-1] - x[-2]) * (n - x[-1]))
+            return float(y[-1] + max(y[-1] - y[-2], 0.0) / (x[-1] - x[-2]) * (n - x[-1]))
         if n < x[0]:
             return float(max(y[0] + (y[1] - y[0]) / (x[1] - x[0]) * (n - x[0]), 1e-12))
         return float(np.interp(n, x, y))
 
     def as_dict(self) -> dict:
-        return {"sizes": self.sizes, "seconds": self.seconds, "source": self.source}
+        return {"sizes": self.sizes, "seconds": self.seconds, "fitted": self.fitted, "source": self.source}
+
+
+def _non_decreasing(y: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit of ``y`` (pool adjacent violators, equal weights)."""
+    blocks = []  # [mean, count]
+    for v in np.asarray(y, dtype=np.float64):
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return np.concatenate([np.full(c, m) for m, c in blocks])
 
 
 @dataclass
@@ -175,8 +193,8 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
 def measure_verify_costs(drafts_of, laws_at, *, repeats: int = 5, seed: int = 0) -> dict:
     """``{name: {m: seconds}}``: median time of ``VERIFIERS[name].sample(p, q, drafts)`` on one
     draft tuple of ``m`` drafts of its law, for each ``(name, ms)`` in ``drafts_of.items()``;
-    ``laws_at``: a list of ``(p, q)`` positions cycled through. A call over one second is not
-    repeated."""
+    ``laws_at``: a list of ``(p, q)`` positions cycled through. One untimed call first; a timed
+    call over one second is not repeated."""
     from otbound.token import sample_drafts
     from otbound.token.verifiers import VERIFIERS
 
@@ -186,13 +204,14 @@ def measure_verify_costs(drafts_of, laws_at, *, repeats: int = 5, seed: int = 0)
         v = VERIFIERS[name]
         for m in ms:
             times = []
-            for r in range(repeats):
+            for r in range(repeats + 1):  # the first call warms up (caches, lazy imports)
                 p, q = laws_at[r % len(laws_at)]
                 drafts = sample_drafts(q, m, v.sampling, 1, rng)
                 t0 = time.perf_counter()
                 v.sample(p, q, drafts, rng)
                 times.append(time.perf_counter() - t0)
-                if times[-1] > 1.0:
+                if r > 0 and times[-1] > 1.0:
                     break
+            times = times[1:]
             out.setdefault(name, {})[int(m)] = float(np.median(times))
     return out

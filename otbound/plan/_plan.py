@@ -292,7 +292,8 @@ def plan_figure(plan: Plan, path):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("node budget N (draft tokens verified per call)")
     ax.set_ylabel("predicted speed-up over plain decoding")
-    ax.legend(frameon=False, fontsize=5, ncol=2)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, fontsize=5)
     ax = axes[0, 1]
     for vi, name in enumerate(plan.config["verifiers"]):
         sel = [c for c in plan.candidates if c.verifier == name]

@@ -171,23 +171,24 @@ def block_markdown(block_rows) -> str:
         "U_joint of that law (`univer`: its own tree, m = K branches per node, m^L paths; — under Monte Carlo).",
         "",
         "Lossless: the verifier's declared flag; a lossy verifier's E[τ] may exceed U_causal (it is no bound on it).",
+        "",
         "Engine metrics (docs/guide/metrics.md): mean acceptance length = E[τ] + 1 per target call; acceptance rate "
         "= E[τ] / drafted tokens (K·L; univer: its tree's nodes); per-position acceptance P(τ ≥ ℓ) where known "
         "(the per-level optima of the bounds).",
         "",
-        "| name | kind | K | L | E[τ] | mean acceptance length | acceptance rate | per-position acceptance "
-        "| lossless | draft law | U_causal / U_joint of that law |",
+        "| name | kind | K | L | E[τ] | lossless | mean acceptance length | acceptance rate | per-position acceptance "
+        "| draft law | U_causal / U_joint of that law |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in block_rows:
         if r["kind"] == "bound":
-            tail = " | K i.i.d. blocks | |"
+            lossless, tail = "", "K i.i.d. blocks | |"
         else:
-            tail = (f"{'yes' if r['lossless'] else '**no**'} | {r['sampling']} | {f(r['causal_bound'])} / "
-                    f"{f(r['joint_bound'])} |")
+            lossless = "yes" if r["lossless"] else "**no**"
+            tail = f"{r['sampling']} | {f(r['causal_bound'])} / {f(r['joint_bound'])} |"
         value = f"skipped: {r['note']}" if r["method"] == "skipped" else f(r["expected_accepted"])
         pos = r.get("per_position_acceptance")
         pos = "—" if pos is None else ", ".join(f"{x:.3f}" for x in pos)
-        lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {value} | "
+        lines.append(f"| {r['name']} | {r['kind']} | {r['num_drafts']} | {r['block_len']} | {value} | {lossless} | "
                      f"{f(r.get('mean_acceptance_length'))} | {f(r.get('acceptance_rate'))} | {pos} | {tail}")
     return "\n".join(lines) + "\n"
