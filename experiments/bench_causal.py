@@ -1,4 +1,4 @@
-"""Benchmark: exact causal block bound, trie LP vs the plain LP of theory.md §4 (same process).
+"""Benchmark: exact causal block bound, trie LP vs the plain LP of docs/theory/block-bounds.md (same process).
 
     python experiments/bench_causal.py [--runs 5] [--plain-runs 3]
 
@@ -6,8 +6,8 @@ For each (V, L, K) it builds the draft trie once (random Dirichlet target, draft
 of the target and an independent Dirichlet model) and times, as medians of several runs:
 
 * ``lp``                 — the trie LP of otbound.block._lp (``block_bound(kind="causal")``);
-* ``plain_exchangeable`` — theory.md's LP with the K drafts collapsed to multisets;
-* ``plain``              — theory.md's LP over ordered draft tuples (the baseline).
+* ``plain_exchangeable`` — the causal LP of docs/theory/block-bounds.md with the K drafts collapsed to multisets;
+* ``plain``              — the causal LP of docs/theory/block-bounds.md over ordered draft tuples (the baseline).
 
 It prints the values (they must agree to ~1e-9), the medians and the speed-up ratios against the
 plain baseline. The plain LPs are skipped where their size is out of reach (V = 8: 2.6e5 ordered

@@ -24,9 +24,17 @@ import time
 import numpy as np
 import torch
 
-from otbound.lm import Prompt, collect_traces, encode_prompt, load_pair, load_prompts, random_pair
+from otbound.lm import (
+    OFFLINE_MODELS,
+    PAIRS,
+    Prompt,
+    collect_traces,
+    encode_prompt,
+    load_pair,
+    load_prompts,
+    random_pair,
+)
 from otbound.lm._decode import forward, stop_token_ids
-from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS
 
 
 def baseline(pair, encoded, temperature, max_new_tokens, seed) -> int:
@@ -96,7 +104,7 @@ def main():
     name = args.pair
     if name == "auto":
         done = all(OFFLINE_MODELS[m].converted_dir.exists()
-                   for m in OFFLINE_PAIRS["qwen2.5-coder"])
+                   for m in PAIRS["qwen2.5-coder"])
         name = "qwen2.5-coder" if done else "random"
     t0 = time.perf_counter()
     if name == "random":

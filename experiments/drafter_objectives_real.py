@@ -17,7 +17,7 @@ Pipeline (every stage cached under ``--work``; rerunning resumes; progress bars 
    the target's stored laws along the text (renormalised; CE, focal and chain terms), the exact
    term on the target's top ``--exact-top`` tokens per position (a lower bound,
    ``subset=True``), block verification, target laws taken along the text (context-free per
-   position: the approximation of theory.md §5).
+   position: the approximation of docs/theory/drafter-objectives.md).
 4. evaluation on the held-out continuations, every position ``t`` whose next ``L`` tokens exist:
    * greedy ``τ``: the heads' argmax block against the target's greedy continuation, which *is*
      the stream (exact; temperature 0 on both sides);

@@ -1,4 +1,4 @@
-"""Synthetic ablation of block-drafter training objectives (theory.md §5), exact evaluation.
+"""Synthetic ablation of block-drafter training objectives (docs/theory/drafter-objectives.md), exact evaluation.
 
 A factorised block drafter ``q_k(· | c) = softmax(E_c W_k + b_k)`` (per-position logits conditioned
 on a context id ``c`` through a rank-``d`` bottleneck, so it cannot fit every context and position
@@ -20,7 +20,7 @@ chain term *is* the exact ``E[τ]``, so the ``+exact`` row repeats ``+chain``).
 Evaluation is exact (no sampling): ``E[τ]`` (bonus excluded) under token-level and block
 verification at temperature 1 (:func:`otbound.objectives.expected_accepted_length`), the greedy
 accepted length (drafter argmax vs the target's greedy block), and, for one draft block, the
-causal bound ``U_causal`` of theory.md §4 from :func:`otbound.block_bound` (block verification
+causal bound ``U_causal`` of docs/theory/block-bounds.md from :func:`otbound.block_bound` (block verification
 reaches it for K = 1) and the per-level bound, on the first ``--bound-contexts`` contexts (one LP
 each). Figures are means over contexts, then mean ± std over seeds. The default run takes about a
 minute (38 s measured on a quiet 2-core machine, 68 s under load), ``--quick`` a few seconds::

@@ -5,7 +5,7 @@ Three parts, all E[τ] = expected accepted draft tokens per iteration (bonus tok
 * **random small models** — target ``dirichlet_model(V, concentration=1)`` and a draft that
   mixes it half and half with an independent Dirichlet model (``mixture_model``), V = 4; for each
   (K, L) the three bounds (:func:`otbound.block_bound`, ``kind`` = per_level / joint / causal) and
-  every block verifier (``BLOCK_VERIFIERS[name].expected_accepted``, exact by enumeration of the
+  every block verifier (``BLOCK_VERIFIERS[name].acceptance``, exact by enumeration of the
   V^(KL) draft tuples, so only while V^(KL) ≤ ``max_verifier_tuples``), averaged over ``models``
   random pairs;
 * **Sun et al. toy** (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) context-free, L = 2, K = 1 —
@@ -64,7 +64,7 @@ def _verifier_values(target, draft, v, k, ell, skipped) -> dict:
                 b = ver.own_law_bounds(target, draft, **kw)
                 own = (float(b.causal), float(b.joint))
             out[name] = (
-                float(ver.expected_accepted(target, draft, **kw)),
+                float(ver.acceptance(target, draft, **kw)),
                 float(ver.lossless_error(target, draft, **kw)),
                 own,
             )
@@ -176,7 +176,7 @@ def unseen_margin(block_len: int) -> float:
 
 def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]:
     """Each block verifier's E[τ] where the draft tuples cannot be enumerated: the mean of its exact
-    ``E[τ | drafts]`` (:meth:`~otbound.block.verifiers.BlockVerifier.conditional_accepted`) over
+    ``E[τ | drafts]`` (:meth:`~otbound.block.verifiers.BlockVerifier.conditional_acceptance`) over
     ``tree_tuples`` tuples drawn from the draft (K = ``bracket_drafts``, L = ``bracket_len``), with
     a 95% normal CI; the same K-i.i.d. tuples for every verifier but one with its own drafting
     scheme (``univer``: its own trees, drawn by ``draw_drafts``). Returns (rows, {skipped verifier: why})."""
@@ -190,7 +190,7 @@ def _tree_verifier_rows(target, draft, params, source, rng) -> tuple[list, dict]
     for name, ver in BLOCK_VERIFIERS.items():
         try:
             own = drafts if ver.sampling == "with_replacement" else ver.draw_drafts(draft, n, k, length, rng)
-            vals = ver.conditional_accepted(target, draft, own)
+            vals = ver.conditional_acceptance(target, draft, own)
         except InvalidInputError as exc:  # causal_optimal solves an LP over the complete draft trie
             skipped[name] = str(exc)
             continue

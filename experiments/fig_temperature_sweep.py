@@ -2,7 +2,7 @@
 
 Reads the results of ``fig_verifier_table.py`` (``data/results/fig_verifier_table.json``: every
 temperature and K it measured); ``--recompute`` recomputes them (and collects any missing trace).
-Temperature T is applied to both models' logits (softmax(logits/T), theory.md §0) and the
+Temperature T is applied to both models' logits (softmax(logits/T), docs/theory/notation.md) and the
 continuations are sampled from the target at the same T.
 
 Usage: ``python experiments/fig_temperature_sweep.py [--recompute] [--quick] [--traces DIR] [--out figures/]``.

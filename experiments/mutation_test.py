@@ -2,10 +2,12 @@
 
 Two modes:
 
-* ``--directed`` (default): the deliberate bugs of issue 10 and the defects fixed there, each
-  applied alone to a fresh copy of the committed tree (``git archive HEAD``) and run against the
-  tests that should catch it. Prints one line per mutant, ``caught`` or ``SURVIVED``; exits 1 if
-  any survived. A few minutes.
+* ``--directed`` (default): deliberate value-changing bugs (in the bounds, the verifiers, the
+  decoder at T != 1, the tables at several temperatures, the greedy law's ties, checkpoints and
+  caches) and earlier defects, each applied alone to a fresh copy of the committed tree
+  (``git archive HEAD``) and run against the tests that should catch it. Prints one line per
+  mutant, ``caught`` or ``SURVIVED``; exits 1 if any survived. About 10 minutes on 2 cores
+  (24 mutants; docs/results/mutation-testing.md).
 
       python experiments/mutation_test.py
 
@@ -27,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+VALUES = "tests/test_value_classes.py"
+
 # (name, file, original text, mutated text, tests that must fail)
 DIRECTED = [
     ("cluster CI from cluster means instead of sums", "otbound/report/_measure.py",
@@ -38,10 +42,10 @@ DIRECTED = [
     ("efficiency inverted in the synthetic report", "otbound/report/_synthetic.py",
      "efficiency=acc / opt if opt > 0", "efficiency=opt / acc if acc > 0",
      ["tests/test_reliability.py::test_report_records_effective_settings_and_its_values_follow_from_its_rows"]),
-    ("greedy tie rule flipped", "otbound/token/draft_laws.py",
+    ("greedy tie rule flipped", "otbound/token/_kernel.py",
      "np.flatnonzero(q == thr)[: m - above.size]", "np.flatnonzero(q == thr)[::-1][: m - above.size]",
      ["tests/test_report_layer.py::test_greedy_tie_convention_is_pinned"]),
-    ("1 − M by cancellation (candidate cut)", "otbound/token/bounds.py",
+    ("1 − M by cancellation (candidate cut)", "otbound/token/_search.py",
      "cut = k / max(np.delete(q, top[: k - 1]).sum(), 1e-300)", "cut = k / max(1.0 - q[top[: k - 1]].sum(), 1e-300)",
      ["tests/test_properties.py"]),
     ("tiny tokens dropped without the error bound", "otbound/token/_wor.py",
@@ -62,6 +66,52 @@ DIRECTED = [
     ("--mc-samples 0 silently replaced", "otbound/compare.py",
      "raise argparse.ArgumentTypeError(f\"must be a positive integer, got {text!r}\")", "return 20_000",
      ["tests/test_reliability.py"]),
+    # tables at several temperatures: a cell shown under another temperature's heading
+    ("main table ignores the temperature of its rows", "otbound/report/tables.py",
+     'sel = [r for r in rows if r["temperature"] == temperature and r["num_drafts"] == num_drafts]',
+     'sel = [r for r in rows if r["num_drafts"] == num_drafts]',
+     [f"{VALUES}::test_main_tables_at_several_temperatures_show_each_row_in_its_own_cell"]),
+    ("paper table reads every row's cells at the first temperature", "otbound/report/tables.py",
+     "r = lookup.get((d, t, k, v))", 'r = lookup.get((d, sel[0]["temperature"], k, v))',
+     [f"{VALUES}::test_paper_tables_at_several_temperatures_show_each_row_in_its_own_cell"]),
+    ("synthetic shards all computed at the first temperature", "otbound/report/_synthetic.py",
+     "temperature=float(t), num_drafts_list", "temperature=float(temperatures[0]), num_drafts_list",
+     [f"{VALUES}::test_synthetic_report_at_two_temperatures_alpha_cells_match_a_recomputation"]),
+    # greedy law with ties among the top K - 1 draft tokens (different p on the tied tokens)
+    ("batched greedy bound: ties at the edge of G not repaired", "otbound/report/_engine.py",
+     "for row in torch.nonzero(tied).flatten().tolist():", "for row in []:",
+     [f"{VALUES}::test_greedy_ties_batched_measurement_matches_the_per_row_bound"]),
+    ("batched greedy bound: ties inside G not detected", "otbound/report/_engine.py",
+     " | (vals[:, 1:] == vals[:, :-1]).any(1)", "",
+     [f"{VALUES}::test_greedy_ties_batched_measurement_matches_the_per_row_bound"]),
+    ("greedy top tokens: ties inside G ordered by higher index", "otbound/token/draft_laws.py",
+     "part[np.lexsort((part, -q[part]))]", "part[np.lexsort((-part, -q[part]))]",
+     [f"{VALUES}::test_greedy_ties_batched_measurement_matches_the_per_row_bound"]),
+    # the decoder at temperatures other than 1
+    ("decoder drafts from the draft law at T = 1", "otbound/lm/_specsample.py",
+     "laws = laws64(lg, temperature)", "laws = laws64(lg, 1.0)",
+     [f"{VALUES}::test_speculative_sample_is_lossless_at_temperatures_other_than_one"]),
+    ("decoder verifies against the draft law at T = 1", "otbound/lm/_specsample.py",
+     "q = laws64(q_logits, temp)", "q = laws64(q_logits, 1.0)",
+     [f"{VALUES}::test_speculative_sample_is_lossless_at_temperatures_other_than_one"]),
+    ("decoder verifies against the target law at T = 1", "otbound/lm/_specsample.py",
+     "p = laws64(p_logits, temp)", "p = laws64(p_logits, 1.0)",
+     [f"{VALUES}::test_speculative_sample_is_lossless_at_temperatures_other_than_one"]),
+    # checkpoints of another model pair (same shard ids) in the same folder
+    ("shard fingerprint without the pair", "otbound/report/_distributed.py",
+     'f"{self.fn.__module__}.{self.fn.__qualname__}", self.pair, kwargs]',
+     'f"{self.fn.__module__}.{self.fn.__qualname__}", kwargs]',
+     [f"{VALUES}::test_run_shards_never_reuses_another_pairs_checkpoint"]),
+    ("a folder's traces claimed by any pair", "otbound/report/_real.py",
+     "if held is not None and held != name:", "if False:",
+     [f"{VALUES}::test_real_report_rerun_with_another_pair_does_not_reuse_the_old_pair"]),
+    ("pair name of a loaded pair not its own", "otbound/report/_distributed.py",
+     "return str(pair.name)", 'return "pair"',
+     [f"{VALUES}::test_real_report_rerun_with_another_pair_does_not_reuse_the_old_pair"]),
+    # stored results
+    ("shard checkpoint checksum not checked", "otbound/report/_distributed.py",
+     'ok = isinstance(stored, dict) and stored.get("sha256") == _result_digest(stored["result"])', "ok = True",
+     ["tests/test_bad_input.py::test_damaged_checkpoint_is_recomputed_not_reused"]),
 ]
 
 

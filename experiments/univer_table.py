@@ -21,8 +21,7 @@ import argparse
 
 from otbound.block.bounds import block_bound
 from otbound.block.models import dirichlet_model
-from otbound.block.verifiers import BLOCK_VERIFIERS, UniVer
-from otbound.block.verifiers._base import MAX_EXACT_TUPLES
+from otbound.block.verifiers import BLOCK_VERIFIERS, MAX_EXACT_TUPLES, UniVer
 
 CASES = [(3, 2, 2), (3, 2, 3), (4, 2, 2), (4, 3, 2)]
 
@@ -39,11 +38,11 @@ def main() -> None:
             tg = dirichlet_model(v, seed=seed, concentration=0.7)
             dr = dirichlet_model(v, seed=seed + 100, concentration=0.7)
             kw = {"vocab_size": v, "num_drafts": m, "block_len": length}
-            value = univer.expected_accepted(tg, dr, **kw)
+            value = univer.acceptance(tg, dr, **kw)
             own = univer.own_law_bounds(tg, dr, **kw)
             iid_kw = {**kw, "num_drafts": m**length}
             trav = (
-                f"{BLOCK_VERIFIERS['traversal'].expected_accepted(tg, dr, **iid_kw):9.4f}"
+                f"{BLOCK_VERIFIERS['traversal'].acceptance(tg, dr, **iid_kw):9.4f}"
                 if v ** (length * m**length) <= MAX_EXACT_TUPLES else f"{'-':>9}"
             )
             iid = block_bound(tg, dr, kind="causal", **iid_kw).value

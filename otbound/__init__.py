@@ -1,13 +1,15 @@
 """otbound: optimal-transport acceptance bounds and lossless verifiers for speculative decoding.
 
-Token level (theory.md §1-3, :mod:`otbound.token`): :func:`optimal_acceptance` (dual / prefix form,
-any batch, numpy or torch), :func:`optimal_acceptance_lp` (primal LP with plan and :class:`LPDual`),
-the draft laws, and the verifiers in :data:`VERIFIERS`. Block level (§4, :mod:`otbound.block`):
-:func:`block_bound` (typed certificates) and :data:`BLOCK_VERIFIERS`. Every verifier of either layer
-declares ``lossless``, ``reference`` and ``sampling``. Drafter objectives
-(:mod:`otbound.objectives`, torch; imported on first use). Language models (:mod:`otbound.lm`), the
-report (:mod:`otbound.report`) and the conformance kit (:mod:`otbound.conformance`) are imported
-explicitly. ``import otbound`` does not import torch.
+Token level (docs/theory/token-bounds.md and token-verifiers.md, :mod:`otbound.token`):
+:func:`optimal_acceptance` (dual / prefix form, any batch, numpy or torch),
+:func:`optimal_acceptance_lp` (primal LP with plan and :class:`LPDual`), the draft laws, and the
+verifiers in :data:`VERIFIERS`. Block level (docs/theory/block-bounds.md, :mod:`otbound.block`):
+:func:`block_bound` (typed certificates) and :data:`BLOCK_VERIFIERS`. Every verifier of either
+layer declares ``lossless``, ``reference`` and ``sampling``. Sampling settings:
+:class:`SamplingParams`. Drafter objectives (:mod:`otbound.objectives`, torch; imported on first
+use). Language models (:mod:`otbound.lm`), the report (:mod:`otbound.report`), the planner
+(:mod:`otbound.plan`) and the conformance kit (:mod:`otbound.conformance`) are imported explicitly.
+``import otbound`` does not import torch.
 """
 
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError

@@ -27,19 +27,54 @@ LOCK_NAME = ".otbound.lock"
 
 
 class CorruptFileError(InvalidInputError):
-    """A stored file whose checksum does not match or that cannot be read (truncated, edited)."""
+    """A stored file whose checksum does not match or that cannot be read (truncated, edited).
+
+    A subclass of :class:`otbound.InvalidInputError`; readers recompute what they can.
+
+    Examples
+    --------
+    >>> from otbound import InvalidInputError
+    >>> from otbound._integrity import CorruptFileError
+    >>> issubclass(CorruptFileError, InvalidInputError)
+    True
+    """
 
 
 class FolderLockedError(RuntimeError):
-    """Another live run holds the output folder."""
+    """Another live run holds the output folder (:func:`output_lock`; the message names it).
+
+    Examples
+    --------
+    >>> from otbound._integrity import FolderLockedError
+    >>> issubclass(FolderLockedError, RuntimeError)
+    True
+    """
 
 
 def content_key(obj) -> str:
-    """SHA-256 (hex) of ``obj`` as canonical JSON (sorted keys, floats by ``repr``)."""
+    """SHA-256 (hex) of ``obj`` as canonical JSON (sorted keys, floats by ``repr``).
+
+    Examples
+    --------
+    >>> from otbound._integrity import content_key
+    >>> content_key({"b": 1, "a": [1.5]}) == content_key({"a": [1.5], "b": 1})   # key order is irrelevant
+    True
+    >>> content_key({"a": 1})[:12]
+    'f9d86028c6e0'
+    """
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 def tensor_digest(array) -> str:
+    """SHA-256 (hex) of an array's dtype, shape and bytes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._integrity import tensor_digest
+    >>> tensor_digest(np.zeros(2)) == tensor_digest(np.zeros(2, dtype=np.float32))   # dtype counts
+    False
+    """
     a = np.ascontiguousarray(array)
     h = hashlib.sha256(f"{a.dtype.str}|{a.shape}|".encode())
     h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
@@ -47,12 +82,47 @@ def tensor_digest(array) -> str:
 
 
 def tensor_digests(tensors: dict) -> dict:
-    """``{name: SHA-256 of (dtype, shape, bytes)}`` for every tensor."""
+    """``{name: SHA-256 of (dtype, shape, bytes)}`` for every tensor (:func:`tensor_digest`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._integrity import tensor_digests
+    >>> digests = tensor_digests({"p": np.zeros(3), "q": np.ones(3)})
+    >>> sorted(digests), len(digests["p"])
+    (['p', 'q'], 64)
+    """
     return {name: tensor_digest(t) for name, t in tensors.items()}
 
 
 def check_digests(path, tensors: dict, expected: dict) -> None:
-    """Raise :class:`CorruptFileError` unless every tensor matches its stored digest (and the names agree)."""
+    """Raise :class:`CorruptFileError` unless every tensor matches its stored digest (and the names agree).
+
+    Parameters
+    ----------
+    path : str or Path
+        Named in the message.
+    tensors : dict
+        ``{name: array}`` as read.
+    expected : dict
+        ``{name: digest}`` as stored.
+
+    Raises
+    ------
+    CorruptFileError
+        On different names or a checksum mismatch.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._integrity import check_digests, tensor_digests
+    >>> stored = tensor_digests({"p": np.zeros(3)})
+    >>> check_digests("trace.safetensors", {"p": np.zeros(3)}, stored)      # silent when intact
+    >>> check_digests("trace.safetensors", {"p": np.ones(3)}, stored)
+    Traceback (most recent call last):
+        ...
+    otbound._integrity.CorruptFileError: trace.safetensors: checksum mismatch in ['p'] (the file was altered or damaged)
+    """
     if set(expected) != set(tensors):
         raise CorruptFileError(f"{path}: tensors {sorted(tensors)} do not match the stored list {sorted(expected)}")
     bad = [name for name, t in tensors.items() if tensor_digest(t) != expected[name]]
@@ -79,7 +149,38 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def output_lock(folder):
-    """Hold ``<folder>/.otbound.lock`` for the duration of the block (see the module docstring)."""
+    """Hold ``<folder>/.otbound.lock`` for the duration of the block (see the module docstring).
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created if missing.
+
+    Yields
+    ------
+    pathlib.Path
+        The lock file (removed on exit).
+
+    Raises
+    ------
+    FolderLockedError
+        If another live run holds the folder (the message names its PID, host and start time).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound._integrity import FolderLockedError, output_lock
+    >>> folder = tempfile.mkdtemp()
+    >>> with output_lock(folder) as lock:
+    ...     try:
+    ...         with output_lock(folder):
+    ...             pass
+    ...     except FolderLockedError as err:
+    ...         print("refused:", "is in use by another otbound run" in str(err))
+    refused: True
+    >>> lock.exists()
+    False
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
@@ -113,6 +214,18 @@ def output_lock(folder):
 
 
 def file_sha256(path) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 16 MiB chunks.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from otbound._integrity import file_sha256
+    >>> path = Path(tempfile.mkdtemp()) / "b.txt"
+    >>> _ = path.write_text("hello")
+    >>> file_sha256(path)
+    '2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824'
+    """
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 24), b""):
@@ -121,7 +234,19 @@ def file_sha256(path) -> str:
 
 
 def folder_manifest(folder, *, exclude=()) -> dict:
-    """``{relative path: {"size", "mtime_ns", "sha256"}}`` of every file under ``folder``."""
+    """``{relative path: {"size", "mtime_ns", "sha256"}}`` of every file under ``folder``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from otbound._integrity import folder_manifest
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "b.txt").write_text("hello")
+    >>> manifest = folder_manifest(folder)
+    >>> list(manifest), manifest["b.txt"]["size"]
+    (['b.txt'], 5)
+    """
     folder = Path(folder)
     out = {}
     for f in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -134,7 +259,22 @@ def folder_manifest(folder, *, exclude=()) -> dict:
 
 def check_manifest(folder, manifest: dict, *, full: bool, exclude=()) -> str | None:
     """None if ``folder`` matches ``manifest``, else what differs. Fast (``full=False``): the same
-    files with the same sizes and modification times; full: also every file's SHA-256."""
+    files with the same sizes and modification times; full: also every file's SHA-256.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from otbound._integrity import check_manifest, folder_manifest
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "b.txt").write_text("hello")
+    >>> manifest = folder_manifest(folder)
+    >>> print(check_manifest(folder, manifest, full=True))
+    None
+    >>> _ = (folder / "b.txt").write_text("hellO")             # same size, other bytes
+    >>> check_manifest(folder, manifest, full=True)
+    'b.txt: SHA-256 differs from the one recorded at conversion'
+    """
     folder = Path(folder)
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - set(exclude)
     if present != set(manifest):

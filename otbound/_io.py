@@ -24,7 +24,31 @@ def atomic_path(path) -> Iterator[Path]:
     """Yield a fresh temporary path beside ``path`` (same suffix, not created); when the block exits
     normally, move what was written there onto ``path`` with ``os.replace``; on an exception,
     remove it. The parent folder is created. A directory may be written too (an existing target
-    directory is replaced)."""
+    directory is replaced).
+
+    Parameters
+    ----------
+    path : str or Path
+        The final path.
+
+    Yields
+    ------
+    pathlib.Path
+        The temporary path to write (``.<stem>.tmp-<pid>-<random><suffix>``, beside ``path``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from otbound._io import atomic_path
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with atomic_path(folder / "a.txt") as tmp:
+    ...     _ = tmp.write_text("x")
+    ...     print(tmp.name.startswith(".a.tmp-"), (folder / "a.txt").exists())
+    True False
+    >>> sorted(p.name for p in folder.iterdir()), (folder / "a.txt").read_text()
+    (['a.txt'], 'x')
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}")
@@ -41,24 +65,55 @@ def atomic_path(path) -> Iterator[Path]:
 
 
 def write_text_atomic(path, text: str, *, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` atomically (:func:`atomic_path`); return the path."""
+    """Write ``text`` to ``path`` atomically (:func:`atomic_path`); return the path.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from otbound._io import write_text_atomic
+    >>> write_text_atomic(Path(tempfile.mkdtemp()) / "b.txt", "hello").read_text()
+    'hello'
+    """
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding=encoding)
     return Path(path)
 
 
 def safe_name(text: str) -> str:
-    """File-name form of a prompt id (``HumanEval/0`` -> ``HumanEval_0``)."""
+    """File-name form of a prompt id (``HumanEval/0`` -> ``HumanEval_0``).
+
+    Examples
+    --------
+    >>> from otbound._io import safe_name
+    >>> safe_name("HumanEval/0"), safe_name("mtbench/81 x"), safe_name("///")
+    ('HumanEval_0', 'mtbench_81_x', 'prompt')
+    """
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "prompt"
 
 
 def temperature_dir(temperature: float) -> str:
-    """Folder name of a temperature (``1.0`` -> ``T1``)."""
+    """Folder name of a temperature (``1.0`` -> ``T1``).
+
+    Examples
+    --------
+    >>> from otbound._io import temperature_dir
+    >>> temperature_dir(1.0), temperature_dir(0.7)
+    ('T1', 'T0.7')
+    """
     return f"T{float(temperature):g}"
 
 
 def progress_bar(total: int, desc: str, progress: bool, unit: str = "prompt"):
-    """A tqdm bar on stderr, disabled unless ``progress``."""
+    """A tqdm bar on stderr, disabled unless ``progress``.
+
+    Examples
+    --------
+    >>> from otbound._io import progress_bar
+    >>> with progress_bar(3, "prompts", progress=False) as bar:
+    ...     bar.disable
+    True
+    """
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=not progress, file=sys.stderr)

@@ -22,8 +22,37 @@ HIGHS_FALLBACK_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "dual_feasibilit
 def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray, *, max_iter: int = EMD_MAX_ITER) -> np.ndarray:
     """Optimal plan of ``min <π, cost>`` with marginals ``a``, ``b`` (POT ``ot.emd``).
 
-    Raises ``RuntimeError`` unless the network simplex reports optimality (e.g. ``max_iter`` pivots
-    were reached, or the marginals have different totals).
+    Parameters
+    ----------
+    a, b : numpy.ndarray
+        Source and target marginals (non-negative, equal totals).
+    cost : numpy.ndarray, shape (len(a), len(b))
+    max_iter : int
+        Pivot limit of the network simplex.
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(a), len(b))
+        An optimal plan.
+
+    Raises
+    ------
+    RuntimeError
+        Unless the network simplex reports optimality (e.g. ``max_iter`` pivots were reached).
+        Marginals with different totals are refused by POT itself (an ``AssertionError``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._solvers import emd
+    >>> emd(np.array([0.5, 0.5]), np.array([0.5, 0.5]), np.array([[0.0, 1.0], [1.0, 0.0]]))
+    array([[0.5, 0. ],
+           [0. , 0.5]])
+    >>> a = np.full(4, 0.25)
+    >>> emd(a, a, np.arange(16.0).reshape(4, 4) % 3, max_iter=1)
+    Traceback (most recent call last):
+        ...
+    RuntimeError: POT ot.emd did not reach optimality (numItermax reached before optimality. ...); max_iter=1
     """
     import ot
 
@@ -43,6 +72,36 @@ def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
     without presolve, and last without presolve at feasibility tolerances 1e−9
     (:data:`HIGHS_FALLBACK_OPTIONS`; needed by the causal LP over UniVer's trees on the conformance
     kit's near-deterministic models, whose tree probabilities reach ~1e−19), before giving up.
+
+    Parameters
+    ----------
+    cost, a_ub, b_ub, a_eq, b_eq, bounds
+        As for ``scipy.optimize.linprog`` (minimise ``cost @ x``).
+    what : str
+        What the LP computes, named in the error.
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        With ``status == 0``.
+
+    Raises
+    ------
+    RuntimeError
+        If HiGHS fails in all three attempts (infeasible, unbounded, ...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._solvers import solve_lp
+    >>> res = solve_lp(np.array([-1.0, -1.0]), np.array([[1.0, 2.0]]), np.array([1.0]), None, None,
+    ...                [(0, None), (0, None)], "example LP")
+    >>> res.fun, res.x
+    (-1.0, array([1., 0.]))
+    >>> solve_lp(np.array([1.0]), None, None, np.array([[1.0], [1.0]]), np.array([1.0, 2.0]), [(0, None)], "example LP")
+    Traceback (most recent call last):
+        ...
+    RuntimeError: HiGHS failed on the example LP: The problem is infeasible. ...
     """
     import scipy.optimize  # imported here: it costs ~0.3 s at ``import otbound``
 

@@ -17,7 +17,21 @@ SAMPLINGS = ("with_replacement", "without_replacement", "greedy", "deterministic
 
 
 class InvalidInputError(ValueError):
-    """Raised for malformed laws, shapes, draft counts or sampling names."""
+    """Raised for malformed input: laws, shapes, draft counts, sampling names, settings.
+
+    The message names what is wrong. A subclass of :class:`ValueError`.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> try:
+    ...     ob.optimal_acceptance([0.5, 0.5], [0.5, 0.6], num_drafts=2)
+    ... except ob.InvalidInputError as err:
+    ...     print(err)
+    q does not sum to 1 (row () sums to 1.1; tolerance 1e-06)
+    >>> issubclass(ob.InvalidInputError, ValueError)
+    True
+    """
 
 
 def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
@@ -25,6 +39,33 @@ def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
 
     Checks: at least 1-D, non-empty last axis, finite, non-negative, each row summing to 1 within
     ``LAW_ATOL``. ``ndim`` (if given) demands an exact number of dimensions.
+
+    Parameters
+    ----------
+    x : array_like
+    name : str
+        Named in the error.
+    ndim : int, optional
+
+    Returns
+    -------
+    numpy.ndarray
+        Float64, each row divided by its sum.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Naming the first failed check.
+
+    Examples
+    --------
+    >>> from otbound._validation import as_law
+    >>> as_law([0.2, 0.8000001])
+    array([0.19999998, 0.80000002])
+    >>> as_law([0.5, 0.6], "q")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: q does not sum to 1 (row () sums to 1.1; tolerance 1e-06)
     """
     a = np.asarray(x, dtype=np.float64)
     if a.ndim == 0:
@@ -51,7 +92,18 @@ def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
 
 
 def as_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
-    """Check a target/draft pair: both laws, identical shapes."""
+    """Check a target/draft pair: both laws (:func:`as_law`), identical shapes.
+
+    Examples
+    --------
+    >>> from otbound._validation import as_pair
+    >>> as_pair([0.5, 0.5], [1, 0])
+    (array([0.5, 0.5]), array([1., 0.]))
+    >>> as_pair([0.5, 0.5], [1, 0, 0])
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: p and q must have the same shape, got (2,) and (3,)
+    """
     p = as_law(p, "p")
     q = as_law(q, "q")
     if p.shape != q.shape:
@@ -60,20 +112,55 @@ def as_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_sampling(sampling: str) -> str:
+    """``sampling`` if it names a draft law of :data:`SAMPLINGS`, else an error listing them.
+
+    Examples
+    --------
+    >>> from otbound._validation import check_sampling
+    >>> check_sampling("greedy")
+    'greedy'
+    >>> check_sampling("top_k")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: unknown sampling 'top_k'; expected one of (...)
+    """
     if sampling not in SAMPLINGS:
         raise InvalidInputError(f"unknown sampling {sampling!r}; expected one of {SAMPLINGS}")
     return sampling
 
 
 def check_positive_int(value, name: str) -> int:
-    """``value`` as an ``int`` if it is an integer (not a bool) ≥ 1, else an error naming ``name``."""
+    """``value`` as an ``int`` if it is an integer (not a bool) ≥ 1, else an error naming ``name``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._validation import check_positive_int
+    >>> check_positive_int(np.int64(3), "K")
+    3
+    >>> check_positive_int(True, "K")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: K must be a positive integer, got True
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
         raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
 def check_temperatures(temperatures) -> list[float]:
-    """Temperatures as floats, each finite and > 0 (greedy decoding is not a law)."""
+    """Temperatures as floats, each finite and > 0 (greedy decoding is not a law).
+
+    Examples
+    --------
+    >>> from otbound._validation import check_temperatures
+    >>> check_temperatures([0.7, 1]), check_temperatures(1.0)
+    ([0.7, 1.0], [1.0])
+    >>> check_temperatures([0])
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: temperatures must be finite and > 0 (greedy is not a law), got [0]
+    """
     ts = [float(t) for t in np.atleast_1d(temperatures)]
     bad = [t for t in ts if not (np.isfinite(t) and t > 0)]
     if bad or not ts:
@@ -83,13 +170,39 @@ def check_temperatures(temperatures) -> list[float]:
     return ts
 
 
+#: the largest number of drafts accepted anywhere. Beyond it the bounds are not resolved in float64
+#: (α* for i.i.d. drafts holds q(H)^K, whose relative error is K times that of the summed q(H)), the
+#: verifiers' acceptances cost time growing with K, and no speculative decoder drafts so many.
+MAX_NUM_DRAFTS = 65_536
+
+
 def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "with_replacement") -> int:
-    """Check ``num_drafts`` is an integer >= 1 and, without replacement, at most the support of q."""
+    """Check ``num_drafts`` is an integer in ``1..MAX_NUM_DRAFTS`` and, for the laws with distinct
+    tokens, at most the support of q.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._validation import check_num_drafts
+    >>> check_num_drafts(3), check_num_drafts(2, np.array([0.5, 0.5, 0.0]), "without_replacement")
+    (3, 2)
+    >>> check_num_drafts(3, np.array([0.5, 0.5, 0.0]), "without_replacement")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: num_drafts=3 exceeds the support of q (2 tokens with q > 0): ...
+    >>> check_num_drafts(10**15)
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: num_drafts=1000000000000000 exceeds 65536, the most drafts ...
+    """
     if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)):
         raise InvalidInputError(f"num_drafts must be an integer, got {num_drafts!r}")
     k = int(num_drafts)
     if k < 1:
         raise InvalidInputError(f"num_drafts must be at least 1, got {k}")
+    if k > MAX_NUM_DRAFTS:
+        raise InvalidInputError(f"num_drafts={k} exceeds {MAX_NUM_DRAFTS}, the most drafts otbound resolves exactly "
+                                "in float64")
     check_sampling(sampling)
     if q is not None and sampling != "with_replacement":
         # without replacement needs K distinct tokens of positive mass; the greedy law needs mass

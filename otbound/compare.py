@@ -14,9 +14,17 @@ default: the tiny random pair, ``--e2e-pair qwen2.5-coder`` for the real one) an
 figure; without ``--synthetic`` it replaces the trace report.
 Writes ``report.md``, ``report.json`` and PNG figures to ``--out``.
 
-Every mode runs as checkpointed shards (``<out>/shards``, resumable); ``--engine ray [--address
-ADDRESS]`` runs them on Ray actors (a local Ray instance without an address) with a report
-identical to the default in-process run (see :mod:`otbound.report._distributed`).
+The trace report and the synthetic and block sections run as checkpointed shards (``<out>/shards``,
+each with its SHA-256; a rerun resumes, recomputing only missing, damaged or differently configured
+shards, also in a folder copied elsewhere); the end-to-end section is not checkpointed (it is short:
+rerun it whole). ``--engine ray [--address ADDRESS]`` runs the shards on Ray actors (a local Ray
+instance without an address) with a report identical to the default in-process run (see
+:mod:`otbound.report._distributed`).
+
+Every flag, prompt file and model path is checked before the output folder is touched; any error
+is one line on stderr with exit status 2, and a finished report in the folder stays until this
+run's report replaces it (``report.md`` and ``report.json`` together). Ctrl-C stops with one line
+(status 130), the finished shards kept.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from pathlib import Path
 from otbound._backend import retain_freed_memory
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
+from otbound.lm import HashMismatchError, ModelUnavailableError
 from otbound.report import (
     SYNTHETIC_FAMILIES,
     make_executor,
@@ -134,20 +143,38 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     args.block_mc_samples = 20_000 if args.mc_samples is None else args.mc_samples
     if args.mc_samples is None:
         args.mc_samples = 20_000 if synthetic else 16
+    from otbound._validation import MAX_NUM_DRAFTS
+
+    for flag, ks in (("--num-drafts", args.num_drafts), ("--block-drafts", args.block_drafts),
+                     ("--e2e-drafts", args.e2e_drafts)):
+        if max(ks) > MAX_NUM_DRAFTS:
+            parser.error(f"{flag} {max(ks)} exceeds {MAX_NUM_DRAFTS}, the most drafts otbound resolves exactly")
     if synthetic and max(args.num_drafts) > args.vocab_size:
         parser.error(f"--num-drafts {max(args.num_drafts)} exceeds --vocab-size {args.vocab_size}: "
                      "the draft laws without replacement need K distinct tokens")
+    _check_device_and_dtype(parser, args)
     if not synthetic:
-        from otbound.lm import DATASETS, PAIRS
+        from otbound.lm import DATASETS, PAIRS, load_prompts
 
         for d in args.datasets:
             if d not in DATASETS and not Path(d).is_file():
                 parser.error(f"--datasets {d!r} is neither a shipped set ({', '.join(DATASETS)}) nor a JSONL file")
+            if d not in DATASETS:  # a user file is read now: a bad line stops the run before any work
+                try:
+                    load_prompts(d, args.num_prompts)
+                except InvalidInputError as err:
+                    parser.error(f"--datasets: {err}")
         if "," not in args.pair and args.pair not in PAIRS:
             parser.error(f"--pair {args.pair!r} is not a registered pair ({', '.join(sorted(PAIRS))}) "
                          "nor 'DRAFT,TARGET'")
         if len(args.pair.split(",")) > 2 or any(not s for s in args.pair.split(",")):
             parser.error(f"--pair {args.pair!r}: expected a registered name or 'DRAFT,TARGET'")
+        if "," in args.pair:
+            from otbound.lm import looks_like_path
+
+            for ref in args.pair.split(","):
+                if looks_like_path(ref) and not Path(ref).expanduser().is_dir():
+                    parser.error(f"--pair: model folder {ref!r} does not exist")
     if args.block:
         _check_block_size(parser, args)
     target, draft = sampling_settings(args)
@@ -162,6 +189,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         if args.end_to_end:
             parser.error("--end-to-end decodes at the temperature only; drop the sampling-setting flags or run "
                          "otbound.lm.speculative_sample with target_settings / draft_settings")
+        if args.block:
+            parser.error("--block's random block models are laws, not logits: the sampling-setting flags do not "
+                         "apply to them; run the block section without them")
     if args.end_to_end and args.e2e_verifiers:
         from otbound import BLOCK_VERIFIERS, VERIFIERS
 
@@ -170,6 +200,17 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
             parser.error(f"--e2e-verifiers: unknown verifier(s) {', '.join(unknown)} "
                          f"(token: {', '.join(VERIFIERS)}; block: {', '.join(BLOCK_VERIFIERS)})")
     return args
+
+
+def _check_device_and_dtype(parser, args) -> None:
+    """--device and --dtype, checked in every mode (also those that load no model)."""
+    from otbound.lm import resolve_device, resolve_dtype
+
+    try:
+        device = resolve_device(args.device)
+        resolve_dtype(args.dtype, device)
+    except InvalidInputError as err:
+        parser.error(f"--device {args.device} --dtype {args.dtype}: {err}")
 
 
 def _check_block_size(parser, args) -> None:
@@ -191,12 +232,15 @@ def effective_settings(args) -> dict:
     """The settings the run actually used, for the report's meta."""
     target, draft = sampling_settings(args)
     out = {"num_drafts": list(args.num_drafts), "temperatures": list(args.temperature),
-           "target_settings": target, "draft_settings": draft, "mc_samples": args.mc_samples, "seed": args.seed}
+           "mc_samples": args.mc_samples, "seed": args.seed}
+    if target or draft:  # both models' settings besides T (the header states them in words)
+        out.update(target_settings=target, draft_settings=draft)
     if args.block:
         out.update(block_drafts=list(args.block_drafts), block_lens=list(args.block_lens),
                    block_vocab=args.block_vocab, block_mc_samples=args.block_mc_samples)
     if args.end_to_end:
-        out.update(e2e_pair=args.e2e_pair, e2e_drafts=list(args.e2e_drafts), e2e_lens=list(args.e2e_lens),
+        out.update(e2e_pair=args.e2e_pair, e2e_temperature=args.e2e_temperature, e2e_drafts=list(args.e2e_drafts),
+                   e2e_lens=list(args.e2e_lens),
                    e2e_prompts=args.e2e_prompts, e2e_tokens=args.e2e_tokens, e2e_verifiers=args.e2e_verifiers)
     return out
 
@@ -260,6 +304,9 @@ def parse_args(argv=None):
                     help="K values of the end-to-end section")
     ap.add_argument("--e2e-lens", type=positive_int, nargs="+", default=[2],
                     help="block lengths L of the end-to-end section")
+    ap.add_argument("--e2e-temperature", type=temperature, default=1.0,
+                    help="temperature of the end-to-end section (default: %(default)s; --temperature does not "
+                         "apply to it)")
     ap.add_argument("--e2e-prompts", type=positive_int, default=4, help="prompts of the end-to-end section")
     ap.add_argument("--e2e-tokens", type=positive_int, default=12,
                     help="tokens generated per prompt in the end-to-end section")
@@ -273,9 +320,14 @@ def parse_args(argv=None):
                     "CUDA and on CPUs with native bfloat16, else float32)")
     ap.add_argument("--batch-size", type=positive_int, default=None,
                     help="prompts per collection batch within a shard (default: the whole shard)")
-    ap.add_argument("--store-logits", choices=("float32", "float16", "none"), default="float32",
-                    help="what a trace keeps besides its tokens: both models' logits (2·V·4 or 2·V·2 bytes per "
-                         "position) or none (the per-position measurements only: enough to re-aggregate and resume)")
+    ap.add_argument("--store-logits", choices=("float16", "float32", "none"), default="float16",
+                    help="what a trace keeps besides its tokens (default: %(default)s). The report's numbers do not "
+                         "depend on it: every position is measured from the models' logits as it is sampled and "
+                         "cached (<out>/measure). It decides what a re-measure (other K or verifiers, or a deleted "
+                         "cache) reads: float16 logits (2·V·2 "
+                         "bytes per position, ~1.5 GB for the default 2,560 positions at V = 151,936; laws from "
+                         "logits rounded to 11 significant bits), float32 (twice that; the logits as computed) or "
+                         "none (only the measurements: enough to re-aggregate and resume, not to re-measure)")
     ap.add_argument("--engine", choices=("local", "ray"), default="local",
                     help="run the shards in this process, or on Ray actors (pip install 'otbound[ray]'); the report "
                          "is identical either way (default: %(default)s)")
@@ -289,26 +341,39 @@ def parse_args(argv=None):
     return check_args(ap, ap.parse_args(argv))
 
 
+PROG = "python -m otbound.compare"
+#: the figures a report may hold (one per section); those of an earlier mode are removed
+REPORT_FIGURES = ("token_bounds", "paired_gaps", "block_bounds", "end_to_end")
+
+
 def main(argv=None) -> Path:
+    """Run the command line; every failure a user can cause ends in one line on stderr and exit
+    status 2 (Ctrl-C: one line, status 130, the finished shards kept for a rerun to resume)."""
     args = parse_args(argv)
     retain_freed_memory()  # a long-running command: reuse freed pages instead of faulting in fresh ones
     try:
-        with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
-            return _run(args)
-    except FolderLockedError as err:
-        sys.exit(f"python -m otbound.compare: error: {err}")
-
-
-def _run(args) -> Path:
-    out = Path(args.out)
-    for stale in ("report.md", "report.json"):  # the report is written last: none until this run's is complete
-        (out / stale).unlink(missing_ok=True)
-    try:
         engine = make_executor(args.engine, address=args.address,
                                **({"num_workers": args.workers} if args.engine == "ray" else {}))
-    except InvalidInputError as exc:
-        print(f"python -m otbound.compare: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
+            return _run(args, engine)
+    except FolderLockedError as err:
+        sys.exit(f"{PROG}: error: {err}")
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the finished shards are kept in {Path(args.out) / 'shards'} "
+              "(rerun the same command to resume)", file=sys.stderr)
+        raise SystemExit(130) from None
+    except (InvalidInputError, ModelUnavailableError, HashMismatchError) as err:
+        print(f"{PROG}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:  # e.g. a full disk: the previous report, if any, is still in place
+        print(f"{PROG}: error: {err.strerror or err} ({err.filename or args.out})", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _run(args, engine) -> Path:
+    # a finished report in ``out`` stays until this run's report replaces it (written last, report.md and
+    # report.json together); every flag was checked before, so a failing rerun leaves it untouched
+    out = Path(args.out)
     if args.end_to_end and not args.synthetic:
         rows, skipped, meta = [], [], {"mode": "end to end"}
     elif args.synthetic:
@@ -350,6 +415,8 @@ def _run(args) -> Path:
             store_logits=args.store_logits,
             prompts_per_shard=args.prompts_per_shard,
             engine=engine,
+            target_settings=sampling_settings(args)[0],
+            draft_settings=sampling_settings(args)[1],
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
         meta = {
@@ -372,7 +439,8 @@ def _run(args) -> Path:
     if args.end_to_end:
         from otbound.report import end_to_end_section
 
-        e2e_rows, section, fig = end_to_end_section(args, out)
+        e2e_args = argparse.Namespace(**{**vars(args), "temperature": [args.e2e_temperature]})
+        e2e_rows, section, fig = end_to_end_section(e2e_args, out)
         rows += e2e_rows
         sections.append(section)
         figures.append(fig)
@@ -398,6 +466,13 @@ def _run(args) -> Path:
         figures=figures,
         meta=meta,
     )
+    # an earlier mode's files do not belong to this report: its figures and the trace report's rows
+    mine = {Path(f).stem for f in figures}
+    stale = [f"{stem}.{ext}" for stem in REPORT_FIGURES if stem not in mine for ext in ("png", "pdf")]
+    if args.synthetic or args.end_to_end:
+        stale += ["rows.json", "paired.json"]
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
     print(tables.all_tables([r for r in rows if "block_len" not in r]))
     for section in sections:
         print(section)

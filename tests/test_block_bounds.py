@@ -1,7 +1,7 @@
 """Block bounds: the Sun et al. test vector, the hierarchy, independent cross-checks, brackets.
 
 Every LP value is checked against an independent formulation: the trie LP (default) against the
-plain LP of theory.md §4 over ordered tuples and over multisets (causal), and against network
+plain LP of docs/theory/block-bounds.md over ordered tuples and over multisets (causal), and against network
 simplex between multisets and target blocks (joint). Tolerance 1e-8 (HiGHS at 1e-10).
 """
 
@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import random_block_pair, sun_toy
 
 from otbound import InvalidInputError
 from otbound.block.bounds import KINDS, block_bound, block_bound_bracket
@@ -21,14 +22,8 @@ def bound(tg, dr, v, k, length, kind, **kw):
     return block_bound(tg, dr, vocab_size=v, num_drafts=k, block_len=length, kind=kind, **kw).value
 
 
-def sun_toy():
-    return context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
-
-
 def random_pair(v, seed, concentration=0.7):
-    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(
-        v, seed=seed + 1000, concentration=concentration
-    )
+    return random_block_pair(v, seed, draft_seed=seed + 1000, concentration=concentration)
 
 
 def adversarial_pairs():
@@ -100,7 +95,7 @@ def test_hierarchy_monotone_in_k_and_k1_identities(seed):
         vals = [bound(tg, dr, v, k, length, kind) for kind in KINDS]
         per_level, joint, causal = vals
         assert causal <= joint + TOL and joint <= per_level + TOL
-        if k == 1:  # one draft: the joint OT is the per-level relaxation (theory.md §4)
+        if k == 1:  # one draft: the joint OT is the per-level relaxation (docs/theory/block-bounds.md)
             assert joint == pytest.approx(per_level, abs=TOL)
         if prev is not None:  # more drafts never hurt
             assert all(a <= b + TOL for a, b in zip(prev, vals))

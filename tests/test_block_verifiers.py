@@ -20,6 +20,7 @@ single-draft verification): one iteration is not lossless and E[τ] = U_joint > 
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import random_block_pair, sun_toy
 from stat_power import chi2_power
 
 from otbound import InvalidInputError
@@ -48,14 +49,8 @@ def test_declared_lossless_flags_match_the_measured_errors():
 ALL = list(BLOCK_VERIFIERS)
 
 
-def sun_toy():
-    return context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
-
-
 def random_pair(v, seed, concentration=0.7):
-    return dirichlet_model(v, seed=seed, concentration=concentration), dirichlet_model(
-        v, seed=seed + 100, concentration=concentration
-    )
+    return random_block_pair(v, seed, draft_seed=seed + 100, concentration=concentration)
 
 
 def instances():
@@ -74,7 +69,7 @@ IDS = ["K1", "K2", "K3", "V2L3", "sharp", "zeros"]
 
 
 def exact(name, tg, dr, v, k, length):
-    return BLOCK_VERIFIERS[name].expected_accepted(tg, dr, vocab_size=v, num_drafts=k, block_len=length)
+    return BLOCK_VERIFIERS[name].acceptance(tg, dr, vocab_size=v, num_drafts=k, block_len=length)
 
 
 def causal(tg, dr, v, k, length):
@@ -120,7 +115,7 @@ def test_exactly_lossless_and_below_causal_bound(name, inst, request):
     assert value <= bound + 1e-9
     if name in ("causal_optimal", "static_tree"):  # the optimum of its draft law is attained
         assert value == pytest.approx(bound, abs=1e-8)
-    if name == "block" and k == 1:  # theory.md §4: U_causal = block verification at K = 1
+    if name == "block" and k == 1:  # docs/theory/block-bounds.md: U_causal = block verification at K = 1
         assert value == pytest.approx(bound, abs=1e-8)
 
 
@@ -130,8 +125,8 @@ def test_single_draft_identities(seed):
     block = BLOCK_VERIFIERS["block"]
     drafts = np.array([[seed % 3, (seed + 1) % 3, 2]])
     # traversal on a single chain is block verification (Weng et al.), law for law
-    a = block.output_law(tg, dr, drafts)
-    b = BLOCK_VERIFIERS["traversal"].output_law(tg, dr, drafts)
+    a = block.conditional_law(tg, dr, drafts)
+    b = BLOCK_VERIFIERS["traversal"].conditional_law(tg, dr, drafts)
     assert a.keys() == b.keys() and all(abs(a[s] - b[s]) < 1e-14 for s in a)
     # multi-path with one draft is token-level speculative sampling
     for mp in ("multipath_rrs", "multipath_kseq"):
@@ -176,10 +171,10 @@ def test_conditional_accepted_averages_to_the_exact_value(name):
         law = list(ver.draft_tuple_law(dr, k, length))
         tuples, prob = np.array([t for _, t in law]), np.array([p for p, _ in law])
         assert abs(prob.sum() - 1) < 1e-12
-    cond = ver.conditional_accepted(tg, dr, tuples[prob > 0])
+    cond = ver.conditional_acceptance(tg, dr, tuples[prob > 0])
     assert cond.shape == (int((prob > 0).sum()),) and np.all((cond >= 0) & (cond <= length))
     assert abs(prob[prob > 0] @ cond - exact(name, tg, dr, v, k, length)) < 1e-12
-    one = ver.conditional_accepted(tg, dr, tuples[np.argmax(prob)])
+    one = ver.conditional_acceptance(tg, dr, tuples[np.argmax(prob)])
     assert np.ndim(one) == 0 and one == cond[np.argmax(prob[prob > 0])]
 
 
@@ -297,8 +292,8 @@ def test_hsd_is_block_verification_with_an_uncapped_full_block_test():
     (Sun et al.'s toy, draft (1, 0): R_1 = 2, R_2 = 1 -> differs; draft (0, 1): R_1 = 1/2 -> equal)."""
     tg, dr = sun_toy()
     for drafts, same in (([[0, 1]], True), ([[1, 1]], True), ([[1, 0]], False)):
-        a = BLOCK_VERIFIERS["block"].output_law(tg, dr, np.array(drafts))
-        b = BLOCK_VERIFIERS["hsd"].output_law(tg, dr, np.array(drafts))
+        a = BLOCK_VERIFIERS["block"].conditional_law(tg, dr, np.array(drafts))
+        b = BLOCK_VERIFIERS["hsd"].conditional_law(tg, dr, np.array(drafts))
         keys = a.keys() | b.keys()
         assert (max(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in keys) < 1e-14) is same
 
@@ -351,6 +346,6 @@ def test_bad_drafts_are_named():
     with pytest.raises(InvalidInputError, match="draft probability 0 at position 1"):
         ver.sample(tg, zero, np.array([[0, 1]]))
     with pytest.raises(InvalidInputError, match="one draft tuple"):
-        ver.output_law(tg, dr, np.zeros((2, 1, 2), dtype=int))
+        ver.conditional_law(tg, dr, np.zeros((2, 1, 2), dtype=int))
     with pytest.raises(InvalidInputError, match="num_drafts"):
-        ver.expected_accepted(tg, dr, vocab_size=2, num_drafts=0, block_len=2)
+        ver.acceptance(tg, dr, vocab_size=2, num_drafts=0, block_len=2)

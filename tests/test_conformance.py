@@ -130,13 +130,13 @@ BLOCK_LOSSLESS = [  # K i.i.d. draft blocks; univer (its own tree law) has its o
 @pytest.mark.parametrize("name", BLOCK_LOSSLESS)
 def test_package_block_verifiers_pass_exact_mode(name):
     """Each block verifier's own walk, branch by branch: lossless, E[τ] equal to the package's exact
-    expected_accepted, never above U_causal (attained by causal_optimal)."""
+    acceptance E[τ], never above U_causal (attained by causal_optimal)."""
     ver = BLOCK_VERIFIERS[name]
     res = oc.check_block_verifier(oc.block_adapter(ver), vocab_size=2, num_drafts=2, block_len=2, instances=8)
     assert res.passed and res.lossless_error < EXACT
     for t, r in zip(oc.block_instances(2, 2, 8, 0), res.instances, strict=True):
         tg, dr = t.models()
-        assert abs(r.acceptance - ver.expected_accepted(tg, dr, vocab_size=2, num_drafts=2, block_len=2)) < EXACT
+        assert abs(r.acceptance - ver.acceptance(tg, dr, vocab_size=2, num_drafts=2, block_len=2)) < EXACT
         assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
     if name == "causal_optimal":
         assert np.abs(res.acceptance - res.optimal).max() < 1e-8
@@ -163,7 +163,7 @@ def test_univer_passes_exact_mode_on_its_own_tree_law():
     assert res.passed and res.lossless_error < EXACT and res.sampling == "univer_tree"
     for t, r in zip(ok, res.instances, strict=True):
         tg, dr = t.models()
-        assert abs(r.acceptance - ver.expected_accepted(tg, dr, vocab_size=3, num_drafts=2, block_len=2)) < EXACT
+        assert abs(r.acceptance - ver.acceptance(tg, dr, vocab_size=3, num_drafts=2, block_len=2)) < EXACT
         assert r.acceptance <= r.optimal + 1e-9 and r.optimal <= r.joint_bound + 1e-9
     assert max(r.optimal - r.acceptance for r in res.instances) > 1e-3  # strictly below its U_causal at L = 2
     with pytest.raises(InvalidInputError, match="at least 2 draft tokens"):
@@ -1119,3 +1119,21 @@ def test_transformers_verifier_sampled_through_as_sampler_matches_exact():
                                       block_len=2, instances=inst, mode="sample", samples=4000, seed=2)
     r = sampled.instances[0]
     assert sampled.passed and abs(r.acceptance - exact.instances[0].acceptance) < 5 * r.acceptance_se
+
+
+def test_tuple_law_bounds_of_iid_blocks_are_the_block_bounds():
+    """tuple_law_bounds over the law of K i.i.d. blocks equals block_bound's U_causal and U_joint
+    (two formulations of the same LPs), on the kit's adversarial and random models."""
+    from otbound import block_bound
+    from otbound.block.law_bounds import tuple_law_bounds
+
+    ver = BLOCK_VERIFIERS["block"]
+    for t in oc.block_instances(2, 2, 8, 1):
+        tg, dr = t.models()
+        law = list(ver.draft_tuple_law(dr, 2, 2))
+        b = tuple_law_bounds(tg, dr, law, vocab_size=2, block_len=2)
+        kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+        assert b.causal == pytest.approx(block_bound(tg, dr, kind="causal", **kw).value, abs=1e-8)
+        assert b.joint == pytest.approx(block_bound(tg, dr, kind="joint", **kw).value, abs=1e-8)
+    with pytest.raises(InvalidInputError, match="same positive number of rows"):
+        tuple_law_bounds(tg, dr, [(0.5, [(0, 1)]), (0.5, [(0, 1), (1, 1)])], vocab_size=2, block_len=2)

@@ -146,3 +146,13 @@ def test_batched_kernel_matches_the_top_k_by_hand():
         np.testing.assert_allclose(got.numpy(), want, atol=1e-15, rtol=0)
         for name in ("onehot", "nss_deterministic"):
             np.testing.assert_allclose(VERIFIERS[name].acceptance(P, Q, k), want, atol=1e-15, rtol=0)
+
+
+@pytest.mark.parametrize("name", DET)
+def test_conformance_kit_checks_the_deterministic_law(name):
+    import otbound.conformance as oc
+
+    res = oc.check_token_verifier(oc.token_law_adapter(VERIFIERS[name]), vocab_size=4, num_drafts=2,
+                                  sampling="deterministic")
+    assert res.passed and res.lossless_error < 1e-12
+    np.testing.assert_allclose(res.acceptance, res.optimal, atol=1e-12)  # optimal: α = p(top-K(q))

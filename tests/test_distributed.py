@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 from otbound import compare  # noqa: E402
 from otbound._validation import InvalidInputError  # noqa: E402
@@ -54,15 +55,6 @@ def tiny_pair_dying_once(marker):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Ray workers run torch on one thread; so does this process, so floats match to the bit."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def prompts_file(tmp_path):
     data = tmp_path / "mine.jsonl"
@@ -73,7 +65,7 @@ def prompts_file(tmp_path):
 def report_kwargs(data, out):
     return dict(datasets=[data], num_prompts=5, max_new_tokens=4, temperatures=(0.8, 1.1), num_drafts=(2,),
                 out=out, progress=False, verifiers=["rrs", "kseq", "greedy"], mc_samples=16, prompts_per_shard=2,
-                seed=7)
+                seed=7, store_logits="float32")  # a trace planted from another run is re-measured bit for bit
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otbound"
-SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity"}  # top-level modules every layer may use
+#: top-level modules every layer may use
+SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay"}
 
 
 def _run(code: str) -> str:
@@ -33,6 +34,93 @@ def test_objectives_still_reachable_from_the_top_level():
          "and ob.expected_accepted_length is m.expected_accepted_length; print('ok')"],
         capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
     assert out.stdout.strip() == "ok"
+
+
+#: the layers, lowest first: a module imports only from its own layer, a lower one, or the shared base
+#: (``ROOT`` is the facade ``otbound/__init__.py``, which gathers the token and block layers)
+LAYER_ORDER = ("token", "block", "objectives", "ROOT", "lm", "report", "plan", "conformance", "compare")
+
+
+def _module_name(file: Path) -> str:
+    return ".".join(file.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(file: Path):
+    """``(target module, local?)`` for every import of an otbound module in ``file``: ``from pkg import
+    name`` counts as an import of ``pkg.name`` where that is a module, else of ``pkg``."""
+    tree = ast.parse(file.read_text())
+    top = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.startswith("otbound")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("otbound"):
+            targets = []
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                path = PACKAGE.parent.joinpath(*sub.split("."))
+                is_module = path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+                targets.append(sub if is_module else node.module)
+        else:
+            continue
+        out += [(t, id(node) not in top) for t in targets]
+    return out
+
+
+def _layer_of(module: str) -> str:
+    parts = module.split(".")
+    return "ROOT" if len(parts) == 1 else parts[1]
+
+
+def _graph():
+    return {_module_name(f): _imports(f) for f in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_no_function_local_import_within_a_layer():
+    """Imports between modules of one layer sit at the top of the module: a function-local import
+    there hides a cycle (or a dependency) from the reader and from this test."""
+    offences = [f"{m} imports {t} inside a function" for m, edges in _graph().items() for t, local in edges
+                if local and _layer_of(t) == _layer_of(m) and _layer_of(m) in LAYER_ORDER]
+    assert not offences, "\n".join(offences)
+
+
+def test_imports_follow_the_layer_order():
+    """No module imports (at the top or inside a function) from a layer above its own; e.g. the
+    language-model layer does not forward the report's measurements."""
+    offences = []
+    for m, edges in _graph().items():
+        here = _layer_of(m)
+        for t, _ in edges:
+            there = _layer_of(t)
+            if there in SHARED_BASE or here in SHARED_BASE:
+                if here in SHARED_BASE and there not in SHARED_BASE:
+                    offences.append(f"shared base module {m} imports {t}")
+                continue
+            if LAYER_ORDER.index(there) > LAYER_ORDER.index(here):
+                offences.append(f"{m} ({here}) imports {t} ({there})")
+    assert not offences, "\n".join(offences)
+
+
+def test_modules_form_a_dag():
+    """The import graph of the package's modules has no cycle (a package importing its own
+    submodules is an edge like any other; a submodule importing its package's ``__init__`` closes
+    a cycle)."""
+    graph = {m: sorted({t for t, _ in edges if t != m}) for m, edges in _graph().items()}
+    state, cycles = {}, []
+
+    def visit(m, path):
+        state[m] = "open"
+        for t in graph.get(m, []):
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(path[path.index(t):] + [t]) if t in path else f"{m} -> {t}")
+            elif t not in state:
+                visit(t, path + [t])
+        state[m] = "done"
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
 
 
 def _layer(module: str) -> str:
@@ -97,3 +185,17 @@ def test_no_shims():
             if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
                 assert id(obj) not in seen, f"{module} exports {seen[id(obj)]} and {name}: one object, two names"
                 seen[id(obj)] = name
+
+
+def test_notebooks_use_the_public_api_only():
+    """The notebooks import public names only: no ``otbound._x`` module or ``_x`` name."""
+    import json
+    import re
+
+    private = re.compile(r"\botbound(\.\w+)*\._\w+|from otbound[\w.]* import [^\n]*\b_\w+")
+    offences = []
+    for nb in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                offences += [f"{nb.name}: {m.group(0)}" for m in private.finditer("".join(cell["source"]))]
+    assert not offences, "\n".join(offences)

@@ -81,7 +81,7 @@ def test_every_verifier_stays_below_its_bound(traces):
             measured += 1
     assert {"nss", "rrs", "rrs_wor", "kseq", "greedy", "spechub"} <= set(res["verifiers"])
     assert measured >= 11
-    # the greedy-law verifiers attain the greedy bound exactly (theory.md section 3)
+    # the greedy-law verifiers attain the greedy bound exactly (docs/theory/token-verifiers.md)
     np.testing.assert_allclose(res["verifiers"]["greedy"][2]["acceptance"], res["optimal"]["greedy"][2], atol=1e-9)
     np.testing.assert_allclose(res["verifiers"]["spechub"][2]["acceptance"], res["optimal"]["greedy"][2], atol=1e-9)
 

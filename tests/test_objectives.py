@@ -50,7 +50,7 @@ def brute_force(q, p, vocab, length):
     """(token survival, block survival, per-level bound) by enumeration of all V**L draft blocks.
 
     token: P(τ ≥ k | x) = Π_{m≤k} min(1, p(x_m|x_<m) / q(x_m|x_<m)) (speculative sampling).
-    block: Sun et al. 2403.10444 as written in theory.md §4: weights p_i, stopping probabilities
+    block: Sun et al. 2403.10444 as written in docs/theory/block-bounds.md: weights p_i, stopping probabilities
     h_i, τ = the largest i with U_i ≤ h_i (independent uniforms), so P(τ ≥ i | x) = 1 − Π_{j≥i}(1 − h_j).
     """
     qf, pf = _law_fn(q), _law_fn(p)
@@ -464,7 +464,7 @@ def test_invalid_tree_and_loss_inputs():
 
 
 # ----------------------------------------------------------------------------------------------
-# against the block-level module (theory.md §4): causal bound and block verifier, K = 1
+# against the block-level module (docs/theory/block-bounds.md): causal bound and block verifier, K = 1
 # ----------------------------------------------------------------------------------------------
 
 
@@ -479,7 +479,7 @@ def test_block_value_equals_causal_bound_and_block_verifier():
             qf, pf = _law_fn(q), _law_fn(p)
             ours = expected_accepted_length(_t(p), _t(q), "block")
             bound = otbound.block_bound(pf, qf, vocab_size=vocab, num_drafts=1, block_len=length, kind="causal")
-            verifier = otbound.BLOCK_VERIFIERS["block"].expected_accepted(
+            verifier = otbound.BLOCK_VERIFIERS["block"].acceptance(
                 pf, qf, vocab_size=vocab, num_drafts=1, block_len=length
             )
             assert float(ours) == pytest.approx(bound.value, abs=1e-8)  # the LP at HiGHS tolerances 1e-10

@@ -517,3 +517,31 @@ def test_iid_stream_exact_acceptance_at_full_vocabulary():
     res = run(iid_ver, p, q, 2, 20_000, 301, confidence=1 - ALPHA)
     assert res.ci_low <= exact <= res.ci_high
     assert iid_ver.acceptance(p, q, 3) is None  # K ≥ 3: no closed form, too many tuples to enumerate
+
+
+# -- ot_wor: the better of the two per (p, q, K) -----------------------------------------------
+
+
+def test_best_of_both_exact_and_choice():
+    """Truncated small instances (so that either side can win): exact laws lossless, acceptance =
+    enumeration, the chosen side's value, at least the other side's (exact at K ≤ 2, the floor α*_wr
+    at K = 3); both sides chosen somewhere."""
+    r = np.random.default_rng(12)
+    chosen = set()
+    for i in range(16):
+        v = int(r.integers(5, 8))
+        k = [2, 3][i % 2]
+        p, q = r.dirichlet(np.full(v, [0.3, 1.0][i % 2])), r.dirichlet(np.full(v, [0.3, 1.0][i % 2]))
+        best = _optimal_wor.BestWithoutReplacementVerifier(max_sets=2 ** (k + 1) - 1)
+        small = OptimalWithoutReplacementVerifier(max_sets=best._top.max_sets)
+        w, tuples, laws, enumerated = _enumerate(best, p, q, k)
+        np.testing.assert_allclose(w @ laws, p, atol=ATOL)
+        assert abs(best.acceptance(p, q, k) - enumerated) < ATOL
+        top_value = small.acceptance(p, q, k)
+        iid_value = iid_ver.acceptance(p, q, k)
+        rival = iid_value if k <= 2 else optimal_acceptance(p, q, k)
+        side = "top" if top_value >= rival else "iid"
+        chosen.add(side)
+        assert abs(enumerated - (top_value if side == "top" else iid_value)) < 1e-12
+        assert enumerated >= max(top_value, optimal_acceptance(p, q, k)) - 1e-12
+    assert chosen == {"top", "iid"}

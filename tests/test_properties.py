@@ -5,7 +5,7 @@ Random shapes, dtypes (float32/float64, numpy and torch), tiny and denormal entr
 invariants below or raises :class:`otbound.InvalidInputError`; anything else (an OverflowError, a
 NaN, a value off brute force) fails.
 
-Invariants (theory.md §1–3), tolerances stated per check:
+Invariants (docs/theory/token-bounds.md and token-verifiers.md), tolerances stated per check:
 * K = 1 gives 1 − TV(p, q) for every draft law (1e-12);
 * α* ≤ 1, α* non-decreasing in K for a fixed law (1e-12);
 * without replacement ≥ with replacement (1e-12);

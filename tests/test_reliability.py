@@ -162,7 +162,7 @@ def test_size_guards_refuse_before_allocating():
         )
     big = ob.dirichlet_model(12, seed=0)
     with pytest.raises(ob.InvalidInputError, match="MAX_EXACT_TUPLES"):  # before the 12^7 prefix law
-        ob.BLOCK_VERIFIERS["token"].expected_accepted(big, big, vocab_size=12, num_drafts=2, block_len=7)
+        ob.BLOCK_VERIFIERS["token"].acceptance(big, big, vocab_size=12, num_drafts=2, block_len=7)
     assert time.perf_counter() - t0 < 5.0
 
 

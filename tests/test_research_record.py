@@ -1,4 +1,4 @@
-"""Research record (README findings): two block-level claims made reproducible.
+"""Research record (docs/results/findings.md): two block-level claims made reproducible.
 
 1. **SpecTr-GBV's one-iteration losslessness by (K, L)**: as recovered (Alg. 1; no Alg. 2), the
    one-iteration verifier is lossless only at K = 1, L = 1 (plain speculative sampling); at K ≥ 2
@@ -6,8 +6,8 @@
    ``BlockVerifier.lossless_error`` (max absolute error of the continued law on V^{L+1}), Dirichlet
    pairs V = 3, seeds 0–2.
 
-2. **Block verification needs a fresh uniform per level** (the README's "reusing one uniform is
-   lossy").
+2. **Block verification needs a fresh uniform per level** (docs/results/findings.md: "reusing one
+   uniform is lossy").
 
 Sun et al.'s block verification (2403.10444, Alg. 2; ``BLOCK_VERIFIERS["block"]``) scans
 ``i = L, L−1, …, 1`` and stops at the first ``i`` with ``η_i ≤ h_i``, a fresh ``η_i ~ U(0, 1)`` per
@@ -16,7 +16,7 @@ level. The variant below reuses one ``U`` for every level: it stops at the first
 seen so far) it stops at ``i`` with probability ``(h_i − m)_+ / (1 − m)``.
 
 Metric: the exact law of one iteration's emitted sequence, continued by sampling the target up to
-``L + 1`` tokens (theory.md §4's losslessness), against the target's law of ``L + 1`` tokens;
+``L + 1`` tokens (docs/theory/block-bounds.md's losslessness), against the target's law of ``L + 1`` tokens;
 reported as the total-variation distance ``½ Σ_v |P(v) − p(v)|`` over ``V^{L+1}`` (and the max
 absolute error that ``BlockVerifier.lossless_error`` uses). Instances: the Dirichlet pairs of
 ``tests/test_block_verifiers.py`` (target ``dirichlet_model(V, seed)``, draft
@@ -41,13 +41,13 @@ class SharedUniformBlockVerification(BlockVerification):
     name = "block_shared_uniform"
     lossless = False
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         tokens, sched = inst
         shared, seen = [], 0.0
         for i, h, law in sched[:-1]:
             shared.append((i, (h - seen) / (1.0 - seen) if h > seen else 0.0, law))
             seen = max(seen, h)
-        return walk_schedule(tokens, shared + [sched[-1]], oracle)
+        return walk_schedule(tokens, shared + [sched[-1]], coin)
 
 
 def continued_law_error(verifier, target, draft, vocab_size, block_len):

@@ -181,3 +181,79 @@ def test_frozen_round_trip_and_bad_logits():
     with pytest.raises(InvalidInputError, match="-inf everywhere"):
         SamplingParams().laws(np.full(3, -np.inf))
     assert not SamplingParams(top_p=1.0).truncates and SamplingParams(min_p=0.1).truncates
+
+
+# -- the truncation defect class ------------------------------------------------------------------
+
+
+def _mismatch():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import truncation_mismatch
+
+    return truncation_mismatch
+
+
+def test_mismatch_law_matches_the_package_verifier_and_the_kit_flags_the_example():
+    from otbound import VERIFIERS
+    from otbound.conformance import check_token_verifier
+    from otbound.conformance import examples as ex
+
+    tm = _mismatch()
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        logits = rng.normal(0, 2, 12)
+        p = SamplingParams(0.8, top_k=6).laws(logits + rng.normal(0, 0.5, 12))
+        q_trunc, q_raw = SamplingParams(0.8, top_k=6).laws(logits), SamplingParams(0.8).laws(logits)
+        # forward direction: drafts from the truncated law, the package's RRS fed the raw one
+        out, reported, true = tm.mismatch_output_law(p, q_trunc, q_raw)
+        support = np.flatnonzero(q_trunc > 0)
+        laws = VERIFIERS["rrs"].conditional_law(p, q_raw, support[:, None])
+        np.testing.assert_allclose(out, q_trunc[support] @ laws, atol=1e-12)
+        assert reported == pytest.approx(VERIFIERS["rrs"].acceptance(p, q_raw, 1), abs=1e-12)
+        assert true == pytest.approx(float(q_trunc[support] @ laws[np.arange(support.size), support]), abs=1e-12)
+        # fed the law it drafts from, the output is p
+        np.testing.assert_allclose(tm.mismatch_output_law(p, q_trunc, q_trunc)[0], p, atol=1e-12)
+    # the kit's example of the reverse direction: the worked numbers, and exact mode flags it
+    out, reported, true = tm.mismatch_output_law([0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0, 2 / 3, 1 / 3])
+    np.testing.assert_allclose(out, [0.55, 0.27, 0.18], atol=1e-12)
+    assert (reported, true) == pytest.approx((0.5, 0.55), abs=1e-12)
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.6, 0.3])
+    res = check_token_verifier(ex.rrs_truncated_q, vocab_size=3, num_drafts=1, instances=[(p, q)], shrink=False)
+    assert not res.passed
+    np.testing.assert_allclose(res.counterexample.output_law, [0.55, 0.27, 0.18], atol=1e-12)
+    assert check_token_verifier(ex.rrs_truncated_q, vocab_size=2, num_drafts=2).passed  # nothing to truncate
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def test_cli_flags_reach_the_report_header(tmp_path):
+    from otbound.compare import main
+
+    out = main(["--synthetic", "--num-drafts", "2", "4", "--temperature", "0.8", "--instances", "2",
+                "--mc-samples", "200", "--vocab-size", "8", "--top-k", "3", "--top-p", "0.9",
+                "--draft-temperature", "0.9", "--out", str(tmp_path / "r")])
+    md = (out / "report.md").read_text()
+    assert "- target sampling: T=0.8, top-k=3, top-p=0.9" in md
+    assert "- draft sampling: T=0.9, top-k=3, top-p=0.9" in md
+    assert "optimal (deterministic)" in md and "onehot (deterministic)" in md
+    # K = 4 drafts on a top-3 draft law: the laws needing 4 distinct tokens are listed, not valued
+    assert "deterministic at K=4, T=0.8: 2 of 2" in md
+    import json
+
+    rows = json.loads((out / "report.json").read_text())["rows"]
+    assert not [r for r in rows if r["num_drafts"] == 4 and r["sampling"] != "with_replacement"]
+
+
+@pytest.mark.parametrize("flag,value", [("--top-k", "0"), ("--top-p", "1.5"), ("--min-p", "-1"),
+                                        ("--repetition-penalty", "0"), ("--draft-temperature", "-1")])
+def test_cli_bad_settings_exit_2_with_one_line(flag, value, tmp_path, capsys):
+    from otbound.compare import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["--synthetic", flag, value, "--out", str(tmp_path / "r")])
+    assert err.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -186,7 +186,7 @@ def test_tree_recursion_agrees_with_multipath_enumeration(pair6):
     tgt, drf = lm_block_models(pair6, [2, 5], T)
     for name in ("rrs", "kseq"):
         rec = tree_expected_accepted(ob.VERIFIERS[name], tgt, drf, 2, 2)
-        enum = ob.BLOCK_VERIFIERS[f"multipath_{name}"].expected_accepted(
+        enum = ob.BLOCK_VERIFIERS[f"multipath_{name}"].acceptance(
             tgt, drf, vocab_size=6, num_drafts=2, block_len=2
         )
         assert rec == pytest.approx(enum, abs=1e-12)

@@ -52,7 +52,7 @@ def test_traversal_is_lossless_and_attains_the_bound(branching):
     kw = dict(vocab_size=4, num_drafts=1, block_len=len(branching))
     bound = static_tree_bound(target, draft, branching).value
     assert ver.lossless_error(target, draft, **kw) < 1e-12
-    assert ver.expected_accepted(target, draft, **kw) == pytest.approx(bound, abs=1e-12)
+    assert ver.acceptance(target, draft, **kw) == pytest.approx(bound, abs=1e-12)
     own = ver.own_law_bounds(target, draft, **kw)
     assert own.causal == own.joint == pytest.approx(bound, abs=1e-15)
 
@@ -60,7 +60,7 @@ def test_traversal_is_lossless_and_attains_the_bound(branching):
 def test_registered_uniform_branching_and_sampling_matches_exact():
     target, draft = _models(3)
     ver = BLOCK_VERIFIERS["static_tree"]
-    exact = ver.expected_accepted(target, draft, vocab_size=4, num_drafts=2, block_len=3)
+    exact = ver.acceptance(target, draft, vocab_size=4, num_drafts=2, block_len=3)
     assert exact == pytest.approx(static_tree_bound(target, draft, (2, 2, 2)).value, abs=1e-12)
     drafts = ver.draw_drafts(draft, 200_000, 2, 3, rng=0)
     assert drafts.shape == (200_000, 8, 3) and ver.num_rows(2, 3) == 8

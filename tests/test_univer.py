@@ -31,12 +31,12 @@ def test_root_example_by_hand():
     token 2. For c = 2: P(2) = 1, P(0) = 0."""
     tg, dr = context_free_model([0.3, 0.4, 0.3]), context_free_model([0.6, 0.3, 0.1])
     p = np.array([0.3, 0.4, 0.3])
-    law = U.output_law(tg, dr, np.array([[0], [1]]))
+    law = U.conditional_law(tg, dr, np.array([[0], [1]]))
     want = {**{(0, y): 0.4 * p[y] for y in range(3)}, **{(1, y): 8 / 15 * p[y] for y in range(3)}, (2,): 1 / 15}
     assert law.keys() == want.keys() and all(abs(law[s] - want[s]) < 1e-15 for s in want)
-    law = U.output_law(tg, dr, np.array([[0], [2]]))
+    law = U.conditional_law(tg, dr, np.array([[0], [2]]))
     assert law.keys() == {(2, y) for y in range(3)} and all(abs(law[(2, y)] - p[y]) < 1e-15 for y in range(3))
-    assert U.expected_accepted(tg, dr, vocab_size=3, num_drafts=2, block_len=1) == pytest.approx(
+    assert U.acceptance(tg, dr, vocab_size=3, num_drafts=2, block_len=1) == pytest.approx(
         0.75 * (0.4 + 8 / 15) + 0.25, abs=1e-15
     )
 
@@ -46,11 +46,11 @@ def test_one_sampled_child_is_block_verification(seed):
     tg, dr = random_pair(3, seed)
     block = BLOCK_VERIFIERS["block"]
     for drafts in U.draw_drafts(dr, 4, 1, 3, np.random.default_rng(seed)):
-        a, b = block.output_law(tg, dr, drafts), U.output_law(tg, dr, drafts)
+        a, b = block.conditional_law(tg, dr, drafts), U.conditional_law(tg, dr, drafts)
         assert a.keys() == b.keys() and all(abs(a[s] - b[s]) < 1e-14 for s in a)
     for length in (1, 2, 3):
-        assert U.expected_accepted(tg, dr, vocab_size=3, num_drafts=1, block_len=length) == pytest.approx(
-            block.expected_accepted(tg, dr, vocab_size=3, num_drafts=1, block_len=length), abs=1e-13
+        assert U.acceptance(tg, dr, vocab_size=3, num_drafts=1, block_len=length) == pytest.approx(
+            block.acceptance(tg, dr, vocab_size=3, num_drafts=1, block_len=length), abs=1e-13
         )
 
 
@@ -74,7 +74,7 @@ def instances():
 def test_exactly_lossless_and_below_its_causal_bound(inst):
     tg, dr, v, m, length = inst
     assert U.lossless_error(tg, dr, vocab_size=v, num_drafts=m, block_len=length) < 1e-12
-    value = U.expected_accepted(tg, dr, vocab_size=v, num_drafts=m, block_len=length)
+    value = U.acceptance(tg, dr, vocab_size=v, num_drafts=m, block_len=length)
     bounds = U.own_law_bounds(tg, dr, vocab_size=v, num_drafts=m, block_len=length)
     assert value <= bounds.causal + 1e-9 and bounds.causal <= bounds.joint + 1e-9
 
@@ -91,7 +91,7 @@ def test_single_level_reaches_the_optimum_of_its_draft_law(seed, m):
     r /= r.sum()
     rest = np.setdiff1d(np.arange(5), det)
     closed = p[det].sum() + np.minimum(p[rest], r[rest]).sum()
-    value = U.expected_accepted(tg, dr, vocab_size=5, num_drafts=m, block_len=1)
+    value = U.acceptance(tg, dr, vocab_size=5, num_drafts=m, block_len=1)
     bounds = U.own_law_bounds(tg, dr, vocab_size=5, num_drafts=m, block_len=1)
     assert value == pytest.approx(closed, abs=1e-13)
     assert abs(bounds.causal - value) < 1e-9 and abs(bounds.joint - value) < 1e-9
@@ -100,14 +100,14 @@ def test_single_level_reaches_the_optimum_of_its_draft_law(seed, m):
 def test_a_tree_of_every_token_accepts_every_level():
     """m = V: every node has every token as a child, so τ = L with probability 1."""
     tg, dr = random_pair(3, 4)
-    assert U.expected_accepted(tg, dr, vocab_size=3, num_drafts=3, block_len=2) == pytest.approx(2.0, abs=1e-12)
+    assert U.acceptance(tg, dr, vocab_size=3, num_drafts=3, block_len=2) == pytest.approx(2.0, abs=1e-12)
 
 
 def test_strictly_below_its_causal_bound_at_two_levels():
     """Finding: UniVer's optimality is within its conditional framework; over all lossless verifiers
     of the same tree law the causal LP is higher (V = 3, m = 2, L = 2, Dirichlet seed 2)."""
     tg, dr = random_pair(3, 2)
-    value = U.expected_accepted(tg, dr, vocab_size=3, num_drafts=2, block_len=2)
+    value = U.acceptance(tg, dr, vocab_size=3, num_drafts=2, block_len=2)
     bounds = U.own_law_bounds(tg, dr, vocab_size=3, num_drafts=2, block_len=2)
     assert value == pytest.approx(1.707476030823, abs=1e-9)
     assert bounds.causal - value > 0.03
@@ -148,12 +148,12 @@ def test_bad_trees_are_named():
     tg, dr = random_pair(3, 1)
     top = int(np.argmax(dr(())))
     with pytest.raises(InvalidInputError, match="m\\^L paths"):
-        U.output_law(tg, dr, np.array([[0, 1], [1, 1], [2, 0]]))
+        U.conditional_law(tg, dr, np.array([[0, 1], [1, 1], [2, 0]]))
     other = [t for t in range(3) if t != top]
     with pytest.raises(InvalidInputError, match="not a UniVer tree at prefix \\[\\]"):
-        U.output_law(tg, dr, np.array([[other[0]], [other[1]]]))  # the top-1 draft token is missing
+        U.conditional_law(tg, dr, np.array([[other[0]], [other[1]]]))  # the top-1 draft token is missing
     with pytest.raises(InvalidInputError, match="not a UniVer tree"):
-        U.output_law(tg, dr, np.array([[top], [top]]))  # the sample repeats a deterministic child
+        U.conditional_law(tg, dr, np.array([[top], [top]]))  # the sample repeats a deterministic child
     narrow = tabulated_model({(): [0.0, 1.0, 0.0]}, 3, default=[0.3, 0.3, 0.4])
     with pytest.raises(InvalidInputError, match="at least 2 draft tokens"):
-        U.expected_accepted(tg, narrow, vocab_size=3, num_drafts=2, block_len=1)
+        U.acceptance(tg, narrow, vocab_size=3, num_drafts=2, block_len=1)

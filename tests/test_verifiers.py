@@ -22,7 +22,7 @@ import itertools
 import numpy as np
 import pytest
 import scipy.stats
-from stat_power import chi2_power
+from conftest import chi2_pvalue
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
 from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, kseq_rho, run
@@ -91,22 +91,6 @@ def _mass_on_drafts(laws, tuples):
     mask = np.zeros(laws.shape, dtype=bool)
     mask[np.arange(len(tuples))[:, None], tuples] = True
     return np.where(mask, laws, 0.0).sum(axis=1)
-
-
-def chi2_pvalue(tokens, p):
-    """Pearson goodness of fit of the token counts against p; asserts nothing outside supp p."""
-    counts = np.bincount(tokens, minlength=p.size)
-    assert counts[p == 0].sum() == 0, f"emitted tokens with p = 0: {np.flatnonzero(counts * (p == 0))}"
-    expected = p * tokens.size
-    big = expected >= 5
-    obs = np.append(counts[big], counts[~big & (p > 0)].sum())
-    exp = np.append(expected[big], expected[~big & (p > 0)].sum())
-    keep = exp > 0
-    if keep.sum() < 2:
-        return 1.0
-    power = chi2_power(int(keep.sum()) - 1, tokens.size, 0.01, ALPHA)
-    assert power >= 0.995, f"{int(keep.sum())} bins, {tokens.size} draws: power {power:.3f} against a 1% distortion"
-    return float(scipy.stats.chisquare(obs[keep], exp[keep]).pvalue)
 
 
 def confirmed(check, seed):
@@ -325,7 +309,7 @@ def test_rrs_exact_recursion_matches_independent_formula():
 
 
 def test_rrs_wor_worked_example():
-    """theory.md: p = [.3,.4,.3], q = [.6,.3,.1]; reject a → p' = [0,1/3,2/3], q' = [0,3/4,1/4];
+    """docs/theory/token-verifiers.md: p = [.3,.4,.3], q = [.6,.3,.1]; reject a → p' = [0,1/3,2/3], q' = [0,3/4,1/4];
     accept b w.p. 4/9. Given drafts (a, b): law = ½δ_a + ½(4/9 δ_b + 5/9 δ_c)."""
     p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
     law = VERIFIERS["rrs_wor"].conditional_law(p, q, [0, 1])
@@ -343,8 +327,8 @@ def test_rrs_wor_worked_example():
 
 
 def test_kseq_acceptance_is_one_minus_one_minus_beta_pow_k():
-    """Claim of theory.md §3 (derived): at ρ*, α_KSEQ = 1 − (1 − β(ρ*))^K exactly (residual draws never
-    coincide with a rejected draft). The acceptance here is the exact value including coincidences."""
+    """Claim of docs/theory/token-verifiers.md (derived): at ρ*, α_KSEQ = 1 − (1 − β(ρ*))^K exactly (residual
+    draws never coincide with a rejected draft). The acceptance here is the exact value including coincidences."""
     r = np.random.default_rng(4)
     for i in range(200):
         v = int(r.integers(2, 50))
@@ -384,7 +368,7 @@ def test_greedy_reaches_alpha_star_greedy():
 
 
 def test_spechub_reaches_alpha_star_greedy():
-    """Derived claim (theory.md §3): SpecHub attains α*_greedy at K = 2 — its acceptance, computed
+    """Derived claim (docs/theory/token-verifiers.md): SpecHub attains α*_greedy at K = 2 — its acceptance, computed
     by enumeration of its exact conditional laws, equals the greedy-law optimum."""
     r = np.random.default_rng(6)
     for i in range(100):

@@ -31,11 +31,12 @@ def test_registry():
         "nss_deterministic",
         "ot_wor_top",
         "ot_wor_iid",
+        "ot_wor",
     }
     assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
     laws = {k: v.sampling for k, v in VERIFIERS.items()}
-    assert laws["rrs_wor"] == laws["ot_wor_top"] == laws["ot_wor_iid"] == "without_replacement"
+    assert laws["rrs_wor"] == laws["ot_wor_top"] == laws["ot_wor_iid"] == laws["ot_wor"] == "without_replacement"
     assert laws["greedy"] == laws["spechub"] == "greedy"
     assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot")} == {"with_replacement"}
     assert VERIFIERS["spechub"].max_drafts == VERIFIERS["khisti_lp"].max_drafts == 2

@@ -1,4 +1,4 @@
-"""The block layer (theory.md §4): block models, the block bounds U_per-level ≥ U_joint ≥ U_causal
+"""The block layer (docs/theory/block-bounds.md): block models, the block bounds U_per-level ≥ U_joint ≥ U_causal
 and the block verifiers.
 
 * :mod:`otbound.block.models` — explicit autoregressive models (prefix → next-token law).

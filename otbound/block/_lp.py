@@ -24,7 +24,7 @@ causal bound the draft whose prefix is accepted, for the joint bound the draft r
    * joint OT:  ``M(w) = min(p(w), R(w))`` (for K = 1 the per-level value Σ min(p, q));
    * causal:    ``M(w) = min(R(w), p(w_last | parent) · M(parent))``, ``M(∅) = 1`` — exactly block
      verification's value (Sun et al. 2403.10444) for a single draft of law ``r``; the losslessness
-     flow of theory.md §4 holds with ``S(w) = M(w)`` and correction mass
+     flow of docs/theory/block-bounds.md holds with ``S(w) = M(w)`` and correction mass
      ``R(u·y) = p(y|u) M(u) − M(u·y) ≥ 0``.
 
    As an LP: maximise ``Σ t_w`` with ``t_w ≤ R(w)`` and ``t_w ≤ p(w)`` (joint) or
@@ -203,7 +203,7 @@ def solve_static_tree_lp(target, paths) -> float:
     ``r`` on the leaves is allowed) and runs block verification on its path; with
     ``R(w) = Σ_{ℓ under w} r(ℓ)`` the probability ``t_w`` that node ``w`` is accepted satisfies
     ``t_w ≤ R(w)`` and ``t_w ≤ p(w_last | parent) t_parent`` (``t_∅ = 1``), the causal form of
-    theory.md §4 for one selected block. Maximise ``Σ_w t_w`` over ``t ≥ 0`` and ``r ≥ 0``,
+    docs/theory/block-bounds.md for one selected block. Maximise ``Σ_w t_w`` over ``t ≥ 0`` and ``r ≥ 0``,
     ``Σ r = 1``. Nothing here uses the coverage formula Σ p(w). HiGHS tolerance 1e-10.
     """
     paths = [tuple(int(t) for t in row) for row in np.asarray(paths)]

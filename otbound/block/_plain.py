@@ -1,6 +1,6 @@
 """Reference formulations of the block bounds over explicit draft tuples (implementation).
 
-These are the textbook forms of theory.md §4, kept as independent checks of :mod:`otbound.block._lp`
+These are the textbook forms of docs/theory/block-bounds.md, kept as independent checks of :mod:`otbound.block._lp`
 and as the baseline of ``experiments/bench_causal.py``:
 
 * :func:`causal_lp_plain` — the causal LP with plan ``π(x̄, y_{1:n}, n)`` over every draft tuple
@@ -53,7 +53,7 @@ def draft_tuples(tree: BlockTree, num_drafts: int, exchangeable: bool):
 
 
 def causal_lp_plain(tree: BlockTree, num_drafts: int, *, exchangeable: bool = False) -> float:
-    """U_causal by the LP of theory.md §4 over explicit draft tuples (reference / baseline)."""
+    """U_causal by the LP of docs/theory/block-bounds.md over explicit draft tuples (reference / baseline)."""
     return causal_lp_tuples(tree, *draft_tuples(tree, num_drafts, exchangeable))
 
 

@@ -1,4 +1,6 @@
-"""Block-level upper bounds on E[τ] for K i.i.d. draft blocks of L tokens (theory.md §4).
+"""Block-level upper bounds on E[τ] for K i.i.d. draft blocks of L tokens.
+
+Definitions, the hierarchy and the LP reduction: ``docs/theory/block-bounds.md``.
 
 ``E[τ]`` counts accepted draft tokens (bonus/correction excluded; block efficiency is ``E[τ] + 1``).
 Three bounds, from loose to exact, ``U_causal ≤ U_joint ≤ U_per-level``:
@@ -8,15 +10,15 @@ Three bounds, from loose to exact, ``U_causal ≤ U_joint ≤ U_per-level``:
   applied to the joint prefix laws flattened over ``V^ℓ``.
 * ``"joint"`` — ``max_π E_π[max_k LCP(X^(k), Y_{1:L})]`` over couplings of the K draft blocks with
   a target block (the block OT problem of SpecTr-GBV, 2604.25925).
-* ``"causal"`` — the best ``E[τ]`` of any single-iteration lossless verifier: the LP of theory.md
-  §4. For ``K = 1`` it equals block verification (Sun et al. 2403.10444).
+* ``"causal"`` — the best ``E[τ]`` of any single-iteration lossless verifier: the causal LP.
+  For ``K = 1`` it equals block verification (Sun et al. 2403.10444).
 
 Methods: joint and causal are solved exactly by one sparse LP over the draft trie
 (``method="lp"``, the default; derivation in :mod:`otbound.block._lp`: the K drafts enter only
 through the law of the selected block, built by pairwise splits, so the size is
 ``(K − 1)·V^{2L}`` instead of ``V^{LK}`` draft tuples). Independent references:
 ``method="emd"`` (joint; network simplex between multisets of blocks and target blocks),
-``method="plain"`` / ``"plain_exchangeable"`` (causal; theory.md's LP over ordered tuples /
+``method="plain"`` / ``"plain_exchangeable"`` (causal; the causal LP written over ordered tuples /
 multisets). Tolerances: LP values are HiGHS optima at feasibility tolerance ``1e-10`` (agreement
 between methods ~``1e-9``); per-level values are exact up to float64 summation.
 
@@ -31,7 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block._lp import solve_selection_lp
+from otbound.block._plain import causal_lp_plain, joint_ot_emd
 from otbound.block._tree import build_tree
+from otbound.block._truncate import truncated_tree
 from otbound.block.models import as_block_model
 from otbound.token.bounds import optimal_acceptance
 
@@ -111,6 +116,14 @@ class BlockBound:
     certificate (on request, ``return_certificate=True``; None for ``method="plain"``):
     :class:`PerLevelCertificate` (per_level), :class:`SelectionCertificate` (joint / causal,
     ``method="lp"``) or :class:`JointPlanCertificate` (joint, ``method="emd"``).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> target, draft = ob.context_free_model([1/3, 2/3]), ob.context_free_model([2/3, 1/3])
+    >>> bound = ob.block_bound(target, draft, vocab_size=2, num_drafts=1, block_len=2, kind="per_level")
+    >>> round(bound.value, 6), bound.levels, bound.method
+    (1.333333, array([0.66666667, 0.66666667]), 'prefix')
     """
 
     value: float
@@ -154,10 +167,10 @@ def block_bound(
 ) -> BlockBound:
     """The block bound ``kind`` on ``E[τ]`` for K i.i.d. draft blocks of ``block_len`` tokens.
 
-    ``U_causal ≤ U_joint ≤ U_per-level`` (module docstring: per-level Σ_ℓ α*(p_{1:ℓ}, q_{1:ℓ}^{⊗K});
-    joint = the block OT problem of SpecTr-GBV 2604.25925; causal = the best single-iteration
-    lossless verifier, theory.md §4, equal to block verification of Sun et al. 2403.10444 at K = 1).
-    Exact float64 on the full ``V^L`` draft tree.
+    ``U_causal ≤ U_joint ≤ U_per-level``: per-level ``Σ_ℓ α*(p_{1:ℓ}, q_{1:ℓ}^{⊗K})``; joint, the
+    block transport problem of SpecTr-GBV (2604.25925), ``max_π E_π[max_k LCP(X^(k), Y)]``; causal,
+    the best single-iteration lossless verifier, equal to block verification (Sun et al.
+    2403.10444) at K = 1. Exact float64 on the full ``V^L`` draft tree.
 
     Parameters
     ----------
@@ -182,6 +195,33 @@ def block_bound(
     BlockBound
         ``value`` (the bound on E[τ], bonus excluded), per-level ``levels``, ``method`` and the
         optional ``certificate``.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        On an unknown ``kind`` or ``method``, a non-positive ``vocab_size``, ``num_drafts`` or
+        ``block_len``, a model that returns no law over ``vocab_size`` tokens, or a problem larger
+        than ``MAX_TREE_CELLS`` / ``MAX_SPLIT_VARIABLES`` (the message names the setting).
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444. Sun et
+    al., "SpecTr: fast speculative decoding via optimal transport", arXiv 2310.15141. Derivations:
+    ``docs/theory/block-bounds.md``.
+
+    Examples
+    --------
+    Sun et al.'s toy (binary vocabulary, L = 2, K = 1): 12/9 ≥ 12/9 ≥ 11/9, block verification's 11/9.
+
+    >>> import otbound as ob
+    >>> target, draft = ob.context_free_model([1/3, 2/3]), ob.context_free_model([2/3, 1/3])
+    >>> [round(9 * ob.block_bound(target, draft, vocab_size=2, num_drafts=1, block_len=2, kind=kind).value, 9)
+    ...  for kind in ("per_level", "joint", "causal")]
+    [12.0, 12.0, 11.0]
+    >>> two = ob.block_bound(target, draft, vocab_size=2, num_drafts=2, block_len=2, kind="causal",
+    ...                      return_certificate=True)
+    >>> round(two.value, 6), type(two.certificate).__name__, two.certificate.selected_law.shape
+    (1.617284, 'SelectionCertificate', (2, 2))
     """
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method)
     # only the plain LPs read the bonus laws
@@ -193,7 +233,20 @@ def bound_on_tree(
     tree, k: int, kind: str, *, method: str, return_certificate: bool = False, selectable=None
 ) -> BlockBound:
     """The bound on a built trie; ``selectable`` (mask over nodes): the lower side of a truncation
-    bracket, where no other node may be accepted."""
+    bracket, where no other node may be accepted.
+
+    The engine of :func:`block_bound` and :func:`block_bound_bracket` (same ``kind``, ``method`` and
+    certificate), for callers that build the trie themselves (real-model draft trees).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> from otbound.block._tree import build_tree
+    >>> from otbound.block.bounds import bound_on_tree
+    >>> tree = build_tree(ob.context_free_model([1/3, 2/3]), ob.context_free_model([2/3, 1/3]), 2, with_bonus=False)
+    >>> round(9 * bound_on_tree(tree, 1, "causal", method="lp").value, 9)
+    11.0
+    """
     v, length = tree.vocab_size, tree.block_len
     cert = None
     levels = None
@@ -219,7 +272,6 @@ def bound_on_tree(
         if return_certificate:
             cert = PerLevelCertificate(binding_sets=sets)
     elif method == "lp":
-        from otbound.block._lp import solve_selection_lp
 
         sol = solve_selection_lp(tree, k, kind, selectable)
         value = sol.value
@@ -231,7 +283,6 @@ def bound_on_tree(
                 keep=list(sol.keep),
             )
     elif method == "emd":
-        from otbound.block._plain import joint_ot_emd
 
         if return_certificate:
             value, tuples, plan = joint_ot_emd(tree, k, return_plan=True)
@@ -239,7 +290,6 @@ def bound_on_tree(
         else:
             value = joint_ot_emd(tree, k)
     else:
-        from otbound.block._plain import causal_lp_plain
 
         value = causal_lp_plain(tree, k, exchangeable=method == "plain_exchangeable")
     return BlockBound(
@@ -261,6 +311,14 @@ class BlockBracket:
     truncated_target_mass / truncated_draft_mass: probability that a target / draft block leaves
     the kept tree (hits an "other" cell) within ``block_len`` tokens. nodes_evaluated: prefixes at
     which each model was called.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> target, draft = ob.dirichlet_model(6, seed=1), ob.dirichlet_model(6, seed=2)
+    >>> b = ob.block_bound_bracket(target, draft, vocab_size=6, num_drafts=2, block_len=2, kind="causal", top_m=3)
+    >>> round(b.lower, 4), round(b.upper, 4), round(b.truncated_target_mass, 4)
+    (1.2122, 1.7179, 0.3582)
     """
 
     lower: float
@@ -296,7 +354,8 @@ def block_bound_bracket(
       such plan lifts back to the original models (the ⊥ token is resampled from the target's law
       inside the cell), so its value is attained.
 
-    Only kept prefixes are evaluated: ``Σ_{d<L} m^d`` model calls per model.
+    Only kept prefixes are evaluated: ``Σ_{d<L} m^d`` model calls per model, so the vocabulary may
+    be a real LM's.
 
     Parameters
     ----------
@@ -310,8 +369,22 @@ def block_bound_bracket(
     BlockBracket
         ``lower ≤ U_kind ≤ upper`` and the probability that a target / draft block leaves the kept
         tree.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        As :func:`block_bound`, and if ``top_m`` is not a positive integer.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> target, draft = ob.dirichlet_model(6, seed=1), ob.dirichlet_model(6, seed=2)
+    >>> exact = ob.block_bound(target, draft, vocab_size=6, num_drafts=2, block_len=2, kind="causal").value
+    >>> bracket = ob.block_bound_bracket(target, draft, vocab_size=6, num_drafts=2, block_len=2,
+    ...                                  kind="causal", top_m=3)
+    >>> bool(bracket.lower <= exact <= bracket.upper), round(exact, 4), bracket.nodes_evaluated
+    (True, 1.5922, 4)
     """
-    from otbound.block._truncate import truncated_tree
 
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, None)
     trunc = truncated_tree(target, draft, length, check_positive_int(top_m, "top_m"))

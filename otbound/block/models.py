@@ -1,4 +1,6 @@
-"""Small explicit autoregressive models for block-level bounds and verifiers (theory.md §4).
+"""Small explicit autoregressive models for block-level bounds and verifiers.
+
+The block setting and the bounds these models feed are in ``docs/theory/block-bounds.md``.
 
 A *block model* maps a prefix (a tuple of token ids, any length) to the next-token law over
 ``V = vocab_size`` tokens. Block bounds and block verifiers read the target and the draft through
@@ -47,9 +49,39 @@ def _as_prefix(prefix, vocab_size: int) -> tuple:
 class BlockModel:
     """An autoregressive model ``prefix ↦ law over V tokens``, checked and cached per prefix.
 
-    ``fn(prefix: tuple[int, ...]) -> array (V,)``. Calling the model returns a read-only float64
-    array; the cache makes repeated prefixes free (the bounds and verifiers query each prefix of a
-    draft tree many times).
+    Calling the model with a prefix returns its next-token law as a read-only float64 array; the
+    cache makes repeated prefixes free (the bounds and verifiers query each prefix of a draft tree
+    many times).
+
+    Parameters
+    ----------
+    vocab_size : int
+        V ≥ 1.
+    fn : callable
+        ``fn(prefix: tuple[int, ...]) -> array_like (V,)``, the next-token law after ``prefix``;
+        each law returned is checked (finite, non-negative, sums to 1 within ``LAW_ATOL = 1e-6``)
+        and renormalised.
+    name : str
+        Used in error messages.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``vocab_size`` is not a positive integer or ``fn`` is not callable; when called, if the
+        prefix holds a token outside ``0..V-1`` or ``fn`` returns something that is not a law over
+        V tokens.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import BlockModel
+    >>> model = BlockModel(2, lambda prefix: np.array([0.5, 0.5]) if len(prefix) < 2 else np.array([1.0, 0.0]))
+    >>> model(()), model((0, 1))
+    (array([0.5, 0.5]), array([1., 0.]))
+    >>> BlockModel(2, lambda prefix: [0.5, 0.6])(())
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: model[] does not sum to 1 (row () sums to 1.1; tolerance 1e-06)
     """
 
     vocab_size: int
@@ -78,7 +110,36 @@ class BlockModel:
 
 
 def as_block_model(model, vocab_size: int, name: str = "model") -> BlockModel:
-    """``model`` itself if it is a :class:`BlockModel` of this vocabulary, else a checked wrapper."""
+    """``model`` itself if it is a :class:`BlockModel` of this vocabulary, else a checked wrapper.
+
+    Parameters
+    ----------
+    model : BlockModel or callable
+        A block model, or a callable ``prefix -> law`` to wrap.
+    vocab_size : int
+        The vocabulary the caller expects.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    BlockModel
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``model`` is a block model over another vocabulary, or neither a block model nor callable.
+
+    Examples
+    --------
+    >>> from otbound.block import as_block_model, context_free_model
+    >>> as_block_model(lambda prefix: [0.5, 0.5], 2)(())
+    array([0.5, 0.5])
+    >>> as_block_model(context_free_model([0.5, 0.5]), 3)
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: model has vocab_size 2, expected 3
+    """
     vocab_size = check_positive_int(vocab_size, "vocab_size")
     if isinstance(model, BlockModel):
         if model.vocab_size != vocab_size:
@@ -101,7 +162,38 @@ def dirichlet_model(
 ) -> BlockModel:
     """A random model with an independent ``Dirichlet(concentration·1_V)`` law at every prefix.
 
-    Small ``concentration`` (≪ 1) gives near-deterministic laws, large gives near-uniform ones.
+    The law at a prefix is a pure function of ``(seed, prefix)``: the model is defined on contexts of
+    any length and does not depend on the order in which prefixes are queried. Small
+    ``concentration`` (≪ 1) gives near-deterministic laws, large gives near-uniform ones.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    concentration : float
+        The Dirichlet parameter α > 0 (the same for every token).
+    seed : int
+        Seed of the per-prefix random streams.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    BlockModel
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``vocab_size`` is not a positive integer or ``concentration`` is not a positive number.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> model = ob.dirichlet_model(3, seed=0)
+    >>> model((0,)).round(3)
+    array([0.08 , 0.119, 0.8  ])
+    >>> bool((ob.dirichlet_model(3, seed=0)((0,)) == model((0,))).all())   # reproducible per prefix
+    True
     """
     v = check_positive_int(vocab_size, "vocab_size")
     if not np.isfinite(concentration) or concentration <= 0:
@@ -116,7 +208,35 @@ def dirichlet_model(
 
 
 def zipf_model(vocab_size: int, *, exponent: float = 1.0, seed: int = 0, name: str = "zipf") -> BlockModel:
-    """Zipf-shaped laws ``∝ rank^{−exponent}`` with a random token permutation at every prefix."""
+    """Zipf-shaped laws ``∝ rank^{−exponent}`` with a random token permutation at every prefix.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    exponent : float
+        s ≥ 0 (0: uniform).
+    seed : int
+        Seed of the per-prefix permutations (a pure function of ``(seed, prefix)``).
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    BlockModel
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``vocab_size`` is not a positive integer or ``exponent`` is negative or not finite.
+
+    Examples
+    --------
+    >>> import numpy as np, otbound as ob
+    >>> model = ob.zipf_model(4, exponent=1.0, seed=0)
+    >>> np.sort(model(()))[::-1].round(2)                  # 1 : 1/2 : 1/3 : 1/4, normalised
+    array([0.48, 0.24, 0.16, 0.12])
+    """
     v = check_positive_int(vocab_size, "vocab_size")
     if not np.isfinite(exponent) or exponent < 0:
         raise InvalidInputError(f"exponent must be a non-negative number, got {exponent!r}")
@@ -132,7 +252,30 @@ def zipf_model(vocab_size: int, *, exponent: float = 1.0, seed: int = 0, name: s
 
 
 def context_free_model(law, *, name: str = "context-free") -> BlockModel:
-    """The same next-token law at every prefix."""
+    """The same next-token law at every prefix (e.g. the toy of Sun et al. 2403.10444).
+
+    Parameters
+    ----------
+    law : array_like, shape (V,)
+        A law (checked and renormalised).
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    BlockModel
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``law`` is not a law.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> ob.context_free_model([0.25, 0.75])((1, 0))
+    array([0.25, 0.75])
+    """
     law = as_law(law, "law", ndim=1)
     return BlockModel(law.size, lambda prefix: law, name)
 
@@ -140,8 +283,38 @@ def context_free_model(law, *, name: str = "context-free") -> BlockModel:
 def tabulated_model(table: Mapping, vocab_size: int, *, default=None, name: str = "tabulated") -> BlockModel:
     """Explicit laws ``table[prefix]``; prefixes not in the table use ``default``.
 
-    ``default``: None (a missing prefix is an error naming it), a law (used everywhere else), or a
-    callable ``prefix -> law``.
+    Parameters
+    ----------
+    table : mapping
+        ``prefix (sequence of ints) -> law (V,)``.
+    vocab_size : int
+        V.
+    default : None, array_like or callable
+        None (a missing prefix is an error naming it), a law (used at every other prefix), or a
+        callable ``prefix -> law``.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    BlockModel
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If a key holds a token outside the vocabulary or a value is not a law; when called, at a
+        prefix missing from the table without a default.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> model = ob.tabulated_model({(): [0.5, 0.5], (0,): [1, 0]}, 2, default=[0.2, 0.8])
+    >>> model((0,)), model((1,))
+    (array([1., 0.]), array([0.2, 0.8]))
+    >>> ob.tabulated_model({(): [0.5, 0.5]}, 2)((1,))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: tabulated has no law for prefix [1] and no default
     """
     v = check_positive_int(vocab_size, "vocab_size")
     laws = {_as_prefix(k, v): as_law(val, f"table[{k}]", ndim=1) for k, val in table.items()}
@@ -159,7 +332,33 @@ def tabulated_model(table: Mapping, vocab_size: int, *, default=None, name: str 
 
 
 def mixture_model(a, b, weight: float, *, name: str = "mixture") -> BlockModel:
-    """``(1 − weight)·a(prefix) + weight·b(prefix)``: e.g. a draft at distance ``weight`` from a target."""
+    """``(1 − weight)·a(prefix) + weight·b(prefix)``: e.g. a draft at distance ``weight`` from a target.
+
+    Parameters
+    ----------
+    a, b : BlockModel
+        Two models over the same vocabulary.
+    weight : float
+        w ∈ [0, 1], the weight of ``b``.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    BlockModel
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``weight`` lies outside [0, 1] or ``a``, ``b`` are not block models over one vocabulary.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> a, b = ob.context_free_model([0.25, 0.75]), ob.context_free_model([1.0, 0.0])
+    >>> ob.mixture_model(a, b, 0.5)(())
+    array([0.625, 0.375])
+    """
     if not 0.0 <= float(weight) <= 1.0:
         raise InvalidInputError(f"weight must lie in [0, 1], got {weight!r}")
     if not isinstance(a, BlockModel) or not isinstance(b, BlockModel) or a.vocab_size != b.vocab_size:
@@ -169,7 +368,31 @@ def mixture_model(a, b, weight: float, *, name: str = "mixture") -> BlockModel:
 
 
 def shifted_model(model: BlockModel, context) -> BlockModel:
-    """The model continuing after ``context``: ``prefix ↦ model(context + prefix)``."""
+    """The model continuing after ``context``: ``prefix ↦ model(context + prefix)``.
+
+    Parameters
+    ----------
+    model : BlockModel
+    context : sequence of int
+        Token ids already generated.
+
+    Returns
+    -------
+    BlockModel
+        ``model`` itself for an empty context.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``context`` holds a token outside the vocabulary.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> model = ob.tabulated_model({(): [0.5, 0.5], (0,): [1, 0]}, 2, default=[0.2, 0.8])
+    >>> ob.shifted_model(model, (0,))(())
+    array([1., 0.])
+    """
     ctx = _as_prefix(context, model.vocab_size)
     if not ctx:
         return model
@@ -177,7 +400,33 @@ def shifted_model(model: BlockModel, context) -> BlockModel:
 
 
 def prefix_law(model: BlockModel, length: int, context=()) -> np.ndarray:
-    """Joint law of the next ``length`` tokens after ``context``, shape ``(V,)*length`` (V^length memory)."""
+    """Joint law of the next ``length`` tokens after ``context``: ``P(x_{1:ℓ}) = Π_t model(x_{<t})[x_t]``.
+
+    Parameters
+    ----------
+    model : BlockModel
+    length : int
+        ℓ ≥ 0 (the array holds V^ℓ entries).
+    context : sequence of int
+        Tokens before the block.
+
+    Returns
+    -------
+    numpy.ndarray, shape (V,)*length
+        Float64, sums to 1.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``context`` holds a token outside the vocabulary.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> ob.prefix_law(ob.context_free_model([0.25, 0.75]), 2)
+    array([[0.0625, 0.1875],
+           [0.1875, 0.5625]])
+    """
     v = model.vocab_size
     ctx = _as_prefix(context, v)
     joint = np.ones(())
@@ -188,7 +437,29 @@ def prefix_law(model: BlockModel, length: int, context=()) -> np.ndarray:
 
 
 def sequence_probability(model: BlockModel, sequence, context=()) -> float:
-    """``Π_t model(context + sequence_{<t})[sequence_t]``."""
+    """Probability of ``sequence`` after ``context``: ``Π_t model(context + sequence_{<t})[sequence_t]``.
+
+    Parameters
+    ----------
+    model : BlockModel
+    sequence, context : sequence of int
+        Token ids.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If a token lies outside the vocabulary.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> ob.sequence_probability(ob.context_free_model([0.25, 0.75]), [1, 1])
+    0.5625
+    """
     seq = _as_prefix(sequence, model.vocab_size)
     ctx = _as_prefix(context, model.vocab_size)
     prob = 1.0
@@ -198,10 +469,40 @@ def sequence_probability(model: BlockModel, sequence, context=()) -> float:
 
 
 def sample_blocks(model: BlockModel, num: int, block_len: int, rng=None, context=()) -> np.ndarray:
-    """``num`` independent blocks of ``block_len`` tokens drawn autoregressively, shape ``(num, L)``.
+    """``num`` independent blocks of ``block_len`` tokens drawn autoregressively from ``model``.
 
     Vectorised by grouping the rows that share a prefix at each depth (one inverse-CDF draw per
-    group), so the cost is the number of distinct prefixes, not ``num``.
+    group), so the model is called once per distinct prefix, not once per row.
+
+    Parameters
+    ----------
+    model : BlockModel
+    num : int
+        Number of blocks.
+    block_len : int
+        L, tokens per block.
+    rng : numpy.random.Generator, int or None
+        Randomness (a seed is accepted).
+    context : sequence of int
+        Tokens before the blocks.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (num, block_len)
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        If ``context`` holds a token outside the vocabulary.
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> ob.sample_blocks(ob.context_free_model([0.25, 0.75]), 4, 3, rng=0)
+    array([[1, 1, 0],
+           [0, 1, 1],
+           [1, 1, 1],
+           [1, 1, 0]])
     """
     rng = np.random.default_rng(rng)
     ctx = _as_prefix(context, model.vocab_size)

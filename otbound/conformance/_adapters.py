@@ -1,9 +1,8 @@
 """Adapters from the package's verifiers to the kit's interfaces (implementation).
 
 * :func:`block_adapter` — a :class:`otbound.block.verifiers.BlockVerifier` is already written as a
-  walk whose decisions go through ``oracle.bernoulli`` / ``oracle.categorical``; the adapter hands it
-  the kit's ``coin`` / ``draw`` and draws the correction token, so exact mode runs the verifier's own
-  algorithm, branch by branch.
+  walk whose decisions go through the kit's ``coin`` / ``draw``; the adapter hands them over and
+  draws the correction token, so exact mode runs the verifier's own algorithm, branch by branch.
 * :func:`token_law_adapter` — the token verifiers are vectorised over rows with a generator, so exact
   mode can only see their exact ``conditional_law``: the adapter emits ``draw(conditional_law)``.
   This checks the package's *laws*; :func:`token_sample_adapter` (batched, for mode="sample")
@@ -15,26 +14,18 @@ from __future__ import annotations
 import numpy as np
 
 
-class _Oracle:
-    __slots__ = ("bernoulli", "categorical")
-
-    def __init__(self, coin, draw):
-        self.bernoulli = coin
-        self.categorical = draw
-
-
 def block_adapter(verifier, *, clip: bool = True):
     """``verify(target, draft, blocks, coin, draw) -> emitted tokens`` running ``verifier.walk``.
 
-    ``clip``: pass ``min(1, max(0, prob))`` to ``coin``, as the package's own oracles do (a sampled
+    ``clip``: pass ``min(1, max(0, prob))`` to ``coin``, as the package's own enumeration and sampling do (a sampled
     ``u < prob`` is the clipped coin). ``clip=False`` hands the raw value to the kit, which refuses a
     probability outside [0, 1] — SpecTr-GBV's recovered sub-block test does leave it.
     """
 
     def verify(target, draft, blocks, coin, draw):
         drafts = tuple(tuple(int(t) for t in row) for row in blocks)
-        bernoulli = (lambda prob: coin(min(1.0, max(0.0, float(prob))))) if clip else coin
-        prefix, law = verifier.walk(verifier.prepare(target, draft, drafts, {}), _Oracle(bernoulli, draw))
+        clipped = (lambda prob: coin(min(1.0, max(0.0, float(prob))))) if clip else coin
+        prefix, law = verifier.walk(verifier.prepare(target, draft, drafts, {}), clipped, draw)
         return list(prefix) + [draw(law)]
 
     verify.__qualname__ = f"block_adapter({verifier.name})"

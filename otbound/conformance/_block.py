@@ -62,7 +62,7 @@ def check_block_verifier(
     The verifier reads the target and the draft models (callables ``prefix tuple -> law (V,)``)
     and ``blocks`` (int array (K, L), each row drawn from the draft model) and returns the emitted
     tokens of one iteration: ``τ`` accepted tokens forming a prefix of some draft block, then one
-    correction / bonus token (``1 ≤ len ≤ L + 1``); ``τ = len − 1``. Lossless (theory.md §4): the
+    correction / bonus token (``1 ≤ len ≤ L + 1``); ``τ = len − 1``. Lossless (docs/theory/block-bounds.md): the
     emitted sequence continued by sampling the target to ``L + 1`` tokens has the target's law over
     ``V^{L+1}``; the lossless error is the max absolute difference of those two laws.
 

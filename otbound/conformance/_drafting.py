@@ -1,12 +1,12 @@
 """User-described drafting schemes for :func:`~otbound.conformance.check_block_verifier` (implementation).
 
 A block verifier is bounded by the law of the draft trees it is run with: U_causal / U_joint
-(theory.md §4) are maxima over couplings of *that* law with the target. K i.i.d. blocks are the
+(docs/theory/block-bounds.md) are maxima over couplings of *that* law with the target. K i.i.d. blocks are the
 kit's default; an engine that drafts otherwise (EAGLE's static top-k tree, a beam, a sampled tree)
 describes its scheme by two functions — its exact law, for exact mode and for the bounds, and a
 draw, for sample mode — and passes ``drafting=DraftingScheme(...)``. The bounds are the causal LP
-and the block OT over the enumerated tuples (:func:`otbound.block._plain.causal_lp_tuples`,
-:func:`~otbound.block._plain.joint_ot_tuples`), the same that bound UniVer by its own tree law.
+and the block OT over the enumerated tuples (:func:`otbound.block.law_bounds.tuple_law_bounds`),
+the LPs that bound UniVer by its own tree law.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class DraftingScheme:
     # -- the protocol check_block_verifier reads (as for a BlockVerifier's own drafting) ------------
     @property
     def sampling(self) -> str:
+        """The scheme's name, read as the draft law's name (``sampling``) in reports."""
         return self.name
 
     def draft_tuple_law(self, draft, num_drafts: int, block_len: int) -> list:
@@ -108,18 +109,11 @@ class DraftingScheme:
         return trees[pick]
 
     def own_law_bounds(self, target, draft, *, vocab_size, num_drafts, block_len):
-        """U_causal and U_joint of this law: the causal LP and the block OT over its trees."""
-        from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
-        from otbound.block._tree import build_tree
-        from otbound.block.verifiers._base import DraftLawBounds
+        """U_causal and U_joint of this law (:func:`otbound.block.law_bounds.tuple_law_bounds`)."""
+        from otbound.block.law_bounds import tuple_law_bounds
 
         law = self.draft_tuple_law(draft, num_drafts, block_len)
-        v = int(vocab_size)
-        tree = build_tree(target, draft, block_len)
-        tuples = np.array([[int(np.ravel_multi_index(r, (v,) * block_len)) for r in rows] for _, rows in law])
-        probs = np.array([p for p, _ in law])
-        joint, _ = joint_ot_tuples(tree, tuples, probs)
-        return DraftLawBounds(causal_lp_tuples(tree, tuples, probs), joint)
+        return tuple_law_bounds(target, draft, law, vocab_size=vocab_size, block_len=block_len)
 
 
 def as_drafting(drafting):

@@ -59,7 +59,7 @@ def check_token_verifier(
 
     A verifier maps a target law ``p``, a draft law ``q`` (float64 arrays (V,)) and a draft tuple
     ``drafts`` (int array (K,), drawn from the draft law ``sampling``) to one emitted token ``Y``.
-    It is lossless iff ``Σ_x̄ Q(x̄) P(Y = · | x̄) = p`` (theory.md §3); its acceptance is
+    It is lossless iff ``Σ_x̄ Q(x̄) P(Y = · | x̄) = p`` (docs/theory/token-verifiers.md); its acceptance is
     ``α = P(Y ∈ x̄)``, at most ``α*`` = :func:`otbound.optimal_acceptance` (p, q, K, sampling) when lossless.
 
     **mode="exact"**: ``verify(p, q, drafts, coin, draw) -> token``, all randomness through

@@ -1,33 +1,19 @@
-"""Exact law of a randomised function by enumerating its choice tree (implementation).
+"""The kit's view of the package's choice-tree enumerator (:mod:`otbound._replay`): its error class
+and :func:`enumerate_outcomes` in checked mode (implementation).
 
-A verifier written against two primitives, ``coin(prob) -> bool`` and ``draw(law) -> int``, is a
-finite tree of decisions. :func:`enumerate_outcomes` re-runs the function with a scripted sequence
-of answers, depth first: the first run answers every decision with its first possible outcome and
-queues the alternatives (``coin``: True then False; ``draw``: the tokens of positive mass in
-increasing order); every later run replays one queued prefix and goes on the same way. Each run is
-one branch, its probability the product of the probabilities of its answers, so the law of the
-returned value is exact up to float64 rounding of those products (~1e-16 relative) — no sampling.
-
-The function must be deterministic given the answers (a replayed prefix must ask the same
-questions); a mismatch, an invalid probability or law, more than ``max_branches`` branches or
-more than :data:`MAX_DECISIONS` decisions in one run (a verifier that never returns) raise
-:class:`ConformanceError` with one clear sentence.
+The enumerator re-runs a function of ``coin(prob) -> bool`` and ``draw(law) -> int`` once per
+branch of its decision tree, depth first, so the law of the returned value is exact up to float64
+rounding (~1e-16 relative) — no sampling. Here every probability, law and replay is checked: the
+function must be deterministic given the answers; a mismatch, an invalid probability or law, more
+than ``max_branches`` branches or more than 2,000 decisions in one run (a verifier that never
+returns) raise :class:`ConformanceError` with one clear sentence.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from otbound import InvalidInputError
-from otbound._validation import LAW_ATOL
-
-#: default cap on the branches enumerated for one call (one draft tuple)
-MAX_BRANCHES = 200_000
-#: cap on the coin / draw decisions of one run (a verifier that never returns keeps asking; every
-#: decision queues its prefix, so an endless run costs quadratic memory until stopped here)
-MAX_DECISIONS = 2_000
-#: a coin probability may leave [0, 1] by this much (float64 round-off of min(1, a/b)) and is clipped
-PROB_SLACK = 1e-9
+from otbound._replay import MAX_BRANCHES
+from otbound._replay import enumerate_outcomes as _enumerate
 
 
 class ConformanceError(InvalidInputError):
@@ -35,123 +21,22 @@ class ConformanceError(InvalidInputError):
     too many branches, an output that is not a token sequence)."""
 
 
-class _Script:
-    """The two primitives for one run: replay ``path``, then first outcomes, queueing the rest."""
-
-    __slots__ = ("path", "asked", "taken", "weight", "pending", "vocab_size")
-
-    def __init__(self, path: tuple, pending: list, vocab_size: int | None):
-        self.path = path
-        self.asked: list = []  # the question at each position, to check replays ask the same
-        self.taken: list = []
-        self.weight = 1.0
-        self.pending = pending
-        self.vocab_size = vocab_size
-
-    def _replayed(self, question):
-        pos = len(self.taken)
-        if pos >= MAX_DECISIONS:
-            raise ConformanceError(
-                f"the verifier asked more than {MAX_DECISIONS} coin/draw decisions in one run without returning "
-                "(an endless loop?)"
-            )
-        if pos >= len(self.path):
-            return None
-        recorded = self.path[pos][1]
-        if not _same_question(recorded, question):
-            raise ConformanceError(
-                f"the verifier is not deterministic given coin/draw outcomes: decision {pos} asked "
-                f"{_describe(question)} on one run and {_describe(recorded)} on another (use only coin and draw "
-                "for randomness)"
-            )
-        return self.path[pos][0]
-
-    def coin(self, prob) -> bool:
-        p = _check_prob(prob)
-        answer = self._replayed(("coin", p))
-        if answer is None:
-            answer = p > 0.0
-            if 0.0 < p < 1.0:
-                self.pending.append(tuple(zip(self.taken, self.asked, strict=True)) + ((False, ("coin", p)),))
-        self.weight *= p if answer else 1.0 - p
-        self.taken.append(answer)
-        self.asked.append(("coin", p))
-        return bool(answer)
-
-    def draw(self, law) -> int:
-        w = _check_law(law, self.vocab_size)
-        answer = self._replayed(("draw", w))
-        if answer is None:
-            support = np.flatnonzero(w > 0)
-            answer = int(support[0])
-            prefix = tuple(zip(self.taken, self.asked, strict=True))
-            self.pending.extend(prefix + ((int(j), ("draw", w)),) for j in support[:0:-1])
-        self.weight *= float(w[answer])
-        self.taken.append(answer)
-        self.asked.append(("draw", w))
-        return int(answer)
-
-
 def enumerate_outcomes(run, *, max_branches: int = MAX_BRANCHES, vocab_size: int | None = None) -> list:
     """Every branch of ``run(coin, draw)`` as ``(probability, value)``, probabilities summing to 1.
 
-    ``vocab_size``: when given, every law passed to ``draw`` must have this length.
-    Branches of probability 0 are never taken (a coin of probability 0 or 1 does not branch).
+    ``vocab_size``: when given, every law passed to ``draw`` must have this length. Branches of
+    probability 0 are never taken (a coin of probability 0 or 1 does not branch). Contract
+    violations raise :class:`ConformanceError`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> def verify(coin, draw):  # one coin, then a token from one of two laws
+    ...     return draw(np.array([0.5, 0.5]) if coin(0.2) else np.array([1.0, 0.0]))
+    >>> law = {}
+    >>> for prob, y in enumerate_outcomes(verify, vocab_size=2):
+    ...     law[y] = law.get(y, 0.0) + prob
+    >>> {y: round(pr, 12) for y, pr in sorted(law.items())}
+    {0: 0.9, 1: 0.1}
     """
-    out, pending = [], [()]
-    while pending:
-        if len(out) >= max_branches:
-            raise ConformanceError(
-                f"the verifier's choice tree has more than {max_branches} branches for one draft tuple; "
-                "use a smaller vocabulary / K / block length, raise max_branches, or use mode='sample'"
-            )
-        script = _Script(pending.pop(), pending, vocab_size)
-        value = run(script.coin, script.draw)
-        if len(script.taken) < len(script.path):
-            raise ConformanceError(
-                "the verifier is not deterministic given coin/draw outcomes: a replayed run asked fewer "
-                "questions than the run it replays"
-            )
-        if script.weight > 0.0:
-            out.append((script.weight, value))
-    return out
-
-
-def _check_prob(prob) -> float:
-    try:
-        p = float(prob)
-    except (TypeError, ValueError):
-        raise ConformanceError(f"coin() needs a probability, got {prob!r}") from None
-    if not np.isfinite(p) or p < -PROB_SLACK or p > 1.0 + PROB_SLACK:
-        raise ConformanceError(f"coin() got probability {p!r}, outside [0, 1]")
-    return min(1.0, max(0.0, p))
-
-
-def _check_law(law, vocab_size) -> np.ndarray:
-    try:
-        w = np.asarray(law, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ConformanceError(f"draw() needs a law (a 1-D array of probabilities), got {type(law).__name__}") from None
-    if w.ndim != 1 or w.size == 0:
-        raise ConformanceError(f"draw() needs a 1-D law, got shape {w.shape}")
-    if vocab_size is not None and w.size != vocab_size:
-        raise ConformanceError(f"draw() got a law over {w.size} tokens, expected vocab_size = {vocab_size}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ConformanceError("draw() got a law with a negative, NaN or infinite entry")
-    s = float(w.sum())
-    if abs(s - 1.0) > LAW_ATOL:
-        raise ConformanceError(f"draw() got a law summing to {s:.9g}, not 1 (tolerance {LAW_ATOL:g})")
-    return w / s
-
-
-def _same_question(a, b) -> bool:
-    if a[0] != b[0]:
-        return False
-    if a[0] == "coin":
-        return a[1] == b[1]
-    return a[1].shape == b[1].shape and np.array_equal(a[1], b[1])
-
-
-def _describe(question) -> str:
-    kind, arg = question
-    return f"coin({arg:.6g})" if kind == "coin" else f"draw(law over {arg.size} tokens)"
+    return _enumerate(run, max_branches=max_branches, vocab_size=vocab_size, checked=True, error=ConformanceError)

@@ -18,6 +18,10 @@ Defective verifiers, short re-implementations of three defects found in public c
 * :func:`block_shared_uniform` — block verification drawing one uniform for the whole backward scan;
 * :func:`block_cumulative_products` — block verification that accepts ``x_{1:i}`` while the product
   of ``i`` uniforms is at most the product of the ratios ``p(x_j|x_<j)/q(x_j|x_<j)``.
+
+The truncation class (verifier and drafter on different sampling settings):
+
+* :func:`rrs_truncated_q` — RRS reading a top-2-truncated q while the drafts come from q.
 """
 
 from __future__ import annotations
@@ -120,3 +124,34 @@ def block_cumulative_products(target, draft, blocks, coin, draw):
         if not coin(passed[i + 1] / passed[i] if passed[i] > 0 else 0.0):
             return list(x[:i]) + [draw(_residual(target(x[:i]), draft(x[:i])))]
     return list(x) + [draw(target(x))]
+
+
+# -- defective: the truncation class ---------------------------------------------------------------
+
+
+def rrs_truncated_q(p, q, drafts, coin, draw):
+    """RRS whose ratios read the draft law after a top-2 truncation while the drafts come from q
+    itself: the verifier and the drafter disagree on the sampling settings.
+
+    The defect class of assisted decoding that took q from the raw logits while drafting under
+    ``top_k = 50`` (there: drafts from the truncated law, q untruncated); here the reverse
+    direction, which the kit's laws express directly: ``q_fed = softmax(top-2 of log q)``. A draft
+    outside the top 2 has ``q_fed = 0`` and ratio ``p/0 = inf`` (torch's ``min(1, p/q)``): it is
+    always accepted, and its tokens are over-emitted. Lossy whenever q has more than 2 tokens:
+    p = (.5, .3, .2), q = (.1, .6, .3), K = 1 gives the output law (.55, .27, .18), and it reports
+    an acceptance Σ min(p, q_fed) = .5 where the true one is .55
+    (``experiments/truncation_mismatch.py`` measures both directions at top-k 50 / top-p 0.9)::
+
+        python -m otbound.conformance otbound.conformance.examples:rrs_truncated_q --level token --num-drafts 1
+    """
+    qf = np.asarray(q, dtype=np.float64)
+    keep = np.argsort(-qf, kind="stable")[:2]
+    fed = np.zeros_like(qf)
+    fed[keep] = qf[keep] / qf[keep].sum()
+    cur = np.asarray(p, dtype=np.float64)
+    for x in drafts:
+        ratio = np.inf if fed[x] == 0 else cur[x] / fed[x]
+        if coin(min(1.0, ratio)):
+            return int(x)
+        cur = _residual(cur, fed)
+    return draw(cur)

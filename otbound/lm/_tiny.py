@@ -21,7 +21,30 @@ def tiny_pair(vocab_size: int = 12, *, noise: float = 0.5, seed: int = 0):
     random weights (``initializer_range`` 0.3, so its laws are far from uniform); the draft is the
     target with its output layer perturbed by ``noise`` × N(0, 0.3²) per weight, so the draft's
     logits are the target's plus noise (a draft that mostly agrees). Acceptance figures from it
-    mean nothing about real models."""
+    mean nothing about real models.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    noise : float
+        Scale of the draft's output-layer perturbation (0: the draft is the target).
+    seed : int
+
+    Returns
+    -------
+    otbound.lm.ModelPair
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm import tiny_pair
+    >>> pair = tiny_pair()
+    >>> pair.name, pair.vocab_size, pair.tokenizer
+    ('tiny(V=12, noise=0.5, seed=0)', 12, None)
+    >>> pair.target(torch.tensor([[1, 2]])).logits.shape
+    torch.Size([1, 2, 12])
+    """
     import torch
 
     pair = random_pair(TINY_SHAPE, TINY_SHAPE, vocab_size=vocab_size, device="cpu", dtype="float32", seed=seed)
@@ -35,6 +58,13 @@ def tiny_pair(vocab_size: int = 12, *, noise: float = 0.5, seed: int = 0):
 
 
 def tiny_prompts(pair, num: int, length: int = 4, seed: int = 0) -> list:
-    """``num`` random prompts of ``length`` token ids over ``pair``'s vocabulary (seeded)."""
+    """``num`` random prompts of ``length`` token ids over ``pair``'s vocabulary (seeded).
+
+    Examples
+    --------
+    >>> from otbound.lm import tiny_pair, tiny_prompts
+    >>> tiny_prompts(tiny_pair(), 2)
+    [[10, 7, 6, 3], [3, 0, 0, 0]]
+    """
     rng = np.random.default_rng(seed)
     return rng.integers(0, pair.vocab_size, size=(num, length)).tolist()

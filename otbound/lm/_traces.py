@@ -1,7 +1,7 @@
 """Token-level traces: target-sampled continuations with the target's and draft's laws at every
 position, stored so that every bound and verifier reruns exactly without the models.
 
-Collection, per prompt and temperature ``T`` (theory.md §0: T applies to both models):
+Collection, per prompt and temperature ``T`` (docs/theory/notation.md: T applies to both models):
 
 1. sample a continuation ``y_1..y_n`` from the target at ``T`` (batched over prompts, KV cache;
    stops at an end-of-sequence token, which is kept, or after ``max_new_tokens``). The target's
@@ -23,11 +23,13 @@ tensor             shape, dtype                meaning
 =================  ==========================  =============================================
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
-SHA-256, model dtype, seed, ...). The laws are *defined* as the float64 softmax of the stored
-logits divided by T (:func:`otbound.token.laws_from_logits`),
-computed identically on every read, so each row sums to 1 up to float64 rounding (≈1e-16·√V, far
-inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows instead would not meet that tolerance in
-general. Size per position: ``2·V·4`` bytes
+SHA-256, model dtype, seed, both models' sampling settings ``target_sampling`` / ``draft_sampling``
+(:class:`otbound.SamplingParams` fields; the target sampled its continuation under its own), ...).
+The laws are *defined* as the float64 laws of the stored logits under those settings — by default
+the softmax of the logits divided by T (:func:`otbound.token.laws_from_logits`; a repetition
+penalty reads each position's prefix) — computed identically on every read, so each row sums to 1
+up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows
+instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
 (float32; 1,215,488 B for V = 151,936) or half that in float16, plus 4 bytes of token id.
 float32 storage of an fp32 model is lossless; float16 rounds logits by up to ~|ℓ|·2⁻¹¹.
 ``logits_dtype="none"`` (streaming, ``on_trace``) stores the tokens and metadata only; the
@@ -79,7 +81,11 @@ class LogitLaws:
     def _laws(self, which: str, rows=None):
         sp, sq = self.sampling_params()
         settings, logits = (sp, self.target_logits) if which == "p" else (sq, self.draft_logits)
+        if settings == SamplingParams(settings.temperature):  # plain softmax(logits / T): the stored traces' formula
+            return laws_from_logits(logits if rows is None else logits[rows], settings.temperature)
         ctx = self.contexts() if settings.needs_context else None
+        if ctx is not None:  # the draft's laws along a tree stop one depth earlier than the target's
+            ctx = ctx[tuple(slice(0, d) for d in np.shape(logits)[:-1])]
         if rows is not None:
             logits = logits[rows]
             ctx = None if ctx is None else ctx[rows]
@@ -101,7 +107,13 @@ class LogitLaws:
 
 def prefix_contexts(tokens, start: int, n: int) -> np.ndarray:
     """``(n, start + n − 1)`` int64: row t holds ``tokens[:start + t]`` then ``-1`` padding (the
-    context of the law at continuation position t, for a repetition penalty)."""
+    context of the law at continuation position t, for a repetition penalty).
+
+    Examples
+    --------
+    >>> prefix_contexts([5, 6, 7], 1, 2).tolist()
+    [[5, -1], [5, 6]]
+    """
     tokens = np.asarray(tokens, dtype=np.int64)
     width = max(start + n - 1, 1)
     out = np.full((n, width), -1, dtype=np.int64)
@@ -123,7 +135,15 @@ def settings_dir(temperature: float, target: SamplingParams | None = None,
                  draft: SamplingParams | None = None) -> str:
     """Folder name of a (temperature, settings) cell: ``T<T>`` when both models sample plain
     ``softmax(logits / T)``, else ``T<T>-<8 hex digits of the settings>`` (runs at other settings
-    never share a folder)."""
+    never share a folder).
+
+    Examples
+    --------
+    >>> settings_dir(0.7)
+    'T0.7'
+    >>> settings_dir(0.7, SamplingParams(0.7, top_k=20)).startswith('T0.7-')
+    True
+    """
     t = float(temperature)
     plain = SamplingParams(t)
     if (target is None or target == plain) and (draft is None or draft == plain):
@@ -217,8 +237,10 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
         config = _config(pair, max_new_tokens, seed, logits_dtype)
     kept = [(t, p, path) for t, row in zip(temps, paths) for p, path in zip(prompts, row) if path.exists()]
     for t, p, path in kept:
+        # plain settings are not compared: files from before the settings were recorded are plain
+        plain = settings[t] == (SamplingParams(t), SamplingParams(t))
         _check_config(path, dict(config, format=TRACE_FORMAT, temperature=t, dataset=p.dataset, prompt_id=p.id,
-                                 **_settings_meta(*settings[t])))
+                                 **({} if plain else _settings_meta(*settings[t]))))
     _check_one_pair([path for _, _, path in kept])
     if not todo:
         return [path for row in paths for path in row]

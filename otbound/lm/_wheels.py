@@ -22,7 +22,17 @@ from otbound.lm._errors import ModelUnavailableError
 
 
 def cache_root() -> Path:
-    """The otbound cache folder: ``$OTBOUND_CACHE`` if set, else ``~/.cache/otbound``."""
+    """The otbound cache folder: ``$OTBOUND_CACHE`` if set, else ``~/.cache/otbound``.
+
+    Examples
+    --------
+    >>> import os
+    >>> from unittest import mock
+    >>> from otbound.lm import cache_root
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": "/data/otbound-cache"}):
+    ...     cache_root().as_posix()
+    '/data/otbound-cache'
+    """
     env = os.environ.get("OTBOUND_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "otbound"
 

@@ -4,7 +4,7 @@ A *block drafter* proposes ``L`` tokens at once from a factorised law ``q(x_{1:L
 (parallel heads, a diffusion block) while verification runs left to right. Whalen, Ito & Sakamoto,
 "Teaching Diffusion to Speculate Left-to-Right" (arXiv 2606.11552), train such drafters with
 three additions to cross-entropy; this module implements them and the exact objective they
-approximate (theory.md §5):
+approximate (derivations: ``docs/theory/drafter-objectives.md``):
 
 * :func:`position_weighted_ce` — ``Σ_k w_k CE_k / Σ_k w_k``, ``w_k = exp(−γ k)``, ``k = 1..L``
   (``γ = 0``: plain mean cross-entropy, the baseline).
@@ -94,14 +94,36 @@ def _answer(value: torch.Tensor, numpy_in: bool):
 def accepted_length_survival(target_probs, draft_probs, verification: str = "block", *, subset: bool = False):
     """``P(τ ≥ i)`` for ``i = 1..L``, shape ``(..., L)``; ``E[τ]`` is its sum.
 
-    Same arguments (target first) and formulas as :func:`expected_accepted_length`.
+    Same arguments (target first), formulas, checks and tolerances as :func:`expected_accepted_length`.
+
+    Parameters
+    ----------
+    target_probs, draft_probs
+        Per-position laws ``(..., L, V)`` or per-level tree laws (see
+        :func:`expected_accepted_length`).
+    verification : {"token", "block"}
+    subset : bool
+        Rows may sum to less than 1 (a lower bound).
+
+    Returns
+    -------
+    torch.Tensor or numpy.ndarray, shape (..., L)
+        ``P(τ ≥ i)``, non-increasing in i.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        As :func:`expected_accepted_length`.
 
     Examples
     --------
     >>> import numpy as np
-    >>> p, q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
-    >>> np.round(9 * accepted_length_survival(p, q, "token"), 12).tolist()
-    [6.0, 4.0]
+    >>> from otbound.objectives import accepted_length_survival
+    >>> q = np.array([[2/3, 1/3], [2/3, 1/3]]); p = np.array([[1/3, 2/3], [1/3, 2/3]])
+    >>> accepted_length_survival(p, q, "block")           # 6/9, 5/9
+    array([0.66666667, 0.55555556])
+    >>> accepted_length_survival(p, q, "token")           # 6/9, (6/9)^2
+    array([0.66666667, 0.44444444])
     """
     return _answer(*_survival(target_probs, draft_probs, verification, subset))
 
@@ -150,19 +172,39 @@ def expected_accepted_length(target_probs, draft_probs, verification: str = "blo
       (no division, so zeros are safe) — ``O(V**L)`` paths; at most :data:`MAX_PATHS` entries.
       Keeping only ``j ∈ {0, i}`` in the min gives the per-level bound
       ``Σ min(q(x_{1:i}), p(x_{1:i}))``, so token ≤ block ≤ per-level; for one draft block the
-      block value equals the causal (lossless-verifier) bound ``U_causal`` of theory.md §4.
+      block value equals the causal (lossless-verifier) bound ``U_causal`` of docs/theory/block-bounds.md.
 
     Tolerances: each row must sum to 1 within :func:`law_tolerance` (1e-6 in float64); laws are
     not renormalised, so gradients are the plain partial derivatives of the formula.
 
+    Raises
+    ------
+    otbound.InvalidInputError
+        On an unknown ``verification``; laws that are not finite, negative, or do not sum to 1 within
+        the tolerance (at most 1 with ``subset=True``); mismatched shapes; an enumeration larger than
+        :data:`MAX_PATHS`.
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444. Leviathan,
+    Kalman, Matias, arXiv 2211.17192. Derivation: ``docs/theory/drafter-objectives.md``.
+
     Examples
     --------
-    Sun et al.'s toy (2403.10444): ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)`` at both of L = 2 positions.
+    Sun et al.'s toy: block verification accepts 11/9 tokens, token verification 10/9.
 
-    >>> import numpy as np
-    >>> p, q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
-    >>> round(9 * expected_accepted_length(p, q, "token"), 12), round(9 * expected_accepted_length(p, q, "block"), 12)
-    (10.0, 11.0)
+    >>> import torch
+    >>> from otbound.objectives import expected_accepted_length
+    >>> q = torch.tensor([[2/3, 1/3], [2/3, 1/3]], dtype=torch.float64, requires_grad=True)
+    >>> p = torch.tensor([[1/3, 2/3], [1/3, 2/3]], dtype=torch.float64)
+    >>> block = expected_accepted_length(p, q, "block")
+    >>> round(9 * block.item(), 9), round(9 * expected_accepted_length(p, q, "token").item(), 9)
+    (11.0, 10.0)
+    >>> block.backward()            # differentiable in the draft laws
+    >>> q.grad.shape
+    torch.Size([2, 2])
+    >>> expected_accepted_length(p.numpy(), q.detach().numpy())   # numpy in, numpy out
+    1.222...
     """
     surv, numpy_in = _survival(target_probs, draft_probs, verification, subset)
     return _answer(surv.sum(-1), numpy_in)
@@ -193,12 +235,29 @@ def conditional_accepted_length(target_probs, draft_probs, draft_tokens, verific
     (tested by enumeration), with lower variance than the verifier's own ``τ``; the block value is
     at least the token value for every ``X``. Same input checks and tolerances.
 
+    Returns
+    -------
+    torch.Tensor, numpy.ndarray or float
+        ``E[τ | X_{<L}]`` with the batch shape (numpy / float for non-torch input).
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        As :func:`expected_accepted_length`, and if ``draft_tokens`` has the wrong shape or dtype,
+        lies outside the vocabulary or holds a token the drafter gives probability 0.
+
     Examples
     --------
+    With context-free laws, the mean over the drafted block is the exact value (11/9 here).
+
     >>> import numpy as np
-    >>> p, q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
-    >>> round(9 * conditional_accepted_length(p, q, np.array([1, 0]), "token"), 12)  # 2/3 + min(1, r_1) · 2/3
-    12.0
+    >>> from otbound.objectives import conditional_accepted_length
+    >>> q = np.array([[2/3, 1/3], [2/3, 1/3]]); p = np.array([[1/3, 2/3], [1/3, 2/3]])
+    >>> values = {(a, b): conditional_accepted_length(p, q, np.array([a, b])) for a in (0, 1) for b in (0, 1)}
+    >>> round(values[0, 1], 6), round(values[1, 0], 6)
+    (1.166667, 1.333333)
+    >>> round(9 * float(sum(q[0, a] * q[1, b] * v for (a, b), v in values.items())), 9)
+    11.0
     """
     check_verification(verification)
     numpy_in = not isinstance(draft_probs, torch.Tensor)
@@ -227,7 +286,38 @@ def position_weighted_ce(draft_logits, target, gamma: float = 0.0) -> torch.Tens
     """Position-weighted cross-entropy ``Σ_{k=1..L} w_k CE_k / Σ_k w_k``, ``w_k = exp(−γ k)``.
 
     ``CE_k = −log q_k(y_k)`` for target ids, ``−Σ_x p_k(x) log q_k(x)`` for target laws; ``γ = 0``
-    is the mean per-position CE. Returns shape ``(...)``.
+    is the mean per-position CE.
+
+    Parameters
+    ----------
+    draft_logits : torch.Tensor, shape (..., L, V)
+        The drafter's logits.
+    target : torch.Tensor
+        Target ids ``(..., L)`` (integer) or target laws ``(..., L, V)`` (float).
+    gamma : float
+        γ ≥ 0, the decay of the position weights.
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        On non-finite logits, ids outside the vocabulary, laws that are not laws, or mismatched shapes.
+
+    References
+    ----------
+    Whalen, Ito, Sakamoto, "Teaching Diffusion to Speculate Left-to-Right", arXiv 2606.11552.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.objectives import position_weighted_ce
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]])      # L = 2, V = 3
+    >>> ids = torch.tensor([0, 2])
+    >>> position_weighted_ce(logits, ids), position_weighted_ce(logits, ids, gamma=0.5)
+    (tensor(0.8606), tensor(0.6915))
     """
     return weighted_ce(*checked(draft_logits, target), gamma)
 
@@ -237,7 +327,40 @@ def first_error_focal(draft_logits, target, focal_gamma: float = 0.0) -> torch.T
     ``argmax q_k ≠ y_k`` (``y`` = target ids, or the target laws' argmax), 0 if there is none.
 
     ``k*`` is piecewise constant (no gradient flows through the argmax); ``β = focal_gamma``
-    (0: plain CE at the first error). Returns shape ``(...)``.
+    (0: plain CE at the first error).
+
+    Parameters
+    ----------
+    draft_logits : torch.Tensor, shape (..., L, V)
+    target : torch.Tensor
+        Target ids ``(..., L)`` or laws ``(..., L, V)``.
+    focal_gamma : float
+        β ≥ 0 (Lin et al. 1708.02002's focal exponent).
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        As :func:`position_weighted_ce`.
+
+    References
+    ----------
+    Whalen, Ito, Sakamoto, arXiv 2606.11552; Lin, Goyal, Girshick, He, Dollár, "Focal loss for
+    dense object detection", arXiv 1708.02002.
+
+    Examples
+    --------
+    The drafter's argmax is right at position 1 and wrong at position 2 (k* = 2):
+
+    >>> import torch
+    >>> from otbound.objectives import first_error_focal
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    >>> ids = torch.tensor([0, 2])
+    >>> first_error_focal(logits, ids), first_error_focal(logits, ids, focal_gamma=2.0)
+    (tensor(1.5514), tensor(0.9635))
     """
     return focal(*checked(draft_logits, target), focal_gamma)
 
@@ -245,14 +368,54 @@ def first_error_focal(draft_logits, target, focal_gamma: float = 0.0) -> torch.T
 def chain_term(draft_logits, target) -> torch.Tensor:
     """Chain term ``Σ_{k=1..L} Π_{j≤k} a_j`` (to be maximised), ``a_j = q_j(y_j)`` for target ids,
     ``⟨p_j, q_j⟩`` for target laws. Equals :func:`expected_accepted_length` (token or block) for a
-    one-hot target; see the module docstring for what it is otherwise. Returns shape ``(...)``.
+    one-hot target; see the module docstring for what it is otherwise.
+
+    Parameters
+    ----------
+    draft_logits : torch.Tensor, shape (..., L, V)
+    target : torch.Tensor
+        Target ids ``(..., L)`` or laws ``(..., L, V)``.
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        As :func:`position_weighted_ce`.
+
+    References
+    ----------
+    Whalen, Ito, Sakamoto, arXiv 2606.11552.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.objectives import chain_term, expected_accepted_length
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    >>> ids = torch.tensor([0, 2])
+    >>> chain_term(logits, ids)                  # q_1(0) + q_1(0) q_2(2)
+    tensor(1.0226)
+    >>> one_hot = torch.nn.functional.one_hot(ids, 3).double()
+    >>> round(expected_accepted_length(torch.softmax(logits.double(), -1), one_hot, "token").item(), 4)
+    1.0226
     """
     return chain(*checked(draft_logits, target))
 
 
 @dataclass(frozen=True)
 class LossTerms:
-    """Batch-mean terms of a :class:`DrafterObjective` (``total`` is what is minimised)."""
+    """Batch-mean terms of a :class:`DrafterObjective` (``total`` is what is minimised).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.objectives import DrafterObjective
+    >>> terms = DrafterObjective("baseline CE")(torch.zeros(2, 3), torch.tensor([0, 1]))
+    >>> round(terms.total.item(), 4), round(terms.ce.item(), 4), terms.exact.item()
+    (1.0986, 1.0986, 0.0)
+    """
 
     total: torch.Tensor
     ce: torch.Tensor
@@ -270,6 +433,31 @@ class DrafterObjective:
     with ``CE_γ`` = :func:`position_weighted_ce` (``gamma``), ``F`` = :func:`first_error_focal`,
     ``C`` = :func:`chain_term` and ``E[τ]`` = :func:`expected_accepted_length` under
     ``verification`` (``C / L`` and ``E[τ] / L`` are accepted fractions, on CE's scale).
+    Calling it on a batch returns the :class:`LossTerms`.
+
+    Parameters
+    ----------
+    name : str
+        Label of the objective (ablation tables).
+    ce_weight, gamma, focal, focal_gamma, chain, exact : float
+        The weights and parameters above.
+    verification : {"token", "block"}
+        The verification of the exact term.
+
+    References
+    ----------
+    Whalen, Ito, Sakamoto, arXiv 2606.11552 (the interventions); ``docs/theory/drafter-objectives.md``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.objectives import DrafterObjective
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]], dtype=torch.float64)   # (L, V)
+    >>> ids = torch.tensor([0, 2])
+    >>> target = torch.softmax(torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]), -1).double()
+    >>> terms = DrafterObjective("demo", gamma=0.5, focal=1.0, exact=1.0)(logits, ids, target)
+    >>> [round(float(t), 4) for t in (terms.total, terms.ce, terms.focal, terms.exact)]
+    [1.6156, 0.6915, 1.5514, 1.2547]
     """
 
     name: str
@@ -316,10 +504,10 @@ class DrafterObjective:
         return LossTerms(total=total, ce=ce, focal=first_error, chain=chained, exact=exact)
 
 
-#: The ablation of theory.md §5, cumulative as in the paper (baseline, +positional weighting,
-#: +first-error focal, +chain), then the exact objective in place of the chain term, and the exact
-#: objective alone. ``γ = 0.5`` (weights ∝ 0.61, 0.37, 0.22, 0.14 for L = 4) and unit weights are
-#: fixed a priori, not tuned on evaluation data.
+#: The ablation of the drafter objectives (``docs/theory/drafter-objectives.md``), cumulative as in
+#: the paper (baseline, +positional weighting, +first-error focal, +chain), then the exact objective
+#: in place of the chain term, and the exact objective alone. ``γ = 0.5`` (weights ∝ 0.61, 0.37,
+#: 0.22, 0.14 for L = 4) and unit weights are fixed a priori, not tuned on evaluation data.
 ABLATION: tuple[DrafterObjective, ...] = (
     DrafterObjective("baseline CE"),
     DrafterObjective("+pos weighting", gamma=0.5),

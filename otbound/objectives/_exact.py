@@ -27,7 +27,26 @@ MAX_PATHS = 1 << 25
 
 def law_tolerance(dtype: torch.dtype, vocab_size: int) -> float:
     """Absolute tolerance on a law's row sum: ``LAW_ATOL`` (1e-6) in float64; in float32
-    ``max(LAW_ATOL, 32 sqrt(V) eps_float32)`` (rounding of a softmax over ``V`` tokens)."""
+    ``max(LAW_ATOL, 32 sqrt(V) eps_float32)`` (rounding of a softmax over ``V`` tokens).
+
+    Parameters
+    ----------
+    dtype : torch.dtype
+        float32 or float64.
+    vocab_size : int
+        V, the length of a row.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.objectives import law_tolerance
+    >>> law_tolerance(torch.float64, 10), round(law_tolerance(torch.float32, 151_936), 5)
+    (1e-06, 0.00149)
+    """
     if dtype == torch.float64:
         return LAW_ATOL
     return max(LAW_ATOL, 32.0 * math.sqrt(vocab_size) * torch.finfo(dtype).eps)

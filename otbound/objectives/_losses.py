@@ -70,7 +70,27 @@ def weighted_ce(logq: torch.Tensor, target: torch.Tensor, gamma: float) -> torch
 
 def first_error_index(draft_logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(k*, has_error)``: the first position (0-based) where the drafter's argmax differs from the
-    target token, and whether there is one (``k* = L − 1`` placeholder when there is none)."""
+    target token, and whether there is one (``k* = L − 1`` placeholder when there is none).
+
+    Parameters
+    ----------
+    draft_logits : torch.Tensor, shape (..., L, V)
+    target : torch.Tensor
+        Target ids ``(..., L)`` or laws ``(..., L, V)`` (their argmax is the label).
+
+    Returns
+    -------
+    tuple of torch.Tensor, each of shape (...)
+        ``k*`` (int64) and ``has_error`` (bool).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.objectives import first_error_index
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    >>> first_error_index(logits, torch.tensor([0, 2])), first_error_index(logits, torch.tensor([0, 1]))
+    ((tensor(1), tensor(True)), (tensor(1), tensor(False)))
+    """
     mismatch = draft_logits.argmax(-1) != label_ids(target)
     has_error = mismatch.any(-1)
     first = torch.where(

@@ -19,7 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from otbound import plan as pl
 from otbound._validation import SAMPLINGS, InvalidInputError
+from otbound.plan import CostCurve
 
 PROG = "python -m otbound.plan"
 
@@ -63,7 +65,6 @@ def parser() -> argparse.ArgumentParser:
 
 def _given_costs(args):
     """The cost curves given on the command line or in --cost, validated before any work."""
-    from otbound.plan import CostCurve
 
     if (args.draft_cost is None) != (args.target_cost is None):
         raise InvalidInputError("give both --draft-cost and --target-cost (or neither)")
@@ -105,7 +106,6 @@ def _check_args(args):
 
 def run(args) -> dict:
     """Do what the arguments say; returns the written paths."""
-    from otbound import plan as pl
 
     t0 = time.perf_counter()
     given = _check_args(args)

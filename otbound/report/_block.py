@@ -5,7 +5,7 @@ prefix; draft = ``(1 − w)·target + w·independent Dirichlet``) and, for every
 computes ``U_per-level ≥ U_joint ≥ U_causal`` (exact, :func:`otbound.block_bound`) and every
 verifier's ``E[τ]`` — exact by enumeration when ``(V^L)^K ≤ max_exact_tuples``, otherwise a Monte
 Carlo mean over ``mc_samples`` drawn draft tuples of the exact ``E[τ | drafts]``
-(``conditional_accepted``: Rao-Blackwellised over the verifier's own coins; method and standard
+(``conditional_acceptance``: Rao-Blackwellised over the verifier's own coins; method and standard
 error in the row). ``E[τ]`` counts
 accepted draft tokens. Every row also carries the engine metrics (:mod:`otbound.report._metrics`,
 docs/guide/metrics.md): ``mean_acceptance_length = E[τ] + 1`` and ``acceptance_rate = E[τ] /
@@ -99,10 +99,10 @@ def block_cell(block_len, num_drafts, vocab_size, seed, concentration, draft_wei
                "causal_bound": iid["causal"], "joint_bound": iid["joint"]}
         try:
             if exact:
-                row.update(expected_accepted=ver.expected_accepted(target, draft, **kw), method="exact", stderr=0.0)
+                row.update(expected_accepted=ver.acceptance(target, draft, **kw), method="exact", stderr=0.0)
             else:
                 iid_law = ver.sampling == "with_replacement"
-                tau = ver.conditional_accepted(
+                tau = ver.conditional_acceptance(
                     target, draft, drafts if iid_law else ver.draw_drafts(draft, mc_samples, k, length, rng)
                 )
                 row.update(expected_accepted=float(tau.mean()), method="monte_carlo",

@@ -11,8 +11,10 @@ so a merged report is the same whether the shards ran in this process (:class:`L
 default), on a Ray cluster (:class:`RayExecutor`), partly in an earlier, interrupted run, or twice
 (a retried shard overwrites its checkpoint with the same content; the merge reads each id once).
 
-A checkpoint is reused only if its fingerprint (the shard's function and arguments) matches, so
-a rerun with other settings in the same folder recomputes instead of mixing runs.
+A checkpoint is reused only if its fingerprint (the shard's function, its pair's name and its
+arguments) matches, so a rerun with other settings or another pair in the same folder recomputes
+instead of mixing runs, and only if its result passes its SHA-256 (``"sha256"``, of the result's
+canonical JSON): an edited, truncated or unreadable checkpoint is recomputed, with a line on stderr.
 
 Executors
     :class:`LocalExecutor` runs the shards one after the other in this process.
@@ -26,21 +28,24 @@ Executors
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import os
 import socket
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, write_text_atomic
 from otbound._validation import InvalidInputError, check_positive_int
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 ENGINES = ("local", "ray")
 
 
@@ -50,7 +55,8 @@ class Shard:
     pair: ``pair`` is its stable name (:func:`pair_name`), ``loader`` the pair itself or what loads
     it (a zero-argument callable, a registered name or ``(draft, target)``); ``load_pair()`` returns
     it, loaded once per worker. ``id``: a stable, file-name-safe name, unique within a run.
-    ``size``: work units it holds (prompts, instances), counted by the progress bar."""
+    ``size``: work units it holds (prompts, instances), counted by the progress bar.
+    ``unkeyed``: names of arguments the result does not depend on (left out of the fingerprint)."""
 
     id: str
     fn: Callable
@@ -58,10 +64,14 @@ class Shard:
     pair: str | None = None
     loader: object = dataclasses.field(default=None, repr=False, compare=False)
     size: int = 1
+    unkeyed: tuple = ()
 
     def fingerprint(self) -> str:
-        """SHA-256 of the function, the pair's name and the arguments: what the result depends on."""
-        text = json.dumps([CHECKPOINT_VERSION, f"{self.fn.__module__}.{self.fn.__qualname__}", self.pair, self.kwargs],
+        """SHA-256 of the function, the pair's name and the arguments: what the result depends on.
+        The arguments named in ``unkeyed`` (where the shard runs, e.g. its output folder's absolute
+        path) are left out, so a folder copied or moved elsewhere keeps its checkpoints."""
+        kwargs = {k: v for k, v in self.kwargs.items() if k not in self.unkeyed}
+        text = json.dumps([CHECKPOINT_VERSION, f"{self.fn.__module__}.{self.fn.__qualname__}", self.pair, kwargs],
                           sort_keys=True, default=_plain)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -136,6 +146,7 @@ class RayExecutor:
                 kwargs.update(num_cpus=num_cpus or max(os.cpu_count() or 1, num_workers or 1),
                               runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath()}})
             else:
+                check_reachable(address)
                 kwargs.update(address=address)
             ray.init(**kwargs)
         self.gpus = int(ray.cluster_resources().get("GPU", 0))
@@ -189,6 +200,27 @@ def worker_pythonpath() -> str:
 
     root = str(Path(otbound.__file__).resolve().parent.parent)
     return os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
+def check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Refuse at once (:class:`InvalidInputError`) a Ray address ``host:port`` (or ``ray://host:port``)
+    where nothing listens, instead of Ray's own retries (tens of seconds); ``"auto"`` and other forms
+    are left to Ray. ``timeout``: seconds to wait for the TCP connection.
+
+    Examples
+    --------
+    >>> check_reachable("auto")  # left to Ray
+    """
+    if not isinstance(address, str):
+        raise InvalidInputError(f"a Ray address must be a string such as '10.0.0.1:6379', got {address!r}")
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise InvalidInputError(f"no Ray cluster reachable at {address} ({err.strerror or err}); start one with "
+                                "`ray start --head` or omit --address for a local instance") from None
 
 
 def require_ray():
@@ -257,7 +289,9 @@ def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str =
 
     def on_done(shard, done):
         nonlocal units
-        text = json.dumps({"id": shard.id, "fingerprint": shard.fingerprint(), **done})
+        done = json.loads(json.dumps(done))  # the stored form (JSON keys), checksummed as it is read back
+        text = json.dumps({"id": shard.id, "fingerprint": shard.fingerprint(), **done,
+                           "sha256": _result_digest(done["result"])})
         if out is not None:
             write_text_atomic(checkpoint_path(out, shard), text)
         results[shard.id] = json.loads(text)["result"]
@@ -274,16 +308,44 @@ def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str =
     return [results[i] for i in ids]
 
 
+def _result_digest(result) -> str:
+    """SHA-256 of a shard result's canonical JSON (sorted keys): the checksum of its checkpoint."""
+    return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
+
+
+def _load_checkpoint(path: Path) -> dict:
+    """A checkpoint that passes its checksum; :class:`CorruptFileError` if it is truncated, not
+    UTF-8, not JSON, lacks a field or fails the checksum (an edited value)."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        ok = isinstance(stored, dict) and stored.get("sha256") == _result_digest(stored["result"])
+    except (UnicodeDecodeError, ValueError, KeyError) as exc:
+        raise CorruptFileError(f"{path}: unreadable checkpoint ({type(exc).__name__})") from None
+    if not ok:
+        raise CorruptFileError(f"{path}: checksum mismatch (the checkpoint was altered or damaged)")
+    return stored
+
+
 def _read_checkpoint(out, shard: Shard):
+    """The stored result of ``shard``, or None (computed again) if there is no checkpoint, its
+    fingerprint differs (other settings) or it fails its checksum (then a line on stderr)."""
     path = checkpoint_path(out, shard)
     if not path.exists():
         return None
-    stored = json.loads(path.read_text())
+    try:
+        stored = _load_checkpoint(path)
+    except CorruptFileError as err:
+        print(f"otbound: {err}; recomputing the shard", file=sys.stderr)
+        return None
     return stored["result"] if stored.get("fingerprint") == shard.fingerprint() else None
 
 
 def read_checkpoints(out) -> dict:
-    """``{shard id: stored checkpoint}`` of every checkpoint under ``<out>/shards`` (worker,
-    seconds and result of each), e.g. to see where each shard ran."""
+    """``{shard id: stored checkpoint}`` of every intact checkpoint under ``<out>/shards``
+    (worker, seconds, result and its SHA-256 of each), e.g. to see where each shard ran."""
     folder = Path(out) / "shards"
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    out = {}
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(CorruptFileError):  # a damaged checkpoint is not a finished shard
+            out[p.stem] = _load_checkpoint(p)
+    return out

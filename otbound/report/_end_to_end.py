@@ -1,22 +1,22 @@
-"""Speculative decoders measured against the bounds at the contexts they visit (issue 13); the
+"""Speculative decoders measured against the bounds at the contexts they visit: the
 end-to-end section of ``python -m otbound.compare --end-to-end``.
 
 For every iteration ``i`` of a :func:`speculative_sample` run (context ``c_i``, accepted ``τ_i``),
 :func:`measure_run` evaluates, from the laws along the drafted tree and the live models:
 
 * ``given_drafts`` — the verifier's exact ``E[τ | c_i, drafts_i]`` over its own coins
-  (``conditional_accepted`` of the block verifier, :class:`~otbound.block.verifiers.MultiPathVerifier`
+  (``conditional_acceptance`` of the block verifier, :class:`~otbound.block.verifiers.MultiPathVerifier`
   for tree verification): ``τ_i − given_drafts_i`` has mean 0 given the past, so the mean of ``τ``
   must agree with the mean of ``given_drafts`` within its interval;
 * ``given_context`` — the exact ``E[τ | c_i]`` where the draft tuples can be enumerated (tiny
   vocabularies): token-level tree verification by recursion over the nodes (at a node with ``m``
   drafts, the verifier's ``conditional_law`` on every draft tuple of its law with ``K = m``), a
-  block verifier by ``expected_accepted`` when ``(V^L)^K ≤ exact_max_tuples``;
+  block verifier by ``acceptance`` when ``(V^L)^K ≤ exact_max_tuples``;
 * ``acceptance_sum`` / ``alpha_sum`` (token-level verifiers) — over the nodes verified in the
   iteration (depth ``d ≤ min(τ, L − 1)``, ``m`` drafts through the node), the sum of the verifier's
   exact acceptance ``α_V(p, q, m)`` / of the optimum ``α*(p, q, m)`` of its draft law (SpecTr
-  2310.15141, theory.md §1). ``τ = Σ_d 1[node d reached and accepted]`` and a reached node accepts
-  with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
+  2310.15141, docs/theory/token-bounds.md (one draft)). ``τ = Σ_d 1[node d reached and accepted]`` and a
+  reached node accepts with probability ``α_V``, so ``E[τ] = E[acceptance_sum] ≤ E[alpha_sum]``;
 * ``per_level`` / ``causal`` — the block bounds on ``E[τ | c_i]`` for K i.i.d. blocks
   (:func:`otbound.block_bound`, exact on the full ``V^L`` tree when its LP is small,
   ``(K − 1)·V^{2L} ≤ exact_lp_cells``,
@@ -45,6 +45,7 @@ from otbound._validation import InvalidInputError
 from otbound.block import block_bound, block_bound_bracket
 from otbound.block.verifiers import BLOCK_VERIFIERS, MultiPathVerifier
 from otbound.lm import LiveModels, resolve_verifier, speculative_sample, tiny_pair, tiny_prompts, tree_block_models
+from otbound.report import plots
 from otbound.report._measure import cluster_mean_ci
 from otbound.report._metrics import engine_metrics
 from otbound.token import optimal_acceptance
@@ -123,10 +124,11 @@ def measure_run(
             raise InvalidInputError(
                 "measure_run needs the laws along the tree: run speculative_sample with keep_laws=True"
             )
-        live = LiveModels(pair, run.context(i), run.temperature)
+        settings = (run.target_sampling, run.draft_sampling) if run.target_sampling is not None else None
+        live = LiveModels(pair, run.context(i), run.temperature, settings)
         p, q = it.p, it.q
         tm, dm = tree_block_models(it.drafts, p, q, default_target=live.target, default_draft=live.draft)
-        m = IterationMeasure(it.num_accepted, float(block.conditional_accepted(tm, dm, it.drafts)),
+        m = IterationMeasure(it.num_accepted, float(block.conditional_acceptance(tm, dm, it.drafts)),
                              drafted_tokens=tree_nodes(it.drafts))
         if token is not None:
             acc, opt = 0.0, 0.0
@@ -190,7 +192,7 @@ def _given_context(token, block, models, v, k, length, exact_max_tuples, exact_b
     if (v**length) ** k > exact_block_tuples:
         return None
     try:
-        return float(block.expected_accepted(tgt, drf, vocab_size=v, num_drafts=k, block_len=length))
+        return float(block.acceptance(tgt, drf, vocab_size=v, num_drafts=k, block_len=length))
     except InvalidInputError:  # its own draft law cannot be enumerated here
         return None
 
@@ -400,7 +402,6 @@ def end_to_end_figure(rows, path):
     """Left: empirical mean τ (95% interval) per verifier beside its bounds (causal, Σα*) for the
     largest K and L. Right: P(τ ≥ ℓ) per draft position ℓ for each verifier, the causal optimum's
     levels dashed."""
-    from otbound.report import plots
 
     k = max(r.num_drafts for r in rows)
     length = max(r.block_len for r in rows)

@@ -80,7 +80,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     num_drafts : int or sequence of int
         The K to measure.
     verifiers : sequence of str, optional
-        Names in :data:`otbound.VERIFIERS` (default: all).
+        Names in :data:`otbound.VERIFIERS` (default: every verifier with ``in_default_measurement``;
+        the per-row LP verifiers ``ot_wor_top`` and ``ot_wor`` only when named).
     samplings : sequence of str
         Draft laws whose α* is reported (each verifier's own law is added).
     mc_samples : int
@@ -114,14 +115,17 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     >>> [round(x, 6) for x in res["optimal"]["with_replacement"][2]]
     [0.86]
     >>> res["verifiers"]["rrs"][2]["method"], [round(x, 6) for x in res["verifiers"]["rrs"][2]["acceptance"]]
-    ('exact', [0.83])
+    ('exact', [0.76])
     """
     import torch
 
     from otbound.token import LawBatch
     from otbound.token.verifiers import VERIFIERS
 
-    names = list(VERIFIERS) if verifiers is None else list(verifiers)
+    if verifiers is None:
+        names = [n for n, v in VERIFIERS.items() if v.in_default_measurement]
+    else:
+        names = list(verifiers)
     unknown = [n for n in names if n not in VERIFIERS]
     if unknown:
         raise InvalidInputError(f"unknown verifier(s) {unknown}; expected names in {sorted(VERIFIERS)}")

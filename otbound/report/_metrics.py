@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._validation import InvalidInputError
+from otbound.report._measure import cluster_mean_ci
 
 #: the metric names, in report order
 METRIC_NAMES = ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance", "acceptance_length_histogram")
@@ -113,7 +114,6 @@ def engine_metrics(num_accepted, drafted_tokens, block_len: int, clusters=None, 
     >>> m["acceptance_length_histogram"], m["target_calls"]
     ([0.25, 0.25, 0.5], 4)
     """
-    from otbound.report._measure import cluster_mean_ci
 
     tau = np.asarray(num_accepted, dtype=np.float64).reshape(-1)
     length = int(block_len)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otbound.report import plots
 from otbound.report._measure import cluster_mean_ci, trace_cells
 
 LAW_SHORT = {"with_replacement": "wr", "without_replacement": "wor", "greedy": "greedy"}
@@ -93,7 +94,6 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     data (a verifier more than 3× further below the bound than all others, typically nss, is named
     in the legend with its worst gap instead of squashing the rest). One temperature (default: the
     middle one); legends below the panels."""
-    from otbound.report import plots
 
     temps = sorted({r["temperature"] for r in rows})
     t = temps[len(temps) // 2] if temperature is None else temperature

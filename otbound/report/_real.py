@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -10,8 +11,8 @@ import sys
 from pathlib import Path
 
 from otbound._io import write_text_atomic
-from otbound._validation import SAMPLINGS, check_positive_int, check_temperatures
-from otbound.lm import collect_traces, load_pair, load_prompts, load_traces, trace_path
+from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
+from otbound.lm import check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import _int_keys, aggregate, measure_trace
 from otbound.report._paired import paired_differences
@@ -21,7 +22,7 @@ from otbound.token import settings_at
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 20,
                     max_new_tokens: int = 32, temperatures=(0.7, 1.0), num_drafts=(2, 3, 4), out="report-real",
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
-                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float32",
+                    mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float16",
                     measure_batch_size: int | None = None, prompts_per_shard: int = 8, engine="local",
                     address: str | None = None, target_settings=None, draft_settings=None) -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
@@ -49,10 +50,13 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
 
     Streaming: each new trace is measured as soon as it is sampled, on the device its logits are on
     (the batched engine, ``measure_batch_size`` positions per call), and its per-position results
-    are stored before the trace file; ``store_logits`` (``"float32"``, ``"float16"`` or ``"none"``)
-    is what the trace keeps besides the tokens. With ``"none"`` the stored measurements are all
-    there is: enough to re-aggregate and to resume, not to measure again with another
-    configuration. ``batch_size``: prompts per collection batch within a shard (default: the
+    are stored before the trace file; ``store_logits`` (``"float16"``, the default, ``"float32"`` or
+    ``"none"``) is what the trace keeps besides the tokens. The rows do not depend on it (every
+    position is measured from the models' own logits as they are sampled, and cached); it decides
+    what a later measurement (another configuration, or after the cache is deleted) reads: float16 logits (2·V·2 bytes
+    per position, laws from logits rounded to 11 significant bits), float32 (2·V·4 bytes, the
+    logits as computed) or, with ``"none"``, nothing (the stored measurements are all there is:
+    enough to re-aggregate and to resume). ``batch_size``: prompts per collection batch within a shard (default: the
     whole shard, so that the samples do not depend on the device).
 
     ``target_settings`` / ``draft_settings``: sampling settings besides T (dicts of
@@ -60,7 +64,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     trace and keying its folder, the shards and the measurement cache.
     """
     out = Path(out)
-    name = pair_name(pair)
+    name, spec = pair_name(pair), pair
     executor = make_executor(engine, address=address)
     if not (hasattr(pair, "target") or callable(pair)):  # download/conversion bars only in this process
         pair = functools.partial(load_pair, pair, device=device, dtype=dtype,
@@ -81,9 +85,12 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                 sid = f"real-{cell.parent.name}-{cell.name}-{start // prompts_per_shard}"
                 kwargs = dict(prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid,
                               max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
-                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk)))
+                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk),
+                                    unkeyed=("out",)))
+    _claim_traces(out, spec, name)
     per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
                            count=lambda res: sum(r["positions"] for r in res), unit="positions")
+    _remove_empty_folders(out / "traces-staging")  # every shard moved its traces into place
     results = [_int_keys(r) for res in per_shard for r in res]
     rows = aggregate(results)
     write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
@@ -92,6 +99,45 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
     return rows
+
+
+PAIR_MARKER = ".pair.json"
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """Remove ``root`` and the folders under it if they hold no file (what a run's staging leaves)."""
+    if not root.is_dir():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+def _claim_traces(out: Path, pair, name: str) -> None:
+    """Record which pair ``<out>/traces`` holds (``<out>/traces/.pair.json``), or refuse another one.
+
+    The traces of a folder are found by dataset, temperature and prompt id, so without this mark a
+    rerun with another pair would measure the old pair's traces (no model is loaded when every trace
+    exists). A pair named by a registered name, ids/paths or a loaded pair is compared with the
+    mark (:class:`InvalidInputError` naming both pairs); a bare loader callable is trusted to load
+    the pair of the traces (it is called only if some trace is missing).
+    """
+    if callable(pair) and not hasattr(pair, "target"):
+        return
+    marker = out / "traces" / PAIR_MARKER
+    try:
+        held = json.loads(marker.read_text(encoding="utf-8"))["pair"]
+    except FileNotFoundError:
+        held = None
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable mark: rewritten below
+        held = None
+    if held is not None and held != name:
+        raise InvalidInputError(f"{out} holds the traces of another model pair ({held}), not of {name}: "
+                                "write to another folder or delete its traces/")
+    if held is None:
+        write_text_atomic(marker, json.dumps({"pair": name}))
 
 
 def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_tokens, batch_size, seed, num_drafts,
@@ -111,6 +157,11 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
     options = dict(verifiers=verifiers, samplings=samplings, mc_samples=mc_samples, seed=seed,
                    cache_dir=Path(out) / "measure", batch_size=measure_batch_size)
 
+    def checked_pair():  # the prompts' token ids checked against the vocabulary as soon as the pair is known
+        pair = load_pair()
+        check_token_ids(prompts, pair.vocab_size)
+        return pair
+
     def measure_now(record):
         measure_trace(record, num_drafts, reuse=False, **options)
 
@@ -122,7 +173,7 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
         for stale in staging_root.glob(f"{shard_id}-*"):  # left by a killed attempt
             shutil.rmtree(stale, ignore_errors=True)
         staging = staging_root / f"{shard_id}-{os.getpid()}"
-        collect_traces(load_pair, prompts, staging, **kwargs)
+        collect_traces(checked_pair, prompts, staging, **kwargs)
         done.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, done)
     if done.exists():  # move a complete shard's traces into place (again, if a move was interrupted)
@@ -133,5 +184,5 @@ def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_token
                 os.replace(src, dst)
         shutil.rmtree(done)
     # all present now, or present from an earlier run with other chunks (then only the missing ones are collected)
-    paths = collect_traces(load_pair, prompts, traces, **kwargs)
+    paths = collect_traces(checked_pair, prompts, traces, **kwargs)
     return [measure_trace(next(load_traces(path)), num_drafts, **options) for path in paths]

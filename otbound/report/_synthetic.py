@@ -1,5 +1,5 @@
 """The synthetic section of the report: random target/draft laws, α* per draft law and each verifier's
-acceptance on them (theory.md §0-3), and the token-level figure."""
+acceptance on them (docs/theory/ (notation.md, token-bounds.md, token-verifiers.md)), and the token-level figure."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ SYNTHETIC_FAMILIES = ("dirichlet", "zipf")
 
 def synthetic_pair(family: str, vocab_size: int, temperature: float, rng, *, target=None,
                    draft=None) -> tuple[np.ndarray, np.ndarray]:
-    """A target/draft pair (p, q) from logits, temperature applied to both (theory.md §0) by
+    """A target/draft pair (p, q) from logits, temperature applied to both (docs/theory/notation.md) by
     :func:`otbound.token.laws_from_logits`; with ``target`` / ``draft`` settings (the fields of
     :func:`otbound.token._settings.settings_at`: the target's top-k / top-p / min-p / repetition
     penalty, the draft's own values) each model's law is that of its :class:`otbound.SamplingParams`.

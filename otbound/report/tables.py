@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._io import write_text_atomic
+from otbound._io import atomic_path
 from otbound._validation import SAMPLINGS
 
 
@@ -118,7 +118,19 @@ def all_tables(rows) -> str:
 def write_report(
     out, title: str, rows, *, sections: list[str] = (), figures: list[str] = (), meta: dict | None = None
 ) -> Path:
-    """Write ``out/report.md`` and ``out/report.json`` (atomically); return the folder."""
+    """Write ``out/report.md`` and ``out/report.json`` (atomically, as a pair: both are written in
+    full before either replaces its predecessor); return the folder.
+
+    Examples
+    --------
+    >>> import tempfile, json
+    >>> row = dict(dataset="d", temperature=1.0, num_drafts=2, sampling="greedy", verifier="optimal",
+    ...            acceptance=0.75, optimal=0.75, positions=3)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = write_report(tmp, "demo", [row])
+    ...     json.loads((Path(tmp) / "report.json").read_text())["rows"][0]["acceptance"]
+    0.75
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = [f"# {title}", ""]
@@ -133,8 +145,10 @@ def write_report(
     ]
     md += list(sections)
     md += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
-    write_text_atomic(out / "report.md", "\n".join(md) + "\n")
-    write_text_atomic(
-        out / "report.json", json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float)
-    )
+    payload = json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float)
+    # both files written in full under temporary names first, then moved into place: a full disk or an
+    # interrupted run leaves the previous pair (or none), never a report.md without its report.json
+    with atomic_path(out / "report.json") as tmp_json, atomic_path(out / "report.md") as tmp_md:
+        tmp_json.write_text(payload, encoding="utf-8")
+        tmp_md.write_text("\n".join(md) + "\n", encoding="utf-8")
     return out

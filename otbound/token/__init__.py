@@ -1,8 +1,8 @@
-"""The token layer (theory.md §1-3): draft laws, the optimal acceptance α*(p, Q) and the token-level
-verifiers.
+"""The token layer (docs/theory/token-bounds.md and token-verifiers.md): draft laws, the optimal
+acceptance α*(p, Q) and the token-level verifiers.
 
-* :mod:`otbound.token.draft_laws` — the three draft laws (with replacement, without replacement,
-  greedy): sampling, joint law, subset masses, and the same laws as :class:`DraftLaw` objects in
+* :mod:`otbound.token.draft_laws` — the four draft laws (with replacement, without replacement,
+  greedy, deterministic): sampling, joint law, subset masses, and the same laws as :class:`DraftLaw` objects in
   :data:`DRAFT_LAWS` (with their α* routine), keyed by the public ``sampling="..."`` names, through
   which the bounds, samplers and verifiers dispatch.
 * :class:`LawBatch` — laws ``(..., V)`` in numpy or torch checked once and sorted once by ratio: the
@@ -11,16 +11,17 @@ verifiers.
 * :mod:`otbound.token.bounds` — α* in dual/prefix form, primal LP, brute force, relaxations; the
   without-replacement integral in :mod:`otbound.token._wor`, its branch and bound in
   :mod:`otbound.token._search`.
-
-Modules form a DAG: ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` → ``bounds`` →
-``verifiers`` (and ``logits`` alone); no module imports one after it.
 * :mod:`otbound.token.logits` — sampling settings (:class:`SamplingParams`: temperature, top-k,
   top-p, min-p, repetition penalty), applied in one place: logits → laws.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
+
+Modules form a DAG: ``_deterministic``, ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` →
+``bounds`` → ``verifiers`` (and ``_settings`` → ``logits``); no module imports one after it.
 """
 
 from otbound.token._kernel import LawBatch
 from otbound.token._settings import SamplingParams, describe_settings, settings_at
+from otbound.token._topk import deterministic_acceptance
 from otbound.token.bounds import (
     LPDual,
     Relaxation,
@@ -56,6 +57,7 @@ __all__ = [
     "VerifierRun",
     "VerifierSample",
     "describe_settings",
+    "deterministic_acceptance",
     "draft_joint",
     "draft_law",
     "greedy_split",

@@ -1,4 +1,4 @@
-"""Q(H) for drafts drawn without replacement, by exponential clocks (theory.md §2, derived).
+"""Q(H) for drafts drawn without replacement, by exponential clocks (docs/theory/token-bounds.md, derived).
 
 Give token i a clock T_i ~ Exp(q_i); the order in which the clocks ring is a sequential draw without
 replacement from q. The first K drafts all lie in H iff the K-th ring inside H comes before the

@@ -123,11 +123,11 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
     >>> import otbound as ob
     >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     >>> round(ob.optimal_acceptance(p, q, 2), 6)
-    0.87
+    0.86
     >>> ob.optimal_acceptance(np.stack([p, q]), np.stack([q, p]), 2, "greedy").round(6)
-    array([0.8, 0.8])
+    array([0.9, 0.9])
     >>> ob.optimal_acceptance(p, q, 2, return_certificate=True).binding_set
-    array([False, False,  True])
+    array([False,  True,  True])
     """
     law = draft_law(sampling)
     batch = LawBatch(p, q)
@@ -315,7 +315,7 @@ class Relaxation:
 
 
 def relaxation_bounds(p, q, num_drafts: int, sampling: str = "with_replacement") -> Relaxation:
-    """The simple relaxations of theory.md §2 for one (p, q) pair (1-D)."""
+    """The simple relaxations of docs/theory/token-bounds.md for one (p, q) pair (1-D)."""
     p, q = as_pair(to_numpy(p)[0], to_numpy(q)[0])
     if p.ndim != 1:
         raise InvalidInputError(f"relaxation_bounds takes 1-D laws, got shape {p.shape}")

@@ -1,6 +1,6 @@
 """Draft laws: the joint law Q of the K-draft tuple x̄ = (x_1..x_K) built from the draft model's q.
 
-Laws (theory.md §2):
+Laws (docs/theory/token-bounds.md):
 
 * ``with_replacement`` — x_k ~ q i.i.d. (SpecInfer 2305.09781, SpecTr 2310.15141).
   Q(H) = q(H)^K.
@@ -187,7 +187,7 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V.
 
     with replacement q(H)^K; greedy 1[G ⊆ H]·q'(H ∖ G); without replacement by the exponential-clock
-    integral of :mod:`otbound.token._wor` (theory.md §2).
+    integral of :mod:`otbound.token._wor` (docs/theory/token-bounds.md).
 
     Parameters
     ----------
@@ -413,7 +413,7 @@ class Greedy(DraftLaw):
 
 class Deterministic(DraftLaw):
     """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
-    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._deterministic`)."""
+    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._topk`)."""
 
     name = "deterministic"
 

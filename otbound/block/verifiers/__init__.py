@@ -1,4 +1,4 @@
-"""Block verifiers (theory.md §4): registry :data:`BLOCK_VERIFIERS` (name → verifier object).
+"""Block verifiers (docs/theory/block-bounds.md): registry :data:`BLOCK_VERIFIERS` (name → verifier object).
 
 ========================= ===================================================================
 name                      algorithm
@@ -21,13 +21,17 @@ one residual sample; ``m^L`` paths): its drafting hooks (``draft_tuple_law``, ``
 ``num_rows``, ``node_drafts``) are used by every consumer, and it is compared with the bounds of its
 own law (``own_law_bounds``), not with those of K i.i.d. blocks.
 
-Every verifier has ``sample(target, draft, drafts, rng)`` (one iteration; drafts ``(K, L)`` or
-``(n, K, L)``) → :class:`BlockSample`, the exact ``output_law`` given one draft tuple, the exact
-one-iteration ``iteration_law`` and ``expected_accepted`` (exact ``E[τ]``, bonus excluded) by
-enumeration on small models; :func:`generate` iterates a verifier to a fixed output length.
+Every verifier has, with the names and argument order of the token verifiers
+(:class:`otbound.token.verifiers.Verifier`; target first, then draft): ``sample(target, draft,
+drafts, rng)`` (one iteration; drafts ``(K, L)`` or ``(n, K, L)``) → :class:`BlockSample`; the
+exact ``conditional_law`` of the emitted sequence given one draft tuple; ``acceptance`` (exact
+``E[τ]``, bonus excluded; at L = 1 the token verifiers' α) and ``conditional_acceptance``
+(``E[τ | drafts]``); ``lossless_error``; the one-iteration ``iteration_law`` — exact by
+enumeration on small models; and the attributes ``name``, ``reference``, ``lossless``,
+``sampling``. :func:`generate` iterates a verifier to a fixed output length.
 """
 
-from otbound.block.verifiers._base import BlockSample, BlockVerifier, DraftLawBounds, generate
+from otbound.block.verifiers._base import MAX_EXACT_TUPLES, BlockSample, BlockVerifier, DraftLawBounds, generate
 from otbound.block.verifiers.chain import BlockVerification, TokenChain
 from otbound.block.verifiers.hsd import HierarchicalSpeculativeDecoding
 from otbound.block.verifiers.multipath import MultiPathVerifier
@@ -55,6 +59,7 @@ BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
 
 __all__ = [
     "BLOCK_VERIFIERS",
+    "MAX_EXACT_TUPLES",
     "BlockSample",
     "BlockVerifier",
     "BlockVerification",

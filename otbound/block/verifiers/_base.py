@@ -1,34 +1,39 @@
 """Common machinery of the block verifiers: one algorithm, two executions (implementation).
 
-A verifier is written once as a *walk*: ``walk(inst, oracle) -> (accepted_prefix, law)``, where
+A verifier is written once as a *walk*: ``walk(inst, coin, draw) -> (accepted_prefix, law)``, where
 ``inst`` holds everything the verifier computes from the target, the draft and one draft tuple
-(``prepare``), every random decision goes through ``oracle.bernoulli(prob)`` or
-``oracle.categorical(law)``, and the walk ends with the accepted draft prefix and the law of the
-correction (or bonus) token. The same walk is
+(``prepare``), every random decision goes through ``coin(prob) -> bool`` or ``draw(law) -> int``
+(the primitives of the conformance kit), and the walk ends with the accepted draft prefix and the
+law of the correction (or bonus) token. The same walk is
 
-* *sampled*: the oracle answers with uniforms from a generator (one walk per sample, the rows that
-  share a draft tuple share ``inst``, correction tokens drawn in one inverse-CDF pass per law);
-* *enumerated exactly*: the oracle replays a fixed list of answers and queues the alternatives
-  (depth-first over the decision tree), which gives the exact law of the emitted sequence given
-  the drafts, and by summing over all draft tuples, exact ``E[τ]`` and the exact one-iteration law
-  of the output — the losslessness check needs no sampling at all.
+* *sampled*: ``coin`` and ``draw`` answer with uniforms from a generator (one walk per sample, the
+  rows that share a draft tuple share ``inst``, correction tokens drawn in one inverse-CDF pass per
+  law);
+* *enumerated exactly* by the package's one choice-tree enumerator
+  (:func:`otbound._replay.enumerate_outcomes`, unchecked mode, the one the conformance kit runs
+  checked), which gives the exact law of the emitted sequence given the drafts, and by summing over
+  all draft tuples, exact ``E[τ]`` and the exact one-iteration law of the output — the losslessness
+  check needs no sampling at all.
 
-Terminology (theory.md §0): ``τ`` = accepted draft tokens, the emitted sequence is ``τ + 1`` tokens
+Terminology (docs/theory/notation.md): ``τ`` = accepted draft tokens, the emitted sequence is ``τ + 1`` tokens
 (bonus/correction included), ``E[τ]`` excludes the bonus.
 """
 
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
+from otbound._replay import enumerate_outcomes
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
+from otbound.block.bounds import block_bound
 from otbound.block.models import BlockModel, as_block_model, prefix_law, sample_blocks, shifted_model
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
 
-# draft tuples enumerated for exact E[τ] at most ((V^L)^K)
+#: draft tuples enumerated for exact E[τ] at most ((V^L)^K); read as otbound.block.verifiers.MAX_EXACT_TUPLES, set here
 MAX_EXACT_TUPLES = 2_000_000
 
 
@@ -44,7 +49,9 @@ class BlockSample:
     num_accepted: np.ndarray
 
 
-class _RandomOracle:
+class _RandomChoices:
+    """``coin`` and ``draw`` answered with uniforms from ``rng`` (drawn 4096 at a time)."""
+
     __slots__ = ("_rng", "_u")
 
     def __init__(self, rng):
@@ -56,51 +63,11 @@ class _RandomOracle:
             self._u = self._rng.random(4096).tolist()
         return self._u.pop()
 
-    def bernoulli(self, prob: float) -> bool:
+    def coin(self, prob: float) -> bool:
         return self._next() < prob
 
-    def categorical(self, law: np.ndarray) -> int:
+    def draw(self, law: np.ndarray) -> int:
         return int(inverse_cdf(law, np.array([self._next()]))[0])
-
-
-class _ReplayOracle:
-    """Replays ``path`` then takes the first alternative of every new decision, queueing the rest."""
-
-    __slots__ = ("path", "taken", "weight", "pending")
-
-    def __init__(self, path, pending):
-        self.path = path
-        self.taken = []
-        self.weight = 1.0
-        self.pending = pending
-
-    def bernoulli(self, prob: float) -> bool:
-        prob = min(max(float(prob), 0.0), 1.0)
-        pos = len(self.taken)
-        if pos < len(self.path):
-            b = self.path[pos]
-        elif prob >= 1.0:
-            b = True
-        elif prob <= 0.0:
-            b = False
-        else:
-            b = True
-            self.pending.append(tuple(self.taken) + (False,))
-        self.weight *= prob if b else 1.0 - prob
-        self.taken.append(b)
-        return b
-
-    def categorical(self, law: np.ndarray) -> int:
-        pos = len(self.taken)
-        if pos < len(self.path):
-            i = self.path[pos]
-        else:
-            nz = np.flatnonzero(law > 0)
-            i = int(nz[0])
-            self.pending.extend(tuple(self.taken) + (int(j),) for j in nz[1:])
-        self.weight *= float(law[i])
-        self.taken.append(i)
-        return i
 
 
 def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -112,13 +79,13 @@ def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 @dataclass
 class DraftLawBounds:
-    """U_causal and U_joint (theory.md §4) of the draft-tuple law a verifier is run with."""
+    """U_causal and U_joint (docs/theory/block-bounds.md) of the draft-tuple law a verifier is run with."""
 
     causal: float
     joint: float
 
 
-class BlockVerifier:
+class BlockVerifier(ABC):
     """Base class of the block verifiers: subclasses define ``prepare`` and ``walk`` (see the module
     docstring) and set ``name``, ``reference`` and ``lossless``, the attributes the token verifiers
     (:class:`otbound.token.verifiers.Verifier`) carry too.
@@ -152,28 +119,37 @@ class BlockVerifier:
     sampling: str = "with_replacement"  # K i.i.d. blocks; a drafting scheme of its own overrides the methods below
 
     # -- to implement -----------------------------------------------------------------------
+    @abstractmethod
     def prepare(self, target: BlockModel, draft: BlockModel, drafts: tuple, cache: dict):
-        raise NotImplementedError
+        """Everything the walk needs from the models and one draft tuple (``K`` blocks of token ids);
+        ``cache`` is shared by the tuples of one call."""
 
-    def walk(self, inst, oracle):
-        raise NotImplementedError
+    @abstractmethod
+    def walk(self, inst, coin, draw):
+        """One iteration on a prepared tuple: ``(accepted draft prefix, law of the next token)``, every
+        random decision taken through ``coin(prob)`` / ``draw(law)``."""
 
     # -- exact ---------------------------------------------------------------------------------
     def _outcomes(self, inst):
         """All ``(probability, accepted_prefix, correction_law)`` of one draft tuple."""
-        out, pending = [], [()]
-        while pending:
-            oracle = _ReplayOracle(pending.pop(), pending)
-            prefix, law = self.walk(inst, oracle)
-            if oracle.weight > 0:
-                out.append((oracle.weight, prefix, law))
-        return out
+        branches = enumerate_outcomes(lambda coin, draw: self.walk(inst, coin, draw), max_branches=None, checked=False)
+        return [(w, prefix, law) for w, (prefix, law) in branches]
 
-    def output_law(self, target, draft, drafts) -> dict:
-        """Exact law ``{emitted sequence: probability}`` of one iteration given a ``(K, L)`` draft tuple."""
+    def conditional_law(self, target, draft, drafts) -> dict:
+        """Exact law ``{emitted sequence: probability}`` of one iteration given a ``(K, L)`` draft tuple
+        (the block counterpart of the token verifiers' ``conditional_law``).
+
+        Examples
+        --------
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> law = BLOCK_VERIFIERS["token"].conditional_law(p, q, [[1, 1]])  # p/q = 2 on token 1: accepted
+        >>> {seq: round(pr, 12) for seq, pr in sorted(law.items())}
+        {(1, 1, 0): 0.333333333333, (1, 1, 1): 0.666666666667}
+        """
         batch, single = _check_drafts(drafts, _vocab(target))
         if not single:
-            raise InvalidInputError(f"output_law takes one draft tuple of shape (K, L), got {batch.shape}")
+            raise InvalidInputError(f"conditional_law takes one draft tuple of shape (K, L), got {batch.shape}")
         target, draft = _models(target, draft)
         tup = _draftable(draft, tuple(tuple(int(t) for t in row) for row in batch[0]))
         return _emitted_law(self._outcomes(self.prepare(target, draft, tup, {})))
@@ -190,7 +166,18 @@ class BlockVerifier:
         """Exact ``max_v |P(output continued by p = v) − p(v)|`` over ``v ∈ V^{L+1}`` (0 iff lossless).
 
         One iteration's emitted sequence, continued by sampling the target, must be distributed as
-        the target (theory.md §4); float64 round-off leaves ~1e-16.
+        the target (docs/theory/block-bounds.md); float64 round-off leaves ~1e-16. The token verifiers'
+        ``lossless_error`` is the same quantity at L = 1.
+
+        Examples
+        --------
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+        >>> BLOCK_VERIFIERS["block"].lossless_error(p, q, **kw) < 1e-15
+        True
+        >>> round(BLOCK_VERIFIERS["hsd"].lossless_error(p, q, **kw), 12)  # 2/27: found lossy
+        0.074074074074
         """
         target, draft = _models(target, draft, vocab_size)
         length = check_positive_int(block_len, "block_len")
@@ -203,21 +190,40 @@ class BlockVerifier:
             full[start : start + v**rest] += prob * prefix_law(shifted_model(target, seq), rest).ravel()
         return float(np.abs(full - prefix_law(target, length + 1).ravel()).max())
 
-    def expected_accepted(self, target, draft, *, vocab_size, num_drafts, block_len) -> float:
-        """Exact ``E[τ]`` (bonus excluded) by enumerating every draft tuple and every decision."""
+    def acceptance(self, target, draft, *, vocab_size, num_drafts, block_len) -> float:
+        """Exact ``E[τ]`` (bonus excluded) by enumerating every draft tuple and every decision; at
+        L = 1 it is the token verifiers' ``acceptance`` α.
+
+        Examples
+        --------
+        Sun et al.'s toy (2403.10444): token-level verification 10/9, block verification 11/9.
+
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+        >>> [round(9 * BLOCK_VERIFIERS[n].acceptance(p, q, **kw), 12) for n in ("token", "block")]
+        [10.0, 11.0]
+        """
         total = 0.0
         for prob, outcomes in self._all_tuples(target, draft, vocab_size, num_drafts, block_len):
             total += prob * sum(w * len(prefix) for w, prefix, _ in outcomes)
         return total
 
-    def conditional_accepted(self, target, draft, drafts) -> np.ndarray:
+    def conditional_acceptance(self, target, draft, drafts) -> np.ndarray:
         """Exact ``E[τ | drafts]`` (bonus excluded) for each ``(K, L)`` tuple of ``drafts``
         (``(n, K, L)``; a single ``(K, L)`` tuple gives a scalar), over the verifier's own randomness.
 
         Its mean over tuples drawn from the draft model is an unbiased, Rao-Blackwellised estimate
-        of :meth:`expected_accepted` that only queries the models along the drawn tuples — the way
+        of :meth:`acceptance` that only queries the models along the drawn tuples — the way
         to measure a verifier on a real language model, whose ``V^{KL}`` tuples cannot be
         enumerated.
+
+        Examples
+        --------
+        >>> from otbound import BLOCK_VERIFIERS, context_free_model
+        >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+        >>> float(BLOCK_VERIFIERS["token"].conditional_acceptance(p, q, [[1, 1]]))  # both tokens accepted
+        2.0
         """
         batch, single = _check_drafts(drafts, _vocab(target))
         target, draft = _models(target, draft)
@@ -281,7 +287,6 @@ class BlockVerifier:
     def own_law_bounds(self, target, draft, *, vocab_size, num_drafts, block_len) -> DraftLawBounds:
         """U_causal and U_joint of this verifier's draft-tuple law (K i.i.d. blocks:
         :func:`otbound.block_bound`); a lossless verifier's ``E[τ]`` never exceeds the causal one."""
-        from otbound.block.bounds import block_bound
 
         kw = dict(vocab_size=vocab_size, num_drafts=num_drafts, block_len=block_len)
         return DraftLawBounds(
@@ -311,10 +316,10 @@ class BlockVerifier:
 
     def _sample_group(self, inst, rows, tokens, accepted, rng):
         """Walk once per row; write the accepted prefix and draw corrections law by law."""
-        oracle = _RandomOracle(rng)
+        choices = _RandomChoices(rng)
         laws: dict = {}
         for r in rows.tolist():
-            prefix, law = self.walk(inst, oracle)
+            prefix, law = self.walk(inst, choices.coin, choices.draw)
             n_acc = len(prefix)
             tokens[r, :n_acc] = prefix
             accepted[r] = n_acc

@@ -51,10 +51,10 @@ def block_schedule(target, draft, tokens: tuple, *, root_p: float = 1.0, root_la
     return sched
 
 
-def walk_schedule(tokens: tuple, sched: list, oracle):
+def walk_schedule(tokens: tuple, sched: list, coin):
     """Run the tests ``i = L..1``; ``h_0 = 1`` (no test) ends the scan at the root."""
     for i, h, law in sched[:-1]:
-        if oracle.bernoulli(h):
+        if coin(h):
             return tokens[:i], law
     return (), sched[-1][2]
 
@@ -73,10 +73,10 @@ class TokenChain(BlockVerifier):
             steps.append((min(1.0, float(p[x]) / float(q[x])), residual(p - q, p)))
         return tokens, steps, target(tokens)
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         tokens, steps, bonus = inst
         for i, (acc, res) in enumerate(steps):
-            if not oracle.bernoulli(acc):
+            if not coin(acc):
                 return tokens[:i], res
         return tokens, bonus
 
@@ -90,5 +90,5 @@ class BlockVerification(BlockVerifier):
         tokens = drafts[0]
         return tokens, block_schedule(target, draft, tokens)
 
-    def walk(self, inst, oracle):
-        return walk_schedule(*inst, oracle)
+    def walk(self, inst, coin, draw):
+        return walk_schedule(*inst, coin)

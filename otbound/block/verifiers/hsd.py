@@ -46,5 +46,5 @@ class HierarchicalSpeculativeDecoding(BlockVerifier):
         length, _, bonus = sched[0]
         return tokens, [(length, min(1.0, ratio), bonus)] + sched[1:]
 
-    def walk(self, inst, oracle):
-        return walk_schedule(*inst, oracle)
+    def walk(self, inst, coin, draw):
+        return walk_schedule(*inst, coin)

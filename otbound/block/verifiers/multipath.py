@@ -4,7 +4,7 @@ The K i.i.d. draft blocks form a tree (drafts sharing a prefix share its node). 
 first) the next tokens of the ``c`` drafts passing through ``u`` are ``c`` i.i.d. draws of
 ``q(·|u)`` (independent of everything decided above ``u``), so a lossless token-level verifier
 ``V`` for i.i.d. drafts applied to that row emits ``Y ~ p(·|u)`` exactly. If ``Y`` equals one of the
-row's tokens (a residual sample equal to a draft counts, theory.md §0) the walk moves to the child
+row's tokens (a residual sample equal to a draft counts, docs/theory/notation.md) the walk moves to the child
 ``u·Y`` with the drafts that drafted ``Y``; otherwise ``Y`` is the correction token and the
 iteration stops. At depth ``L`` the bonus token is drawn from ``p(·|u)``. Lossless by induction
 over the depth.
@@ -56,13 +56,13 @@ class MultiPathVerifier(BlockVerifier):
             law = laws[key] = self._verifier().conditional_law(target(node), draft(node), row)
         return law
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         drafts, target = inst[0], inst[1]
         members = np.arange(drafts.shape[0])
         node: tuple = ()
         for depth in range(drafts.shape[1]):
             row = drafts[members, depth]
-            y = oracle.categorical(self._law(inst, node, row))
+            y = draw(self._law(inst, node, row))
             if not np.any(row == y):
                 return node, np.eye(target.vocab_size)[y]
             members = members[row == y]

@@ -63,10 +63,10 @@ class CausalOptimal(BlockVerifier):
         sched = [block_schedule(target, chosen, d) if r[i] > 0 else None for d, i in zip(drafts, leaf)]
         return drafts, leaf, probs, sched
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         drafts, leaf, probs, sched = inst
         best = 0
         for j in range(1, len(drafts)):
-            if not oracle.bernoulli(probs[j - 1][leaf[best], leaf[j]]):
+            if not coin(probs[j - 1][leaf[best], leaf[j]]):
                 best = j
-        return walk_schedule(drafts[best], sched[best], oracle)
+        return walk_schedule(drafts[best], sched[best], coin)

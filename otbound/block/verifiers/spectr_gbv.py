@@ -87,7 +87,7 @@ class SpecTrGBV(BlockVerifier):
         m = np.minimum(big_q * q_next / (joint_p + EPS), 1.0)
         return residual(joint_p * (1.0 - m**k), p_next)
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         drafts, h, h_full, corr = inst
         length = len(drafts[0])
         accepted, selected = 0, 0
@@ -97,11 +97,11 @@ class SpecTrGBV(BlockVerifier):
                 cand = tokens[:ell]
                 if cand in rejected:
                     continue
-                if oracle.bernoulli(h[j][ell]):
+                if coin(h[j][ell]):
                     accepted, selected = ell, j
                 else:
                     rejected.add(cand)
-            if oracle.bernoulli(h_full[j]):
+            if coin(h_full[j]):
                 accepted, selected = length, j
                 break
         return drafts[selected][:accepted], corr[selected][accepted]

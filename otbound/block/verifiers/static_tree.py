@@ -23,7 +23,7 @@ class StaticTreeTraversal(BlockVerifier):
     >>> from otbound.block.models import context_free_model
     >>> p, q = context_free_model([0.5, 0.3, 0.2]), context_free_model([0.1, 0.6, 0.3])
     >>> v = BLOCK_VERIFIERS["static_tree"]
-    >>> round(v.expected_accepted(p, q, vocab_size=3, num_drafts=2, block_len=2), 12)   # (0.3+0.2)(1+0.5)
+    >>> round(v.acceptance(p, q, vocab_size=3, num_drafts=2, block_len=2), 12)   # (0.3+0.2)(1+0.5)
     0.75
     """
 
@@ -94,13 +94,13 @@ class StaticTreeTraversal(BlockVerifier):
             plan[node] = (kids, np.minimum(accept, 1.0), corr)
         return plan, length, target
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         plan, length, target = inst
         node = ()
         while len(node) < length:
             kids, accept, corr = plan[node]
             for c, a in zip(kids, accept):
-                if oracle.bernoulli(float(a)):
+                if coin(float(a)):
                     node = node + (c,)
                     break
             else:

@@ -46,9 +46,9 @@ class TraversalVerification(BlockVerifier):
             _, root_p, root_law = chain[-1]
         return sched, root_law
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         sched, root_law = inst
         for pa, prefix, law in sched:
-            if oracle.bernoulli(pa):
+            if coin(pa):
                 return prefix, law
         return (), root_law

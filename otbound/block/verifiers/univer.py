@@ -236,15 +236,15 @@ class UniVer(BlockVerifier):
         visit((), 1.0)
         return sched
 
-    def walk(self, inst, oracle):
+    def walk(self, inst, coin, draw):
         for thr, prefix, law in inst[:-1]:
-            if oracle.bernoulli(thr):
+            if coin(thr):
                 return prefix, law
         return (), inst[-1][2]  # the root: f = 1
 
     # -- bounds of its own draft law ------------------------------------------------------------
     def own_law_bounds(self, target, draft, *, vocab_size, num_drafts, block_len) -> DraftLawBounds:
-        """U_causal and U_joint for UniVer's tree law (the causal LP of theory.md §4 and the block OT,
+        """U_causal and U_joint for UniVer's tree law (the causal LP of docs/theory/block-bounds.md and the block OT,
         both over every tree; :func:`otbound.block._plain.causal_lp_tuples`)."""
         target, draft = _models(target, draft, vocab_size)
         m = check_num_drafts(num_drafts)

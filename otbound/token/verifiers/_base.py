@@ -1,4 +1,4 @@
-"""Shared machinery of the token-level verifiers (theory.md §3).
+"""Shared machinery of the token-level verifiers (docs/theory/token-verifiers.md).
 
 A *verifier* maps a target law ``p``, a draft law ``q`` and one draft tuple ``x̄ = (x_1..x_K)`` to an
 emitted token ``Y``. It is lossless when ``Σ_x̄ Q(x̄) law(Y = · | x̄) = p`` for its draft law ``Q``.
@@ -9,7 +9,7 @@ Every verifier here exposes
 * ``acceptance(p, q, num_drafts)`` — the exact ``α = P(Y ∈ x̄)`` (closed form, recursion, or
   enumeration of the draft tuples when ``|V|^K`` is small), else ``None``.
 
-Acceptance follows theory.md §0: a residual sample that happens to equal a draft counts as accepted.
+Acceptance follows docs/theory/notation.md: a residual sample that happens to equal a draft counts as accepted.
 
 Numerics: float64 throughout; conditional laws are exact up to float64 rounding (the tests check
 ``Σ_x̄ Q(x̄) law(·|x̄) = p`` to ``1e-12``). Residual laws ``norm((a − b)_+)`` whose mass is exactly 0
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound._backend import is_torch, to_numpy
-from otbound._validation import InvalidInputError, as_pair, check_num_drafts, check_positive_int
+from otbound._validation import InvalidInputError, as_pair, check_num_drafts
 from otbound.token._kernel import LawBatch
 from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
 
@@ -115,7 +115,7 @@ class Verifier(ABC):
     """Base class of the token-level multi-draft verifiers.
 
     Subclasses set ``name``, ``reference``, ``lossless`` and ``sampling`` (the draft law of
-    theory.md §2 they verify), optionally ``max_drafts``, and implement ``_laws`` and ``_sample``
+    docs/theory/token-bounds.md they verify), optionally ``max_drafts``, and implement ``_laws`` and ``_sample``
     (and ``_prepare`` / ``_closed_form``). The block verifiers
     (:class:`otbound.block.verifiers.BlockVerifier`) carry the same attributes.
 
@@ -133,6 +133,10 @@ class Verifier(ABC):
         Its draft law, a name in :data:`otbound.SAMPLINGS`.
     max_drafts : int or None
         The largest K it supports (None: any).
+    in_default_measurement : bool
+        Whether :func:`otbound.report.measure_laws` (and so ``python -m otbound.compare``) measures
+        it when no verifiers are named: False for the verifiers whose exact acceptance costs a
+        per-row set-up far above the sorted-rows kernel's (named explicitly, they are measured).
 
     Examples
     --------
@@ -147,6 +151,7 @@ class Verifier(ABC):
     lossless: bool
     sampling: str = "with_replacement"
     max_drafts: int | None = None
+    in_default_measurement: bool = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sampling={self.sampling!r})"
@@ -213,9 +218,9 @@ class Verifier(ABC):
         >>> from otbound import VERIFIERS
         >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
         >>> round(VERIFIERS["rrs"].acceptance(p, q, 2), 6)
-        0.83
+        0.76
         >>> VERIFIERS["rrs"].acceptance(np.stack([p, q]), np.stack([q, p]), 2).round(6)
-        array([0.83, 0.83])
+        array([0.76, 0.76])
         """
         batch = LawBatch(p, q, check_overflow=True)
         k = self.check_num_drafts(batch, num_drafts)
@@ -236,7 +241,7 @@ class Verifier(ABC):
         >>> from otbound.token import LawBatch
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> VERIFIERS["khisti_is"].batch_acceptance(b, 2).numpy().round(6)
-        array([0.842857])
+        array([0.814434])
         """
         import torch
 
@@ -547,33 +552,6 @@ def first_acceptance_law(tokens, accept, resid, v: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # Monte Carlo helper
-
-
-def run(verifier, p, q, num_drafts: int, n: int, rng=None, *, confidence: float = 0.95) -> VerifierRun:
-    """Draw ``n`` draft tuples from ``verifier.sampling`` (:func:`otbound.sample_drafts`), verify them,
-    and return the sample with the Monte Carlo acceptance and its Wilson score interval.
-
-    ``verifier``: a :class:`Verifier` or a name in :data:`otbound.VERIFIERS`.
-    """
-    from otbound.token.verifiers import VERIFIERS
-
-    if isinstance(verifier, str):
-        if verifier not in VERIFIERS:
-            raise InvalidInputError(f"unknown verifier {verifier!r}; expected one of {sorted(VERIFIERS)}")
-        verifier = VERIFIERS[verifier]
-    if not isinstance(verifier, Verifier):
-        raise InvalidInputError(f"verifier must be a Verifier or a registered name, got {verifier!r}")
-    n = check_positive_int(n, "n")
-    if not 0.0 < confidence < 1.0:
-        raise InvalidInputError(f"confidence must lie in (0, 1), got {confidence!r}")
-    p, q = _check_laws(p, q)
-    k = verifier._check_k(q, num_drafts)
-    rng = np.random.default_rng(rng)
-    drafts = sample_drafts(q, k, verifier.sampling, int(n), rng)
-    s = verifier.sample(p, q, drafts, rng)
-    m = float(s.accepted.mean())
-    lo, hi = wilson_interval(m, int(n), confidence)
-    return VerifierRun(drafts=drafts, sample=s, acceptance=m, ci_low=lo, ci_high=hi, confidence=confidence)
 
 
 def wilson_interval(mean: float, n: int, confidence: float) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Verifiers for the greedy draft law: G = top-(K−1) tokens of q, last draft x ~ q' = q|_{V∖G}/(1−q(G)).
 
-**Greedy-law optimal verifier** (theory.md §3, derived): accept the random draft x w.p.
+**Greedy-law optimal verifier** (docs/theory/token-verifiers.md, derived): accept the random draft x w.p.
 ``min(1, p(x)/q'(x))``; else ``Y ∝ p·1_G + (p − q')_+·1_{V∖G}``. Lossless; acceptance
 ``α*_greedy = p(G) + Σ_{x∉G} min(p(x), q'(x))`` (residual mass on G is always accepted, and the
 residual off G lives where p > q' while only drafts with p < q' are rejected).
@@ -44,10 +44,10 @@ from otbound.token.verifiers._base import (
 
 
 class GreedyVerifier(SequentialVerifier):
-    """Optimal verifier for the greedy draft law (theory.md §3): reaches α*_greedy."""
+    """Optimal verifier for the greedy draft law (docs/theory/token-verifiers.md): reaches α*_greedy."""
 
     name = "greedy"
-    reference = "greedy-law optimal verifier (theory.md §3), α = α*_greedy"
+    reference = "greedy-law optimal verifier (docs/theory/token-verifiers.md), α = α*_greedy"
     lossless = True
     sampling = "greedy"
 

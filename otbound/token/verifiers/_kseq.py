@@ -14,7 +14,7 @@ the drafts are i.i.d. with law ``(q − min(q, p/ρ))/(1 − β)`` and
 
 r the residual. At the exact root γ = ρ, the residual is ``∝ (p − ρq)_+``, supported where
 ``p > ρq``, while a draft can only be rejected where ``p < ρq``: the coincidence term vanishes and
-``α = 1 − (1 − β(ρ*))^K`` exactly (the claim of theory.md §3; the tests check it to 1e-12). At the
+``α = 1 − (1 − β(ρ*))^K`` exactly (the claim of docs/theory/token-verifiers.md; the tests check it to 1e-12). At the
 float64 root the coincidence term is at most ``|p_acc(ρ*) − ρ* β(ρ*)|`` (~1e-16: it carries the
 factor ``1 − γ/ρ*`` and a mass ``≤ ρ* β``), so the acceptance is computed as ``1 − (1 − β(ρ*))^K``
 for the whole batch: ``β(ρ) = Pc[n(ρ)]/ρ + Qs[n(ρ)]`` from the ratio-sorted prefix sums
@@ -85,7 +85,7 @@ class KSeqVerifier(SequentialVerifier):
         >>> from otbound.token.verifiers import KSeqVerifier
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> KSeqVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.83])
+        array([0.791355])
         """
         return batch.memo(("kseq", num_drafts), lambda: _kseq_batch(batch.sorted, num_drafts))
 

@@ -1,7 +1,7 @@
 """NSS / naive verification: ignore the drafts, sample ``Y ~ p``, accepted iff ``Y ∈ x̄``.
 
 Lossless trivially. Acceptance ``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts
-``Σ_t p(t)(1 − (1 − q(t))^K)`` (theory.md §3); for the other laws the inclusion probabilities of
+``Σ_t p(t)(1 − (1 − q(t))^K)`` (docs/theory/token-verifiers.md); for the other laws the inclusion probabilities of
 :func:`otbound.token.draft_laws.inclusion_probabilities`. This is what deterministic top-k trees
 (EAGLE-style, one-hot q) amount to.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._validation import check_sampling
+from otbound.token._kernel import power
 from otbound.token.draft_laws import inclusion_probabilities
 from otbound.token.verifiers._base import Verifier, draw
 
@@ -36,7 +37,7 @@ class NaiveVerifier(Verifier):
 
     def batch_acceptance(self, batch, num_drafts):
         """``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts ``Σ_t p(t)(1 − (1 − q(t))^K)`` for every row
-        at once (``1 − q`` computed once per batch); for the other laws row by row from
+        at once (``(1 − q)^K`` built from the batch's cached powers); for the other laws row by row from
         :func:`otbound.token.draft_laws.inclusion_probabilities`.
 
         Examples
@@ -46,11 +47,17 @@ class NaiveVerifier(Verifier):
         >>> from otbound.token.verifiers import NaiveVerifier
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> NaiveVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.58])
+        array([0.483])
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)
-        from otbound.token._kernel import power
+        return 1.0 - (batch.p * _miss_power(batch, num_drafts)).sum(1)
 
-        miss = batch.memo("nss_miss", lambda: 1.0 - batch.q)
-        return (batch.p * (1.0 - power(miss, num_drafts))).sum(1)
+
+def _miss_power(batch, k):
+    """``(1 − q)^k`` of the batch, cached: each K ≥ 2 one multiplication from K − 1 when cached."""
+    if k == 1:
+        return batch.memo(("nss_miss", 1), lambda: 1.0 - batch.q)
+    if ("nss_miss", k - 1) in batch._memo:
+        return batch.memo(("nss_miss", k), lambda: batch._memo[("nss_miss", k - 1)] * _miss_power(batch, 1))
+    return batch.memo(("nss_miss", k), lambda: power(_miss_power(batch, 1), k))

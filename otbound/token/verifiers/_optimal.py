@@ -1,90 +1,12 @@
 """Optimal verifier for i.i.d. drafts at full vocabulary: an optimal coupling sampled per draft tuple
-without building the plan (derived here; the construction of Global Resolution, Thomas & Pal
-2511.15898, was not readable offline — only its abstract — so this is an independent one).
+without building the plan (derived for otbound; an independent construction, since Global
+Resolution, Thomas & Pal 2511.15898, was readable only as an abstract).
 
-Notation: K drafts i.i.d. from q, Φ(x) = x^K. Sort the tokens by ratio p/q ascending (q = 0 last)
-and let ``Q_j``, ``P_j`` be the q and p mass of the first j (``j = 0..V``; the j-th token occupies
-the interval ``[Q_{j−1}, Q_j)``). ``G_j = Φ(Q_j) − P_j``; α* = 1 − max_j G_j (the prefix theorem,
-theory.md §2), attained at ``j = h`` (H* = the first h tokens, ``s = Q_h``).
-
-**Level rules.** A partition of the sorted tokens into runs ("levels") ``(a, b]`` gives the rule:
-*find the highest level holding a draft and emit a uniformly random draft of that level*
-(copies counted). Given that the top draft lies in ``(a, b]`` — probability Φ(Q_b) − Φ(Q_a) — the
-drafts inside the level are i.i.d. from q restricted to it, so the emitted token is y with
-probability ``q_y / (Q_b − Q_a)``: the rule's selection law is ``m_y = q_y σ(a, b)`` with the
-chord slope ``σ(a, b) = (Φ(Q_b) − Φ(Q_a)) / (Q_b − Q_a)``. Its cumulative ``M_j = Σ_{i≤j} m_i`` is
-the chord polygon of Φ through the breakpoints. A random partition (independent of the drafts)
-selects with the mixture law.
-
-**The target selection law.** With ``g_j = max_{i ≤ j} G_i`` for ``j ≤ h`` and
-``g_j = max_{i ≥ j} G_i`` for ``j ≥ h`` put ``M_j = P_j + g_j``. Then
-(i) ``M_0 = 0``, ``M_h = Φ(s)``, ``M_V = 1``, ``M_j ≥ Φ(Q_j)`` with equality exactly at the
-running-max records of G ("contact" boundaries); (ii) M is convex in Q: the slopes ``m_j/q_j``
-are p/q inside a segment, and at a contact boundary j the token below has slope ≤ ΔΦ_j/q_j and the
-token above ≥ ΔΦ_{j+1}/q_{j+1} (M ≥ Φ on both sides), non-decreasing as Φ is convex;
-(iii) ``m ≥ p`` on H* and ``m ≤ p`` on the rest C (M − P is non-decreasing up to h, non-increasing
-after).
-Between two consecutive records ``u < v`` (a *segment*), M is a convex polyline lying between Φ and
-Φ's chord over ``[Q_u, Q_v]``, equal at both ends. It is a mixture of chord polygons by peeling:
-with lifts ``d_j = M_j − Φ(Q_j)`` and chord lifts ``c_j`` (chord minus Φ) at the interior boundaries,
-``w = min_j d_j / c_j ∈ [0, 1]`` and ``M = w·chord + (1 − w)·M'`` where M' is again convex, ≥ Φ,
-and touches Φ at the arg-min ``j*``; recurse on ``(u, j*]`` and ``(j*, v]`` (convexity keeps
-``M' ≤`` its chords, so every w fits in the mass left). Unnormalised, a node's lifts are
-``d − Σ_ancestors w·c``, three scalars per node (:meth:`OptimalCoupling.node`), and a node's absolute
-stop probability is its w. Contact stretches are single-token levels. The random partition: each
-segment's tree walked from its root, stopping at a node with probability w / (mass reaching it).
-For a fixed partition the selection law is the increments of its chord polygon over all of
-``[0, 1]``; averaged over the trees it is the increments of M, i.e. m.
-
-**Hull form** (derived here; it makes the tree unnecessary for sampling). At a node ``(u, v)``
-reached with mass ``m``, the lifts are ``D_j = m c_j − γ_j`` with ``γ_j`` the gap between M's chord
-over ``[Q_u, Q_v]`` and M at j (subtracting the ancestors' linear chords leaves gaps unchanged), so
-``w = m − ν(u, v)`` with ``ν(u, v) = max_j γ_j / c_j`` — a function of ``(u, v)`` alone: the
-children receive mass ``ν(u, v)`` whatever the path. Walk the tree with one uniform λ and put
-``ν = 1 − λ``: the node is the level for ``ν ∈ (ν(u, v), m]``, where ``γ_j − ν c_j ≤ 0`` at every
-interior j, i.e. every interior point of ``M − νΦ`` lies on or above its chord — ``(u, v)`` is an
-edge of the lower convex hull of the points ``(Q_j, M_j − νΦ(Q_j))``, and the arg-min ``j*`` joins
-the hull exactly at ``ν(u, v)``. (Records are hull vertices for every ν: ``M − νΦ = (1 − ν)M +
-ν(M − Φ)`` lies above M's supporting line at a record, where ``M = Φ``.) So **the level holding the
-top draft for a uniform ν is the edge of that hull over the top draft's gap**, found in
-:meth:`OptimalCoupling.hull_level` by alternating tangents between the boundaries left and right of
-the gap: with ``(a*, b*)`` the edge, a tangent from any left point touches the right side at or
-before ``b*`` and a tangent from any right point touches the left side at or after ``a*`` (every
-point lies on or above the edge's line), so the search ranges shrink monotonically and the first
-pair that are each other's tangent points is the edge. Tested level for level against the tree
-(``tests/test_optimal_verifier.py``).
-
-**Verifier.** Select ``y`` by that random level rule; if y ∈ H* accept it with probability
-``p_y / m_y`` (else reject), if y ∈ C accept it; on rejection emit ``Y ~ (p − m)_+ / (1 − α*)``
-(mass on C only). Only the path of the top draft's token in its segment's tree is needed.
-
-**Proof.** Lossless: the selection law is m; emitted-and-accepted is p on H* and m on C; the
-residual adds ``p − m`` on C, total ``Σ_C (p − m) = p(C) − (1 − Φ(s)) = Φ(s) − P_h = 1 − α*``,
-exactly the rejection probability ``Σ_{H*} (m − p) = Φ(s) − P_h``. Acceptance: every accepted
-token is a draft; a rejection happens only when the top draft lies in H*, so all drafts lie in H*
-while the residual lives on C — no residual token is a draft. Hence
-``α = P_h + (1 − Φ(s)) = 1 + P_h − Φ(s) = α*``: the coupling is optimal. Checked in
-``tests/test_optimal_verifier.py`` against the dual and the LP (1e-9) with the exact conditional laws
-enumerated (lossless to 1e-12), by a binned chi-square at V = 1,500, and at V = 151,936.
-
-**Cost** (one row): a sort of the V ratios, O(V) prefix sums and running maxima (the exact
-acceptance needs nothing more), then per tuple the top draft's level. The tree's path can be
-O(segment) nodes of O(segment) each — segments span most of H* at K = 8 on LM-like rows (seconds per
-token) — while the hull costs O(segment) per tuple, 1–4 tangent rounds measured; the sampler takes
-levels from the cached tree where a segment's tuples share it and from the hull otherwise
-(``TREE_MAX``, ``TREE_TOKENS_PER_TUPLE``). The exact conditional law of a tuple needs, instead of
-one level, the masses at which the level's left end passes the drafts' positions
-(:meth:`OptimalCoupling.entry_mass`, a few hull rounds each: 2–35 ms per tuple at V = 151,936,
-K = 4, 8, where the tree took seconds). ``experiments/bench_optimal_verifier.py`` measures the cost
-(README).
-
-**Without replacement.** The construction does not carry over: it rests on Q(H) = Φ(q(H)), one
-convex function of the q-mass, which makes the drafts inside the top draft's level i.i.d. from q
-restricted to it (so a uniform draft of the level has law ∝ q, and the level rules' laws are the
-chord polygons of Φ). Without replacement Q(H) depends on the individual q_i in H (exponential
-clocks, :mod:`otbound.token._wor`), a uniform draft of a level is not ∝ q, and the feasible
-selection laws are not mixtures of chord polygons of one Φ; for those laws the verifier samples the
-small-V LP plan (:mod:`otbound.token.verifiers._ot`).
+The construction, its hull form and the proof that it is lossless with acceptance exactly α* are in
+the documentation: ``docs/theory/optimal-verifier.md`` (notation: tokens sorted by p/q, prefix masses
+``Q_j``, ``P_j``, ``Φ(x) = x^K``, ``G_j = Φ(Q_j) − P_j``, H* the first h tokens, the selection law m
+with cumulative ``M_j``, level rules, segments between contact records). Measured costs:
+``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -105,11 +27,11 @@ TREE_TOKENS_PER_TUPLE = 16  # longer ones use it when they hold a tuple per 16 o
 
 @dataclass
 class OptimalCoupling:
-    """The pieces of the optimal coupling for one (p, q, K), i.i.d. drafts (see module docstring).
+    """The pieces of the optimal coupling for one (p, q, K), i.i.d. drafts (docs/theory/optimal-verifier.md).
 
     order: token ids sorted by p/q ascending; cum_q, cum_p: Q_j, P_j, j = 0..V (float64, V + 1);
     phi: Φ(Q_j); run: the running maxima g_j of G; lift: d_j = M_j − Φ(Q_j) = g_j − G_j ≥ 0;
-    p_sorted: p in that order; records: sorted contact boundaries (segment ends); h: |H*|;
+    p_sorted: p in that order; records: sorted contact boundaries (segment ends); h: the size of H*;
     alpha: α* = P_h + 1 − Φ(Q_h). Built on first use (a verification needs none of them for the
     tuple it verifies): ``rank`` (token → position), ``m_sorted`` (the selection law m in sorted
     order), ``accepted`` (Σ_{H*} p + Σ_C m, the construction's acceptance) and, over tokens,
@@ -203,7 +125,7 @@ class OptimalCoupling:
         Found by alternating tangents between the boundaries left of the gap (``u..top``) and right
         of it (``top+1..v``): ``b`` = tangent point from ``a`` on the right, ``a`` = tangent point from
         ``b`` on the left, each search restricted to the side of the last tangent point where the edge
-        must lie (module docstring, "Hull form"), until ``a`` repeats: ``a`` decreases after the first
+        must lie (docs/theory/optimal-verifier.md, "Hull form"), until ``a`` repeats: ``a`` decreases after the first
         round, so this ends; 1–4 rounds measured. O(v − u) per round, no tree.
         """
         u, v = self.segment(top)
@@ -401,7 +323,7 @@ class OptimalVerifier(Verifier):
         return self._cache.get_or_build(p, q, k, lambda: optimal_coupling(p, q, k))
 
     def batch_acceptance(self, batch, num_drafts):
-        """``α = α*`` with replacement (the proof in the module docstring), from the batched kernel:
+        """``α = α*`` of its draft law (the proof in the module docstring), from the batched kernel:
         no coupling is built to compute it.
 
         Examples
@@ -452,7 +374,7 @@ class OptimalVerifier(Verifier):
     @classmethod
     def _levels_at(cls, aux, tops, lam):
         """The level ``(a, b]`` of each row for its uniform ``lam``: the tree walked with λ, or equally
-        (module docstring) :meth:`OptimalCoupling.hull_level` at ``ν = 1 − λ``."""
+        (docs/theory/optimal-verifier.md) :meth:`OptimalCoupling.hull_level` at ``ν = 1 − λ``."""
         by_tree = cls._by_tree(aux, tops)
         a = np.empty(tops.size, dtype=np.int64)
         b = np.empty(tops.size, dtype=np.int64)

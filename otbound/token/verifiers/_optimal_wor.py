@@ -1,8 +1,18 @@
-"""Optimal verifier for drafts without replacement on a top-m truncation, with an exact residual.
+"""Verifiers for drafts without replacement at full vocabulary (derived here).
+
+* ``ot_wor_top`` (:class:`OptimalWithoutReplacementVerifier`): the optimum over verifiers that see
+  the drafts through their top-m tokens, with an exact residual: lossless by construction, exact
+  acceptance; α = α* when those tokens hold all of q (this docstring, below).
+* ``ot_wor_iid`` (:class:`IIDStreamVerifier`): ``ot`` on K i.i.d. draws rebuilt exactly from the
+  ordered drafts: α ≥ α* with replacement, at ``ot``'s cost.
+* ``ot_wor`` (:class:`BestWithoutReplacementVerifier`): the better of the two per (p, q, K).
+* :func:`luce_rule` (small V): the optimal sampler's structure, a hierarchical Luce rule.
+
+docs/theory/optimal-without-replacement.md has the derivations and proofs.
 
 Notation: K drafts without replacement from q (sequential draws, equivalently exponential clocks
 ``T_i ~ Exp(q_i)``, the drafted set S = the first K tokens to ring; :mod:`otbound.token._wor`);
-target p; ``Q(B) = P(S ⊆ B)``; α* = 1 − max_B [Q(B) − p(B)] (theory.md §2).
+target p; ``Q(B) = P(S ⊆ B)``; α* = 1 − max_B [Q(B) − p(B)] (docs/theory/token-bounds.md).
 
 **Truncation.** Let T be the m tokens with q > 0 of largest ``min(p_y, 1 − (1 − q_y)^K)`` (a
 token's acceptance can exceed neither its p nor about its chance of being drafted; ties: lower id)
@@ -33,29 +43,30 @@ which are closed under subsets), and
 
     Q(B) = 1 − ∫_0^∞ o e^{−o t} P[N_B(t) < K] dt,   N_B(t) = Σ_{i ∈ B} Bernoulli(1 − e^{−q_i t}).
 
-For c(R), Möbius-invert ``F(A) = E[p(S ∩ T^c); S ⊆ B] = Σ_{z ∈ T^c} p_z P(z ∈ S, S ⊆ B)``. Mark each
-ring of ``z ∈ T^c`` as "outside B" with probability ``ε p_z`` (split its clock into an inside clock
-of rate ``q_z(1 − ε p_z)`` and an outside one of rate ``q_z ε p_z``): then
-``Q_ε(B) = E[Π_{z ∈ S ∩ T^c} (1 − ε p_z); S ⊆ B]`` and ``F = −dQ_ε/dε`` at 0, which gives (with
-``w = Σ_{z ∈ T^c} q_z p_z`` and ``D_j(t) = Σ_{z ∈ T^c} q_z p_z P[N_B(t) = j, z has not rung]``)
+For c(R), Möbius-invert ``F(A) = E[p(S ∩ T^c); S ⊆ B] = Σ_{z ∈ T^c} p_z [Q(B) − Q(B ∖ z)]``.
+``Q(B ∖ z)`` is the same integral with rate ``o + q_z`` over ``N_{B∖z}``, and
+``e^{−q_z t} P[N_{B∖z} = j] = P[N_B = j, z unrung]``; so, with ``P_j = P[N_B(t) = j]``,
+``U_j = Σ_z p_z P[N_B = j, z unrung]`` and ``D_j = Σ_z p_z q_z P[N_B = j, z unrung]`` (sums over
+the tokens of ``T^c`` with q > 0),
 
-    F(A) = w ∫_0^∞ e^{−o t} (1 − o t) P[N_B(t) < K] dt + ∫_0^∞ o t e^{−o t} D_{K−1}(t) dt.
+    F(A) = ∫_0^∞ e^{−o t} Σ_{j<K} ( D_j − o [p(T^c) P_j − U_j] ) dt.
 
-Both integrands are carried on one grid by a forward pass over the tokens of ``T^c`` (the law of N
-truncated below K, and D), then over the ≤ K tokens of each A (sets by increasing size, each from
-its parent). The pass over ``T^c`` treats the tokens with ``q_z t_hi ≤ SMOOTH_X`` together through
-their moments: with ``ρ_z = e^{q_z t} − 1``, ``Π (e^{−q_z t} + (1 − e^{−q_z t}) x) =
-e^{−t Σ q_z} exp(Σ_k (−1)^{k+1} S_k x^k / k)``, ``S_k = Σ ρ_z^k``, and
-``D(x) = (that product) · Σ_k (−x)^k Σ_z q_z p_z ρ_z^k``; ``ρ^k = Σ_n k! S(n, k) x^n / n!``
-(Stirling numbers of the second kind) turns every sum into moments ``Σ_z y_z^n`` of
-``y_z = q_z t_hi ≤ SMOOTH_X``, truncated when the terms fall below 1e-17 relative. The other tokens
-are added one by one: ``P_j ← e P_j + (1 − e) P_{j−1}``, ``D_j ← e D_j + (1 − e) D_{j−1} +
-q_z p_z e P_j`` (e = ``e^{−q_z t}``, old P on the right).
+All three are carried on one grid by a forward pass over the tokens of ``T^c``, then over the
+≤ K tokens of each A (sets by increasing size, each from its parent; tokens of T carry no weight).
+The pass over ``T^c`` treats the tokens with ``q_z t_hi ≤ SMOOTH_X`` together through their
+moments: with ``ρ_z = e^{q_z t} − 1``, ``Π (e^{−q_z t} + (1 − e^{−q_z t}) x) =
+e^{−t Σ q_z} exp(Σ_k (−1)^{k+1} S_k x^k / k)``, ``S_k = Σ ρ_z^k``, and the weighted sums (weights
+``w_z`` = ``p_z`` for U, ``p_z q_z`` for D) are that product times ``Σ_k (−x)^k Σ_z w_z ρ_z^k``;
+``ρ^k = Σ_n k! S(n, k) x^n / n!`` (Stirling numbers of the second kind) turns every sum into
+moments of ``y_z = q_z t_hi ≤ SMOOTH_X``, truncated when the terms fall below 1e-17. The other
+tokens are added one by one: ``P_j ← e P_j + (1 − e) P_{j−1}``, ``W_j ← e W_j + (1 − e) W_{j−1} +
+w_z e P_j`` (e = ``e^{−q_z t}``, old P on the right).
 
 Grid (as the reference :func:`otbound.token._wor.wor_prefix_mass`): Gauss–Legendre in ln t,
 panels of width ``PANEL_WIDTH`` with ``PANEL_NODES`` nodes, from ``t_lo = ((K+1)! 1e-17)^{1/(K+1)}``
-(below it ``P[N < K] = 1`` to ``(t s)^K / K!``; the parts ``1 − e^{−o t_lo}`` and ``w t_lo e^{−o t_lo}``
-are added in closed form) to ``t_hi = (TAIL + ln max(1, w / min o)) / min o`` (the neglected tails
+(below it ``P[N < K] = 1`` to ``(t s)^K / K!``; the parts ``1 − e^{−o t_lo}`` of Q and
+``e^{−o t_lo} Σ_z p_z (1 − e^{−q_z t_lo})`` of F are added in closed form) to
+``t_hi = (TAIL + ln max(1, w / min o)) / min o``, ``w = Σ_{z ∈ T^c} q_z p_z`` (the neglected tails
 are below ``(2 + w/o) e^{−o t_hi} ≤ 3 e^{−TAIL}``). Checked against
 enumeration of the draft law (``tests/test_optimal_wor.py``: μ, c and the acceptance to 1e-12).
 
@@ -93,6 +104,7 @@ import scipy.sparse
 from otbound._solvers import solve_lp
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.token._wor import clock_law
+from otbound.token.draft_laws import draft_joint
 from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 from otbound.token.verifiers._optimal import OptimalVerifier
 
@@ -162,9 +174,15 @@ def _smooth_state(q_s, weights, t, t_hi, k):
     while order < 200 and span ** (order + 1) * math.exp(span) / math.factorial(order + 1) > _SERIES_TOL:
         order += 1
     a = _stirling(max(jm, 1), order)  # (jm + 1, order); row 0 unused
-    powers = np.cumprod(np.repeat(y[:, None], order, axis=1), axis=1)  # y^n, n = 1..order
+    moments = np.empty((1 + len(weights), order))  # Σ y^n, then Σ w y^n per weight row, n = 1..order
+    power = y.copy()
+    for n in range(order):  # one pass per order, O(V) memory
+        moments[0, n] = power.sum()
+        for i, w in enumerate(weights):
+            moments[1 + i, n] = w @ power
+        power *= y
     tau_n = (t / t_hi)[None, :] ** np.arange(1, order + 1)[:, None]  # (order, T)
-    s_k = (a * powers.sum(axis=0)[None, :]) @ tau_n  # S_k(t) = Σ ρ^k
+    s_k = (a * moments[0][None, :]) @ tau_n  # S_k(t) = Σ ρ^k
     # exp of h(x) = Σ_{k=1}^{jm} (−1)^{k+1} S_k x^k / k: n f_n = Σ_k k h_k f_{n−k} (f_n: elementary symmetric of ρ)
     f = [np.ones(t.size)]
     for n in range(1, jm + 1):
@@ -175,8 +193,8 @@ def _smooth_state(q_s, weights, t, t_hi, k):
     scale = np.exp(-t * q_s.sum())
     for j in range(k):
         p_state[j] = scale * f[j]
-    for w, out in zip(weights, sums):
-        w_k = (a * (w @ powers)[None, :]) @ tau_n  # Σ w ρ^k
+    for i, (w, out) in enumerate(zip(weights, sums)):
+        w_k = (a * moments[1 + i][None, :]) @ tau_n  # Σ w ρ^k
         w_k[0] = w.sum()
         for j in range(k):  # coefficient of x^j in G(x) Σ_k (−x)^k Σ w ρ^k
             out[j] = scale * sum(f[j - kk] * (-1.0) ** kk * w_k[kk] for kk in range(j + 1))
@@ -401,6 +419,7 @@ class OptimalWithoutReplacementVerifier(Verifier):
 
     name = "ot_wor_top"
     sampling = "without_replacement"
+    in_default_measurement = False  # 80-180 ms of set-up per row at V = 151,936 (the LP over top-m sets)
     reference = "the optimal coupling without replacement seen through the top-m tokens of q, exact residual"
     lossless = True
 
@@ -448,10 +467,6 @@ def _growth_strings(k: int) -> np.ndarray:
     for _ in range(k - 1):
         out = [g + [j] for g in out for j in range(max(g) + 2)]
     return np.array(out, dtype=np.int64).reshape(-1, k)
-
-
-#: below this 1 − q_a the K = 2 closed form of :class:`IIDStreamVerifier` is not used (rounding)
-ILL_CONDITIONED_REST = 1e-6
 
 
 class IIDStreamVerifier(Verifier):
@@ -503,14 +518,13 @@ class IIDStreamVerifier(Verifier):
         if k == 1:
             return c.accepted
         keep, rho = c.keep, c.residual
-        others = np.where(q > 0.5, q.sum() - q, 1.0 - q)  # 1 − q_a, summed directly when q_a is large
-        if float(others[q > 0].min()) < ILL_CONDITIONED_REST:
-            # (1 − keep_a) carries float64 rounding (~1e-16) that the division by 1 − q_a would amplify
-            # past 1e-9: leave this row to enumeration (small V) or Monte Carlo
-            return None
+        others = 1.0 - q  # Σ_{z ≠ a} q_z, summed directly for the one token that may exceed 1/2
+        big = int(np.argmax(q))
+        others[big] = np.delete(q, big).sum()
+        # the second draft given X = (a, a) is q_z / Σ_{z≠a} q_z off a; ρ_a = 0 wherever 1 − keep_a > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            per = np.where(q > 0, q**2 * (1.0 - keep) / np.where(others > 0, others, 1.0), 0.0)
-        return c.accepted + float(per.sum()) * float(rho @ q)
+            hit = np.where(others > 0, np.minimum(1.0, float(rho @ q) / np.where(others > 0, others, 1.0)), 0.0)
+        return c.accepted + float(np.sum(q**2 * (1.0 - keep) * hit))
 
     @staticmethod
     def _step_weights(q, drafts):
@@ -599,7 +613,6 @@ def luce_rule(p, q, k: int, *, tol: float = 1e-13, max_iter: int = 200_000) -> L
     >>> round(rule.alpha, 12), rule.residual_error < 1e-12
     (1.0, True)
     """
-    from otbound.token.draft_laws import draft_joint
 
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
@@ -663,3 +676,59 @@ def luce_rule(p, q, k: int, *, tol: float = 1e-13, max_iter: int = 200_000) -> L
     h_star[order[:h]] = True
     alpha = float(min(1.0, cum_p[h] + 1.0 - cum_q[h]))
     return LuceRule(level, weight, select, h_star, alpha, worst)
+
+
+class BestWithoutReplacementVerifier(Verifier):
+    """Per (p, q, K), the better of ``ot_wor_top`` and ``ot_wor_iid`` (drafts without replacement).
+
+    The choice depends on (p, q, K) only, so the verifier is lossless as both are. It compares the
+    exact acceptance of ``ot_wor_top`` with that of ``ot_wor_iid`` (exact at K ≤ 2) or, at K ≥ 3,
+    with its proven floor α* with replacement; so its acceptance is at least the larger of
+    ``α(ot_wor_top)`` and ``α*_wr``, and exact except where ``ot_wor_iid`` is chosen at K ≥ 3 (then
+    by enumeration at small V, else None). Costs the set-up of ``ot_wor_top`` per (p, q, K).
+
+    Parameters
+    ----------
+    max_sets : int
+        As for :class:`OptimalWithoutReplacementVerifier`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import VERIFIERS, optimal_acceptance
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> bool(abs(VERIFIERS["ot_wor"].acceptance(p, q, 2) - optimal_acceptance(p, q, 2, "without_replacement")) < 1e-12)
+    True
+    """
+
+    name = "ot_wor"
+    sampling = "without_replacement"
+    reference = "per (p, q, K) the better of ot_wor_top and ot_wor_iid (drafts without replacement)"
+    lossless = True
+    in_default_measurement = False  # pays ot_wor_top's set-up per row
+
+    def __init__(self, max_sets: int = MAX_SETS):
+        self._top = OptimalWithoutReplacementVerifier(max_sets)
+        self._iid = IIDStreamVerifier()
+        self._cache = PreparedCache(CACHE_SIZE)
+
+    def _prepare(self, p, q, k):
+        return self._cache.get_or_build(p, q, k, lambda: self._choose(p, q, k))
+
+    def _choose(self, p, q, k):
+        """``(verifier, its prepared state, exact acceptance or None)``."""
+        top_aux = self._top._prepare(p, q, k)
+        iid_value = self._iid._closed_form(p, q, None, k)
+        rival = iid_value if iid_value is not None else self._iid._inner._prepare(p, q, k).accepted
+        if top_aux.accepted >= rival:
+            return self._top, top_aux, top_aux.accepted
+        return self._iid, None, iid_value
+
+    def _closed_form(self, p, q, aux, k):
+        return aux[2]
+
+    def _laws(self, p, q, aux, drafts):
+        return aux[0]._laws(p, q, aux[1], drafts)
+
+    def _sample(self, p, q, aux, drafts, rng):
+        return aux[0]._sample(p, q, aux[1], drafts, rng)

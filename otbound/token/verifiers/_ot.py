@@ -1,6 +1,6 @@
 """The optimal verifier's plan path (implementation of :class:`~otbound.token.verifiers.OptimalVerifier`
 for the draft laws other than i.i.d.): given the drafts x̄, sample ``Y ~ π*(· | x̄) = π*(x̄, ·)/Q(x̄)``
-from an optimal plan of the membership-cost transport problem (SpecTr OTM 2310.15141; theory.md §2),
+from an optimal plan of the membership-cost transport problem (SpecTr OTM 2310.15141; docs/theory/token-bounds.md),
 solved by :func:`otbound.optimal_acceptance_lp`. Lossless by the plan's marginals; acceptance ``α*``.
 
 Small V only: the plan has ``|V|^K · |V|`` entries (at most ``max_plan_cells``, default

@@ -105,7 +105,7 @@ class RRSVerifier(SequentialVerifier):
         >>> from otbound.token.verifiers import RRSVerifier
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> RRSVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.83])
+        array([0.76])
         """
         return 1.0 - rrs_thresholds(batch, num_drafts + 1)[1][:, 0]
 
@@ -144,7 +144,7 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
         >>> from otbound.token.verifiers import RRSWithoutReplacementVerifier
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> RRSWithoutReplacementVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.94])
+        array([0.82])
         """
         if num_drafts <= 2:
             return batch.memo(("rrs_wor", num_drafts), lambda: _rrs_wor_exact(batch, num_drafts))

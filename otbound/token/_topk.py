@@ -1,4 +1,5 @@
-"""Deterministic drafting as a draft law: the K most probable draft tokens, no randomness.
+"""Deterministic drafting: the K largest entries of each row (ties to the lower index, numpy and
+torch) and the deterministic law's optimum α*_det = p(top-K(q)) over batches.
 
 What serving engines do by default (vLLM drafts by argmax and verifies with a one-hot q; EAGLE,
 Medusa and SGLang expand static top-k trees): the draft tuple is
@@ -52,7 +53,13 @@ def top_k_mask_torch(Q, k: int):
 
 
 def deterministic_acceptance(P, Q, k: int):
-    """α*_det = p(top-K(q)) per row, numpy or torch (..., V) (float64; the batched kernel's path)."""
+    """α*_det = p(top-K(q)) per row, numpy or torch (..., V) (float64; the engine's batched path).
+
+    Examples
+    --------
+    >>> float(deterministic_acceptance(np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.6, 0.3]), 2))
+    0.5
+    """
     if hasattr(P, "detach"):
         return (P * top_k_mask_torch(Q, k)).sum(dim=-1)
     return np.where(top_k_mask(Q, k), P, 0.0).sum(axis=-1)

@@ -1,0 +1,71 @@
+"""U_causal and U_joint for any law of draft trees (not only K i.i.d. blocks).
+
+A drafting scheme is a law over draft tuples: each tuple a fixed number ``R`` of root-to-leaf rows
+of ``L`` tokens (K i.i.d. blocks, a beam, a static top-k tree, a sampled tree). The best
+single-iteration lossless verifier of that scheme has ``E[τ] = U_causal`` (the causal LP of
+theory.md §4 over the tuples) and every coupling ``E[τ] ≤ U_joint`` (the block OT); both read only
+the tuples and their probabilities (:func:`otbound.block._plain.causal_lp_tuples`,
+:func:`otbound.block._plain.joint_ot_tuples`), so one function serves every scheme.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound._validation import InvalidInputError, check_positive_int
+from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
+from otbound.block._tree import build_tree
+from otbound.block.verifiers._base import DraftLawBounds, _models
+
+
+def tuple_law_bounds(target, draft, law, *, vocab_size: int, block_len: int) -> DraftLawBounds:
+    """U_causal and U_joint of the draft-tuple law ``law``.
+
+    Parameters
+    ----------
+    target, draft : callable or BlockModel
+        ``prefix (tuple of ints) -> law over vocab_size tokens``.
+    law : sequence of (float, rows)
+        Every draft tuple of positive probability: ``rows`` is a sequence of ``R`` tuples of
+        ``block_len`` token ids (the same ``R`` for all), the probabilities sum to 1.
+    vocab_size : int
+        V.
+    block_len : int
+        L.
+
+    Returns
+    -------
+    DraftLawBounds
+        ``causal`` (the best lossless verifier's ``E[τ]`` for this law) and ``joint`` (≥ causal).
+
+    Raises
+    ------
+    InvalidInputError
+        When the rows do not all have ``block_len`` tokens in ``0..V−1`` or their count varies.
+
+    Examples
+    --------
+    One deterministic block (the draft's own law plays no part): U_causal is the target
+    probability of following it, p(x₁) + p(x₁) p(x₂|x₁).
+
+    >>> import numpy as np
+    >>> from otbound.block.law_bounds import tuple_law_bounds
+    >>> def target(prefix):  # p(·) = (1/2, 1/2) at the root, (1/4, 3/4) after any token
+    ...     return np.array([0.5, 0.5]) if not prefix else np.array([0.25, 0.75])
+    >>> b = tuple_law_bounds(target, target, [(1.0, [(0, 1)])], vocab_size=2, block_len=2)
+    >>> round(b.causal, 12), round(b.joint, 12)
+    (0.875, 0.875)
+    """
+    v = check_positive_int(vocab_size, "vocab_size")
+    length = check_positive_int(block_len, "block_len")
+    target, draft = _models(target, draft, v)
+    rows = [[tuple(int(t) for t in r) for r in tup] for _, tup in law]
+    if not rows or len({len(r) for r in rows}) != 1:
+        raise InvalidInputError("every draft tuple needs the same positive number of rows")
+    if any(len(r) != length or not all(0 <= t < v for t in r) for tup in rows for r in tup):
+        raise InvalidInputError(f"every row needs {length} token ids in 0..{v - 1}")
+    tree = build_tree(target, draft, length)
+    tuples = np.array([[int(np.ravel_multi_index(r, (v,) * length)) for r in tup] for tup in rows])
+    probs = np.array([float(p) for p, _ in law])
+    joint, _ = joint_ot_tuples(tree, tuples, probs)
+    return DraftLawBounds(causal_lp_tuples(tree, tuples, probs), joint)
