@@ -309,6 +309,8 @@ def test_forward_costs_measured_on_a_model():
     pair = tiny_pair(12, seed=0)
     curve = measure_forward_costs(pair.target, vocab_size=12, device="cpu", sizes=(1, 4, 16), context=8, repeats=2)
     assert curve.sizes == [1, 4, 16] and all(s > 0 for s in curve.seconds)
-    assert curve(4) == curve.seconds[1] and curve.source == "measured"
+    assert curve(4) == curve.fitted[1] and curve.source == "measured"
+    assert np.all(np.diff(curve.fitted) >= 0)  # the fit is non-decreasing ...
+    assert sum(curve.fitted) == pytest.approx(sum(curve.seconds))  # ... and pools the medians it levels
     desc = machine_description("cpu")
     assert desc["device"] == "cpu" and desc["cpus"] >= 1 and "torch" in desc
