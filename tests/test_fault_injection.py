@@ -1,4 +1,4 @@
-"""Fault injection (issue 10): SIGKILL a report at random points (fixed seed), then let it finish.
+"""Fault injection: SIGKILL a report at random points (fixed seed), then let it finish.
 
 After every kill the folder holds no report or a complete one equal to the uninterrupted run's, and
 the finished rerun equals an uninterrupted run bit for bit (report.json, report.md and the figure

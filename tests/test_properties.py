@@ -1,4 +1,4 @@
-"""Property suite over the public token-level API (issue 10, items 5 and 8).
+"""Property suite over the public token-level API.
 
 Random shapes, dtypes (float32/float64, numpy and torch), tiny and denormal entries (1e-300,
 5e-324, 1e-310) and near-deterministic laws. Every call either returns a value satisfying the

@@ -1,4 +1,4 @@
-"""Bad input, damaged files and concurrent runs (issue 10): clear refusals, never a wrong number or file.
+"""Bad input, damaged files and concurrent runs: clear refusals, never a wrong number or file.
 
 * CLI: every flag is checked before any work (exit 2, one line, nothing written).
 * Ambiguous arguments: ``subset_mass`` ids vs masks.

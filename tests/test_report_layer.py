@@ -1,4 +1,4 @@
-"""The report layer against independent computations (issue 10, item 9).
+"""The report layer against independent computations.
 
 * cluster-robust intervals (:func:`otbound.report.cluster_mean_ci`) against statsmodels' cluster-robust
   standard errors of an intercept-only OLS, with UNEQUAL cluster sizes (means instead of sums, or

@@ -1,4 +1,4 @@
-"""Verifiers run end to end as multi-draft speculative decoders on a tiny random Qwen2 pair (issue 13).
+"""Verifiers run end to end as multi-draft speculative decoders on a tiny random Qwen2 pair.
 
 Lossless by G-test: the law of the first two generated tokens against the target's exact law
 (teacher forcing over all V prefixes), pooled over prompts. Fixed seeds make every test

@@ -3,8 +3,8 @@
 A drafting scheme is a law over draft tuples: each tuple a fixed number ``R`` of root-to-leaf rows
 of ``L`` tokens (K i.i.d. blocks, a beam, a static top-k tree, a sampled tree). The best
 single-iteration lossless verifier of that scheme has ``E[τ] = U_causal`` (the causal LP of
-theory.md §4 over the tuples) and every coupling ``E[τ] ≤ U_joint`` (the block OT); both read only
-the tuples and their probabilities (:func:`otbound.block._plain.causal_lp_tuples`,
+docs/theory/block-bounds.md over the tuples) and every coupling ``E[τ] ≤ U_joint`` (the block OT);
+both read only the tuples and their probabilities (:func:`otbound.block._plain.causal_lp_tuples`,
 :func:`otbound.block._plain.joint_ot_tuples`), so one function serves every scheme.
 """
 
