@@ -99,8 +99,9 @@ class StaticTreeBound:
 
     References
     ----------
-    Weng et al., "Traversal verification", arXiv 2505.12398 (the traversal that attains it, with
-    one-hot draft laws); the bound is derived in the module docstring.
+    Weng et al., "Traversal verification for speculative tree decoding", arXiv 2505.12398 (the
+    traversal that attains it, with one-hot draft laws); the bound is derived in the module
+    docstring.
 
     Examples
     --------
