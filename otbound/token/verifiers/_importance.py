@@ -186,14 +186,14 @@ def optimal_selection(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndar
     supp : numpy.ndarray
         int64, the tokens with q > 0.
     W : numpy.ndarray
-        float64 (|supp|, |supp|), the selection probabilities (0.5 on the diagonal).
+        float64 ``(|supp|, |supp|)``, the selection probabilities (0.5 on the diagonal).
     p_s : numpy.ndarray
         float64 (V,), the selected-token law.
 
     Raises
     ------
     InvalidInputError
-        More than ``MAX_SELECTION_PAIRS`` pair weights (|supp q| ≳ 630).
+        More than ``MAX_SELECTION_PAIRS`` pair weights (``|supp q| ≳ 630``).
 
     References
     ----------
