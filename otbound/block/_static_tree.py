@@ -81,7 +81,38 @@ def static_tree_paths(draft, branching, vocab_size: int | None = None) -> np.nda
 @dataclass
 class StaticTreeBound:
     """U_static = Σ_{w ∈ T} p(w) (``value``) with ``levels[ℓ−1] = Σ_{|w| = ℓ} p(w)`` = P(τ ≥ ℓ)
-    under the optimum, and the tree's paths."""
+    under the optimum, and the tree's paths.
+
+    Returned by :func:`otbound.block.static_tree_bound`; p(w) is the target's probability of the
+    node w's prefix, T the static top-k tree of the draft model (module docstring).
+
+    Attributes
+    ----------
+    value : float
+        U_static, the bound on E[τ] (bonus excluded).
+    levels : numpy.ndarray
+        float64 (L,), ``Σ_{|w| = ℓ} p(w)`` per depth ℓ.
+    branching : tuple of int
+        ``(b_1, …, b_L)``.
+    paths : numpy.ndarray
+        int64 ``(b_1⋯b_L, L)``, the root-to-leaf paths (:func:`otbound.block.static_tree_paths`).
+
+    References
+    ----------
+    Weng et al., "Traversal verification for speculative tree decoding", arXiv 2505.12398 (the
+    traversal that attains it, with one-hot draft laws); the bound is derived in the module
+    docstring.
+
+    Examples
+    --------
+    >>> from otbound.block import context_free_model, static_tree_bound
+    >>> p, q = context_free_model([0.5, 0.3, 0.2]), context_free_model([0.1, 0.6, 0.3])
+    >>> b = static_tree_bound(p, q, (2, 1))
+    >>> round(b.value, 12), b.branching, b.paths.tolist()
+    (0.65, (2, 1), [[1, 1], [2, 1]])
+    >>> bool(abs(b.value - b.levels.sum()) < 1e-15)
+    True
+    """
 
     value: float
     levels: np.ndarray

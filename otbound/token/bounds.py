@@ -41,10 +41,41 @@ from otbound.token.draft_laws import DRAFT_LAWS, draft_law, inclusion_probabilit
 class TokenBound:
     """An optimal acceptance value and its certificate.
 
-    value: α* (float, or array over the batch).
-    binding_set: boolean mask over V of a minimising set H* of the dual (or None).
-    plan: the optimal plan π*(x̄, y), shape (V,)*K + (V,) (primal LP only, on request).
-    dual: the LP's dual variables, an :class:`LPDual` (primal LP with ``method="highs"`` only).
+    Returned by :func:`otbound.optimal_acceptance` (``return_certificate=True``),
+    :func:`optimal_acceptance_lp` (``return_plan=True``) and :func:`optimal_acceptance_brute_force`.
+    The value is α*(p, Q) = max_π Σ_{y ∈ x̄} π(x̄, y) = 1 + min_H [p(H) − Q(H)].
+
+    Attributes
+    ----------
+    value : float or numpy.ndarray
+        α* (float, or array over the batch).
+    sampling : str or None
+        The draft law's name, when the value was computed from (p, q) and a law.
+    num_drafts : int or None
+        K.
+    method : str
+        How it was computed: ``"prefix"``, ``"lp-highs"``, ``"lp-cvxpy"``, ``"lp-pot"`` or
+        ``"brute-force"``.
+    binding_set : numpy.ndarray or None
+        Boolean mask over V of a minimising set H* of the dual (or None).
+    plan : numpy.ndarray or None
+        The optimal plan π*(x̄, y), shape (V,)*K + (V,) (primal LP only, on request).
+    dual : LPDual or None
+        The LP's dual variables, an :class:`LPDual` (primal LP with ``method="highs"`` only).
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779, Theorem 3.1 (dual); Sun et al., "SpecTr", arXiv 2310.15141 §3
+    (primal).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> res = ob.optimal_acceptance(p, q, 2, return_certificate=True)
+    >>> round(res.value, 6), res.method, res.binding_set.tolist()
+    (0.86, 'prefix', [False, True, True])
     """
 
     value: float | np.ndarray
@@ -203,6 +234,32 @@ def optimal_acceptance_lp(
         α*; with ``return_plan=True`` a :class:`TokenBound` with the full plan π*(x̄, y)
         (accepting part plus an independent coupling of the leftover masses) and, for "highs",
         the LP duals.
+
+    Raises
+    ------
+    InvalidInputError
+        ``p`` not a law, ``draft_joint`` not a law of shape (V,)*K, or an unknown ``method``.
+    RuntimeError
+        The solver did not reach optimality (``"pot"`` past ``max_iter``, ``"cvxpy"`` failing).
+
+    References
+    ----------
+    Sun et al., "SpecTr: fast speculative decoding via optimal transport", arXiv 2310.15141 §3;
+    Hu et al., arXiv 2502.18779 §3.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> joint = ob.draft_joint(q, 2, "with_replacement")
+    >>> round(ob.optimal_acceptance_lp(p, joint), 6)
+    0.86
+    >>> round(ob.optimal_acceptance_lp(p, joint, method="pot"), 6)
+    0.86
+    >>> res = ob.optimal_acceptance_lp(p, joint, return_plan=True)
+    >>> res.plan.shape, round(float(res.plan.sum()), 6)
+    ((3, 3, 3), 1.0)
     """
     p, joint = _check_joint(p, draft_joint)
     v, k = p.size, joint.ndim
@@ -273,6 +330,24 @@ def optimal_acceptance_brute_force(p, draft_joint) -> TokenBound:
     -------
     TokenBound
         ``value`` α* and ``binding_set`` H* (a boolean mask over V).
+
+    Raises
+    ------
+    InvalidInputError
+        ``p`` not a law, ``draft_joint`` not a law of shape (V,)*K, or V > 20.
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779, Theorem 3.1 (the subset / min-cut form).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> res = ob.optimal_acceptance_brute_force(p, ob.draft_joint(q, 2))
+    >>> round(res.value, 6), res.binding_set.tolist()
+    (0.86, [False, True, True])
     """
     p, joint = _check_joint(p, draft_joint)
     v = p.size
@@ -304,10 +379,29 @@ def optimal_acceptance_brute_force(p, draft_joint) -> TokenBound:
 
 @dataclass
 class Relaxation:
-    """Cheap sanity bracket: lower ≤ α* ≤ upper.
+    """Cheap sanity bracket: lower ≤ α* ≤ upper (returned by :func:`relaxation_bounds`).
 
     upper = Σ_y min(p(y), P(y ∈ x̄)) (a token can only be accepted if drafted);
     lower = 1 − TV(p, law of one draft) (couple one draft optimally, ignore the rest).
+
+    Attributes
+    ----------
+    lower : float
+        1 − TV(p, law of one draft) = Σ_y min(p(y), q₁(y)).
+    upper : float
+        min(1, Σ_y min(p(y), P(y ∈ x̄))).
+
+    References
+    ----------
+    Sun et al., "SpecTr", arXiv 2310.15141 (the single-draft coupling 1 − TV); Hu et al.,
+    arXiv 2502.18779 (α* these bracket).
+
+    Examples
+    --------
+    >>> from otbound.token import Relaxation
+    >>> r = Relaxation(lower=0.7, upper=0.86)
+    >>> r.lower <= r.upper
+    True
     """
 
     lower: float
@@ -315,7 +409,45 @@ class Relaxation:
 
 
 def relaxation_bounds(p, q, num_drafts: int, sampling: str = "with_replacement") -> Relaxation:
-    """The simple relaxations of docs/theory/token-bounds.md for one (p, q) pair (1-D)."""
+    """The simple relaxations of docs/theory/token-bounds.md for one (p, q) pair (1-D).
+
+    ``lower = Σ_y min(p(y), q₁(y))`` with q₁ the law of the one random draft coupled (q, or q' for
+    the greedy law) and ``upper = min(1, Σ_y min(p(y), P(y ∈ x̄)))``; lower ≤ α*(p, Q) ≤ upper.
+
+    Parameters
+    ----------
+    p, q : array_like or torch.Tensor, shape (V,)
+        Target and draft laws.
+    num_drafts : int
+        K ≥ 1.
+    sampling : {"with_replacement", "without_replacement", "greedy"}
+        The draft law (:data:`otbound.DRAFT_LAWS`).
+
+    Returns
+    -------
+    Relaxation
+        The bracket ``(lower, upper)``.
+
+    Raises
+    ------
+    InvalidInputError
+        Malformed or batched laws, an unknown ``sampling``, or an invalid K.
+
+    References
+    ----------
+    Sun et al., "SpecTr", arXiv 2310.15141; Hu et al., arXiv 2502.18779.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> r = ob.relaxation_bounds(p, q, 2)
+    >>> round(r.lower, 6), round(r.upper, 6)
+    (0.7, 0.86)
+    >>> r.lower <= ob.optimal_acceptance(p, q, 2) <= r.upper + 1e-12
+    True
+    """
     p, q = as_pair(to_numpy(p)[0], to_numpy(q)[0])
     if p.ndim != 1:
         raise InvalidInputError(f"relaxation_bounds takes 1-D laws, got shape {p.shape}")

@@ -42,6 +42,22 @@ def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
         int64, the K−1 tokens by decreasing q (ties: lower index first).
     q_prime : numpy.ndarray
         q with G zeroed, renormalised: q' = q|_{V∖G} / (1 − q(G)).
+
+    Raises
+    ------
+    InvalidInputError
+        ``q`` not a 1-D law, or K not in [1, number of tokens with q > 0].
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779; Sun et al., "SpecHub", arXiv 2411.05289 (K = 2).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> g, q_prime = ob.greedy_split([0.1, 0.4, 0.3, 0.2], 3)
+    >>> g.tolist(), q_prime.round(4).tolist()
+    ([1, 2], [0.3333, 0.0, 0.0, 0.6667])
     """
     q = as_law(q, "q", ndim=1)
     return _greedy_split(q, check_num_drafts(num_drafts, q, "greedy"))
@@ -102,6 +118,27 @@ def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: 
     -------
     numpy.ndarray
         int64 array of shape ``(size, K)``.
+
+    Raises
+    ------
+    InvalidInputError
+        ``q`` not a 1-D law, an unknown ``sampling``, or an invalid K.
+
+    References
+    ----------
+    Miao et al., "SpecInfer", arXiv 2305.09781 and Sun et al., "SpecTr", arXiv 2310.15141 (with
+    replacement); Jeon et al., arXiv 2402.14160 (without replacement); Hu et al., arXiv 2502.18779
+    (greedy).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> q = [0.2, 0.3, 0.5]
+    >>> x = ob.sample_drafts(q, 2, "without_replacement", size=4, rng=0)
+    >>> x.shape, bool((x[:, 0] != x[:, 1]).all())
+    ((4, 2), True)
+    >>> ob.sample_drafts(q, 2, "greedy", size=3, rng=0)[:, 0].tolist()  # G = {2} is always drafted
+    [2, 2, 2]
     """
     q = as_law(q, "q", ndim=1)
     law = draft_law(sampling)
@@ -173,6 +210,26 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
     -------
     numpy.ndarray
         float64 array of shape ``(V,)*K``; ``Q[x_1, ..., x_K]`` is the probability of the ordered tuple.
+
+    Raises
+    ------
+    InvalidInputError
+        ``q`` not a 1-D law, an unknown ``sampling``, an invalid K, or V^K > 5·10^7 entries.
+
+    References
+    ----------
+    Sun et al., "SpecTr", arXiv 2310.15141 (with replacement: Q(x̄) = Π_k q(x_k)); Jeon et al.,
+    arXiv 2402.14160 (without replacement: Π_k q(x_k) / (1 − q(x_1) − … − q(x_{k−1})));
+    Hu et al., arXiv 2502.18779 (greedy: 1[x_{1..K−1} = G] · q'(x_K)).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> q = [0.2, 0.3, 0.5]
+    >>> ob.draft_joint(q, 2).round(2).tolist()
+    [[0.04, 0.06, 0.1], [0.06, 0.09, 0.15], [0.1, 0.15, 0.25]]
+    >>> ob.draft_joint(q, 2, "without_replacement")[2].round(4).tolist()
+    [0.2, 0.3, 0.0]
     """
     q = as_law(q, "q", ndim=1)
     law = draft_law(sampling)
@@ -205,6 +262,27 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     -------
     float
         Q(H).
+
+    Raises
+    ------
+    InvalidInputError
+        ``q`` not a 1-D law, an unknown ``sampling``, an invalid K, or a malformed ``subset``
+        (wrong mask shape, ids out of range or repeated).
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779 (Q(H) in the dual α* = 1 + min_H [p(H) − Q(H)]).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> q = [0.2, 0.3, 0.5]
+    >>> round(ob.subset_mass(q, [1, 2], 2), 6)  # (0.3 + 0.5)^2
+    0.64
+    >>> round(ob.subset_mass(q, [1, 2], 2, "greedy"), 6)  # G = {2} ⊆ H, q'({1}) = 0.6
+    0.6
+    >>> round(ob.subset_mass(q, [True, False, True], 2, "without_replacement"), 6)
+    0.325
     """
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
@@ -243,6 +321,38 @@ def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacemen
 
     with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; without replacement
     1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token with q > 0).
+
+    Parameters
+    ----------
+    q : array_like, shape (V,)
+        The draft model's next-token law.
+    num_drafts : int
+        K.
+    sampling : {"with_replacement", "without_replacement", "greedy"}
+        The draft law.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape (V,): P(y ∈ x̄) per token.
+
+    Raises
+    ------
+    InvalidInputError
+        ``q`` not a 1-D law, an unknown ``sampling``, or an invalid K.
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779 (the upper relaxation Σ_y min(p(y), P(y ∈ x̄)) of α*).
+
+    Examples
+    --------
+    >>> from otbound.token.draft_laws import inclusion_probabilities
+    >>> q = [0.2, 0.3, 0.5]
+    >>> inclusion_probabilities(q, 2).round(4).tolist()
+    [0.36, 0.51, 0.75]
+    >>> inclusion_probabilities(q, 2, "greedy").round(4).tolist()
+    [0.4, 0.6, 1.0]
     """
     q = as_law(q, "q", ndim=1)
     k = check_num_drafts(num_drafts, q, sampling)
@@ -261,7 +371,32 @@ class DraftLaw:
 
     Methods take a checked 1-D float64 law ``q`` (or a batch ``Q`` of rows) and a checked K; the
     public functions of :mod:`otbound.token.draft_laws` (and the bounds and verifiers) validate, then
-    dispatch here.
+    dispatch here. The instances are :data:`otbound.DRAFT_LAWS`, keyed by the ``sampling`` names:
+    with replacement Q(H) = q(H)^K; without replacement Q(H) by exponential clocks; greedy
+    Q(H) = 1[G ⊆ H] · q'(H ∖ G); deterministic Q(H) = 1[G ⊆ H] (module docstring).
+
+    Attributes
+    ----------
+    name : str
+        The law's ``sampling`` name.
+
+    References
+    ----------
+    Sun et al., "SpecTr", arXiv 2310.15141; Jeon et al., arXiv 2402.14160; Hu et al.,
+    arXiv 2502.18779.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> law = ob.draft_law("greedy")
+    >>> law
+    <draft law 'greedy'>
+    >>> q = np.array([0.2, 0.3, 0.5])
+    >>> round(law.subset_mass(q, np.array([False, True, True]), 2), 6)
+    0.6
+    >>> law.inclusion(q, 2).round(4).tolist()
+    [0.4, 0.6, 1.0]
     """
 
     name: str
@@ -456,5 +591,34 @@ DRAFT_LAWS: dict[str, DraftLaw] = {
 
 
 def draft_law(sampling: str) -> DraftLaw:
-    """The :class:`DraftLaw` named ``sampling``; an :class:`InvalidInputError` for any other name."""
+    """The :class:`DraftLaw` named ``sampling``; an :class:`InvalidInputError` for any other name.
+
+    Parameters
+    ----------
+    sampling : {"with_replacement", "without_replacement", "greedy", "deterministic"}
+        A key of :data:`otbound.DRAFT_LAWS`.
+
+    Returns
+    -------
+    DraftLaw
+        The law object the bounds and verifiers dispatch through.
+
+    Raises
+    ------
+    InvalidInputError
+        ``sampling`` is not the name of a draft law.
+
+    References
+    ----------
+    Sun et al., "SpecTr", arXiv 2310.15141; Jeon et al., arXiv 2402.14160; Hu et al.,
+    arXiv 2502.18779 (the laws).
+
+    Examples
+    --------
+    >>> import otbound as ob
+    >>> ob.draft_law("without_replacement")
+    <draft law 'without_replacement'>
+    >>> ob.draft_law("with_replacement") is ob.DRAFT_LAWS["with_replacement"]
+    True
+    """
     return DRAFT_LAWS[check_sampling(sampling)]

@@ -43,6 +43,28 @@ class BlockSample:
 
     tokens: ``(n, L + 1)`` int64, the emitted tokens (accepted draft tokens, then the correction or
     bonus token), padded with −1. num_accepted: ``(n,)`` τ (the bonus/correction is not counted).
+    Returned by :meth:`BlockVerifier.sample`; the mean of ``num_accepted`` estimates E[τ].
+
+    Attributes
+    ----------
+    tokens : numpy.ndarray
+        int64 ``(n, L + 1)``: row i holds ``num_accepted[i] + 1`` tokens, then −1.
+    num_accepted : numpy.ndarray
+        int64 ``(n,)``, τ per row.
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444.
+
+    Examples
+    --------
+    >>> from otbound import BLOCK_VERIFIERS, context_free_model
+    >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+    >>> s = BLOCK_VERIFIERS["block"].sample(p, q, [[[1, 1]], [[0, 0]]], rng=0)
+    >>> s.tokens.shape, s.num_accepted.shape
+    ((2, 3), (2,))
+    >>> s.tokens[0, :2].tolist(), int(s.num_accepted[0])  # p/q = 2 on token 1: the block is accepted
+    ([1, 1], 2)
     """
 
     tokens: np.ndarray
@@ -79,7 +101,35 @@ def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 @dataclass
 class DraftLawBounds:
-    """U_causal and U_joint (docs/theory/block-bounds.md) of the draft-tuple law a verifier is run with."""
+    """U_causal and U_joint (docs/theory/block-bounds.md) of the draft-tuple law a verifier is run with.
+
+    Returned by :meth:`BlockVerifier.own_law_bounds`. ``U_joint = max_π E_π[max_k LCP(X^(k), Y_{1:L})]``
+    over couplings of the K draft blocks with a target block Y ~ p; ``U_causal`` is the LP over plans
+    that emit a lossless sequence (docs/theory/block-bounds.md); ``U_causal ≤ U_joint``, and a lossless
+    verifier's E[τ] never exceeds ``U_causal``.
+
+    Attributes
+    ----------
+    causal : float
+        U_causal, bound on E[τ] (bonus excluded).
+    joint : float
+        U_joint.
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444; Sun et al.,
+    "SpecTr", arXiv 2310.15141.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): U_causal = 11/9, U_joint = 12/9.
+
+    >>> from otbound import BLOCK_VERIFIERS, context_free_model
+    >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+    >>> b = BLOCK_VERIFIERS["block"].own_law_bounds(p, q, vocab_size=2, num_drafts=1, block_len=2)
+    >>> round(9 * b.causal, 9), round(9 * b.joint, 9)
+    (11.0, 12.0)
+    """
 
     causal: float
     joint: float
@@ -381,6 +431,46 @@ def generate(
     verifier's own drafting scheme) from the draft model continuing the tokens emitted so far
     (samples sharing a context share one batch of model calls). The output is the sequence a
     user sees: its law must be the target's (sequence-level losslessness).
+
+    Parameters
+    ----------
+    verifier : BlockVerifier
+        The verifier (e.g. a value of :data:`otbound.BLOCK_VERIFIERS`).
+    target, draft : BlockModel or callable
+        The models (prefix → next-token law).
+    num_drafts : int
+        K, draft blocks per iteration.
+    block_len : int
+        L, tokens per draft block.
+    length : int
+        Tokens to generate per sample.
+    num_samples : int
+        Independent sequences.
+    rng : numpy Generator, seed or None
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 ``(num_samples, length)``, the generated sequences.
+
+    Raises
+    ------
+    InvalidInputError
+        A non-positive ``num_drafts`` or ``block_len``, or models that return no law.
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444.
+
+    Examples
+    --------
+    >>> from otbound import BLOCK_VERIFIERS, context_free_model
+    >>> from otbound.block.verifiers import generate
+    >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
+    >>> out = generate(BLOCK_VERIFIERS["block"], p, q, num_drafts=1, block_len=2, length=5,
+    ...                num_samples=3, rng=0)
+    >>> out.shape, bool(((out == 0) | (out == 1)).all())
+    ((3, 5), True)
     """
     rng = np.random.default_rng(rng)
     target, draft = _models(target, draft)

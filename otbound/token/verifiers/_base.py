@@ -83,8 +83,24 @@ class PreparedCache(OrderedDict):
 class VerifierSample:
     """Output of :meth:`Verifier.sample`.
 
-    tokens: int64 array (n,), the emitted tokens Y.
-    accepted: bool array (n,), Y ∈ {x_1..x_K} for its draft row.
+    Attributes
+    ----------
+    tokens : numpy.ndarray
+        int64 array (n,), the emitted tokens Y.
+    accepted : numpy.ndarray
+        bool array (n,), Y ∈ {x_1..x_K} for its draft row (a residual draw equal to a draft counts
+        as accepted, docs/theory/notation.md); its mean estimates α = P(Y ∈ x̄).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import VERIFIERS
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> s = VERIFIERS["rrs"].sample(p, q, np.array([[0, 1], [2, 2]]), rng=0)
+    >>> s.tokens.shape, s.accepted.dtype
+    ((2,), dtype('bool'))
+    >>> bool(s.accepted[0])  # token 0 has p/q > 1: the first round always accepts it
+    True
     """
 
     tokens: np.ndarray
@@ -93,10 +109,42 @@ class VerifierSample:
 
 @dataclass
 class VerifierRun:
-    """Output of :func:`run`: drafts, the verifier's sample, and the Monte Carlo acceptance.
+    """Output of :func:`otbound.token.verifiers.run`: drafts, the verifier's sample, and the Monte
+    Carlo acceptance.
 
     acceptance: fraction of accepted rows; [ci_low, ci_high]: its Wilson score interval at level
-    ``confidence``.
+    ``confidence``, ``(m + z²/2n ± z·√(m(1−m)/n + z²/4n²)) / (1 + z²/n)`` with m the acceptance and
+    z the normal quantile at ``0.5 + confidence/2``.
+
+    Attributes
+    ----------
+    drafts : numpy.ndarray
+        int64 (n, K), the draft tuples drawn from the verifier's draft law.
+    sample : VerifierSample
+        The verifier's output on them.
+    acceptance : float
+        Fraction of accepted rows.
+    ci_low, ci_high : float
+        The Wilson score interval of the acceptance.
+    confidence : float
+        Its level, in (0, 1).
+    num_samples : int
+        n (a property).
+
+    References
+    ----------
+    Wilson, "Probable inference, the law of succession, and statistical inference", J. Amer.
+    Statist. Assoc. 22 (1927) (the interval).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token.verifiers import run
+    >>> r = run("rrs", np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), 2, 100, rng=0)
+    >>> r.drafts.shape, r.num_samples, r.confidence
+    ((100, 2), 100, 0.95)
+    >>> r.ci_low <= r.acceptance <= r.ci_high
+    True
     """
 
     drafts: np.ndarray
@@ -430,7 +478,33 @@ class SequentialVerifier(Verifier):
 
     Subclasses implement ``_rounds(p, q, aux, drafts) -> (tokens (n, R), accept (n, R), residual)``
     where ``accept[:, r]`` is the acceptance probability of round r given rounds < r rejected and
-    ``residual`` is the law (V,) or (n, V) sampled when every round rejects.
+    ``residual`` is the law (V,) or (n, V) sampled when every round rejects. The exact conditional
+    law is then ``law(· | x̄) = Σ_r Π_{s<r}(1 − a_s) a_r δ_{t_r} + Π_r(1 − a_r) · residual``.
+
+    References
+    ----------
+    Leviathan, Kalman, Matias, arXiv 2211.17192 (one round); Miao et al., "SpecInfer",
+    arXiv 2305.09781 (one round per draft, recursive residuals).
+
+    Examples
+    --------
+    Single-draft speculative sampling (accept x_1 with probability min(1, p/q), else draw from
+    norm((p − q)_+)) as a sequential verifier:
+
+    >>> import numpy as np
+    >>> from otbound.token.verifiers import SequentialVerifier
+    >>> class SingleDraft(SequentialVerifier):
+    ...     name, reference, lossless, max_drafts = "single", "Leviathan et al. 2211.17192", True, 1
+    ...     def _rounds(self, p, q, aux, drafts):
+    ...         x = drafts[:, :1]
+    ...         res = np.maximum(p - q, 0.0)
+    ...         return x, np.minimum(1.0, p[x] / q[x]), res / res.sum()
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> v = SingleDraft()
+    >>> v.conditional_law(p, q, [2]).round(6).tolist()
+    [0.6, 0.0, 0.4]
+    >>> round(v.acceptance(p, q, 1), 6), v.lossless_error(p, q, 1) < 1e-15
+    (0.7, True)
     """
 
     @abstractmethod
@@ -477,7 +551,47 @@ def _chunks(n: int, v: int):
 
 
 def support_tuples(q, num_drafts: int, sampling: str) -> tuple[np.ndarray, np.ndarray]:
-    """All draft tuples with Q(x̄) > 0 and their probabilities: ``(weights (m,), tuples (m, K))``."""
+    """All draft tuples with Q(x̄) > 0 and their probabilities: ``(weights (m,), tuples (m, K))``.
+
+    The support of :func:`otbound.draft_joint` (tuples in lexicographic order), over which the exact
+    acceptance ``Σ_x̄ Q(x̄) P(Y ∈ x̄ | x̄)`` and lossless error ``max_y |Σ_x̄ Q(x̄) law(y | x̄) − p(y)|``
+    are enumerated.
+
+    Parameters
+    ----------
+    q : array_like, shape (V,)
+        The draft model's next-token law.
+    num_drafts : int
+        K.
+    sampling : {"with_replacement", "without_replacement", "greedy", "deterministic"}
+        The draft law.
+
+    Returns
+    -------
+    weights : numpy.ndarray
+        float64 (m,), Q(x̄) of each tuple (summing to 1).
+    tuples : numpy.ndarray
+        int64 (m, K), the tuples.
+
+    Raises
+    ------
+    InvalidInputError
+        As :func:`otbound.draft_joint` (bad law, sampling or K, or V^K too large).
+
+    References
+    ----------
+    Sun et al., "SpecTr", arXiv 2310.15141; Jeon et al., arXiv 2402.14160; Hu et al.,
+    arXiv 2502.18779 (the draft laws).
+
+    Examples
+    --------
+    >>> from otbound.token.verifiers import support_tuples
+    >>> weights, tuples = support_tuples([0.2, 0.3, 0.5], 2, "greedy")
+    >>> weights.round(6).tolist(), tuples.tolist()
+    ([0.4, 0.6], [[2, 0], [2, 1]])
+    >>> support_tuples([0.2, 0.3, 0.5], 2, "without_replacement")[1].shape
+    (6, 2)
+    """
     joint = draft_joint(q, num_drafts, sampling)
     flat = joint.ravel()
     support = np.flatnonzero(flat > 0)

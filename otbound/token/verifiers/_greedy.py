@@ -44,7 +44,33 @@ from otbound.token.verifiers._base import (
 
 
 class GreedyVerifier(SequentialVerifier):
-    """Optimal verifier for the greedy draft law (docs/theory/token-verifiers.md): reaches α*_greedy."""
+    """Optimal verifier for the greedy draft law (docs/theory/token-verifiers.md): reaches α*_greedy.
+
+    Drafts are greedy-law tuples (G, x), G the K−1 top tokens of q and x ~ q' = q|_{V∖G}/(1 − q(G))
+    (:func:`otbound.greedy_split`). Accept x w.p. ``min(1, p(x)/q'(x))``, else draw
+    ``Y ∝ p·1_G + (p − q')_+·1_{V∖G}``. Lossless, with acceptance
+    ``α = α*_greedy = p(G) + Σ_{x∉G} min(p(x), q'(x))``, the greedy law's bound.
+
+    The instance in :data:`otbound.VERIFIERS` is ``"greedy"``.
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779 (the greedy draft law and its bound); the verifier is derived in
+    docs/theory/token-verifiers.md.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import GreedyVerifier
+    >>> v = GreedyVerifier()
+    >>> round(v.acceptance(p, q, 2), 6)  # p(G) + Σ_{x∉G} min(p, q') = 0.2 + 0.4 + 0.3
+    0.9
+    >>> v.conditional_law(p, q, [2, 1]).round(4).tolist()  # x = 1 is accepted w.p. 0.3/0.6
+    [0.1667, 0.5, 0.3333]
+    >>> v.lossless_error(p, q, 2) < 1e-15
+    True
+    """
 
     name = "greedy"
     reference = "greedy-law optimal verifier (docs/theory/token-verifiers.md), α = α*_greedy"
@@ -79,7 +105,40 @@ class GreedyVerifier(SequentialVerifier):
 
 
 class SpecHubVerifier(GreedyVerifier):
-    """SpecHub (2411.05289) for K = 2 on the greedy law; K = 1 is speculative sampling."""
+    """SpecHub (2411.05289) for K = 2 on the greedy law; K = 1 is speculative sampling.
+
+    The hub a = argmax q and a second draft x ~ q' (the greedy law at K = 2), verified in the
+    latent draft order as in the authors' code (module docstring). Lossless, with acceptance
+    ``α_SpecHub = p(a) + Σ_{x≠a} min(p(x), q'(x)) = α*_greedy`` at K = 2.
+
+    The instance in :data:`otbound.VERIFIERS` is ``"spechub"`` (``max_drafts = 2``).
+
+    Raises
+    ------
+    InvalidInputError
+        From its methods, for K > 2.
+
+    References
+    ----------
+    Sun, Zhou, Chen, Sun, "SpecHub: provable acceleration to multi-draft speculative decoding",
+    arXiv 2411.05289 (EMNLP 2024).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> import otbound as ob
+    >>> from otbound.token.verifiers import SpecHubVerifier
+    >>> v = SpecHubVerifier()
+    >>> round(v.acceptance(p, q, 2), 6) == round(ob.optimal_acceptance(p, q, 2, "greedy"), 6)
+    True
+    >>> v.lossless_error(p, q, 2) < 1e-15
+    True
+    >>> v.acceptance(p, q, 3)
+    Traceback (most recent call last):
+    ...
+    otbound._validation.InvalidInputError: verifier 'spechub' supports at most 2 drafts, got K = 3
+    """
 
     name = "spechub"
     reference = "SpecHub (Sun et al. 2411.05289), K ≤ 2"

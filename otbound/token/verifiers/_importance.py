@@ -45,7 +45,44 @@ def _weights(p, q):
 
 
 def selected_law(p: np.ndarray, q: np.ndarray, num_drafts: int) -> np.ndarray:
-    """Exact law p_s of the token selected by self-normalised IS among K i.i.d. drafts from q."""
+    """Exact law p_s of the token selected by self-normalised IS among K i.i.d. drafts from q.
+
+    With weights ``w(x) = p(x)/q(x)`` and ``S = Σ_{j≥2} w(x_j)`` over K − 1 further drafts,
+    ``p_s(y) = K q(y) E[sel(w(y), S)]``, ``sel(w, s) = w/(w + s)`` (1/K when w + s = 0), computed
+    exactly by enumerating the law of S.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Target and draft laws, already checked (float64, summing to 1).
+    num_drafts : int
+        K ≥ 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (V,), p_s (q itself at K = 1).
+
+    Raises
+    ------
+    InvalidInputError
+        When ``|supp q|^K`` exceeds ``MAX_SELECTION_CELLS``.
+
+    References
+    ----------
+    Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+    Canonical Decomposition and Theoretical Limits", arXiv 2410.18234.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import selected_law
+    >>> selected_law(p, q, 2).round(4).tolist()
+    [0.2981, 0.3386, 0.3633]
+    >>> selected_law(p, q, 1).tolist()
+    [0.2, 0.3, 0.5]
+    """
     k = int(num_drafts)
     w = _weights(p, q)
     supp = np.flatnonzero(q > 0)
@@ -72,7 +109,29 @@ def selected_law(p: np.ndarray, q: np.ndarray, num_drafts: int) -> np.ndarray:
 
 
 class ImportanceSamplingVerifier(Verifier):
-    """Khisti et al. (2410.18234): IS selection of one draft, then speculative sampling vs p_s."""
+    """Khisti et al. (2410.18234): IS selection of one draft, then speculative sampling vs p_s.
+
+    Drafts i.i.d. from q; select x_i w.p. ``β(i | x̄) = w(x_i) / Σ_j w(x_j)``, ``w = p/q`` (uniform
+    1/K if every weight is 0), then accept the selected y w.p. ``min(1, p(y)/p_s(y))``, else draw
+    ``Y ∝ (p − p_s)_+``, with p_s the exact selected-token law (:func:`selected_law`). Lossless for
+    any selection rule. The instance in :data:`otbound.VERIFIERS` is ``"khisti_is"``.
+
+    References
+    ----------
+    Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+    Canonical Decomposition and Theoretical Limits", arXiv 2410.18234.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import ImportanceSamplingVerifier
+    >>> v = ImportanceSamplingVerifier()
+    >>> round(v.acceptance(p, q, 2), 6)
+    0.814434
+    >>> v.lossless_error(p, q, 2) < 1e-15
+    True
+    """
 
     name = "khisti_is"
     reference = "importance-sampling draft selection + speculative sampling (Khisti et al. 2410.18234)"
@@ -113,6 +172,44 @@ def optimal_selection(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndar
     Returns ``(supp, W, p_s)``: the support of q, ``W[a, b] = P(select supp[a] | drafts {supp[a],
     supp[b]})`` (``W + Wᵀ = 1`` off the diagonal) and the selected-token law ``p_s`` over all V
     tokens. The LP is solved by HiGHS at feasibility tolerances 1e-10.
+
+    It maximises ``Σ_y min(p(y), p_s(y))`` over the pair weights with
+    ``p_s(y) = q(y)² + 2 q(y) Σ_{j≠y} q(j) W[y, j]`` and ``W[i, j] + W[j, i] = 1``.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Target and draft laws, already checked (float64, summing to 1).
+
+    Returns
+    -------
+    supp : numpy.ndarray
+        int64, the tokens with q > 0.
+    W : numpy.ndarray
+        float64 ``(|supp|, |supp|)``, the selection probabilities (0.5 on the diagonal).
+    p_s : numpy.ndarray
+        float64 (V,), the selected-token law.
+
+    Raises
+    ------
+    InvalidInputError
+        More than ``MAX_SELECTION_PAIRS`` pair weights (``|supp q| ≳ 630``).
+
+    References
+    ----------
+    Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+    Canonical Decomposition and Theoretical Limits", arXiv 2410.18234.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import optimal_selection
+    >>> supp, W, p_s = optimal_selection(p, q)
+    >>> supp.tolist(), W.shape, round(float(np.minimum(p, p_s).sum()), 6)
+    ([0, 1, 2], (3, 3), 0.86)
+    >>> bool(np.allclose(W + W.T, 1.0))
+    True
     """
     supp = np.flatnonzero(q > 0)
     n = supp.size
@@ -143,7 +240,30 @@ def optimal_selection(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 class OptimalImportanceVerifier(ImportanceSamplingVerifier):
-    """Khisti et al. (2410.18234), K = 2: LP-optimal selection of one draft, then speculative sampling."""
+    """Khisti et al. (2410.18234), K = 2: LP-optimal selection of one draft, then speculative sampling.
+
+    Selects x_i among two i.i.d. drafts {i, j} w.p. ``W[i, j]`` of :func:`optimal_selection`, then
+    accepts it w.p. ``min(1, p(y)/p_s(y))``, else ``Y ∝ (p − p_s)_+``; acceptance
+    ``Σ_y min(p(y), p_s(y))``. K = 1 is single-draft speculative sampling. Lossless. The instance
+    in :data:`otbound.VERIFIERS` is ``"khisti_lp"`` (``max_drafts = 2``).
+
+    References
+    ----------
+    Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+    Canonical Decomposition and Theoretical Limits", arXiv 2410.18234.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> import otbound as ob
+    >>> from otbound.token.verifiers import OptimalImportanceVerifier
+    >>> v = OptimalImportanceVerifier()
+    >>> round(v.acceptance(p, q, 2), 6), round(ob.optimal_acceptance(p, q, 2), 6)
+    (0.86, 0.86)
+    >>> round(v.acceptance(p, q, 1), 6)  # Σ min(p, q)
+    0.7
+    """
 
     name = "khisti_lp"
     reference = "LP-optimal draft selection + speculative sampling, K ≤ 2 (Khisti et al. 2410.18234)"

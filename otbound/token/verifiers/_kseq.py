@@ -37,7 +37,37 @@ def _p_acc(beta, k):
 
 
 def kseq_rho(p: np.ndarray, q: np.ndarray, num_drafts: int) -> float:
-    """ρ* of K-SEQ: the smallest ρ in [1, K] (to float64 resolution) with p_acc(ρ) ≤ ρ β(ρ)."""
+    """ρ* of K-SEQ: the smallest ρ in [1, K] (to float64 resolution) with p_acc(ρ) ≤ ρ β(ρ).
+
+    ``β(ρ) = Σ_x min(p(x)/ρ, q(x))``, ``p_acc(ρ) = 1 − (1 − β(ρ))^K``; ρ* is the root of the
+    non-increasing ``f(ρ) = p_acc(ρ) − ρ β(ρ)`` on [1, K], found by bisection keeping the end with
+    ``f ≤ 0`` (so the K-SEQ residual is non-negative).
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Target and draft laws, already checked (float64, summing to 1; no validation here).
+    num_drafts : int
+        K ≥ 1.
+
+    Returns
+    -------
+    float
+        ρ* ∈ [1, K] (1 at K = 1).
+
+    References
+    ----------
+    Sun et al., "SpecTr: fast speculative decoding via optimal transport", arXiv 2310.15141
+    (K-SEQ).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import kseq_rho
+    >>> round(kseq_rho(p, q, 2), 6), kseq_rho(p, q, 1)
+    (1.456776, 1.0)
+    """
 
     def f(rho):
         b = _beta(p, q, rho)
@@ -57,7 +87,30 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, num_drafts: int) -> float:
 
 
 class KSeqVerifier(SequentialVerifier):
-    """SpecTr K-SEQ with ρ = ρ* (2310.15141)."""
+    """SpecTr K-SEQ with ρ = ρ* (2310.15141).
+
+    Drafts i.i.d. from q; round i accepts x_i w.p. ``min(1, p(x_i)/(ρ* q(x_i)))``; if all K reject,
+    ``Y ∝ (p − γ min(p/ρ*, q))_+`` with ``γ = p_acc/β`` (ρ* from :func:`kseq_rho`). Lossless, with
+    acceptance ``α = 1 − (1 − β(ρ*))^K ≥ (1 − 1/e) α*``.
+
+    The instance in :data:`otbound.VERIFIERS` is ``"kseq"``.
+
+    References
+    ----------
+    Sun et al., "SpecTr: fast speculative decoding via optimal transport", arXiv 2310.15141.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> import otbound as ob
+    >>> from otbound.token.verifiers import KSeqVerifier
+    >>> v = KSeqVerifier()
+    >>> round(v.acceptance(p, q, 2), 6), round(ob.optimal_acceptance(p, q, 2), 6)
+    (0.791355, 0.86)
+    >>> v.lossless_error(p, q, 2) < 1e-15
+    True
+    """
 
     name = "kseq"
     reference = "SpecTr K-SEQ at ρ* (Sun et al. 2310.15141)"

@@ -17,7 +17,39 @@ from otbound.token.verifiers._base import Verifier, draw
 
 
 class NaiveVerifier(Verifier):
-    """Naive speculative sampling (NSS): Y ~ p regardless of the drafts; works for any draft law."""
+    """Naive speculative sampling (NSS): Y ~ p regardless of the drafts; works for any draft law.
+
+    Lossless trivially; acceptance ``α = Σ_t p(t) P(t ∈ x̄)`` (for i.i.d. drafts
+    ``Σ_t p(t)(1 − (1 − q(t))^K)``).
+
+    Parameters
+    ----------
+    sampling : {"with_replacement", "without_replacement", "greedy", "deterministic"}
+        The draft law it is run on (:data:`otbound.SAMPLINGS`).
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown ``sampling``.
+
+    References
+    ----------
+    Miao et al., "SpecInfer", arXiv 2305.09781 (naive multi-draft sampling); Sun et al.,
+    "SpecTr", arXiv 2310.15141.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import NaiveVerifier
+    >>> v = NaiveVerifier()
+    >>> round(v.acceptance(p, q, 2), 6)
+    0.483
+    >>> v.conditional_law(p, q, [2, 2]).tolist()  # the drafts are ignored
+    [0.5, 0.3, 0.2]
+    >>> round(NaiveVerifier("greedy").acceptance(p, q, 2), 6)
+    0.58
+    """
 
     name = "nss"
     reference = "naive speculative sampling: Y ~ p, accepted iff Y ∈ x̄"

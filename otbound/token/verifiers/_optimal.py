@@ -37,6 +37,28 @@ class OptimalCoupling:
     order), ``accepted`` (Σ_{H*} p + Σ_C m, the construction's acceptance) and, over tokens,
     ``select`` = m, ``keep`` = acceptance probability of a selected token (p/m on H*, 1 on C),
     ``residual`` = (p − m)_+ normalised (p on C if that mass rounds to 0).
+
+    With ``G_j = Φ(Q_j) − P_j`` and ``h = argmax_j G_j``, ``α* = P_h + 1 − Φ(Q_h)``: the dual
+    ``1 + min_H [p(H) − Q(H)]`` at the prefix H* of the first h sorted tokens. Built by
+    :func:`optimal_coupling`; the construction and its proof are in docs/theory/optimal-verifier.md.
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779, Theorem 3.1 (α* and its dual); Sun et al., "SpecTr",
+    arXiv 2310.15141 (the optimal-transport coupling of the drafts and the target). Thomas & Pal,
+    "Global Resolution", arXiv 2511.15898, build an optimal verifier for the same problem (only its
+    abstract was read; this construction is independent).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import optimal_coupling
+    >>> c = optimal_coupling(p, q, 2)
+    >>> c.order.tolist(), c.h, round(c.alpha, 6), round(c.accepted, 6)
+    ([2, 1, 0], 2, 0.86, 0.86)
+    >>> c.select.round(6).tolist()  # the selection law m
+    [0.36, 0.39, 0.25]
     """
 
     order: np.ndarray
@@ -225,7 +247,40 @@ class OptimalCoupling:
 
 def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
     """Build :class:`OptimalCoupling` for checked 1-D laws p, q and K i.i.d. drafts: a sort of the
-    ratios, two prefix sums and two running maxima (O(V log V))."""
+    ratios, two prefix sums and two running maxima (O(V log V)).
+
+    Tokens sorted by p/q ascending (q = 0 last), ``Q_j``, ``P_j`` their prefix masses,
+    ``G_j = Q_j^K − P_j``, ``h = argmax_j G_j`` and ``α* = P_h + 1 − Q_h^K``
+    (docs/theory/optimal-verifier.md).
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Target and draft laws, already checked (float64, summing to 1; no validation here).
+    k : int
+        K ≥ 1, the number of i.i.d. drafts.
+
+    Returns
+    -------
+    OptimalCoupling
+        The sorted prefix sums, running maxima, contact records, h and α*.
+
+    References
+    ----------
+    Hu et al., arXiv 2502.18779, Theorem 3.1 (the prefix form of α*).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> import otbound as ob
+    >>> from otbound.token.verifiers import optimal_coupling
+    >>> c = optimal_coupling(p, q, 2)
+    >>> round(c.alpha, 6) == round(ob.optimal_acceptance(p, q, 2), 6)
+    True
+    >>> c.cum_q.tolist(), c.cum_p.tolist()
+    ([0.0, 0.5, 0.8, 1.0], [0.0, 0.2, 0.5, 1.0])
+    """
     v = q.size
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = p / q

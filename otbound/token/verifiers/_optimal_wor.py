@@ -219,11 +219,33 @@ def _add_token(state, e, pi, weights=None):
 class TruncatedCoupling:
     """The pieces of the truncated optimal coupling for one (p, q, K) (module docstring).
 
-    top: the tokens T (int64 (m,), by decreasing q); masks: the sets R as bitmasks over T, sorted
-    (int64 (n_sets,)); mu: μ(R); chance: c(R) = E[p(S ∩ T^c); S ∩ T = R]; flow: π(R, y) over T
-    (float64 (n_sets, m)); residual: ρ over the vocabulary (V,); accepted: the exact acceptance;
-    lp_value: Σ π; slot: token → position in T (−1 outside); covers: T holds every token with q > 0;
-    num_smooth: the tokens of T^c that entered the clock pass through their moments.
+    top: the tokens T (int64 (m,), by decreasing ranking score, ties to the lower id); masks: the sets R as bitmasks
+    over T, sorted (int64 (n_sets,)); mu: μ(R); chance: c(R) = E[p(S ∩ T^c); S ∩ T = R]; flow: π(R, y) over T (float64
+    (n_sets, m)); residual: ρ over the vocabulary (V,); accepted: the exact acceptance; lp_value: Σ π; slot: token →
+    position in T (−1 outside); covers: T holds every token with q > 0; num_smooth: the tokens of T^c that entered the
+    clock pass through their moments.
+
+    Given R = S ∩ T the verifier emits y ∈ R w.p. ``π(R, y)/μ(R)``, else a draw from the residual
+    ``ρ = r/Z``, ``r_y = p_y − Σ_R π(R, y)`` on T and ``p_z`` off T; its exact acceptance is
+    ``α = Σ π + (1/Z) [Σ_R lf(R) r(R) + Σ_R (lf(R)/μ(R)) c(R)]``, ``lf(R) = μ(R) − Σ_y π(R, y)``;
+    α = α* when ``covers``. Built by :func:`truncated_coupling`.
+
+    References
+    ----------
+    Jeon et al., "Recursive speculative decoding", arXiv 2402.14160 (drafts without replacement);
+    Sun et al., "SpecTr", arXiv 2310.15141 (the acceptance LP); Hu et al., arXiv 2502.18779 (α*).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> import otbound as ob
+    >>> from otbound.token.verifiers import truncated_coupling
+    >>> c = truncated_coupling(p, q, 2)
+    >>> c.top.tolist(), c.covers, round(float(c.mu.sum()), 6)
+    ([0, 1, 2], True, 1.0)
+    >>> round(c.accepted, 6) == round(ob.optimal_acceptance(p, q, 2, "without_replacement"), 6)
+    True
     """
 
     top: np.ndarray
@@ -270,6 +292,49 @@ def truncated_coupling(
     The T^c pass, the sets' Q and F values by clocks, Möbius inversion, the LP and the exact
     acceptance (module docstring). ``rank``: T is the m tokens of q > 0 with the largest
     ``min(p, 1 − (1 − q)^K)`` ("contribution", the default) or the largest q ("q").
+
+    ``μ(R) = Σ_{A ⊆ R} (−1)^{|R ∖ A|} Q(A ∪ T^c)`` with
+    ``Q(B) = 1 − ∫_0^∞ o e^{−o t} P[N_B(t) < K] dt`` (``o = q(T ∖ A)``), c(R) likewise from
+    ``F(A) = E[p(S ∩ T^c); S ⊆ A ∪ T^c]``; then the acceptance LP over the sets R.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Target and draft laws, already checked (float64, summing to 1).
+    k : int
+        K, the number of drafts without replacement.
+    max_sets : int
+        The most sets R (``|R| ≤ K``) the truncation may hold: m = :func:`truncation_size` (K, max_sets).
+    rank : {"contribution", "q"}
+        How T is chosen.
+
+    Returns
+    -------
+    TruncatedCoupling
+        The sets, μ, c, the plan, the residual and the exact acceptance.
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown ``rank``, or denormal q entries the clock integrals cannot take.
+
+    References
+    ----------
+    Jeon et al., "Recursive speculative decoding", arXiv 2402.14160 (drafts without replacement);
+    Sun et al., "SpecTr", arXiv 2310.15141 (the acceptance LP); Hu et al., arXiv 2502.18779 (α*).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> from otbound.token.verifiers import truncated_coupling
+    >>> rng = np.random.default_rng(0)
+    >>> p, q = rng.dirichlet(np.ones(200)), rng.dirichlet(np.ones(200))
+    >>> c = truncated_coupling(p, q, 2, max_sets=100)
+    >>> c.top.size, c.covers, round(float(c.mu.sum()), 9)
+    (13, False, 1.0)
+    >>> c.accepted <= ob.optimal_acceptance(p, q, 2, "without_replacement")
+    True
     """
     if rank not in ("contribution", "q"):
         raise InvalidInputError(f"rank must be 'contribution' or 'q', got {rank!r}")

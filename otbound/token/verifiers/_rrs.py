@@ -76,7 +76,28 @@ def rrs_thresholds(batch, k: int):
 
 
 class RRSVerifier(SequentialVerifier):
-    """SpecInfer recursive rejection sampling, drafts i.i.d. from q (2305.09781)."""
+    """SpecInfer recursive rejection sampling, drafts i.i.d. from q (2305.09781).
+
+    ``p_1 = p``; round i accepts x_i w.p. ``min(1, p_i(x_i)/q(x_i))``, else
+    ``p_{i+1} = norm((p_i − q)_+)``; if all K reject, ``Y ~ p_{K+1}``. Lossless, with acceptance
+    ``α = 1 − h(μ_{K+1})``, ``h(μ) = Σ (p − μ q)_+``, ``μ_1 = 0``, ``μ_{i+1} = μ_i + h(μ_i)``
+    (module docstring). The instance in :data:`otbound.VERIFIERS` is ``"rrs"``.
+
+    References
+    ----------
+    Miao et al., "SpecInfer", arXiv 2305.09781.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import RRSVerifier
+    >>> v = RRSVerifier()
+    >>> round(v.acceptance(p, q, 2), 6)
+    0.76
+    >>> v.conditional_law(p, q, [2, 2]).round(6).tolist()  # 2 rejected twice: Y ~ p_3
+    [0.6, 0.0, 0.4]
+    """
 
     name = "rrs"
     reference = "SpecInfer recursive rejection sampling (Miao et al. 2305.09781)"
@@ -111,7 +132,29 @@ class RRSVerifier(SequentialVerifier):
 
 
 class RRSWithoutReplacementVerifier(SequentialVerifier):
-    """Recursive rejection sampling with drafts without replacement (Jeon et al. 2402.14160)."""
+    """Recursive rejection sampling with drafts without replacement (Jeon et al. 2402.14160).
+
+    After rejecting x_i: ``p_{i+1} = norm((p_i − q_i)_+)`` and ``q_{i+1} = norm(q_i with x_i
+    zeroed)``; round i accepts x_i w.p. ``min(1, p_i(x_i)/q_i(x_i))``. Lossless; acceptance exact in
+    closed form for K ≤ 2, by enumeration for small V, else estimated (module docstring). The
+    instance in :data:`otbound.VERIFIERS` is ``"rrs_wor"``.
+
+    References
+    ----------
+    Jeon et al., "Recursive speculative decoding", arXiv 2402.14160; Yang et al., "Multi-candidate
+    speculative decoding", arXiv 2401.06706.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> from otbound.token.verifiers import RRSWithoutReplacementVerifier
+    >>> v = RRSWithoutReplacementVerifier()
+    >>> round(v.acceptance(p, q, 2), 6), round(v.acceptance(p, q, 3), 6)
+    (0.82, 1.0)
+    >>> v.lossless_error(p, q, 2) < 1e-15
+    True
+    """
 
     name = "rrs_wor"
     reference = "recursive rejection sampling without replacement (Jeon et al. 2402.14160)"
