@@ -181,13 +181,15 @@ class TraceRecord(LogitLaws):
     >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
     >>> pair = tiny_pair()
     >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> out = tempfile.mkdtemp()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = tmp.name
     >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
     >>> rec = next(load_traces(paths[0]))
     >>> rec.prompt_id, rec.prompt_length, rec.positions, rec.continuation.size
     ('tiny/0', 4, 3, 3)
     >>> rec.p.shape, rec.q.shape, bool(abs(rec.p.sum(axis=1) - 1).max() < 1e-12)
     ((3, 12), (3, 12), True)
+    >>> tmp.cleanup()
     """
 
     prompt_id: str
@@ -311,12 +313,14 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
     >>> pair = tiny_pair()
     >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> out = tempfile.mkdtemp()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = tmp.name
     >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
     >>> [p.relative_to(out).as_posix() for p in paths]
     ['tiny/T1/tiny_0.safetensors', 'tiny/T1/tiny_1.safetensors']
     >>> collect_traces(None, prompts, out, max_new_tokens=3, progress=False) == paths  # resumed: no model needed
     True
+    >>> tmp.cleanup()
     """
     import torch
 
@@ -471,7 +475,8 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
     >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
     >>> pair = tiny_pair()
     >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> out = tempfile.mkdtemp()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = tmp.name
     >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
     >>> [(r.prompt_id, r.temperature, r.positions) for r in load_traces(out)]
     [('tiny/0', 1.0, 3), ('tiny/1', 1.0, 3)]
@@ -479,6 +484,7 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
     >>> hot = next(load_traces(paths[0], target_settings=SamplingParams(2.0)))
     >>> hot.sampling_params()[0].temperature, hot.p.shape
     (2.0, (3, 12))
+    >>> tmp.cleanup()
     """
     for file in _files(path, TRACE_FORMAT):
         tensors, meta = _store.read(file)
