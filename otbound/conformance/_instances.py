@@ -39,7 +39,23 @@ NEAR = 1e-9
 
 @dataclass(frozen=True)
 class TokenInstance:
-    """A target law ``p`` and a draft law ``q`` (1-D float64 arrays of the same length)."""
+    """A target law ``p`` and a draft law ``q`` (1-D float64 arrays of the same length).
+
+    Parameters
+    ----------
+    label : str
+        What the instance tests (shown in reports).
+    p, q : numpy.ndarray
+        Target and draft laws (V,), each summing to 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.conformance import TokenInstance
+    >>> inst = TokenInstance("mine", np.array([0.1, 0.4, 0.5]), np.array([0.6, 0.2, 0.2]))
+    >>> inst.vocab_size
+    3
+    """
 
     label: str
     p: np.ndarray
@@ -52,7 +68,29 @@ class TokenInstance:
 
 @dataclass(frozen=True)
 class BlockInstance:
-    """Target and draft laws tabulated at every prefix (tuple of token ids) of length ``0..block_len``."""
+    """Target and draft laws tabulated at every prefix (tuple of token ids) of length ``0..block_len``.
+
+    Parameters
+    ----------
+    label : str
+        What the instance tests (shown in reports).
+    vocab_size : int
+        V.
+    block_len : int
+        L: the draft blocks' length (the target's law at length L is the bonus law).
+    target, draft : dict
+        ``{prefix tuple: law (V,)}`` for every prefix of length ``0..L``.
+
+    Examples
+    --------
+    >>> from otbound.conformance import block_instances
+    >>> inst = block_instances(2, 2, 1, 0)[0]  # V = 2, L = 2: prefixes (), (0,), (1,), (0, 0), ...
+    >>> inst.label, len(inst.target)
+    ('random models', 7)
+    >>> target, draft = inst.models()
+    >>> [round(float(x), 4) for x in target((0, 1))]
+    [0.6797, 0.3203]
+    """
 
     label: str
     vocab_size: int
@@ -128,6 +166,39 @@ def token_instances(vocab_size: int, num_drafts: int, sampling: str, count: int,
 
     Instances whose q cannot produce K drafts under ``sampling`` (too small a support without
     replacement / greedy) are left out.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    num_drafts : int
+        K.
+    sampling : str
+        The draft law: "with_replacement", "without_replacement" or "greedy".
+    count : int
+        Instances wanted.
+    seed : int
+        Seed of the random Dirichlet instances.
+
+    Returns
+    -------
+    list of TokenInstance
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        When no random instance gives K drafts under ``sampling`` after many draws.
+
+    Examples
+    --------
+    >>> from otbound.conformance import token_instances
+    >>> insts = token_instances(3, 2, "with_replacement", 10, seed=0)
+    >>> [t.label for t in insts[:3]]
+    ['repeated drafts (q peaked where p is small)', 'zero in q where p has mass', 'zero in p where q has mass']
+    >>> insts[-1].label
+    'random (Dirichlet 0.2, #1)'
+    >>> len(token_instances(3, 3, "without_replacement", 4, seed=0))  # q needs 3 tokens of positive mass
+    4
     """
     out = [t for t in _adversarial_token(vocab_size) if _valid_q(t.q, num_drafts, sampling)][:count]
     rng = np.random.default_rng(seed)
@@ -228,7 +299,29 @@ def _adversarial_block(v: int, length: int) -> list[tuple[str, object, object]]:
 
 
 def block_instances(vocab_size: int, block_len: int, count: int, seed: int) -> list[BlockInstance]:
-    """The adversarial block family (as far as ``count`` allows), then random Dirichlet models."""
+    """The adversarial block family (as far as ``count`` allows), then random Dirichlet models.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    block_len : int
+        L: the models are tabulated at every prefix of length ``0..L``.
+    count : int
+        Instances wanted.
+    seed : int
+        Seed of the random models after the adversarial family.
+
+    Returns
+    -------
+    list of BlockInstance
+
+    Examples
+    --------
+    >>> from otbound.conformance import block_instances
+    >>> [b.label for b in block_instances(2, 2, 3, seed=0)]
+    ['random models', 'draft with zeros', 'target with zeros']
+    """
     v, length = vocab_size, block_len
     specs = _adversarial_block(v, length)[:count]
     i = 0

@@ -20,6 +20,41 @@ class InstanceReport:
     Sample mode: both are Monte Carlo estimates (with sampling noise); ``acceptance`` is the mean over
     ``samples`` runs, ``p_value`` the G-test's, ``power`` its power against a distortion of the
     stated total-variation size.
+
+    Parameters
+    ----------
+    label : str
+        The instance's label.
+    vocab_size, num_drafts : int
+        V and K.
+    lossless_error : float
+        ``max |output law − target law|``.
+    acceptance, optimal : float
+        α and α* (token level), or E[τ] and U_causal (block level).
+    passed : bool
+        Whether the instance is lossless (exact: error ≤ tolerance; sample: no G-test rejection).
+    block_len : int, optional
+        L (block level).
+    joint_bound : float, optional
+        U_joint (block level).
+    total_variation : float, optional
+        ``½ Σ |output law − target law|``.
+    samples : int, optional
+        Sample mode: runs drawn.
+    p_value, power : float, optional
+        Sample mode: the G-test's p-value and power.
+    acceptance_se : float, optional
+        Sample mode: standard error of ``acceptance``.
+
+    Examples
+    --------
+    >>> from otbound.conformance import check_token_verifier
+    >>> from otbound.conformance.examples import rrs
+    >>> report = check_token_verifier(rrs, vocab_size=3, num_drafts=2, instances=1).instances[0]
+    >>> report.label, report.passed, report.lossless_error < 1e-10
+    ('repeated drafts (q peaked where p is small)', True, True)
+    >>> round(report.acceptance, 4), round(report.optimal, 4), round(report.efficiency, 4)
+    (0.4933, 0.5267, 0.9367)
     """
 
     label: str
@@ -64,6 +99,41 @@ class Counterexample:
     continued by the target to ``L + 1`` tokens, ``{sequence: probability}`` (block level).
     drafts: up to :data:`MAX_ROWS` draft tuples with their probability and the verifier's law
     given them. worst: the token / sequence of largest ``|output − target|``.
+
+    Parameters
+    ----------
+    level : str
+        "token" or "block".
+    vocab_size, num_drafts : int
+        V and K of the (shrunk) instance.
+    sampling : str
+        The draft law.
+    lossless_error : float
+        ``max |output law − target law|`` on it.
+    target, draft : numpy.ndarray or dict
+        The laws (token level) or ``{prefix: law}`` tables (block level).
+    output_law, target_law : numpy.ndarray or dict
+        The verifier's output law and the target's.
+    worst : int or tuple
+        The token (token level) or ``(sequence, output, target)`` (block level) of largest error.
+    block_len : int, optional
+        L (block level).
+    drafts : list
+        ``(draft tuple, probability, verifier's law)`` rows.
+    label : str
+        The label of the instance it was shrunk from.
+
+    Examples
+    --------
+    A verifier that skips repeated drafts (lossy, the counterexample shrunk to V = 3, K = 2):
+
+    >>> from otbound.conformance import check_token_verifier
+    >>> from otbound.conformance.examples import rrs_skip_repeats
+    >>> cex = check_token_verifier(rrs_skip_repeats, vocab_size=3, num_drafts=2, instances=9).counterexample
+    >>> cex.level, cex.vocab_size, cex.num_drafts, round(cex.lossless_error, 4), cex.worst
+    ('token', 3, 2, 0.0833, 1)
+    >>> cex.target.tolist()
+    [0.0, 0.5, 0.5]
     """
 
     level: str
@@ -113,6 +183,48 @@ class ConformanceResult:
     counterexample: None when passed. declared_lossless: the verifier's own ``lossless`` flag where it
     has one (the package's verifiers through the adapters), else None; the summary says whether the
     check agrees with it.
+
+    Parameters
+    ----------
+    level, mode : str
+        "token" / "block" and "exact" / "sample".
+    vocab_size, num_drafts : int
+        V and K.
+    sampling : str
+        The draft law.
+    tolerance : float or None
+        Exact mode's tolerance on the lossless error (None in sample mode).
+    instances : list of InstanceReport
+        One report per instance.
+    counterexample : Counterexample or None
+        The smallest failing instance, None when every instance passed.
+    block_len : int, optional
+        L (block level).
+    name : str
+        The verifier's name in the reports.
+    level_alpha, distortion, target_power : float, optional
+        Sample mode: the per-instance G-test level, the distortion size and the power aimed at.
+    declared_lossless : bool, optional
+        The verifier's own ``lossless`` flag.
+    precision : str
+        "float64" or "float32" (exact mode's default tolerance).
+
+    Examples
+    --------
+    >>> import os
+    >>> import tempfile
+    >>> from otbound.conformance import check_token_verifier
+    >>> from otbound.conformance.examples import rrs
+    >>> res = check_token_verifier(rrs, vocab_size=3, num_drafts=2, instances=3)
+    >>> res.passed, res.lossless_error < 1e-10, res.counterexample is None
+    (True, True, True)
+    >>> res.efficiency.round(4).tolist()
+    [0.9367, 1.0, 1.0]
+    >>> print(res.summary().splitlines()[0])
+    rrs: PASS: lossless  (token level, V = 3, K = 2, with_replacement, exact mode, 3 instances)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sorted(os.listdir(res.write(d)))
+    ['report.json', 'report.md']
     """
 
     level: str

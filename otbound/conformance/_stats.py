@@ -25,7 +25,41 @@ MIN_SAMPLES = 500
 
 
 def power(n: int, df: int, distortion: float, level: float) -> float:
-    """Lower bound on the G-test's power at ``level`` against any distortion of TV size ``distortion``."""
+    """Lower bound on the G-test's power at ``level`` against any distortion of TV size ``distortion``.
+
+    ``P(ncx2(df, 4 n δ²) > chi2.isf(level, df))`` (module docstring: ``λ ≥ 4nδ²`` by
+    Cauchy–Schwarz for every distortion of total-variation size δ); with ``df < 1`` (one cell of
+    positive target probability) ``1 − (1 − δ)^n``, the chance that some sample leaves that cell.
+
+    Parameters
+    ----------
+    n : int
+        Samples.
+    df : int
+        Degrees of freedom: cells of positive target probability − 1.
+    distortion : float
+        Total-variation size δ of the distortion in (0, 1].
+    level : float
+        Significance level of the test.
+
+    Returns
+    -------
+    float
+        The power's lower bound, in [0, 1].
+
+    References
+    ----------
+    Sokal & Rohlf, *Biometry* (the G-test); the noncentral chi-square limit of the
+    likelihood-ratio statistic under local alternatives.
+
+    Examples
+    --------
+    >>> from otbound.conformance import power
+    >>> round(power(1000, 2, 0.05, 0.01), 4)
+    0.6148
+    >>> round(power(88119, 2, 0.01, 1e-3), 4)
+    0.99
+    """
     if df < 1:  # a single possible cell: only mass outside it can show a distortion
         return float(1.0 - (1.0 - distortion) ** n)
     crit = scipy.stats.chi2.isf(level, df)
@@ -33,7 +67,33 @@ def power(n: int, df: int, distortion: float, level: float) -> float:
 
 
 def samples_for_power(df: int, distortion: float, level: float, target_power: float) -> int:
-    """Smallest ``n`` (at least :data:`MIN_SAMPLES`) with :func:`power` ≥ ``target_power``."""
+    """Smallest ``n`` (at least ``MIN_SAMPLES`` = 500) with :func:`power` ≥ ``target_power``.
+
+    Parameters
+    ----------
+    df : int
+        Degrees of freedom (cells of positive target probability − 1).
+    distortion : float
+        Total-variation size δ to detect, in (0, 1).
+    level : float
+        Significance level of the test.
+    target_power : float
+        Power to reach, in (0, 1).
+
+    Returns
+    -------
+    int
+        The sample size.
+
+    Examples
+    --------
+    >>> from otbound.conformance import power, samples_for_power
+    >>> n = samples_for_power(2, 0.01, 1e-3, 0.99)
+    >>> n, power(n, 2, 0.01, 1e-3) >= 0.99 > power(n - 1, 2, 0.01, 1e-3)
+    (88119, True)
+    >>> samples_for_power(0, 0.01, 1e-3, 0.99)  # one cell: at least MIN_SAMPLES
+    500
+    """
     if df < 1:
         return max(MIN_SAMPLES, math.ceil(math.log(1.0 - target_power) / math.log(1.0 - distortion)))
     crit = scipy.stats.chi2.isf(level, df)

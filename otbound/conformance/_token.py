@@ -93,6 +93,79 @@ def check_token_verifier(
     Returns a :class:`ConformanceResult`. Raises :class:`ConformanceError` when the verifier breaks
     the contract (a bad probability or law, an output that is not a token id, nondeterminism given
     coin/draw, more than ``max_branches`` branches for one tuple).
+
+    Parameters
+    ----------
+    verify : callable
+        The verifier (signature by ``mode``, above).
+    vocab_size : int
+        V.
+    num_drafts : int
+        K.
+    sampling : str
+        The draft law: "with_replacement", "without_replacement" or "greedy".
+    instances : int or sequence
+        A count, or :class:`otbound.conformance.TokenInstance` / ``(p, q)`` pairs.
+    seed : int
+        Seed of the random instances (and of sample mode's draws).
+    mode : {"exact", "sample"}
+    tolerance : float, optional
+        Exact mode: largest lossless error that passes (default by ``precision``).
+    precision : {"float64", "float32"}
+        Exact mode: the default tolerance (1e-10 / 1e-6).
+    batch : bool
+        Sample mode: the verifier takes a batch of draft rows.
+    level : float, optional
+        Sample mode: chance of failing a lossless verifier (default 1e-3, Bonferroni over instances).
+    distortion : float, optional
+        Sample mode: total-variation size to detect (default 0.01).
+    power : float, optional
+        Sample mode: power to reach against it (default 0.99).
+    samples : int, optional
+        Sample mode: samples per instance instead of the size reaching ``power``.
+    max_branches : int
+        Exact mode: most branches of the verifier's choice tree per draft tuple.
+    shrink : bool
+        Exact mode: shrink a failing instance to the counterexample.
+    name : str, optional
+        The verifier's name in the reports (default its qualified name).
+
+    Returns
+    -------
+    ConformanceResult
+
+    Raises
+    ------
+    otbound.conformance.ConformanceError
+        The verifier broke the contract.
+    otbound.InvalidInputError
+        Bad arguments (e.g. an option of the other mode, a vocabulary too large for the mode).
+
+    References
+    ----------
+    Miao et al., SpecInfer (arXiv:2305.09781) — recursive rejection sampling; Sun et al., SpecTr
+    (arXiv:2310.15141) — the optimal acceptance α* as an optimal-transport problem.
+
+    Examples
+    --------
+    SpecInfer's RRS, written against ``coin`` / ``draw``, is lossless; skipping repeated drafts is not:
+
+    >>> from otbound import VERIFIERS
+    >>> from otbound.conformance import check_token_verifier, token_sample_adapter
+    >>> from otbound.conformance.examples import rrs, rrs_skip_repeats
+    >>> res = check_token_verifier(rrs, vocab_size=3, num_drafts=2, instances=4)
+    >>> res.passed, res.lossless_error < 1e-10, round(float(res.efficiency.min()), 4)
+    (True, True, 0.9367)
+    >>> bad = check_token_verifier(rrs_skip_repeats, vocab_size=3, num_drafts=2, instances=9)
+    >>> bad.passed, bad.counterexample.vocab_size, bad.counterexample.num_drafts
+    (False, 3, 2)
+
+    Sample mode, the package's batched sampler (few samples: low power, stated in the result):
+
+    >>> res = check_token_verifier(token_sample_adapter(VERIFIERS["rrs"]), vocab_size=2, num_drafts=2,
+    ...                            instances=1, mode="sample", batch=True, samples=1000)
+    >>> res.mode, res.instances[0].samples, res.power < 0.99
+    ('sample', 1000, True)
     """
     label = check_callable(verify, name)
     declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)

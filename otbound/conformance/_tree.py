@@ -18,7 +18,20 @@ from otbound._replay import enumerate_outcomes as _enumerate
 
 class ConformanceError(InvalidInputError):
     """The verifier under test broke the kit's contract (bad probability or law, nondeterminism,
-    too many branches, an output that is not a token sequence)."""
+    too many branches, an output that is not a token sequence).
+
+    A subclass of :class:`otbound.InvalidInputError` (so a ``ValueError``); the command line
+    reports it in one line and exits 2.
+
+    Examples
+    --------
+    >>> from otbound.conformance import ConformanceError, enumerate_outcomes
+    >>> try:
+    ...     enumerate_outcomes(lambda coin, draw: coin(1.5))
+    ... except ConformanceError as err:
+    ...     print(err)
+    coin() got probability 1.5, outside [0, 1]
+    """
 
 
 def enumerate_outcomes(run, *, max_branches: int = MAX_BRANCHES, vocab_size: int | None = None) -> list:

@@ -64,6 +64,44 @@ class BlockRecord(LogitLaws):
 
     ``prefix``: token ids before the blocks. ``drafts``: (K, L). ``p``: (K, L+1, V) float64 target
     laws along each block (``p[k, ℓ]`` given prefix + drafts[k, :ℓ]); ``q``: (K, L, V) draft laws.
+
+    Parameters
+    ----------
+    prompt_id, dataset : str
+        The trace's prompt id and dataset.
+    temperature : float
+        T of the trace.
+    position : int
+        Continuation index t of the blocks.
+    prefix : numpy.ndarray
+        Token ids before the blocks (prompt + continuation[:t]).
+    drafts : numpy.ndarray
+        (K, L) draft blocks.
+    target_logits, draft_logits : numpy.ndarray
+        (K, L + 1, V) and (K, L, V) logits along each block.
+    meta : dict
+        The stored metadata.
+    target_sampling, draft_sampling : otbound.SamplingParams, optional
+        The settings defining ``p`` / ``q``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import Prompt, collect_block_traces, collect_traces, load_block_traces, tiny_pair
+    >>> pair = tiny_pair()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> traces, blocks = f"{tmp.name}/traces", f"{tmp.name}/blocks"
+    >>> _ = collect_traces(pair, [Prompt("tiny/0", "tiny", "", (10, 7, 6, 3))], traces, max_new_tokens=3,
+    ...                    progress=False)
+    >>> paths = collect_block_traces(pair, traces, blocks, num_drafts=2, block_length=2, positions_per_trace=1,
+    ...                              progress=False)
+    >>> rec = next(load_block_traces(blocks))
+    >>> rec.num_drafts, rec.block_length, rec.p.shape, rec.q.shape
+    (2, 2, (2, 3, 12), (2, 2, 12))
+    >>> target, draft = rec.block_models()
+    >>> bool(np.allclose(target(tuple(rec.drafts[0, :1])), rec.p[0, 1]))
+    True
+    >>> tmp.cleanup()
     """
 
     prompt_id: str
@@ -122,7 +160,43 @@ def tree_block_models(drafts, p, q, *, default_target=None, default_draft=None):
     """``(target, draft)`` block models over the prefixes of a draft tree: ``drafts`` (K, L) token
     ids, ``p`` (K, L+1, V) target laws along each block (``p[k, ℓ]`` after ``drafts[k, :ℓ]``), ``q``
     (K, L, V) draft laws. Prefixes off the tree go to ``default_target`` / ``default_draft``
-    (callables ``prefix -> law``; None: an error naming the prefix)."""
+    (callables ``prefix -> law``; None: an error naming the prefix).
+
+    Parameters
+    ----------
+    drafts : numpy.ndarray
+        (K, L) token ids.
+    p : numpy.ndarray
+        (K, L + 1, V) target laws along each block.
+    q : numpy.ndarray
+        (K, L, V) draft laws along each block.
+    default_target, default_draft : callable, optional
+        Laws of the prefixes off the tree.
+
+    Returns
+    -------
+    tuple of otbound.block.models.BlockModel
+        ``(target, draft)``.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        When a model is asked a prefix off the tree and has no default.
+
+    Examples
+    --------
+    >>> drafts = np.array([[0, 1]])  # K = 1 block of L = 2 tokens over V = 2
+    >>> p = np.array([[[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]]])
+    >>> q = np.array([[[0.6, 0.4], [0.3, 0.7]]])
+    >>> target, draft = tree_block_models(drafts, p, q)
+    >>> target((0, 1)).tolist(), draft((0,)).tolist()
+    ([0.2, 0.8], [0.3, 0.7])
+    >>> try:
+    ...     target((1,))
+    ... except ValueError as err:
+    ...     print(err)
+    target has no law for prefix [1] and no default
+    """
     from otbound.block.models import tabulated_model
 
     length = drafts.shape[1]
@@ -145,7 +219,35 @@ def lm_block_models(pair, context, temperature, *, settings=None):
     model runs once over the context (KV cache); every new prefix is then one cached forward over
     the last context token and the prefix, keeping only the last logits (results cached per
     prefix by :class:`~otbound.block.models.BlockModel`). For block bounds, truncated-tree
-    brackets and block verifiers on the live models."""
+    brackets and block verifiers on the live models.
+
+    Parameters
+    ----------
+    pair : otbound.lm.ModelPair
+    context : sequence of int
+        Token ids before the prefixes (at least one).
+    temperature : float
+    settings : tuple of otbound.SamplingParams, optional
+        ``(target, draft)`` settings instead of plain softmax at ``temperature``.
+
+    Returns
+    -------
+    tuple of otbound.block.models.BlockModel
+        ``(target, draft)``.
+
+    Examples
+    --------
+    >>> from otbound import block_bound
+    >>> from otbound.lm import lm_block_models, tiny_pair
+    >>> pair = tiny_pair(vocab_size=4)
+    >>> target, draft = lm_block_models(pair, [1, 2, 3], 1.0)
+    >>> law = target((0,))
+    >>> law.shape, law.dtype, round(float(law.sum()), 12)
+    ((4,), dtype('float64'), 1.0)
+    >>> bound = block_bound(target, draft, vocab_size=4, num_drafts=2, block_len=2, kind="causal")
+    >>> 0.0 < bound.value <= 2.0  # U_causal of K = 2 blocks of L = 2 tokens at this context
+    True
+    """
     import torch
 
     from otbound.block.models import BlockModel
@@ -212,7 +314,52 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     """Draw block traces at ``positions_per_trace`` positions (uniform without replacement, fixed by
     ``seed`` and the prompt id) of every trace under ``traces`` (file or folder) into ``out``.
     Resumable like :func:`collect_traces` (``pair`` may be a callable, called only if needed;
-    existing files made with other settings raise instead of being mixed in)."""
+    existing files made with other settings raise instead of being mixed in).
+
+    Parameters
+    ----------
+    pair : otbound.lm.ModelPair or callable
+        The models (those of the traces), or a function loading them.
+    traces : str or pathlib.Path
+        A trace file or folder (:func:`collect_traces`).
+    out : str or pathlib.Path
+        The block-trace folder.
+    num_drafts : int
+        K blocks per position.
+    block_length : int
+        L tokens per block.
+    positions_per_trace : int
+        Positions sampled per trace (at most its length).
+    seed : int
+        Seed of the positions and the drafts.
+    logits_dtype : {"float32", "float16"}
+    progress : bool
+
+    Returns
+    -------
+    list of pathlib.Path
+        One file per trace.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Bad arguments, or stored block traces of another configuration.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import Prompt, collect_block_traces, collect_traces, load_block_traces, tiny_pair
+    >>> pair = tiny_pair()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> traces, blocks = f"{tmp.name}/traces", f"{tmp.name}/blocks"
+    >>> _ = collect_traces(pair, [Prompt("tiny/0", "tiny", "", (10, 7, 6, 3))], traces, max_new_tokens=3,
+    ...                    progress=False)
+    >>> paths = collect_block_traces(pair, traces, blocks, num_drafts=2, block_length=2, positions_per_trace=1,
+    ...                              progress=False)
+    >>> [p.relative_to(blocks).as_posix() for p in paths]
+    ['tiny/T1/tiny_0.safetensors']
+    >>> tmp.cleanup()
+    """
     k = check_num_drafts(num_drafts)
     block_length = check_positive_int(block_length, "block_length")
     if logits_dtype not in _store.STORE_DTYPES:
@@ -267,7 +414,42 @@ def load_block_traces(path, *, target_settings=None):
 
     The laws are those of the stored settings; ``target_settings`` (a :class:`otbound.SamplingParams`)
     re-measures the target's laws at other settings without the models (the draft's cannot change:
-    the blocks were drawn from its stored law)."""
+    the blocks were drawn from its stored law).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A block-trace file or folder.
+    target_settings : otbound.SamplingParams, optional
+
+    Yields
+    ------
+    BlockRecord
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        No file or folder at ``path``, a file of another format or failing its checksums.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import Prompt, collect_block_traces, collect_traces, load_block_traces, tiny_pair
+    >>> pair = tiny_pair()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> traces, blocks = f"{tmp.name}/traces", f"{tmp.name}/blocks"
+    >>> _ = collect_traces(pair, [Prompt("tiny/0", "tiny", "", (10, 7, 6, 3))], traces, max_new_tokens=3,
+    ...                    progress=False)
+    >>> paths = collect_block_traces(pair, traces, blocks, num_drafts=2, block_length=2, positions_per_trace=1,
+    ...                              progress=False)
+    >>> [(r.prompt_id, r.drafts.shape) for r in load_block_traces(blocks)]
+    [('tiny/0', (2, 2))]
+    >>> from otbound import SamplingParams
+    >>> hot = next(load_block_traces(blocks, target_settings=SamplingParams(2.0)))
+    >>> hot.sampling_params()[0].temperature
+    2.0
+    >>> tmp.cleanup()
+    """
     for file in _files(path, BLOCKS_FORMAT):
         x, meta = _store.read(file)
         plen = int(meta["prompt_length"])

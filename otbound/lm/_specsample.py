@@ -72,6 +72,45 @@ class Iteration(LogitLaws):
     output (fewer at ``max_new_tokens`` or after a stop token). target_calls: target forwards (1, plus live calls of a
     verifier that leaves the tree). Times in seconds. With ``keep_laws=True``, the float32 logits along the tree:
     ``target_logits`` (K, L+1, V), ``draft_logits`` (K, L, V) (``p`` / ``q``: float64 laws).
+
+    Parameters
+    ----------
+    context_length : int
+    drafts : numpy.ndarray
+        (K, L) drafted blocks.
+    num_accepted : int
+        τ.
+    token : int
+        The correction or bonus token.
+    bonus : bool
+        Whether ``token`` is the bonus token (every draft token of a path accepted).
+    emitted : list of int
+        The τ accepted tokens then ``token``.
+    num_kept : int
+        Emitted tokens appended to the output.
+    temperature : float
+    target_calls : int
+        Target forwards of the iteration.
+    draft_seconds, target_seconds, verify_seconds : float
+        Time spent drafting, scoring and verifying.
+    target_logits, draft_logits : numpy.ndarray, optional
+        With ``keep_laws=True``: (K, L + 1, V) and (K, L, V) logits along the tree.
+    target_sampling, draft_sampling : otbound.SamplingParams, optional
+        Settings defining ``p`` / ``q``.
+    context_tokens : list of int, optional
+        The context (for a repetition penalty's laws).
+
+    Examples
+    --------
+    >>> from otbound.lm import speculative_sample, tiny_pair
+    >>> run = speculative_sample(tiny_pair(), [1, 2, 3], num_drafts=2, block_len=2, max_new_tokens=6, seed=0,
+    ...                          keep_laws=True)
+    >>> it = run.iterations[0]
+    >>> tau = it.num_accepted  # the accepted tokens are a prefix of some drafted row
+    >>> it.context_length, it.drafts.shape, any(row[:tau].tolist() == it.emitted[:tau] for row in it.drafts)
+    (3, (2, 2), True)
+    >>> len(it.emitted) == it.num_accepted + 1, it.p.shape, it.q.shape
+    (True, (2, 3, 12), (2, 2, 12))
     """
 
     context_length: int
@@ -115,7 +154,40 @@ class Iteration(LogitLaws):
 class SpecSampleRun:
     """Output of :func:`speculative_sample`: ``tokens`` generated (prompt excluded), one
     :class:`Iteration` per target-verified step, and the settings (``verifier``: its name;
-    ``verifier_object``: what was passed)."""
+    ``verifier_object``: what was passed).
+
+    Parameters
+    ----------
+    prompt : list of int
+    tokens : list of int
+        The generated tokens.
+    iterations : list of Iteration
+    verifier : str
+        The verifier's name ("target" for plain sampling).
+    sampling : str
+        The draft law.
+    num_drafts, block_len : int
+        K and L.
+    temperature : float
+    seconds : float
+        Wall time of the run.
+    verifier_object : object, optional
+        The verifier passed.
+    target_sampling, draft_sampling : otbound.SamplingParams, optional
+        Each model's sampling settings.
+
+    Examples
+    --------
+    >>> from otbound.lm import speculative_sample, tiny_pair
+    >>> run = speculative_sample(tiny_pair(), [1, 2, 3], num_drafts=2, block_len=2, max_new_tokens=6, seed=0,
+    ...                          keep_laws=True)
+    >>> len(run.tokens), run.verifier, run.target_calls == len(run.iterations)
+    (6, 'rrs', True)
+    >>> int(run.accepted.sum() + len(run.iterations)) >= len(run.tokens)  # τ + 1 tokens per iteration
+    True
+    >>> run.tokens_per_call == len(run.tokens) / run.target_calls, run.context(0)
+    (True, [1, 2, 3])
+    """
 
     prompt: list
     tokens: list
@@ -154,7 +226,41 @@ def resolve_verifier(verifier):
     """``(block_verifier, sampling, name)`` for a name in :data:`otbound.VERIFIERS` or
     :data:`otbound.BLOCK_VERIFIERS`, a token-level :class:`~otbound.Verifier` (run as tree
     verification) or a :class:`~otbound.block.verifiers.BlockVerifier` (its ``sampling``: i.i.d.
-    drafts, or its own scheme). ``sampling`` names the draft law."""
+    drafts, or its own scheme). ``sampling`` names the draft law.
+
+    Parameters
+    ----------
+    verifier : str or otbound.Verifier or otbound.block.verifiers.BlockVerifier
+
+    Returns
+    -------
+    tuple
+        ``(block_verifier, sampling, name)``; a token-level verifier comes wrapped in
+        :class:`otbound.block.verifiers.MultiPathVerifier`.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        An unknown name or an object of another kind.
+
+    References
+    ----------
+    Miao et al., SpecInfer (arXiv:2305.09781); Sun et al., SpecTr (arXiv:2310.15141): multi-draft
+    tree verification by a token-level verifier at every node.
+
+    Examples
+    --------
+    >>> block, sampling, name = resolve_verifier("rrs")
+    >>> type(block).__name__, sampling, name
+    ('MultiPathVerifier', 'with_replacement', 'rrs')
+    >>> type(resolve_verifier("spectr_gbv")[0]).__name__
+    'SpecTrGBV'
+    >>> try:
+    ...     resolve_verifier("nope")
+    ... except ValueError as err:
+    ...     print(str(err)[:33])
+    unknown verifier 'nope'; expected
+    """
     if isinstance(verifier, str):
         if verifier in VERIFIERS:
             verifier = VERIFIERS[verifier]
@@ -273,6 +379,50 @@ def speculative_sample(
     settings (top-k, top-p, min-p, repetition penalty over the context and the drafted prefix; the
     draft's own temperature). The output is distributed as the target *under its settings*; every
     verifier reads the draft's law under the draft's settings, the law the drafts were drawn from.
+
+    Parameters
+    ----------
+    pair : otbound.lm.ModelPair
+    prompt : sequence of int
+        Token ids.
+    verifier : str or otbound.Verifier or otbound.block.verifiers.BlockVerifier
+        See :func:`resolve_verifier`.
+    num_drafts : int
+        K.
+    block_len : int
+        L (0: plain target sampling).
+    temperature : float
+    max_new_tokens : int
+    seed : int or numpy seed
+    keep_laws : bool
+    target_settings, draft_settings : dict or otbound.SamplingParams, optional
+        See :func:`resolve_settings`.
+
+    Returns
+    -------
+    SpecSampleRun
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Bad arguments, an unknown verifier, or a ``causal_optimal`` LP too large for one iteration.
+
+    References
+    ----------
+    Leviathan et al. (arXiv:2211.17192) and Chen et al. (arXiv:2302.01318), speculative sampling;
+    Miao et al., SpecInfer (arXiv:2305.09781); Sun et al., SpecTr (arXiv:2310.15141); Jeon et al.
+    (arXiv:2402.14160), drafts without replacement.
+
+    Examples
+    --------
+    >>> from otbound.lm import speculative_sample, tiny_pair
+    >>> pair = tiny_pair()
+    >>> run = speculative_sample(pair, [1, 2, 3], num_drafts=2, block_len=2, max_new_tokens=6, seed=0)
+    >>> len(run.tokens), run.verifier, run.tokens_per_call >= 1.0
+    (6, 'rrs', True)
+    >>> plain = speculative_sample(pair, [1, 2, 3], block_len=0, max_new_tokens=4)
+    >>> plain.verifier, plain.target_calls, plain.tokens_per_call
+    ('target', 4, 1.0)
     """
     ids, k, length, temp, limit = _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens)
     sp, sq = resolve_settings(temperature, target_settings, draft_settings)
@@ -396,7 +546,24 @@ def _step(model: _CachedModel, cache, ids):
 
 class LiveModels:
     """Block models of the live pair at ``context`` (:func:`lm_block_models`), built on first use,
-    for prefixes off a drafted tree; counts the target calls."""
+    for prefixes off a drafted tree; counts the target calls.
+
+    Parameters
+    ----------
+    pair : otbound.lm.ModelPair
+    context : sequence of int
+        Token ids before the prefixes.
+    temperature : float
+    settings : tuple of otbound.SamplingParams, optional
+        ``(target, draft)`` settings (see :func:`lm_block_models`).
+
+    Examples
+    --------
+    >>> from otbound.lm import tiny_pair
+    >>> live = LiveModels(tiny_pair(), [1, 2, 3], 1.0)
+    >>> live.target((4,)).shape, live.draft(()).shape, live.target_calls
+    ((12,), (12,), 1)
+    """
 
     def __init__(self, pair, context, temperature, settings=None):
         self.pair, self.context, self.temperature = pair, list(context), temperature

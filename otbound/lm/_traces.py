@@ -154,7 +154,43 @@ def settings_dir(temperature: float, target: SamplingParams | None = None,
 
 @dataclass
 class TraceRecord(LogitLaws):
-    """One stored trace. ``p``/``q``: float64 laws (positions × V) of target and draft."""
+    """One stored trace. ``p``/``q``: float64 laws (positions × V) of target and draft.
+
+    Parameters
+    ----------
+    prompt_id, dataset : str
+        The prompt's id and dataset.
+    temperature : float
+        T of the trace.
+    tokens : numpy.ndarray
+        (prompt_length + n,) prompt ids then the sampled continuation.
+    prompt_length : int
+        Tokens of the prompt.
+    target_logits, draft_logits : numpy.ndarray
+        (n, V) logits at each continuation position.
+    meta : dict
+        The stored metadata (configuration, sources, checksums).
+    path : pathlib.Path, optional
+        The file it was read from.
+    target_sampling, draft_sampling : otbound.SamplingParams, optional
+        The settings defining ``p`` / ``q`` (default ``softmax(logits / T)``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
+    >>> pair = tiny_pair()
+    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = tmp.name
+    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
+    >>> rec = next(load_traces(paths[0]))
+    >>> rec.prompt_id, rec.prompt_length, rec.positions, rec.continuation.size
+    ('tiny/0', 4, 3, 3)
+    >>> rec.p.shape, rec.q.shape, bool(abs(rec.p.sum(axis=1) - 1).max() < 1e-12)
+    ((3, 12), (3, 12), True)
+    >>> tmp.cleanup()
+    """
 
     prompt_id: str
     dataset: str
@@ -187,7 +223,27 @@ def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
 
 
 def trace_path(out, prompt, temperature, target=None, draft=None) -> Path:
-    """``<out>/<dataset>/<settings_dir>/<prompt id>.safetensors`` (:func:`settings_dir`)."""
+    """``<out>/<dataset>/<settings_dir>/<prompt id>.safetensors`` (:func:`settings_dir`).
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The trace folder.
+    prompt : otbound.lm.Prompt
+    temperature : float
+    target, draft : otbound.SamplingParams, optional
+        Settings besides T (they name the folder).
+
+    Returns
+    -------
+    pathlib.Path
+
+    Examples
+    --------
+    >>> from otbound.lm import Prompt
+    >>> trace_path("traces", Prompt("gsm8k/7", "gsm8k", "2 + 2?"), 0.7).as_posix()
+    'traces/gsm8k/T0.7/gsm8k_7.safetensors'
+    """
     return Path(out) / safe_name(prompt.dataset) / settings_dir(temperature, target, draft) / (
         safe_name(prompt.id) + ".safetensors")
 
@@ -216,6 +272,55 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     written, its logits still torch tensors on the model's device (e.g. to measure them there, as
     :func:`otbound.report.run_real_report` does); ``logits_dtype="none"`` then stores only the tokens
     and metadata (the file still marks the prompt done, so a rerun resumes after it).
+
+    Parameters
+    ----------
+    pair : otbound.lm.ModelPair or callable
+        The models, or a function loading them.
+    prompts : sequence of otbound.lm.Prompt
+        Prompt ids unique within a dataset.
+    out : str or pathlib.Path
+        The trace folder.
+    temperatures : sequence of float
+        Positive temperatures.
+    max_new_tokens : int
+        Longest continuation.
+    batch_size : int, optional
+        Prompts per batch.
+    seed : int
+        Seed of the sampling.
+    logits_dtype : {"float32", "float16", "none"}
+        Storage of the logits.
+    progress : bool
+        Show a progress bar.
+    on_trace : callable, optional
+        Called with each new :class:`TraceRecord`.
+    target_settings, draft_settings : dict or otbound.SamplingParams, optional
+        Sampling settings besides T.
+
+    Returns
+    -------
+    list of pathlib.Path
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Bad arguments, duplicate prompt ids, or stored traces of another configuration or pair.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
+    >>> pair = tiny_pair()
+    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = tmp.name
+    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
+    >>> [p.relative_to(out).as_posix() for p in paths]
+    ['tiny/T1/tiny_0.safetensors', 'tiny/T1/tiny_1.safetensors']
+    >>> collect_traces(None, prompts, out, max_new_tokens=3, progress=False) == paths  # resumed: no model needed
+    True
+    >>> tmp.cleanup()
     """
     import torch
 
@@ -343,7 +448,44 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
     ``target_settings`` / ``draft_settings`` (:class:`otbound.SamplingParams`): re-measure stored
     logits at other settings, without the models — the records' laws are then those settings'
     (the stored ones stay in ``meta``). The positions remain those of the stored continuation,
-    which the target sampled at its stored settings."""
+    which the target sampled at its stored settings.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A trace file or a folder of them.
+    dataset : str, optional
+    temperature : float, optional
+    target_settings, draft_settings : otbound.SamplingParams, optional
+        Settings to re-measure the stored logits at.
+
+    Yields
+    ------
+    TraceRecord
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        No file or folder at ``path``, a file of another format, or (its subclass
+        ``CorruptFileError``) a file failing its checksums.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
+    >>> pair = tiny_pair()
+    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> out = tmp.name
+    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
+    >>> [(r.prompt_id, r.temperature, r.positions) for r in load_traces(out)]
+    [('tiny/0', 1.0, 3), ('tiny/1', 1.0, 3)]
+    >>> from otbound import SamplingParams
+    >>> hot = next(load_traces(paths[0], target_settings=SamplingParams(2.0)))
+    >>> hot.sampling_params()[0].temperature, hot.p.shape
+    (2.0, (3, 12))
+    >>> tmp.cleanup()
+    """
     for file in _files(path, TRACE_FORMAT):
         tensors, meta = _store.read(file)
         if dataset is not None and meta["dataset"] != dataset:
