@@ -60,7 +60,6 @@ DOCSTRING_PENDING = {
     "otbound.block.verifiers.TokenChain",
     "otbound.block.verifiers.TraversalVerification",
     "otbound.block.verifiers.UniVer",
-    "otbound.report.block_markdown",
 }
 
 

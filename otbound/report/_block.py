@@ -59,7 +59,68 @@ def block_section(
     stderr}`` (verifier rows also ``lossless``, the declared flag, ``sampling`` and the bounds of that
     law) and a matplotlib figure (one panel per block length, ``E[τ]`` against ``K``). One
     shard per (L, K) cell (:func:`block_cell`), run by ``engine`` and checkpointed under
-    ``<out>/shards`` when ``out`` is given (see :mod:`otbound.report._distributed`)."""
+    ``<out>/shards`` when ``out`` is given (see :mod:`otbound.report._distributed`).
+
+    Parameters
+    ----------
+    num_drafts_list : sequence of int
+        The numbers of drafts K.
+    block_lens : sequence of int
+        The block lengths L (one figure panel each).
+    vocab_size : int
+        V of the random autoregressive pair.
+    seed : int
+        Fixes the pair (target from ``seed``, the draft's mixed-in part from ``seed + 1``) and the
+        Monte Carlo draws of every cell.
+    concentration : float
+        Dirichlet concentration α of the laws at every prefix.
+    draft_weight : float
+        ``w`` of the draft ``(1 − w)·target + w·independent``.
+    verifiers : sequence of str, optional
+        Names of :data:`otbound.BLOCK_VERIFIERS` (default: all of them).
+    max_exact_tuples : int
+        Largest ``(V^L)^K`` measured exactly by enumeration; larger cells use Monte Carlo.
+    mc_samples : int
+        Draft tuples of a Monte Carlo cell.
+    progress : bool
+        Show a progress bar.
+    engine : str or executor
+        ``"local"``, ``"ray"`` or an executor (:func:`otbound.report.make_executor`).
+    address : str, optional
+        Ray cluster address (``engine="ray"`` only).
+    out : str or pathlib.Path, optional
+        Folder of the shard checkpoints (none when None).
+
+    Returns
+    -------
+    rows : list of dict
+        The bound rows then the verifier rows of every (L, K) cell, with the engine metrics.
+    figure : matplotlib.figure.Figure
+        ``E[τ]`` against K, one panel per L.
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown engine, or an address without ``engine="ray"``.
+    KeyError
+        A verifier name outside :data:`otbound.BLOCK_VERIFIERS`.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otbound.report import block_section
+    >>> rows, fig = block_section([2], [2], 2, 0, verifiers=["token", "block"], progress=False)
+    >>> for r in rows:
+    ...     print(r["kind"], r["name"], r["method"], round(r["expected_accepted"], 4))
+    bound per_level exact 1.9797
+    bound joint exact 1.9797
+    bound causal exact 1.9797
+    verifier token exact 1.6968
+    verifier block exact 1.7196
+    >>> type(fig).__name__
+    'Figure'
+    """
     names = list(BLOCK_VERIFIERS) if verifiers is None else list(verifiers)
     common = dict(vocab_size=int(vocab_size), seed=int(seed), concentration=concentration, draft_weight=draft_weight,
                   verifiers=names, max_exact_tuples=max_exact_tuples, mc_samples=mc_samples)
@@ -161,6 +222,34 @@ def _figure(rows, block_lens, names, vocab_size):
 
 
 def block_markdown(block_rows) -> str:
+    """The block-level section of ``report.md``: one table row per row of :func:`block_section`
+    (``E[τ]``, the declared lossless flag, the engine metrics, the draft law and the bounds of that
+    law; ``—`` where a value is unknown, the reason where a verifier was skipped).
+
+    Parameters
+    ----------
+    block_rows : list of dict
+        Rows of :func:`block_section`.
+
+    Returns
+    -------
+    str
+        Markdown: a heading, the legend and the table, ending with a newline.
+
+    Raises
+    ------
+    KeyError
+        A row lacking a field of :func:`block_section`'s rows.
+
+    Examples
+    --------
+    >>> from otbound.report import block_markdown
+    >>> row = {"kind": "bound", "name": "causal", "num_drafts": 2, "block_len": 1, "expected_accepted": 0.75,
+    ...        "method": "exact", "mean_acceptance_length": 1.75, "acceptance_rate": 0.375,
+    ...        "per_position_acceptance": [0.75]}
+    >>> print(block_markdown([row]).splitlines()[-1])
+    | causal | bound | 2 | 1 | 0.7500 |  | 1.7500 | 0.3750 | 0.750 | K i.i.d. blocks | |
+    """
     def f(x):
         return "—" if x is None else f"{x:.4f}"
 

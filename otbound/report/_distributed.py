@@ -56,7 +56,39 @@ class Shard:
     it (a zero-argument callable, a registered name or ``(draft, target)``); ``load_pair()`` returns
     it, loaded once per worker. ``id``: a stable, file-name-safe name, unique within a run.
     ``size``: work units it holds (prompts, instances), counted by the progress bar.
-    ``unkeyed``: names of arguments the result does not depend on (left out of the fingerprint)."""
+    ``unkeyed``: names of arguments the result does not depend on (left out of the fingerprint).
+
+    Parameters
+    ----------
+    id : str
+        Its name, unique within a run (the checkpoint's file name).
+    fn : callable
+        The work: ``fn(**kwargs)``, or ``fn(load_pair, **kwargs)`` when ``pair`` is set; its result
+        must be JSON-serialisable.
+    kwargs : dict
+        Its arguments (JSON-serialisable, or dataclasses / paths: they key the checkpoint).
+    pair : str, optional
+        Stable name of the model pair it uses (:func:`pair_name`).
+    loader : object, optional
+        The pair or what loads it (not part of the fingerprint).
+    size : int
+        Work units it holds, for the progress bar.
+    unkeyed : tuple of str
+        Arguments left out of the fingerprint.
+
+    Examples
+    --------
+    >>> from otbound.report import Shard
+    >>> def square(x):
+    ...     return {"square": x * x}
+    >>> shard = Shard("square-3", square, {"x": 3})
+    >>> shard.fn(**shard.kwargs)
+    {'square': 9}
+    >>> len(shard.fingerprint()), shard.fingerprint() == Shard("other-id", square, {"x": 3}).fingerprint()
+    (64, True)
+    >>> shard.fingerprint() == Shard("square-3", square, {"x": 4}).fingerprint()
+    False
+    """
 
     id: str
     fn: Callable
@@ -117,7 +149,22 @@ class ShardWorker:
 
 
 class LocalExecutor:
-    """Runs shards in this process, one after the other (the default engine)."""
+    """Runs shards in this process, one after the other (the default engine).
+
+    Its ``map(shards, on_done)`` calls ``on_done(shard, {"result", "worker", "seconds"})`` after
+    each shard, in order; a model pair a shard loads is kept for the later shards of the same pair.
+
+    Examples
+    --------
+    >>> from otbound.report import LocalExecutor, Shard
+    >>> def square(x):
+    ...     return {"square": x * x}
+    >>> done = []
+    >>> LocalExecutor().map([Shard(f"sq-{x}", square, {"x": x}) for x in (2, 3)],
+    ...                     lambda shard, out: done.append((shard.id, out["result"])))
+    >>> done
+    [('sq-2', {'square': 4}), ('sq-3', {'square': 9})]
+    """
 
     def __init__(self):
         self.worker = ShardWorker()
@@ -132,7 +179,43 @@ class RayExecutor:
     of the cluster, else one per CPU); ``num_cpus``: CPUs of the local Ray instance started when
     ``address`` is None (default: all). ``max_restarts`` / ``max_task_retries``: Ray's restart and
     retry limits for a killed actor. The actors are named (``otbound-worker-<i>``), so every
-    executor of one driver process shares them and the models they have loaded."""
+    executor of one driver process shares them and the models they have loaded.
+
+    Parameters
+    ----------
+    address : str, optional
+        Address of a running Ray cluster (``host:port``, ``ray://host:port`` or ``"auto"``); None
+        starts a local Ray instance.
+    num_workers : int, optional
+        Number of actors.
+    num_cpus : int, optional
+        CPUs of the local instance.
+    max_restarts, max_task_retries : int
+        Ray's restart and retry limits of each actor.
+
+    Attributes
+    ----------
+    gpus : int
+        GPUs of the cluster (0: one actor per CPU).
+    num_workers : int
+        Number of actors.
+    actors : list
+        The actors' handles.
+
+    Raises
+    ------
+    InvalidInputError
+        Ray is not installed, nothing listens at ``address``, ``num_workers`` is not a positive
+        integer or exceeds the cluster's GPUs (or CPUs).
+
+    Examples
+    --------
+    >>> import inspect
+    >>> from otbound.report import RayExecutor
+    >>> list(inspect.signature(RayExecutor).parameters)
+    ['address', 'num_workers', 'num_cpus', 'max_restarts', 'max_task_retries']
+    >>> executor = RayExecutor(num_workers=2, num_cpus=2)  # doctest: +SKIP
+    """
 
     def __init__(self, *, address: str | None = None, num_workers: int | None = None, num_cpus: int | None = None,
                  max_restarts: int = 3, max_task_retries: int = 3):
@@ -235,7 +318,39 @@ def require_ray():
 
 def make_executor(engine="local", *, address: str | None = None, **kwargs):
     """An executor from an engine name (``"local"`` or ``"ray"``, ``kwargs`` passed to
-    :class:`RayExecutor`) or an executor object (returned as is)."""
+    :class:`RayExecutor`) or an executor object (returned as is).
+
+    Parameters
+    ----------
+    engine : {"local", "ray"} or executor
+        The engine; an object with a ``map(shards, on_done)`` method is returned unchanged.
+    address : str, optional
+        Ray cluster address (``engine="ray"`` only).
+    **kwargs
+        Passed to :class:`RayExecutor`.
+
+    Returns
+    -------
+    LocalExecutor, RayExecutor or the object given
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown engine name, or an address with ``engine="local"``.
+
+    Examples
+    --------
+    >>> from otbound.report import LocalExecutor, make_executor
+    >>> isinstance(make_executor("local"), LocalExecutor)
+    True
+    >>> executor = LocalExecutor()
+    >>> make_executor(executor) is executor
+    True
+    >>> make_executor("dask")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: unknown engine 'dask'; expected one of ('local', 'ray')
+    """
     if not isinstance(engine, str):
         return engine
     if engine == "local":
@@ -274,7 +389,48 @@ def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str =
     checkpointed as they arrive (``out=None``: no checkpoints). Every result is read back from its
     checkpoint (a JSON round trip), so fresh, resumed and distributed runs merge the same values.
     The progress bar counts shards' sizes and shows ``count(result)`` ``unit`` per second (default:
-    the shards' sizes) and the shards done per worker."""
+    the shards' sizes) and the shards done per worker.
+
+    Parameters
+    ----------
+    shards : iterable of Shard
+        The work, ids unique.
+    out : str or pathlib.Path, optional
+        Folder of the checkpoints (``<out>/shards``); None: no checkpoints.
+    executor : optional
+        Runs the missing shards (:func:`make_executor`); default :class:`LocalExecutor`.
+    progress : bool
+        Show a progress bar.
+    desc : str
+        Its label.
+    count : callable, optional
+        Units of work in a result, for the rate shown.
+    unit : str
+        Name of those units.
+
+    Returns
+    -------
+    list
+        The shards' results, in the shards' order, as read back from JSON.
+
+    Raises
+    ------
+    InvalidInputError
+        Two shards with the same id.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.report import Shard, run_shards
+    >>> def square(x):
+    ...     return {"square": x * x}
+    >>> shards = [Shard(f"sq-{x}", square, {"x": x}) for x in (2, 3)]
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     first = run_shards(shards, out, progress=False)
+    ...     again = run_shards(shards, out, progress=False)  # every shard read from its checkpoint
+    >>> first, again == first
+    ([{'square': 4}, {'square': 9}], True)
+    """
     shards = list(shards)
     ids = [s.id for s in shards]
     if len(set(ids)) != len(ids):
@@ -342,7 +498,33 @@ def _read_checkpoint(out, shard: Shard):
 
 def read_checkpoints(out) -> dict:
     """``{shard id: stored checkpoint}`` of every intact checkpoint under ``<out>/shards``
-    (worker, seconds, result and its SHA-256 of each), e.g. to see where each shard ran."""
+    (worker, seconds, result and its SHA-256 of each), e.g. to see where each shard ran.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The run's folder (as given to :func:`run_shards`).
+
+    Returns
+    -------
+    dict
+        Checkpoints by shard id, in file-name order; a damaged checkpoint is left out, and a
+        folder without ``shards`` gives ``{}``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.report import Shard, read_checkpoints, run_shards
+    >>> def square(x):
+    ...     return {"square": x * x}
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     _ = run_shards([Shard(f"sq-{x}", square, {"x": x}) for x in (2, 3)], out, progress=False)
+    ...     stored = read_checkpoints(out)
+    >>> sorted(stored), sorted(stored["sq-2"])
+    (['sq-2', 'sq-3'], ['fingerprint', 'id', 'result', 'seconds', 'sha256', 'worker'])
+    >>> stored["sq-3"]["result"]
+    {'square': 9}
+    """
     folder = Path(out) / "shards"
     out = {}
     for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:

@@ -54,7 +54,32 @@ from otbound.token.verifiers import VERIFIERS, support_tuples
 
 @dataclass
 class IterationMeasure:
-    """Measurements of one iteration (module docstring); None where not available."""
+    """Measurements of one iteration (module docstring); None where not available.
+
+    Attributes
+    ----------
+    num_accepted : int
+        τ, the draft tokens accepted (bonus excluded).
+    given_drafts : float
+        The verifier's exact ``E[τ | context, drafts]``.
+    drafted_tokens : int
+        Draft tokens the target call verified (the nodes of the drafted tree).
+    given_context : float or None
+        Exact ``E[τ | context]``.
+    acceptance_sum, alpha_sum : float or None
+        Σ of the verifier's exact acceptance / of α* of its draft law over the verified nodes.
+    per_level, causal : tuple of float or None
+        ``(lower, upper)`` of the block bounds at the context (equal when exact).
+    causal_levels : numpy.ndarray or None
+        ``P(τ ≥ ℓ)`` of the causal optimum, ℓ = 1..L (exact bounds only).
+
+    Examples
+    --------
+    >>> from otbound.report import IterationMeasure
+    >>> IterationMeasure(num_accepted=1, given_drafts=0.75, drafted_tokens=4)
+    IterationMeasure(num_accepted=1, given_drafts=0.75, drafted_tokens=4, given_context=None, \
+acceptance_sum=None, alpha_sum=None, per_level=None, causal=None)
+    """
 
     num_accepted: int
     given_drafts: float
@@ -71,7 +96,42 @@ def tree_expected_accepted(verifier, target, draft, num_drafts: int, block_len: 
     """Exact ``E[τ]`` of token-level ``verifier`` run as tree verification (module docstring of
     :mod:`otbound.lm._specsample`) from block models ``target``/``draft``: ``f(u, m) = Σ_x̄
     Q_m(x̄|u) Σ_{y ∈ x̄} P_V(y | x̄)(1 + f(u·y, #{k: x_k = y}))``, ``f = 0`` at depth ``L``.
-    Enumerates ``|V|^m`` tuples per node: tiny vocabularies only."""
+    Enumerates ``|V|^m`` tuples per node: tiny vocabularies only.
+
+    Parameters
+    ----------
+    verifier : otbound.token.Verifier
+        A token-level verifier with exact ``acceptance`` and ``conditional_law``.
+    target, draft : callable
+        Block models: a prefix (tuple of token ids) to the law of the next token.
+    num_drafts : int
+        Drafts ``m`` at the root.
+    block_len : int
+        Depth ``L`` of the tree.
+
+    Returns
+    -------
+    float
+        ``E[τ]``, accepted draft tokens (bonus excluded).
+
+    Raises
+    ------
+    InvalidInputError
+        The verifier has no exact acceptance at some node's number of drafts.
+
+    Examples
+    --------
+    >>> from otbound.block.models import dirichlet_model, mixture_model
+    >>> from otbound.block.verifiers import BLOCK_VERIFIERS
+    >>> from otbound.report import tree_expected_accepted
+    >>> from otbound.token.verifiers import VERIFIERS
+    >>> target = dirichlet_model(3, seed=0)
+    >>> draft = mixture_model(target, dirichlet_model(3, seed=1), 0.5)
+    >>> round(tree_expected_accepted(VERIFIERS["rrs"], target, draft, 2, 2), 6)
+    1.62525
+    >>> round(BLOCK_VERIFIERS["multipath_rrs"].acceptance(target, draft, vocab_size=3, num_drafts=2, block_len=2), 6)
+    1.62525
+    """
     memo = {}
 
     def f(node, m):
@@ -112,7 +172,48 @@ def measure_run(
     exact_lp_cells: int = 25_000,
     top_m: int = 4,
 ) -> list[IterationMeasure]:
-    """One :class:`IterationMeasure` per iteration of ``run`` (made with ``keep_laws=True``)."""
+    """One :class:`IterationMeasure` per iteration of ``run`` (made with ``keep_laws=True``).
+
+    Parameters
+    ----------
+    run
+        A result of :func:`otbound.lm.speculative_sample` with ``keep_laws=True`` and ``block_len ≥ 1``.
+    pair
+        The model pair it ran on (the live models give the laws off the drafted tree).
+    exact_context : bool
+        Compute ``given_context`` where the draft tuples can be enumerated.
+    bounds : bool
+        Compute the block bounds at each context.
+    exact_max_tuples : int
+        Largest ``|V|^K`` enumerated per node (tree verification).
+    exact_block_tuples : int
+        Largest ``(V^L)^K`` enumerated for a block verifier.
+    exact_lp_cells : int
+        Largest ``(K − 1)·V^{2L}`` for the exact block bounds, else the top-``m`` bracket.
+    top_m : int
+        ``top_m`` of :func:`otbound.block_bound_bracket`.
+
+    Returns
+    -------
+    list of IterationMeasure
+
+    Raises
+    ------
+    InvalidInputError
+        Plain sampling (``block_len = 0``), or a run without its laws.
+
+    Examples
+    --------
+    >>> from otbound.lm import speculative_sample, tiny_pair
+    >>> from otbound.report import measure_run
+    >>> pair = tiny_pair(4)
+    >>> run = speculative_sample(pair, [1, 2], verifier="rrs", num_drafts=2, block_len=2, max_new_tokens=4,
+    ...                          keep_laws=True)
+    >>> for m in measure_run(run, pair, bounds=False):
+    ...     print(m.num_accepted, m.drafted_tokens, round(m.given_drafts, 3), round(m.given_context, 3))
+    0 2 0.206 0.971
+    2 3 1.804 1.525
+    """
     k, length, v = run.num_drafts, run.block_len, pair.vocab_size
     if length == 0:
         raise InvalidInputError("plain sampling (block_len = 0) accepts no drafts: nothing to measure")
@@ -203,13 +304,28 @@ class EndToEndRow:
 
     mean_accepted ± accepted_ci: empirical τ per iteration (95%, cluster-robust over prompts);
     residual_ci: 95% interval of mean(τ − given_drafts), which must contain 0. ``*_lower/_upper``:
-    bracket ends of the block bounds (equal when exact). Engine metrics
+    bracket ends of the block bounds (equal when exact); None where not measured. Engine metrics
     (:func:`otbound.report.engine_metrics`, docs/guide/metrics.md): mean_acceptance_length =
     1 + mean τ (± mean_acceptance_length_ci, the interval of τ), acceptance_rate = accepted /
     drafted tokens (drafted: the tree nodes of each call), per_position_acceptance[ℓ−1] = P(τ ≥ ℓ),
     acceptance_length_histogram[a−1] = fraction of calls with τ + 1 = a.
     position_bound[ℓ−1]: the causal optimum's P(τ ≥ ℓ) (exact trees only). speedup: seconds per
     generated token of plain target sampling / this decoder's (same process, same prompts).
+    :meth:`as_dict`: the fields as a dict.
+
+    Examples
+    --------
+    >>> from otbound.report import EndToEndRow
+    >>> row = EndToEndRow(
+    ...     verifier="rrs", sampling="with_replacement", num_drafts=2, block_len=1, iterations=10,
+    ...     mean_accepted=0.8, accepted_ci=0.1, given_drafts=0.79, residual=0.01, residual_ci=0.05,
+    ...     given_context=0.78, acceptance_sum=0.78, alpha_sum=0.85, per_level_lower=None, per_level_upper=None,
+    ...     causal_lower=0.86, causal_upper=0.86, mean_acceptance_length=1.8, mean_acceptance_length_ci=0.1,
+    ...     acceptance_rate=0.4, per_position_acceptance=[0.8], acceptance_length_histogram=[0.2, 0.8],
+    ...     position_bound=[0.86], tokens_per_call=1.8, seconds_per_token=0.01, speedup=1.5)
+    >>> d = row.as_dict()
+    >>> d["verifier"], d["mean_acceptance_length"], len(d)
+    ('rrs', 1.8, 26)
     """
 
     verifier: str
@@ -266,7 +382,49 @@ def end_to_end_rows(
     """Run plain sampling and every verifier (names of :data:`otbound.VERIFIERS` /
     :data:`otbound.BLOCK_VERIFIERS`) for each K and L on ``prompts`` (token-id lists), measure
     every iteration (:func:`measure_run`) and aggregate one :class:`EndToEndRow` per cell. A
-    verifier that cannot run at a K (e.g. ``spechub`` beyond K = 2) is left out of that cell."""
+    verifier that cannot run at a K (e.g. ``spechub`` beyond K = 2) is left out of that cell.
+
+    Parameters
+    ----------
+    pair
+        A loaded model pair (e.g. :func:`otbound.lm.tiny_pair`).
+    prompts : sequence of sequence of int
+        The prompts' token ids; prompt ``j`` runs with seed ``[seed, j]``.
+    verifiers : sequence of str
+        Verifier names.
+    num_drafts, block_lens : sequence of int
+        The K and L of the cells.
+    temperature : float
+        T of both models.
+    max_new_tokens : int
+        Tokens generated per prompt.
+    seed : int
+        Run seed.
+    exact_context, bounds, top_m
+        As in :func:`measure_run`.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    list of EndToEndRow
+        One per (verifier, K, L) that could run, L outermost.
+
+    Raises
+    ------
+    InvalidInputError
+        Bad input to :func:`otbound.lm.speculative_sample` (plain sampling) or :func:`measure_run`.
+
+    Examples
+    --------
+    >>> from otbound.lm import tiny_pair
+    >>> from otbound.report import end_to_end_rows
+    >>> rows = end_to_end_rows(tiny_pair(4), [[1, 2]], verifiers=["rrs"], max_new_tokens=4,
+    ...                        exact_context=False, bounds=False, progress=False)
+    >>> [(r.verifier, r.num_drafts, r.block_len, r.iterations, r.mean_accepted, round(r.given_drafts, 3))
+    ...  for r in rows]
+    [('rrs', 2, 2, 2, 1.0, 1.005)]
+    """
     from tqdm.auto import tqdm
 
     prompts = [list(p) for p in prompts]
@@ -350,7 +508,37 @@ def _row(runs, meas, clusters, plain_seconds_per_token, length):
 
 
 def end_to_end_markdown(rows, meta: dict) -> str:
-    """The report section: one table row per (verifier, K, L)."""
+    """The report section: one table row per (verifier, K, L).
+
+    Parameters
+    ----------
+    rows : list of EndToEndRow
+        Rows of :func:`end_to_end_rows`.
+    meta : dict
+        The run's settings, written as ``key: value`` under the heading.
+
+    Returns
+    -------
+    str
+        Markdown: the heading, the settings, the legend and the table, ending with a newline.
+
+    Examples
+    --------
+    >>> from otbound.report import EndToEndRow, end_to_end_markdown
+    >>> row = EndToEndRow(
+    ...     verifier="rrs", sampling="with_replacement", num_drafts=2, block_len=1, iterations=10,
+    ...     mean_accepted=0.8, accepted_ci=0.1, given_drafts=0.79, residual=0.01, residual_ci=0.05,
+    ...     given_context=0.78, acceptance_sum=0.78, alpha_sum=0.85, per_level_lower=None, per_level_upper=None,
+    ...     causal_lower=0.86, causal_upper=0.86, mean_acceptance_length=1.8, mean_acceptance_length_ci=0.1,
+    ...     acceptance_rate=0.4, per_position_acceptance=[0.8], acceptance_length_histogram=[0.2, 0.8],
+    ...     position_bound=[0.86], tokens_per_call=1.8, seconds_per_token=0.01, speedup=1.5)
+    >>> text = end_to_end_markdown([row], {"pair": "demo", "T": 1.0})
+    >>> text.splitlines()[2]
+    'pair: demo, T: 1.0'
+    >>> print(text.splitlines()[-1])  # doctest: +NORMALIZE_WHITESPACE
+    | rrs | with_replacement | 2 | 1 | 10 | 0.800 ± 0.100 | 0.790 | +0.010 ± 0.050 | 0.780 | 0.780 | 0.850 | — |
+    0.860 | 1.800 ± 0.100 | 0.400 | 0.80 | 0.20, 0.80 | 1.80 | 1.50 |
+    """
 
     def f(x, nd=3):
         return "—" if x is None else f"{x:.{nd}f}"
@@ -401,7 +589,39 @@ def end_to_end_markdown(rows, meta: dict) -> str:
 def end_to_end_figure(rows, path):
     """Left: empirical mean τ (95% interval) per verifier beside its bounds (causal, Σα*) for the
     largest K and L. Right: P(τ ≥ ℓ) per draft position ℓ for each verifier, the causal optimum's
-    levels dashed."""
+    levels dashed.
+
+    Parameters
+    ----------
+    rows : list of EndToEndRow
+        Rows of :func:`end_to_end_rows`.
+    path : str or pathlib.Path
+        Where the figure goes, without suffix (``path.png``).
+
+    Returns
+    -------
+    pathlib.Path
+        The PNG written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otbound.report import EndToEndRow, end_to_end_figure
+    >>> row = EndToEndRow(
+    ...     verifier="rrs", sampling="with_replacement", num_drafts=2, block_len=1, iterations=10,
+    ...     mean_accepted=0.8, accepted_ci=0.1, given_drafts=0.79, residual=0.01, residual_ci=0.05,
+    ...     given_context=0.78, acceptance_sum=0.78, alpha_sum=0.85, per_level_lower=None, per_level_upper=None,
+    ...     causal_lower=0.86, causal_upper=0.86, mean_acceptance_length=1.8, mean_acceptance_length_ci=0.1,
+    ...     acceptance_rate=0.4, per_position_acceptance=[0.8], acceptance_length_histogram=[0.2, 0.8],
+    ...     position_bound=[0.86], tokens_per_call=1.8, seconds_per_token=0.01, speedup=1.5)
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     png = end_to_end_figure([row], Path(out) / "end_to_end")
+    ...     print(isinstance(png, Path), png.name, png.exists())
+    True end_to_end.png True
+    """
 
     k = max(r.num_drafts for r in rows)
     length = max(r.block_len for r in rows)
@@ -454,7 +674,51 @@ TINY_VOCAB = 12
 
 
 def end_to_end_section(args, out):
-    """``(rows as dicts with block_len, markdown, figure path)`` for the CLI's arguments."""
+    """``(rows as dicts with block_len, markdown, figure path)`` for the CLI's arguments.
+
+    ``args.e2e_pair == "tiny"``: :func:`otbound.lm.tiny_pair` with V = 12 and
+    :func:`otbound.lm.tiny_prompts`, with exact ``E[τ | context]``; otherwise the pair named (or
+    ``"draft,target"``) loaded on ``args.device`` / ``args.dtype``, its prompts spread over
+    ``args.datasets``, without it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``python -m otbound.compare`` arguments read: ``e2e_pair``, ``e2e_prompts``,
+        ``e2e_verifiers`` (None: every verifier), ``e2e_drafts``, ``e2e_lens``, ``e2e_tokens``,
+        ``temperature`` (the first one, default 1), ``seed``; for a real pair also ``datasets``,
+        ``device`` and ``dtype``.
+    out : pathlib.Path
+        Folder of the figure (``end_to_end.png``).
+
+    Returns
+    -------
+    rows : list of dict
+        :meth:`EndToEndRow.as_dict` of each row, with ``section = "end_to_end"``.
+    markdown : str
+        :func:`end_to_end_markdown`.
+    figure : pathlib.Path
+        :func:`end_to_end_figure`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from argparse import Namespace
+    >>> from pathlib import Path
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otbound.report import end_to_end_section
+    >>> args = Namespace(e2e_pair="tiny", e2e_prompts=1, e2e_verifiers=["rrs"], e2e_drafts=[2], e2e_lens=[1],
+    ...                  e2e_tokens=2, temperature=None, seed=0)
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     rows, text, png = end_to_end_section(args, Path(out))
+    ...     print(png.name, png.exists())
+    end_to_end.png True
+    >>> [(r["section"], r["verifier"], r["num_drafts"], r["block_len"]) for r in rows]
+    [('end_to_end', 'rrs', 2, 1)]
+    >>> text.splitlines()[0]
+    '## End to end: verifiers run as speculative decoders, against the bounds at the visited contexts'
+    """
     t0 = time.perf_counter()
     if args.e2e_pair == "tiny":
         pair = tiny_pair(TINY_VOCAB, seed=args.seed)

@@ -193,6 +193,51 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     message). A record whose logits are torch tensors (streaming, see
     :func:`otbound.lm.collect_traces`) is measured on their device unless ``device`` says otherwise;
     a record stored without logits can only be read back from the cache.
+
+    Parameters
+    ----------
+    record : otbound.lm.TraceRecord
+        The trace: its target and draft logits (or none, then only the cache can answer), tokens,
+        prompt id, dataset, temperature and sampling settings.
+    num_drafts, verifiers, samplings, mc_samples, device, batch_size
+        As in :func:`measure_laws`.
+    seed : int
+        Run seed; each trace is measured with the seed ``[seed, crc32("dataset|prompt id|T")]``.
+    cache_dir : str or pathlib.Path, optional
+        Folder of the measurement cache (none when None).
+    reuse : bool
+        Read a matching cached measurement instead of measuring again.
+
+    Returns
+    -------
+    dict
+        :func:`measure_laws`'s result plus ``prompt_id``, ``dataset``, ``temperature``,
+        ``positions``, ``model_dtype`` and ``config`` (the cache key), K keys as ints.
+
+    Raises
+    ------
+    InvalidInputError
+        A record without logits and no matching cached measurement, or bad input to
+        :func:`measure_laws`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])  # logits at the two generated positions
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> record = TraceRecord("p0", "demo", 1.0, np.array([1, 0, 2]), 1, target, draft)
+    >>> with tempfile.TemporaryDirectory() as cache:
+    ...     res = measure_trace(record, (2,), verifiers=["rrs"], samplings=("with_replacement",),
+    ...                         cache_dir=cache)
+    ...     again = measure_trace(record, (2,), verifiers=["rrs"], samplings=("with_replacement",),
+    ...                           cache_dir=cache)  # read back from the cache
+    >>> res["positions"], [round(x, 4) for x in res["optimal"]["with_replacement"][2]]
+    (2, [0.86, 0.91])
+    >>> [round(x, 4) for x in res["verifiers"]["rrs"][2]["acceptance"]], again == res
+    ([0.76, 0.79], True)
     """
     from otbound._integrity import content_key, tensor_digest
     from otbound.lm import settings_dir
@@ -268,7 +313,37 @@ def _int_keys(res: dict) -> dict:
 
 
 def cluster_mean_ci(values, clusters, confidence: float = 0.95) -> tuple[float, float]:
-    """``(mean, half-width)`` of the mean of ``values`` with a cluster-robust CI (see module doc)."""
+    """``(mean, half-width)`` of the mean of ``values`` with a cluster-robust CI (see module doc).
+
+    ``SE² = C/(C−1) · Σ_c (Σ_{t∈c} (x_t − x̄))² / N²`` over the ``C`` clusters and half-width
+    ``t_{(1+confidence)/2, C−1} · SE``; with one cluster, i.i.d. values and ``N − 1`` degrees of
+    freedom.
+
+    Parameters
+    ----------
+    values : array_like
+        The ``N`` values.
+    clusters : array_like
+        A cluster label per value (e.g. the prompt of each position).
+    confidence : float
+        Coverage of the interval.
+
+    Returns
+    -------
+    mean : float
+        NaN when ``values`` is empty.
+    half_width : float
+        NaN when there are no values or a single one.
+
+    Examples
+    --------
+    >>> from otbound.report import cluster_mean_ci
+    >>> mean, half = cluster_mean_ci([0.5, 0.7, 0.6, 0.8], clusters=[0, 0, 1, 1])
+    >>> round(mean, 4), round(half, 4)
+    (0.65, 0.6353)
+    >>> cluster_mean_ci([0.5], [0])
+    (0.5, nan)
+    """
     x = np.asarray(values, dtype=np.float64)
     g = np.asarray(clusters)
     n = x.size
@@ -315,6 +390,40 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     a name outside :data:`otbound.VERIFIERS`).
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
+
+    Parameters
+    ----------
+    results : iterable of dict
+        Results of :func:`measure_trace` (one per trace; cells by dataset and temperature, the
+        traces of a cell as clusters).
+    confidence : float
+        Coverage of every interval (:func:`cluster_mean_ci`).
+
+    Returns
+    -------
+    list of dict
+        The rows, cells sorted by (dataset, temperature), then K.
+
+    Raises
+    ------
+    KeyError
+        A result lacking a field of :func:`measure_trace`'s results.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import aggregate, measure_trace
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> records = [TraceRecord(f"p{i}", "demo", 1.0, np.array([1, 0, 2]), 1, t, draft)
+    ...            for i, t in enumerate((target, target[::-1]))]
+    >>> results = [measure_trace(r, (2,), verifiers=["rrs"], samplings=("with_replacement",)) for r in records]
+    >>> for row in aggregate(results):
+    ...     print(row["verifier"], row["positions"], row["prompts"], round(row["acceptance"], 4),
+    ...           round(row["efficiency"], 4), round(row["gap"], 4))
+    optimal 4 2 0.8825 1.0 0.0
+    rrs 4 2 0.7725 0.8754 -0.11
     """
     rows = []
     from otbound.token.verifiers import VERIFIERS as registry

@@ -46,7 +46,44 @@ def paired_differences(results, confidence: float = 0.95) -> list[dict]:
     prompts}`` from :func:`otbound.report.measure_trace` results: ``difference`` = mean of ``a_t − b_t``
     over the cell's positions and its cluster-robust half-width. ``kind``: ``"gap"`` (a verifier
     against α* of its own law, b = ``"α*(law)"``), ``"laws"`` (two laws' α*) or ``"verifiers"``
-    (two verifiers, any laws)."""
+    (two verifiers, any laws).
+
+    Parameters
+    ----------
+    results : iterable of dict
+        Results of :func:`otbound.report.measure_trace`; a (dataset, temperature) cell's traces are
+        its clusters.
+    confidence : float
+        Coverage of every interval (:func:`otbound.report.cluster_mean_ci`).
+
+    Returns
+    -------
+    list of dict
+        The rows, per cell and K: the gaps, then the laws' and the verifiers' differences.
+
+    Raises
+    ------
+    KeyError
+        A result lacking a field of :func:`otbound.report.measure_trace`'s results.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace, paired_differences
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> records = [TraceRecord(f"p{i}", "demo", 1.0, np.array([1, 0, 2]), 1, t, draft)
+    ...            for i, t in enumerate((target, target[::-1]))]
+    >>> results = [measure_trace(r, (2,), verifiers=["rrs", "kseq"], samplings=("with_replacement",))
+    ...            for r in records]
+    >>> pair_rows = paired_differences(results)
+    >>> for r in pair_rows:
+    ...     print(r["kind"], r["a"], "−", r["b"], round(r["difference"], 4), round(r["difference_ci"], 4))
+    gap kseq − α*(wr) -0.0772 0.0068
+    gap rrs − α*(wr) -0.11 0.0
+    verifiers kseq − rrs 0.0328 0.0068
+    """
     rows = []
     for dataset, temp, group, clusters, ks in trace_cells(results):
         for k in ks:
@@ -66,7 +103,37 @@ def paired_differences(results, confidence: float = 0.95) -> list[dict]:
 
 def paired_tables(pair_rows) -> str:
     """Markdown, one table per (T, K): paired gaps to α*, then law and verifier differences;
-    columns = datasets; cells ``mean ± 95% half-width``."""
+    columns = datasets; cells ``mean ± 95% half-width``.
+
+    Parameters
+    ----------
+    pair_rows : list of dict
+        Rows of :func:`paired_differences`.
+
+    Returns
+    -------
+    str
+        The tables, separated by blank lines.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace, paired_differences, paired_tables
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> records = [TraceRecord(f"p{i}", "demo", 1.0, np.array([1, 0, 2]), 1, t, draft)
+    ...            for i, t in enumerate((target, target[::-1]))]
+    >>> results = [measure_trace(r, (2,), verifiers=["rrs", "kseq"], samplings=("with_replacement",))
+    ...            for r in records]
+    >>> pair_rows = paired_differences(results)
+    >>> print(paired_tables(pair_rows))
+    | paired, K = 2, T = 1.0 | demo |
+    |---|---|
+    | gap to α*: kseq − α*(wr) | -0.0772 ± 0.0068 |
+    | gap to α*: rrs − α*(wr) | -0.1100 ± 0.0000 |
+    | kseq − rrs | +0.0328 ± 0.0068 |
+    """
     out = []
     for t, k in sorted({(r["temperature"], r["num_drafts"]) for r in pair_rows}):
         sel = [r for r in pair_rows if r["temperature"] == t and r["num_drafts"] == k]
@@ -83,7 +150,28 @@ def paired_tables(pair_rows) -> str:
 
 
 def max_gap_half_width(pair_rows) -> float:
-    """The largest 95% half-width of any paired gap to α* (the default job aims at ≤ 0.01)."""
+    """The largest 95% half-width of any paired gap to α* (the default job aims at ≤ 0.01).
+
+    Parameters
+    ----------
+    pair_rows : list of dict
+        Rows of :func:`paired_differences` (only ``kind == "gap"`` rows with a finite half-width count).
+
+    Returns
+    -------
+    float
+        NaN when there is no such row.
+
+    Examples
+    --------
+    >>> from otbound.report import max_gap_half_width
+    >>> rows = [{"kind": "gap", "difference_ci": 0.004}, {"kind": "gap", "difference_ci": 0.007},
+    ...         {"kind": "verifiers", "difference_ci": 0.02}, {"kind": "gap", "difference_ci": float("nan")}]
+    >>> max_gap_half_width(rows)
+    0.007
+    >>> max_gap_half_width([])
+    nan
+    """
     hs = [r["difference_ci"] for r in pair_rows if r["kind"] == "gap" and np.isfinite(r["difference_ci"])]
     return float(max(hs)) if hs else float("nan")
 
@@ -93,7 +181,44 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     verifier's paired gap to α* of its law against K with 95% error bars, the axis zoomed to the
     data (a verifier more than 3× further below the bound than all others, typically nss, is named
     in the legend with its worst gap instead of squashing the rest). One temperature (default: the
-    middle one); legends below the panels."""
+    middle one); legends below the panels.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`otbound.report.aggregate` (with an acceptance).
+    pair_rows : list of dict
+        Rows of :func:`paired_differences` of the same results.
+    out : str or pathlib.Path
+        Folder the figure is written to, as ``paired_gaps.png``.
+    temperature : float, optional
+        The temperature shown.
+
+    Returns
+    -------
+    pathlib.Path
+        The PNG written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace, aggregate, paired_differences, paired_figure
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> records = [TraceRecord(f"p{i}", "demo", 1.0, np.array([1, 0, 2]), 1, t, draft)
+    ...            for i, t in enumerate((target, target[::-1]))]
+    >>> results = [measure_trace(r, (2,), verifiers=["rrs", "kseq"], samplings=("with_replacement",))
+    ...            for r in records]
+    >>> pair_rows = paired_differences(results)
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     path = paired_figure(aggregate(results), pair_rows, out)
+    ...     print(path.name, path.exists())
+    paired_gaps.png True
+    """
 
     temps = sorted({r["temperature"] for r in rows})
     t = temps[len(temps) // 2] if temperature is None else temperature
@@ -108,7 +233,47 @@ LEGEND_BELOW = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
 
 def paired_panels(axes, rows, pair_rows, t, legend=LEGEND_BELOW) -> None:
     """The two panels of :func:`paired_figure` at temperature ``t``, drawn into ``axes`` (two Axes);
-    ``legend``: keywords of each panel's ``Axes.legend`` (default: below the panel)."""
+    ``legend``: keywords of each panel's ``Axes.legend`` (default: below the panel).
+
+    Parameters
+    ----------
+    axes : sequence of matplotlib.axes.Axes
+        The two panels: α* with its bands, then the paired gaps.
+    rows : list of dict
+        Rows of :func:`otbound.report.aggregate` (with an acceptance).
+    pair_rows : list of dict
+        Rows of :func:`paired_differences` of the same results.
+    t : float
+        The temperature drawn.
+    legend : dict
+        Keywords of each panel's ``Axes.legend``.
+
+    Returns
+    -------
+    None
+        The panels are drawn in place.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace, aggregate, paired_differences, paired_panels
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> records = [TraceRecord(f"p{i}", "demo", 1.0, np.array([1, 0, 2]), 1, t, draft)
+    ...            for i, t in enumerate((target, target[::-1]))]
+    >>> results = [measure_trace(r, (2,), verifiers=["rrs", "kseq"], samplings=("with_replacement",))
+    ...            for r in records]
+    >>> pair_rows = paired_differences(results)
+    >>> fig, axes = plt.subplots(1, 2)
+    >>> paired_panels(axes, aggregate(results), pair_rows, 1.0)
+    >>> axes[1].get_title()
+    "verifiers' gap to the bound, T = 1.0"
+    >>> plt.close(fig)
+    """
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     styles = {"with_replacement": "-o", "without_replacement": "--s", "greedy": ":^"}
     ks = sorted({r["num_drafts"] for r in rows})
@@ -169,7 +334,52 @@ def _far_below(gaps, names):
 
 def paired_section(rows, out) -> tuple[float, Path, str]:
     """The real report's paired statistics from ``<out>/paired.json``: (largest paired-gap half-width,
-    figure path, markdown section)."""
+    figure path, markdown section).
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`otbound.report.aggregate` (as in ``<out>/rows.json``).
+    out : str or pathlib.Path
+        The report folder: ``paired.json`` is read from it, ``paired_gaps.png`` written to it.
+
+    Returns
+    -------
+    max_half_width : float
+        :func:`max_gap_half_width` of the stored rows.
+    figure : pathlib.Path
+        The figure of :func:`paired_figure`.
+    markdown : str
+        The section: a heading, its legend and :func:`paired_tables`.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``<out>/paired.json`` does not exist.
+
+    Examples
+    --------
+    >>> import json
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace, aggregate, paired_differences, paired_section
+    >>> target = np.log([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]])
+    >>> draft = np.log([[0.2, 0.3, 0.5], [0.3, 0.4, 0.3]])
+    >>> records = [TraceRecord(f"p{i}", "demo", 1.0, np.array([1, 0, 2]), 1, t, draft)
+    ...            for i, t in enumerate((target, target[::-1]))]
+    >>> results = [measure_trace(r, (2,), verifiers=["rrs", "kseq"], samplings=("with_replacement",))
+    ...            for r in records]
+    >>> pair_rows = paired_differences(results)
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     _ = Path(out, "paired.json").write_text(json.dumps(pair_rows))
+    ...     half, fig, text = paired_section(aggregate(results), out)
+    ...     print(round(half, 4), fig.name, text.splitlines()[0])
+    0.0068 paired_gaps.png ## Paired comparisons on the same positions
+    """
     import json
 
     pair_rows = json.loads((Path(out) / "paired.json").read_text())

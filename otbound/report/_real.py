@@ -62,6 +62,84 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     ``target_settings`` / ``draft_settings``: sampling settings besides T (dicts of
     :class:`otbound.SamplingParams` fields; :func:`otbound.token.settings_at`), recorded in every
     trace and keying its folder, the shards and the measurement cache.
+
+    Parameters
+    ----------
+    pair : str, tuple, ModelPair or callable
+        The model pair (see above).
+    datasets : sequence of str or pathlib.Path
+        Shipped prompt sets or JSONL files (:func:`otbound.lm.load_prompts`).
+    num_prompts : int
+        Prompts per dataset (the first ones).
+    max_new_tokens : int
+        Tokens sampled per prompt (the positions measured).
+    temperatures : sequence of float
+        The temperatures T.
+    num_drafts : sequence of int
+        The numbers of drafts K.
+    out : str or pathlib.Path
+        The report folder (traces, measurements, shards, ``rows.json``, ``paired.json``).
+    progress : bool
+        Show progress bars and the closing line on stderr.
+    dtype, device : str
+        Of the models (:func:`otbound.lm.load_pair`).
+    verifiers : sequence of str, optional
+        Names of :data:`otbound.VERIFIERS` (default: those of the default measurement).
+    samplings : sequence of str
+        Draft laws whose α* is measured.
+    mc_samples : int
+        Draft tuples per position for a verifier without an exact acceptance.
+    seed : int
+        Run seed.
+    batch_size : int, optional
+        Prompts per collection batch within a shard.
+    store_logits : {"float16", "float32", "none"}
+        What each trace keeps besides its tokens.
+    measure_batch_size : int, optional
+        Positions per call of the batched measurement.
+    prompts_per_shard : int
+        Prompts per shard.
+    engine : str or executor
+        ``"local"``, ``"ray"`` or an executor (:func:`otbound.report.make_executor`).
+    address : str, optional
+        Ray cluster address (``engine="ray"`` only).
+    target_settings, draft_settings : dict, optional
+        Sampling settings besides T.
+
+    Returns
+    -------
+    list of dict
+        The rows of :func:`otbound.report.aggregate`, as written to ``<out>/rows.json``.
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown pair, dataset, verifier or engine, a malformed prompt file, a prompt's token id
+        outside the vocabulary, bad temperatures or ``prompts_per_shard``, or an ``out`` folder
+        holding the traces of another pair.
+
+    Examples
+    --------
+    A run on the tiny random pair, its prompts given as token ids:
+
+    >>> import json
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from otbound.lm import tiny_pair
+    >>> from otbound.report import run_real_report
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     data = Path(folder, "prompts.jsonl")
+    ...     _ = data.write_text("".join(json.dumps({"prompt": f"p{i}", "token_ids": [i, 2]}) + "\\n" for i in range(2)))
+    ...     rows = run_real_report(tiny_pair(8), datasets=[data], num_prompts=2, max_new_tokens=3, temperatures=(1.0,),
+    ...                            num_drafts=(2,), out=Path(folder, "out"), progress=False, verifiers=["rrs"],
+    ...                            samplings=("with_replacement",), store_logits="none")
+    ...     written = sorted(p.name for p in Path(folder, "out").iterdir())
+    >>> for r in rows:
+    ...     print(r["dataset"], r["verifier"], r["positions"], r["prompts"], round(r["acceptance"], 4), r["method"])
+    prompts optimal 6 2 0.9814 exact
+    prompts rrs 6 2 0.8955 exact
+    >>> written
+    ['measure', 'paired.json', 'rows.json', 'shards', 'traces']
     """
     out = Path(out)
     name, spec = pair_name(pair), pair

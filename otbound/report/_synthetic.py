@@ -31,6 +31,40 @@ def synthetic_pair(family: str, vocab_size: int, temperature: float, rng, *, tar
     dirichlet: logits = log of independent Dirichlet(0.5) draws.
     zipf: target logits −1.1·log(rank) over a random permutation; the draft's are the target's plus
     N(0, 1) noise (a draft model that mostly agrees with the target).
+
+    Parameters
+    ----------
+    family : {"dirichlet", "zipf"}
+        The family (:data:`SYNTHETIC_FAMILIES`).
+    vocab_size : int
+        V.
+    temperature : float
+        T of both laws.
+    rng : numpy.random.Generator
+        The random numbers (logits, then the context of a repetition penalty).
+    target, draft : dict, optional
+        Sampling settings besides T (fields of :class:`otbound.SamplingParams`).
+
+    Returns
+    -------
+    p, q : numpy.ndarray
+        Target and draft laws, float64 of shape (V,).
+
+    Raises
+    ------
+    ValueError
+        An unknown family.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.report import synthetic_pair
+    >>> p, q = synthetic_pair("zipf", 4, 1.0, np.random.default_rng(0))
+    >>> p.round(4), q.round(4)
+    (array([0.1506, 0.5043, 0.2353, 0.1098]), array([0.2504, 0.4908, 0.1207, 0.1381]))
+    >>> p, q = synthetic_pair("dirichlet", 4, 0.5, np.random.default_rng(0), target={"top_k": 2})
+    >>> int(np.count_nonzero(p)), round(float(p.sum()), 12)
+    (2, 1.0)
     """
     if family == "dirichlet":
         lp = np.log(rng.dirichlet(np.full(vocab_size, 0.5)) + 1e-300)
@@ -59,7 +93,66 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
     derived from ``seed`` and the cell), run by ``engine`` (see :func:`otbound.report.run_real_report`)
     and checkpointed under ``<out>/shards`` when ``out`` is given; returns ``(rows, skipped)``.
     ``target_settings`` / ``draft_settings``: the sampling settings besides T (see
-    :func:`synthetic_pair`); the checkpoints are keyed by them."""
+    :func:`synthetic_pair`); the checkpoints are keyed by them.
+
+    Parameters
+    ----------
+    families : sequence of str
+        Names of :data:`SYNTHETIC_FAMILIES`.
+    vocab_size : int
+        V of every instance.
+    temperatures : sequence of float
+        The temperatures T.
+    num_drafts_list : sequence of int
+        The numbers of drafts K.
+    instances : int
+        Random pairs per (family, T) cell.
+    mc_samples : int
+        Draft tuples per instance for a verifier without an exact acceptance.
+    seed : int
+        Run seed (each cell's seed derives from it and the cell).
+    engine : str or executor
+        ``"local"``, ``"ray"`` or an executor (:func:`otbound.report.make_executor`).
+    address : str, optional
+        Ray cluster address (``engine="ray"`` only).
+    out : str or pathlib.Path, optional
+        Folder of the shard checkpoints (none when None).
+    progress : bool
+        Show a progress bar.
+    target_settings, draft_settings : dict, optional
+        Sampling settings besides T (see :func:`synthetic_pair`).
+
+    Returns
+    -------
+    rows : list of dict
+        Per (family, T, K, draft law, verifier): ``dataset``, ``temperature``, ``num_drafts``,
+        ``sampling``, ``verifier`` (``"optimal"`` for α*), ``lossless``, ``acceptance``,
+        ``acceptance_ci``, ``optimal``, ``efficiency``, ``positions`` (instances), ``method``.
+    skipped : list of str
+        The verifiers, K and instances not measured, with the reason.
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown engine, or an address without ``engine="ray"``.
+    ValueError
+        An unknown family.
+
+    Examples
+    --------
+    >>> from otbound.report import synthetic_rows
+    >>> rows, skipped = synthetic_rows(["zipf"], 4, [1.0], [2], 3, 16, 0, progress=False)
+    >>> for r in rows[:6]:
+    ...     print(r["verifier"], r["sampling"], round(r["acceptance"], 4), r["method"])
+    optimal with_replacement 0.7964 exact
+    optimal without_replacement 0.897 exact
+    optimal greedy 0.8797 exact
+    optimal deterministic 0.6217 exact
+    nss with_replacement 0.4793 exact
+    rrs with_replacement 0.7481 exact
+    >>> skipped
+    []
+    """
     extra = {}
     tag = ""
     if target_settings or draft_settings:
@@ -133,7 +226,34 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
 
 
 def token_figure(rows, out: Path) -> Path:
-    """α* against K per draft law and dataset (left); verifier efficiency at the largest K (right)."""
+    """α* against K per draft law and dataset (left); verifier efficiency at K = 2 (the largest K
+    when it is 1) (right), at the middle temperature.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`synthetic_rows`.
+    out : pathlib.Path
+        Folder the figure is written to, as ``token_bounds.png``.
+
+    Returns
+    -------
+    pathlib.Path
+        The PNG written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otbound.report import synthetic_rows, token_figure
+    >>> rows, _ = synthetic_rows(["zipf"], 4, [1.0], [1, 2], 2, 16, 0, progress=False)
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     path = token_figure(rows, Path(out))
+    ...     print(isinstance(path, Path), path.name, path.exists())
+    True token_bounds.png True
+    """
     fig, axes = plots.figure(ncols=2)
     ax = axes[0, 0]
     t_mid = sorted({r["temperature"] for r in rows})[len({r["temperature"] for r in rows}) // 2]
