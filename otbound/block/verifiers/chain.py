@@ -60,6 +60,25 @@ def walk_schedule(tokens: tuple, sched: list, coin):
 
 
 class TokenChain(BlockVerifier):
+    """Token-by-token speculative sampling of one draft block: accept ``x_i`` with probability
+    ``min(1, p(x_i)/q(x_i))`` along the block, correct from ``(p − q)₊`` at the first rejection,
+    bonus token from p after a full acceptance; E[τ] = Σ_ℓ Π_{i≤ℓ} α_i on context-free laws.
+
+    References
+    ----------
+    Leviathan, Kalman, Matias, arXiv 2211.17192; Chen et al., arXiv 2302.01318.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['token']
+    >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (10.0, True, 0.0)
+    """
     name = "token"
     reference = "speculative sampling (Leviathan et al. 2211.17192; Chen et al. 2302.01318)"
     lossless = True
@@ -82,6 +101,25 @@ class TokenChain(BlockVerifier):
 
 
 class BlockVerification(BlockVerifier):
+    """Block verification of one draft block (Sun et al., Alg. 2): the longest prefix is accepted at
+    once by the schedule of prefix weights, optimal among single-draft verifiers (E[τ] = U_causal at
+    K = 1).
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['block']
+    >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (11.0, True, 0.0)
+    """
     name = "block"
     reference = "block verification (Sun et al. 2403.10444, Alg. 2)"
     lossless = True

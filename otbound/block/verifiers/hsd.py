@@ -35,6 +35,24 @@ from otbound.block.verifiers.chain import block_schedule, walk_schedule
 
 
 class HierarchicalSpeculativeDecoding(BlockVerifier):
+    """Hierarchical speculative decoding, single draft, as published; found lossy here (one
+    iteration's output law is not the target's; ``lossless = False``).
+
+    References
+    ----------
+    Zhou et al., arXiv 2601.05724.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['hsd']
+    >>> kw = dict(vocab_size=2, num_drafts=1, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (12.0, False, 0.074074)
+    """
     name = "hsd"
     reference = "hierarchical speculative decoding (Zhou et al. 2601.05724), single draft"
     lossless = False  # measured: one iteration's output law is not the target's (module docstring)

@@ -26,6 +26,26 @@ from otbound.token.draft_laws import inverse_cdf
 
 
 class MultiPathVerifier(BlockVerifier):
+    """A token-level verifier applied at every node of the draft tree (tree verification): at a node,
+    the drafted children are the token verifier's drafts, the accepted child continues; lossless when
+    the token verifier is.
+
+    Parameters
+    ----------
+    token_verifier : str or Verifier
+        A name in :data:`otbound.VERIFIERS` or a token-level verifier object.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['multipath_rrs']
+    >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (12.0, True, 0.0)
+    """
     def __init__(self, token_verifier):
         """``token_verifier``: a name in :data:`otbound.VERIFIERS` or a token-level verifier object."""
         self.token_verifier = token_verifier

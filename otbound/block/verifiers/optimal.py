@@ -39,6 +39,24 @@ def _selection_rule(keep: list, q: np.ndarray):
 
 
 class CausalOptimal(BlockVerifier):
+    """The causal-LP optimum as a verifier: choose a draft block with the LP's selection law, then block
+    verification with the chosen law; E[τ] = U_causal of K i.i.d. blocks (docs/theory/block-bounds.md).
+
+    References
+    ----------
+    Sun et al., arXiv 2403.10444 (block verification); the selection LP is derived for otbound.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['causal_optimal']
+    >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (14.555556, True, 0.0)
+    """
     name = "causal_optimal"
     reference = "causal-LP optimum: draft choice + block verification with the chosen law (derived)"
     lossless = True

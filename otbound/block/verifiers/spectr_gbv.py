@@ -47,6 +47,24 @@ EPS = 1e-20  # as in the reference implementation
 
 
 class SpecTrGBV(BlockVerifier):
+    """SpecTr-GBV's Alg. 1 as recovered; found lossy here: one iteration's output law is not the
+    target's (``lossless = False``; its E[τ] may exceed U_causal and is no bound on it).
+
+    References
+    ----------
+    Lin et al., arXiv 2604.25925.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['spectr_gbv']
+    >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (12.630919, False, 0.042091)
+    """
     name = "spectr_gbv"
     reference = "SpecTr-GBV (Lin et al. 2604.25925), Alg. 1 as recovered (no Alg. 2)"
     lossless = False  # measured: one iteration's output law is not the target's (module docstring)

@@ -31,6 +31,24 @@ from otbound.block.verifiers.chain import block_schedule
 
 
 class TraversalVerification(BlockVerifier):
+    """Traversal verification of K i.i.d. draft branches: each branch is block verification from the
+    current root, the next branch continuing from the rejected node's residual law.
+
+    References
+    ----------
+    Weng et al., "Traversal verification for speculative tree decoding", arXiv 2505.12398.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['traversal']
+    >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (12.666667, True, 0.0)
+    """
     name = "traversal"
     reference = "traversal verification (Weng et al. 2505.12398), i.i.d. draft branches"
     lossless = True

@@ -114,6 +114,24 @@ def _paths(children: dict, m: int, length: int) -> tuple:
 
 
 class UniVer(BlockVerifier):
+    """UniVer on its own draft tree (m = K branches per node, m^L paths), as reimplemented publicly
+    (module docstring); bounded by U_causal of its own tree law, not of K i.i.d. blocks.
+
+    References
+    ----------
+    Weng, Hu, Yairi, arXiv 2605.04543.
+
+    Examples
+    --------
+    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+
+    >>> import otbound as ob
+    >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> v = ob.BLOCK_VERIFIERS['univer']
+    >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
+    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
+    (18.0, True, 0.0)
+    """
     name = "univer"
     reference = "UniVer (Weng, Hu, Yairi 2605.04543), as reimplemented publicly (see module docstring)"
     lossless = True
