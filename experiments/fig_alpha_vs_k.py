@@ -38,7 +38,7 @@ def compute_for(args):
                 prompts=r["prompts"],
             )
             for r in rows
-            if r["verifier"] == "optimal"
+            if r["verifier"] == "optimal" and r["sampling"] in LAWS  # the figure's three random laws
         ]
         cells.sort(key=lambda c: (c["dataset"], c["temperature"], LAWS.index(c["sampling"]), c["num_drafts"]))
         return {"cells": cells, "source": "synthetic stand-in (quick mode)" if args.quick else "real pair traces"}

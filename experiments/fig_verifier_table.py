@@ -48,7 +48,7 @@ def compute_for(args):
         skipped = {r["verifier"]: r["skipped"] for r in rows if r["method"] == "skipped"}
         order = ("optimal",) + VERIFIER_NAMES
         rows = sorted(
-            (r for r in rows if r["method"] != "skipped"),
+            (r for r in rows if r["method"] != "skipped" and r["sampling"] in LAWS),
             key=lambda r: (
                 r["temperature"],
                 r["num_drafts"],

@@ -268,10 +268,14 @@ def test_acceptance_at_most_optimal_larger_vocabularies():
 
 
 def test_single_draft_is_speculative_sampling():
-    """K = 1: every verifier but NSS reaches 1 − TV = Σ min(p, q); NSS gets Σ p q."""
+    """K = 1: every verifier of a random draft but NSS reaches 1 − TV = Σ min(p, q); NSS gets Σ p q;
+    the deterministic draft (argmax q, the lowest index among ties) is accepted with p(argmax q)."""
     for p, q in PAIRS + list(CASES.values()):
         for name in NAMES:
-            expected = float(p @ q) if name == "nss" else float(np.minimum(p, q).sum())
+            if VERIFIERS[name].sampling == "deterministic":
+                expected = float(p[np.argmax(q)])
+            else:
+                expected = float(p @ q) if name == "nss" else float(np.minimum(p, q).sum())
             assert abs(VERIFIERS[name].acceptance(p, q, 1) - expected) < 1e-9, name
 
 
