@@ -179,13 +179,38 @@ def _greedy_tie_rows(v=7, seed=3):
     return np.array(p), np.array(q)
 
 
+def _greedy_reference(p, q, k):
+    """``(G, α*_greedy)`` computed directly, independent of the library's top-token code: G the first
+    K − 1 tokens by (−q, index) (a Python sort), q' = q off G renormalised, and
+    α* = p(G) + Σ_{x∉G} min(p(x), q'(x))."""
+    g = sorted(range(q.size), key=lambda x: (-q[x], x))[: k - 1]
+    off = np.ones(q.size, dtype=bool)
+    off[g] = False
+    qp = np.where(off, q, 0.0) / q[off].sum()
+    return g, float(p[g].sum() + np.minimum(p, qp)[off].sum())
+
+
 def test_greedy_ties_batched_measurement_matches_the_per_row_bound():
+    """The batched and per-row greedy bounds on rows with ties among the top draft tokens against
+    α*_greedy computed directly (:func:`_greedy_reference`, atol 1e-12), and the tokens G of
+    :func:`otbound.greedy_split` and of the kernel's batched split against the reference order
+    (decreasing q, ties to the lower index)."""
+    from otbound.token._kernel import LawBatch, greedy_split_rows
+
     p, q = _greedy_tie_rows()
     ks = (2, 3, 4)
+    ref = {k: [_greedy_reference(p[i], q[i], k) for i in range(len(p))] for k in ks}
+    for k in ks:
+        for i in range(len(p)):
+            assert ob.greedy_split(q[i], k)[0].tolist() == ref[k][i][0], f"K={k}, row {i}"
     # the whole batch, and each row alone (torch.topk orders tied values differently by batch shape)
     for rows in [np.arange(len(p))] + [np.array([i]) for i in range(len(p))]:
         out = ob.report.measure_laws(p[rows], q[rows], ks, verifiers=["greedy"], samplings=("greedy",))
         for k in ks:
+            idx = greedy_split_rows(LawBatch(p[rows], q[rows]), k - 1)[0]
+            assert idx.tolist() == [ref[k][i][0] for i in rows], f"K={k}, rows {rows}"
+            np.testing.assert_allclose(out["optimal"]["greedy"][k], [ref[k][i][1] for i in rows], rtol=0,
+                                       atol=1e-12, err_msg=f"K={k}, rows {rows}")
             per_row = [ob.optimal_acceptance(p[i], q[i], k, sampling="greedy") for i in rows]
             np.testing.assert_allclose(out["optimal"]["greedy"][k], per_row, rtol=0, atol=1e-12,
                                        err_msg=f"K={k}, rows {rows}")
