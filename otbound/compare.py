@@ -192,6 +192,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         if args.block:
             parser.error("--block's random block models are laws, not logits: the sampling-setting flags do not "
                          "apply to them; run the block section without them")
+    if args.verifiers is not None:
+        from otbound import VERIFIERS
+
+        if args.synthetic:
+            parser.error("--verifiers applies to the language-model report; the synthetic report measures every "
+                         "registered verifier")
+        unknown = [v for v in args.verifiers if v not in VERIFIERS]
+        if unknown:
+            parser.error(f"--verifiers: unknown verifier(s) {', '.join(unknown)} (known: {', '.join(VERIFIERS)})")
     if args.end_to_end and args.e2e_verifiers:
         from otbound import BLOCK_VERIFIERS, VERIFIERS
 
@@ -285,6 +294,10 @@ def parse_args(argv=None):
     )
     ap.add_argument("--vocab-size", type=vocabulary, default=24, help="synthetic vocabulary size")
     ap.add_argument("--instances", type=positive_int, default=16, help="synthetic (p, q) pairs per (family, T)")
+    ap.add_argument("--verifiers", nargs="+", default=None,
+                    help="token verifiers of the language-model report (default: every registered verifier with "
+                         "in_default_measurement; ot_wor_iid, ot_wor_top and ot_wor, whose exact acceptance costs a "
+                         "per-row coupling or LP, only when named here)")
     ap.add_argument("--mc-samples", type=positive_int, default=None,
                     help="Monte Carlo draft tuples where no exact acceptance exists (default: 20,000 per synthetic "
                          "instance and block cell, 16 per real-trace position)")
@@ -409,6 +422,7 @@ def _run(args, engine) -> Path:
             out=out,
             mc_samples=args.mc_samples,
             seed=args.seed,
+            verifiers=args.verifiers,
             device=args.device,
             dtype=args.dtype,
             batch_size=args.batch_size,

@@ -190,6 +190,17 @@ def test_unknown_device_or_dtype_is_refused_in_every_mode(tmp_path, capsys, flag
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("flags,needle", [
+    (["--verifiers", "rrs", "no_such_verifier"], "unknown verifier(s) no_such_verifier"),
+    ([*SYNTH, "--verifiers", "rrs"], "applies to the language-model report"),
+])
+def test_verifier_selection_is_checked_before_any_work(tmp_path, capsys, flags, needle):
+    with pytest.raises(SystemExit) as exc:
+        compare.main([*flags, "--out", str(tmp_path / "r")])
+    assert exc.value.code == 2 and needle in _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "r").exists()
+
+
 def test_unreachable_ray_cluster_fails_fast_with_one_line(tmp_path, capsys):
     import socket
     import time

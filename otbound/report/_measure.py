@@ -81,7 +81,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
         The K to measure.
     verifiers : sequence of str, optional
         Names in :data:`otbound.VERIFIERS` (default: every verifier with ``in_default_measurement``;
-        the per-row LP verifiers ``ot_wor_top`` and ``ot_wor`` only when named).
+        the verifiers without replacement ``ot_wor_iid``, ``ot_wor_top`` and ``ot_wor``, whose exact
+        acceptance needs a coupling or an LP per row, only when named).
     samplings : sequence of str
         Draft laws whose α* is reported (each verifier's own law is added).
     mc_samples : int
