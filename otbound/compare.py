@@ -82,34 +82,27 @@ def vocabulary(text: str) -> int:
     return value
 
 
-def temperature(text: str) -> float:
+def _number(text: str, ok, requirement: str) -> float:
+    """``text`` as a float satisfying ``ok``, else an argparse error stating ``requirement``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite temperature > 0, got {text!r}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must {requirement}, got {text!r}")
     return value
+
+
+def temperature(text: str) -> float:
+    return _number(text, lambda v: math.isfinite(v) and v > 0, "be a finite temperature > 0")
 
 
 def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text!r}")
-    return value
+    return _number(text, lambda v: 0.0 <= v <= 1.0, "lie in [0, 1]")
 
 
 def penalty(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+    return _number(text, lambda v: math.isfinite(v) and v > 0, "be a finite number > 0")
 
 
 def sampling_settings(args) -> tuple[dict, dict]:

@@ -62,3 +62,27 @@ def random_block_pair(v: int, seed: int, *, draft_seed: int, concentration: floa
 
     return (dirichlet_model(v, seed=seed, concentration=concentration),
             dirichlet_model(v, seed=draft_seed, concentration=concentration))
+
+
+def lm_like_laws(v: int, seed: int, temperature: float = 1.0, noise: float = 1.0):
+    """``(p, q)`` shaped like a language model's laws: N(0, 2.5²) logits with a boosted head of 50
+    tokens for the target, the draft the same logits plus N(0, noise²), both at ``temperature``."""
+    from otbound.token import laws_from_logits
+
+    r = np.random.default_rng(seed)
+    z = r.standard_normal(v) * 2.5
+    z[:50] += 8 * r.random(50)
+    return laws_from_logits(z, temperature), laws_from_logits(z + r.standard_normal(v) * noise, temperature)
+
+
+def binned_chi2_pvalue(tokens, p, key, bins: int = 16) -> float:
+    """χ² p-value of ``tokens`` against the law ``p`` over ``bins`` bins of about equal p-mass,
+    tokens taken in the order of ``key`` (so a distortion along that order is not averaged out)."""
+    order = np.argsort(key, kind="stable")
+    edges = np.searchsorted(np.cumsum(p[order]), np.arange(1, bins) / bins)
+    bin_of = np.empty(p.size, dtype=np.int64)
+    bin_of[order] = np.searchsorted(edges, np.arange(p.size), side="right")
+    obs = np.bincount(bin_of[tokens], minlength=bins)
+    exp = np.bincount(bin_of, weights=p, minlength=bins) * tokens.size
+    keep = exp > 0
+    return float(scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)

@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import binned_chi2_pvalue, lm_like_laws
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
-from otbound.token import laws_from_logits
 from otbound.token.verifiers import _optimal, optimal_coupling, run, support_tuples
 from otbound.token.verifiers._base import wilson_interval
 from otbound.token.verifiers._optimal import _level_weights
@@ -112,25 +112,6 @@ def test_needs_a_random_partition():
     np.testing.assert_allclose(ver.conditional_law(p, q, np.array([[1, 1], [0, 0]])), [[0, 1], [1, 0]], atol=ATOL)
 
 
-def _lm_like(v, seed, temperature=1.0, noise=1.0):
-    r = np.random.default_rng(seed)
-    z = r.standard_normal(v) * 2.5
-    z[:50] += 8 * r.random(50)
-
-    return laws_from_logits(z, temperature), laws_from_logits(z + r.standard_normal(v) * noise, temperature)
-
-
-def _binned_pvalue(tokens, p, key):
-    order = np.argsort(key, kind="stable")
-    edges = np.searchsorted(np.cumsum(p[order]), np.arange(1, BINS) / BINS)
-    bin_of = np.empty(p.size, dtype=np.int64)
-    bin_of[order] = np.searchsorted(edges, np.arange(p.size), side="right")
-    obs = np.bincount(bin_of[tokens], minlength=BINS)
-    exp = np.bincount(bin_of, weights=p, minlength=BINS) * tokens.size
-    keep = exp > 0
-    return float(scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
-
-
 def test_power_of_the_binned_chi_square():
     crit = scipy.stats.chi2.isf(ALPHA / 2, BINS - 1)
     assert scipy.stats.ncx2.sf(crit, BINS - 1, N * (2 * 0.01) ** 2) > 0.999
@@ -138,20 +119,20 @@ def test_power_of_the_binned_chi_square():
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_statistically_lossless_at_v_1500(k):
-    p, q = _lm_like(V_STAT, 11 + k)
+    p, q = lm_like_laws(V_STAT, 11 + k)
     exact = ver.acceptance(p, q, k)
     assert abs(exact - optimal_acceptance(p, q, k)) < 1e-12
     res = run(ver, p, q, k, N, 1234 + k, confidence=1 - ALPHA)
     assert np.bincount(res.sample.tokens, minlength=V_STAT)[p == 0].sum() == 0
-    assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
-    assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_low <= exact <= res.ci_high
 
 
 def test_binned_chi_square_rejects_a_one_percent_distortion():
     """The same check rejects a sample with 1% of the mass moved from the low-ratio half to the
     high-ratio half (the shape a wrong thinning or residual would have)."""
-    p, q = _lm_like(V_STAT, 13)
+    p, q = lm_like_laws(V_STAT, 13)
     res = run(ver, p, q, 2, N, 77)
     rng = np.random.default_rng(78)
     low = (p / q) <= np.median(p / q)
@@ -159,7 +140,7 @@ def test_binned_chi_square_rejects_a_one_percent_distortion():
     hi = np.flatnonzero(~low)
     tokens = res.sample.tokens.copy()
     tokens[move] = rng.choice(hi, size=int(move.sum()), p=p[hi] / p[hi].sum())
-    assert _binned_pvalue(tokens, p, p / q) < ALPHA / 2
+    assert binned_chi2_pvalue(tokens, p, p / q, bins=BINS) < ALPHA / 2
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])
@@ -167,7 +148,7 @@ def test_full_vocabulary_acceptance_and_invariants(k):
     """V = 151,936: acceptance = optimal_acceptance (1e-12); selection law m ≥ p on H*, ≤ p off it,
     total 1; H* has the dual's value; the lifts are ≥ 0 and vanish at the segment ends."""
     v = 151_936
-    p, q = _lm_like(v, 100 + k)
+    p, q = lm_like_laws(v, 100 + k)
     c = optimal_coupling(p, q, k)
     star = optimal_acceptance(p, q, k, return_certificate=True)
     assert abs(ver.acceptance(p, q, k) - star.value) < 1e-12
@@ -193,7 +174,7 @@ def _tree_level(c, top, lam):
 def _hull_cases():
     r = np.random.default_rng(21)
     for v, k in [(60, 2), (300, 4), (300, 8), (2_000, 8), (2_000, 3)]:
-        p, q = _lm_like(v, 1000 + v + k)
+        p, q = lm_like_laws(v, 1000 + v + k)
         yield f"lm-{v}-{k}", p, q, k
     for name, (p, q) in sorted(ADVERSARIAL.items()):
         for k in (2, 8):
@@ -226,13 +207,13 @@ def test_statistically_lossless_through_the_hull(monkeypatch, k):
     as at V = 1,500 above (N = 200,000, power ≥ 0.999 against a 1% distortion), and the Monte Carlo
     acceptance brackets α*."""
     _force_hull(monkeypatch)
-    p, q = _lm_like(V_STAT, 31 + k)
+    p, q = lm_like_laws(V_STAT, 31 + k)
     c = optimal_coupling(p, q, k)
     assert np.diff(c.records).max() > 100  # long segments: the case the hull is for
     exact = ver.acceptance(p, q, k)
     res = run(ver, p, q, k, N, 4321 + k, confidence=1 - ALPHA)
-    assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
-    assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_low <= exact <= res.ci_high
 
 
@@ -240,7 +221,7 @@ def test_full_vocabulary_k8_verifies_through_the_hull():
     """V = 151,936, K = 8: the top draft's segment spans most of the vocabulary (the tree path would
     take seconds per token), so each of 2,000 tuples gets its level from the hull; they emit draft
     tokens at rate α* within the Wilson interval (1 − 1e-3)."""
-    p, q = _lm_like(151_936, 108)
+    p, q = lm_like_laws(151_936, 108)
     k = 8
     c = optimal_coupling(p, q, k)
     r = np.random.default_rng(9)

@@ -27,12 +27,12 @@ import itertools
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import binned_chi2_pvalue, lm_like_laws
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp
 from otbound._validation import InvalidInputError
-from otbound.token import laws_from_logits
 from otbound.token._wor import wor_prefix_mass
 from otbound.token.verifiers import (
     OptimalWithoutReplacementVerifier,
@@ -152,16 +152,9 @@ def test_truncated_exact_against_enumeration(case):
     np.testing.assert_allclose(np.bincount(rows, weights=w * drafted_p, minlength=c.masks.size), c.chance, atol=ATOL)
 
 
-def _lm_like(v, seed, temperature=1.0, noise=1.0):
-    r = np.random.default_rng(seed)
-    z = r.standard_normal(v) * 2.5
-    z[:50] += 8 * r.random(50)
-    return laws_from_logits(z, temperature), laws_from_logits(z + r.standard_normal(v) * noise, temperature)
-
-
 @pytest.mark.parametrize("k", [2, 4])
 def test_moment_path_and_reference_at_v_3000(monkeypatch, k):
-    p, q = _lm_like(3000, 40 + k)
+    p, q = lm_like_laws(3000, 40 + k)
     c = truncated_coupling(p, q, k, 200)
     assert c.num_smooth > 1000  # the moment path carries most of T^c
     monkeypatch.setattr(_optimal_wor, "SMOOTH_X", -1.0)  # every token of T^c one by one
@@ -173,17 +166,6 @@ def test_moment_path_and_reference_at_v_3000(monkeypatch, k):
     assert abs(c.mu[0] - wor_prefix_mass(q, rest, k)[-1]) < ATOL  # μ(∅) = Q(T^c)
 
 
-def _binned_pvalue(tokens, p, key):
-    order = np.argsort(key, kind="stable")
-    edges = np.searchsorted(np.cumsum(p[order]), np.arange(1, BINS) / BINS)
-    bin_of = np.empty(p.size, dtype=np.int64)
-    bin_of[order] = np.searchsorted(edges, np.arange(p.size), side="right")
-    obs = np.bincount(bin_of[tokens], minlength=BINS)
-    exp = np.bincount(bin_of, weights=p, minlength=BINS) * tokens.size
-    keep = exp > 0
-    return float(scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
-
-
 def test_power_of_the_binned_chi_square():
     crit = scipy.stats.chi2.isf(ALPHA / 2, BINS - 1)
     assert scipy.stats.ncx2.sf(crit, BINS - 1, N * (2 * 0.01) ** 2) > 0.999
@@ -191,19 +173,19 @@ def test_power_of_the_binned_chi_square():
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_statistically_lossless_at_v_1500(k):
-    p, q = _lm_like(V_STAT, 11 + k)
+    p, q = lm_like_laws(V_STAT, 11 + k)
     exact = ver.acceptance(p, q, k)
     assert exact <= optimal_acceptance(p, q, k, WOR) + 1e-12
     res = run(ver, p, q, k, N, 1234 + k, confidence=1 - ALPHA)
-    assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
-    assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_low <= exact <= res.ci_high
 
 
 def test_binned_chi_square_rejects_a_one_percent_distortion():
     """The same check rejects this verifier's sample with 1% of the mass moved from the low-ratio
     half to the high-ratio half."""
-    p, q = _lm_like(V_STAT, 13)
+    p, q = lm_like_laws(V_STAT, 13)
     res = run(ver, p, q, 2, N, 77)
     rng = np.random.default_rng(78)
     low = (p / q) <= np.median(p / q)
@@ -211,14 +193,14 @@ def test_binned_chi_square_rejects_a_one_percent_distortion():
     hi = np.flatnonzero(~low)
     tokens = res.sample.tokens.copy()
     tokens[move] = rng.choice(hi, size=int(move.sum()), p=p[hi] / p[hi].sum())
-    assert _binned_pvalue(tokens, p, p / q) < ALPHA / 2
+    assert binned_chi2_pvalue(tokens, p, p / q, bins=BINS) < ALPHA / 2
 
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_full_vocabulary_acceptance(k):
     """V = 151,936, a peaked row: exact acceptance in the Wilson interval (level 1 − 1e-3) of 20,000
     verified tuples (6,000 at K = 4: drawing them costs ~3 s per 1,000), at most α*."""
-    p, q = _lm_like(151_936, 100 + k, temperature=0.5)
+    p, q = lm_like_laws(151_936, 100 + k, temperature=0.5)
     exact = ver.acceptance(p, q, k)
     assert exact <= optimal_acceptance(p, q, k, WOR) + 1e-12
     res = run(ver, p, q, k, 20_000 if k == 2 else 6_000, 99 + k, confidence=1 - ALPHA)
@@ -431,10 +413,10 @@ def test_iid_stream_exact_random():
 def test_iid_stream_statistically_lossless_at_v_1500(k):
     """Same decision rule and power as ``test_statistically_lossless_at_v_1500``; the accepted
     fraction's Wilson lower end must reach the i.i.d. optimum."""
-    p, q = _lm_like(V_STAT, 21 + k)
+    p, q = lm_like_laws(V_STAT, 21 + k)
     res = run(iid_ver, p, q, k, N, 4321 + k, confidence=1 - ALPHA)
-    assert _binned_pvalue(res.sample.tokens, p, p / q) > ALPHA / 2
-    assert _binned_pvalue(res.sample.tokens, p, np.arange(V_STAT)) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_high >= optimal_acceptance(p, q, k)
 
 
@@ -511,7 +493,7 @@ def test_tight_sets_form_a_chain():
 def test_iid_stream_exact_acceptance_at_full_vocabulary():
     """K = 2, V = 151,936: the closed form inside the Wilson interval (level 1 − 1e-3) of 20,000
     verified tuples, between α* with replacement and α* without."""
-    p, q = _lm_like(151_936, 300, temperature=0.5)
+    p, q = lm_like_laws(151_936, 300, temperature=0.5)
     exact = iid_ver.acceptance(p, q, 2)
     assert optimal_acceptance(p, q, 2) <= exact <= optimal_acceptance(p, q, 2, WOR) + 1e-12
     res = run(iid_ver, p, q, 2, 20_000, 301, confidence=1 - ALPHA)
