@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import shutil
 import sys
 from pathlib import Path
 
@@ -101,6 +102,8 @@ def write_api_pages(app=None) -> None:
     documented on one page per object in their canonical package and listed elsewhere)."""
     out = HERE / "api"
     out.mkdir(exist_ok=True)
+    # the per-object pages are regenerated on every build: a name no longer exported leaves none behind
+    shutil.rmtree(out / "generated", ignore_errors=True)
     home = _canonical_homes(API_PACKAGES)
     for name in API_PACKAGES:
         mod = importlib.import_module(name)

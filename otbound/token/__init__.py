@@ -21,7 +21,6 @@ Modules form a DAG: ``_deterministic``, ``_wor`` → ``_search`` → ``_kernel``
 
 from otbound.token._kernel import LawBatch
 from otbound.token._settings import SamplingParams, describe_settings, settings_at
-from otbound.token._topk import deterministic_acceptance
 from otbound.token.bounds import (
     LPDual,
     Relaxation,
@@ -57,7 +56,6 @@ __all__ = [
     "VerifierRun",
     "VerifierSample",
     "describe_settings",
-    "deterministic_acceptance",
     "draft_joint",
     "draft_law",
     "greedy_split",
