@@ -426,6 +426,8 @@ def _run(args, engine) -> Path:
             draft_settings=sampling_settings(args)[1],
         )
         skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
+        capped = sorted({(r["dataset"], r["temperature"], r["num_drafts"], r["capped_positions"], r["positions"])
+                         for r in rows if r.get("capped_positions")}, key=str)
         meta = {
             "mode": "language models",
             "pair": args.pair,
@@ -433,6 +435,10 @@ def _run(args, engine) -> Path:
             "new tokens": args.max_new_tokens,
             "seed": args.seed,
         }
+        if capped:
+            meta["positions drafting their whole support (the draft keeps fewer than K tokens; laws without "
+                 "replacement, greedy and deterministic measured at K' = support)"] = "; ".join(
+                f"{d}, T={t:g}, K={k}: {n} of {m}" for d, t, k, n, m in capped)
         paired = paired_section(rows, out)
     from otbound.token import describe_settings
 

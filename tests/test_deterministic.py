@@ -156,3 +156,37 @@ def test_conformance_kit_checks_the_deterministic_law(name):
                                   sampling="deterministic")
     assert res.passed and res.lossless_error < 1e-12
     np.testing.assert_allclose(res.acceptance, res.optimal, atol=1e-12)  # optimal: α = p(top-K(q))
+
+
+def test_measurement_drafts_the_whole_support_where_it_is_smaller_than_k():
+    """measure_laws's cap rule: a row whose truncated draft keeps n < K tokens is measured, for the
+    laws of distinct tokens, at K' = n, row by row equal to the direct call at K'; with replacement
+    (and rows with n ≥ K) exactly as without the rule."""
+    from otbound.report import measure_laws
+
+    rng = np.random.default_rng(3)
+    logits_p, logits_q = rng.normal(0, 2, (6, 30)), rng.normal(0, 2, (6, 30))
+    P = SamplingParams(top_p=0.9).laws(logits_p)
+    keep = [1, 2, 30, 3, 30, 2]  # tokens each row's draft keeps (top-k): rows 0, 1, 3, 5 below K = 4
+    Q = np.stack([SamplingParams(top_k=n).laws(z) for n, z in zip(keep, logits_q)])
+    names = ["rrs", "rrs_wor", "greedy", "onehot", "nss_deterministic", "ot"]
+    res = measure_laws(P, Q, (2, 4), verifiers=names, batch_size=4)
+    assert res["capped"] == {2: 1, 4: 4}
+    for law in ("without_replacement", "greedy", "deterministic", "with_replacement"):
+        for k in (2, 4):
+            want = [optimal_acceptance(P[i], Q[i], k if law == "with_replacement" else min(k, keep[i]), law)
+                    for i in range(6)]
+            np.testing.assert_allclose(res["optimal"][law][k], want, rtol=0, atol=1e-12)
+    for name in names:
+        v = VERIFIERS[name]
+        for k in (2, 4):
+            got = res["verifiers"][name][k]
+            want = [v.acceptance(P[i], Q[i], k if v.sampling == "with_replacement" else min(k, keep[i]))
+                    for i in range(6)]
+            if got["method"] == "exact":
+                np.testing.assert_allclose(got["acceptance"], want, rtol=0, atol=1e-12)
+    full = measure_laws(P[[2, 4]], Q[[2, 4]], (2, 4), verifiers=names)
+    assert full["capped"] == {}
+    for law, by_k in full["optimal"].items():
+        for k, vals in by_k.items():
+            np.testing.assert_allclose(vals, np.asarray(res["optimal"][law][k])[[2, 4]], rtol=0, atol=1e-12)

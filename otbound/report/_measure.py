@@ -73,6 +73,14 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     (standard error ≤ 0.5/√mc_samples). A verifier that refuses the input (K above its
     ``max_drafts``, V too large for an LP-based one) is skipped with its reason.
 
+    **Rows with fewer than K draft tokens.** A truncated draft law (top-k, top-p, min-p) can keep
+    fewer tokens of positive mass than K. The K drafts of the laws of distinct tokens (without
+    replacement, greedy, deterministic) then cannot be distinct, so such a row is measured as the
+    scheme that drafts every token of its support: α* and each verifier of those laws at
+    ``K' = min(K, support)`` (the only tuple law left is that of the whole support, so α* at K' is
+    the optimum of the row). With replacement is unaffected (its K draws may repeat). The
+    number of rows so measured is returned per K under ``capped``; no row is skipped.
+
     Parameters
     ----------
     p, q : array_like or torch.Tensor, shape (positions, V) or (V,)
@@ -99,13 +107,13 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
             {"optimal": {sampling: {K: [α*_t ...]}},
              "verifiers": {name: {K: {"acceptance": [...], "method": "exact" | "monte_carlo",
                                       "sampling": ..., "mc_samples": int | None}}},
-             "skipped": {name: {K: reason}}}
+             "skipped": {name: {K: reason}},
+             "capped": {K: rows measured at K' = support < K}}   # only the K with such rows
 
     Raises
     ------
     InvalidInputError
-        Malformed laws, an unknown verifier, K beyond q's support for a law that needs it, or a
-        non-positive ``batch_size``.
+        Malformed laws, an unknown verifier, or a non-positive ``batch_size``.
 
     Examples
     --------
@@ -117,6 +125,13 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     [0.86]
     >>> res["verifiers"]["rrs"][2]["method"], [round(x, 6) for x in res["verifiers"]["rrs"][2]["acceptance"]]
     ('exact', [0.76])
+
+    A draft truncated to one token (top-1) is drafted alone: K = 2 without replacement is measured at K' = 1,
+    where α* = p(the token):
+
+    >>> res = measure_laws(p, np.array([[1.0, 0.0, 0.0]]), (2,), verifiers=["rrs_wor"], samplings=())
+    >>> res["capped"], res["optimal"]["without_replacement"][2], res["verifiers"]["rrs_wor"][2]["acceptance"]
+    ({2: 1}, [0.5], [0.5])
     """
     import torch
 
@@ -153,21 +168,44 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     values = {n: {k: [] for k in ks} for n in names}
     methods: dict = {n: {} for n in names}
     skipped: dict = {}
+    support = (q > 0).sum(-1)  # (positions,) tokens of positive draft mass per row
+    capped = {k: int((support < k).sum()) for k in ks}
     for c, start in enumerate(range(0, max(n_rows, 1), b)):
-        batch = LawBatch(p[start : start + b].to(device), q[start : start + b].to(device), seed=seeds[c])
+        rows = slice(start, start + b)
+        n = p[rows].shape[0]
+        # Rows whose draft keeps fewer tokens than the largest K form their own groups (the cap rule
+        # of the docstring); with no such row the batch is one group seeded by seeds[c].
+        caps = support[rows].clamp(max=max(ks))  # (n,)
+        groups = [(int(cap), torch.nonzero(caps == cap).flatten()) for cap in caps.unique(sorted=True).tolist()]
+        group_seeds = [seeds[c]] if len(groups) == 1 else seeds[c].spawn(len(groups))
+        opt_batch = {s: {k: torch.empty(n, dtype=torch.float64) for k in ks} for s in needed}
+        val_batch = {name: {k: torch.empty(n, dtype=torch.float64) for k in ks} for name in names}
+        for (cap, idx), gseed in zip(groups, group_seeds):
+            sub = (slice(start, start + n) if len(groups) == 1 else idx + start)
+            batch = LawBatch(p[sub].to(device), q[sub].to(device), seed=gseed)
+            for s in needed:
+                for k in ks:
+                    opt_batch[s][k][idx] = batch.optimal_acceptance(_capped_k(k, cap, s), s).cpu()
+            for name in names:
+                law = VERIFIERS[name].sampling
+                keff = {k: _capped_k(k, cap, law) for k in ks}
+                res_at = VERIFIERS[name].batch_estimate(batch, sorted(set(keff.values())), mc_samples, rng)
+                for k in ks:
+                    res = res_at[keff[k]]
+                    if isinstance(res, Exception):
+                        skipped.setdefault(name, {})[k] = str(res)
+                        continue
+                    val_batch[name][k][idx] = res[0].cpu().to(torch.float64)
+                    if methods[name].get(k) != "monte_carlo":
+                        methods[name][k] = res[1]
         for s in needed:
             for k in ks:
-                optimal[s][k].append(batch.optimal_acceptance(k, s).cpu())
+                optimal[s][k].append(opt_batch[s][k])
         for name in names:
-            for k, res in VERIFIERS[name].batch_estimate(batch, ks, mc_samples, rng).items():
-                if isinstance(res, Exception):
-                    skipped.setdefault(name, {})[k] = str(res)
-                    continue
-                values[name][k].append(res[0].cpu())
-                if methods[name].get(k) != "monte_carlo":
-                    methods[name][k] = res[1]
+            for k in ks:
+                values[name][k].append(val_batch[name][k])
     out = {"optimal": {s: {k: torch.cat(v).tolist() for k, v in d.items()} for s, d in optimal.items()},
-           "verifiers": {}, "skipped": skipped}
+           "verifiers": {}, "skipped": skipped, "capped": {k: c for k, c in capped.items() if c}}
     for name in names:
         v = VERIFIERS[name]
         for k in ks:
@@ -179,6 +217,12 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
                 "mc_samples": mc_samples if method == "monte_carlo" else None,
             }
     return out
+
+
+def _capped_k(k: int, cap: int, sampling: str) -> int:
+    """The number of drafts a row with ``cap`` tokens of positive draft mass gets under ``sampling``:
+    ``min(K, cap)`` for the laws of distinct tokens, ``K`` with replacement."""
+    return k if sampling == "with_replacement" else min(k, cap)
 
 
 def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
@@ -310,6 +354,7 @@ def _int_keys(res: dict) -> dict:
     res["optimal"] = {s: {int(k): v for k, v in d.items()} for s, d in res["optimal"].items()}
     res["verifiers"] = {n: {int(k): v for k, v in d.items()} for n, d in res["verifiers"].items()}
     res["skipped"] = {n: {int(k): v for k, v in d.items()} for n, d in res["skipped"].items()}
+    res["capped"] = {int(k): v for k, v in res.get("capped", {}).items()}
     return res
 
 
@@ -388,7 +433,9 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     efficiency, efficiency_ci, gap and gap_ci (the paired gap: mean of acc_t − α*_t over the same
     positions, cluster-robust; far tighter than the two separate intervals), positions, prompts,
     model_dtype (of the traces, if recorded), lossless (the verifier's declared ``lossless``; None for
-    a name outside :data:`otbound.VERIFIERS`).
+    a name outside :data:`otbound.VERIFIERS`); the ``optimal`` rows also carry capped_positions (the
+    positions whose draft kept fewer than K tokens, measured at K' = their support: see
+    :func:`measure_laws`).
     One extra row per draft law with ``verifier="optimal"`` (acceptance = α*, efficiency 1).
     Skipped verifiers appear with acceptance None and their reason under ``skipped``.
 
@@ -434,12 +481,14 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
             dtypes = sorted({r.get("model_dtype") for r in group}, key=str)
             base = dict(dataset=dataset, temperature=temp, num_drafts=k, positions=int(clusters.size),
                         prompts=len(group), model_dtype=dtypes[0] if len(dtypes) == 1 else dtypes)
+            capped = sum(int(r.get("capped", {}).get(k, 0)) for r in group)
             opt = {s: np.concatenate([r["optimal"][s][k] for r in group]) for s in group[0]["optimal"]}
             for s, vals in opt.items():
                 m, h = cluster_mean_ci(vals, clusters, confidence)
                 rows.append(dict(base, sampling=s, verifier="optimal", method="exact", mc_samples=None,
                                  acceptance=m, acceptance_ci=h, optimal=m, optimal_ci=h, efficiency=1.0,
-                                 efficiency_ci=0.0, gap=0.0, gap_ci=0.0))
+                                 efficiency_ci=0.0, gap=0.0, gap_ci=0.0,
+                                 capped_positions=0 if s == "with_replacement" else capped))
             names = sorted({n for r in group for n in list(r["verifiers"]) + list(r["skipped"])})
             for name in names:
                 entries = [r["verifiers"].get(name, {}).get(k) for r in group]
