@@ -299,9 +299,49 @@ def test_command_line(tmp_path):
     assert (tmp_path / "fig_khisti_toy.png").is_file() and "max(α* − α)" in done.stdout
 
 
+def _check_deterministic_real(res):
+    """Every exact acceptance at most α* of its law; the deterministic verifiers at α*(det) exactly; no
+    position capped without truncation; the paired α* differences equal the difference of the means."""
+    results = res["results"]["settings"]
+    assert set(results) == set(res["params"]["settings"])
+    for label, data in results.items():
+        rows = data["rows"]
+        opt = {(r["dataset"], r["temperature"], r["num_drafts"], r["sampling"]): r for r in rows
+               if r["verifier"] == "optimal"}
+        for law in ("deterministic", "without_replacement", "with_replacement", "greedy"):
+            assert any(k[3] == law for k in opt), (label, law)
+        for r in rows:
+            if r["verifier"] != "optimal" and r["method"] == "exact" and r.get("lossless"):
+                assert r["acceptance"] <= r["optimal"] + 1e-9, (label, r)
+            if r["verifier"] in ("onehot", "nss_deterministic"):
+                assert r["acceptance"] == pytest.approx(r["optimal"], abs=1e-9), (label, r)
+        if not res["params"]["settings"][label]:
+            assert all((r.get("capped_positions") or 0) == 0 for r in opt.values())
+        checked = 0
+        for p in data["paired"]:
+            if p["kind"] == "laws" and {p["a"], p["b"]} == {"α*(deterministic)", "α*(wor)"}:
+                key = (p["dataset"], p["temperature"], p["num_drafts"])
+                want = opt[key + ("deterministic",)]["acceptance"] - opt[key + ("without_replacement",)]["acceptance"]
+                sign = 1 if p["a"] == "α*(deterministic)" else -1
+                assert sign * p["difference"] == pytest.approx(want, abs=1e-9)
+                checked += 1
+        assert checked == len({k[:3] for k in opt})
+
+
+def test_deterministic_real(quick):
+    res = _results(quick[0], "fig_deterministic_real")
+    _check_deterministic_real(res)
+    capped = [r["capped_positions"] for r in res["results"]["settings"]["top-p 0.8, top-k 20"]["rows"]
+              if r["verifier"] == "optimal" and r["sampling"] == "without_replacement"]
+    assert max(capped) > 0  # top-p 0.8 leaves fewer than K tokens somewhere on the tiny pair: the rule is exercised
+    text = (quick[0] / "fig_deterministic_real.md").read_text()
+    assert "α*(det) − α*(wor)" in text and "top-p 0.8, top-k 20" in text
+
+
 @pytest.mark.parametrize(
     "name",
-    ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table", "fig_real_full"],
+    ["fig_khisti_toy", "fig_solve_time", "fig_block_bounds", "fig_alpha_vs_k", "fig_verifier_table", "fig_real_full",
+     "fig_deterministic_real"],
 )
 def test_stored_full_results_are_sane(name):
     """The committed data/results/<name>.json (when present) passes the same checks as the quick run."""
@@ -330,6 +370,9 @@ def test_stored_full_results_are_sane(name):
         _check_tree_verifiers(res["results"], fig)
     elif name == "fig_alpha_vs_k":
         assert all(0 <= c["mean"] <= 1 for c in res["results"]["cells"])
+    elif name == "fig_deterministic_real":
+        assert res["meta"]["sha256"] == _common._results_key(res)
+        _check_deterministic_real(res)
     elif name == "fig_real_full":
         assert res["meta"]["sha256"] == _common._results_key(res)
         assert res["results"]["prompts"] == {"humaneval": 164, "mtbench": 80}
