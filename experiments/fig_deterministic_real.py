@@ -6,10 +6,11 @@ without the truncation instruct models are served with (top-p 0.8, top-k 20).
 The positions are those of one run of the main job on the full prompt sets, collected with its
 logits stored::
 
-    python -m otbound.compare --datasets humaneval mtbench --num-prompts 164 --max-new-tokens 16 \\
+    python -m otbound.compare --datasets humaneval mtbench --num-prompts 80 --max-new-tokens 16 \\
         --temperature 0.7 1.0 --num-drafts 2 3 4 --verifiers VERIFIERS --out /work/runs/det-plain
 
-(Qwen2.5-Coder 0.5B drafting for 1.5B, all 164 HumanEval and all 80 MT-Bench prompts, 16 new tokens
+(Qwen2.5-Coder 0.5B drafting for 1.5B, the first 80 of the 164 HumanEval prompts and all 80 MT-Bench
+prompts, 16 new tokens
 sampled by the target at T, seed 0, float16 logits stored, ``VERIFIERS`` as :data:`VERIFIERS`
 below). The untruncated setting is that run's own measurement (read back from its cache,
 ``<run>/measure``); the truncated one re-measures the same stored logits under
@@ -43,11 +44,11 @@ NAME = "fig_deterministic_real"
 #: the default measurement set plus ot_wor_iid, the best verifier without replacement at full vocabulary
 VERIFIERS = ["nss", "rrs", "rrs_wor", "kseq", "spechub", "greedy", "khisti_is", "khisti_lp", "ot", "onehot",
              "nss_deterministic", "ot_wor_iid"]
-COMMAND = ("python -m otbound.compare --datasets humaneval mtbench --num-prompts 164 --max-new-tokens 16 "
+COMMAND = ("python -m otbound.compare --datasets humaneval mtbench --num-prompts 80 --max-new-tokens 16 "
            "--temperature 0.7 1.0 --num-drafts 2 3 4 --verifiers " + " ".join(VERIFIERS)
            + " --out /work/runs/det-plain")
 SETTINGS = {"untruncated": {}, "top-p 0.8, top-k 20": {"top_p": 0.8, "top_k": 20}}
-FULL = dict(command=COMMAND, pair=_common.REAL_PAIR, datasets=["humaneval", "mtbench"], num_prompts=164,
+FULL = dict(command=COMMAND, pair=_common.REAL_PAIR, datasets=["humaneval", "mtbench"], num_prompts=80,
             max_new_tokens=16, temperatures=[0.7, 1.0], num_drafts=[2, 3, 4], seed=0, mc_samples=16,
             verifiers=VERIFIERS, settings=SETTINGS)
 QUICK = dict(FULL, command=None, pair="tiny(V=12)", datasets=["quick-humaneval", "quick-mtbench"], num_prompts=2,
@@ -86,6 +87,17 @@ def _keep_pair(row) -> bool:
     return row["kind"] in ("laws", "gap") or bool({row["a"], row["b"]} & det)
 
 
+def _prompt_ids(run: Path, params) -> dict:
+    """``{dataset: ids of its first num_prompts prompts}``: the run's prompts (a folder may hold more traces)."""
+    from otbound.lm import load_prompts
+
+    out = {}
+    for d in params["datasets"]:
+        quick = run / "prompts" / f"{d}.jsonl"  # quick mode: the tiny pair's JSONL stand-ins
+        out[d] = {p.id for p in load_prompts(quick if quick.exists() else d, params["num_prompts"])}
+    return out
+
+
 def measure_setting(run: Path, params, settings: dict, label: str) -> dict:
     """Rows and paired differences of one sampling setting over the run's stored traces."""
     from otbound import SamplingParams
@@ -93,12 +105,13 @@ def measure_setting(run: Path, params, settings: dict, label: str) -> dict:
     from otbound.report import aggregate, measure_trace, paired_differences
 
     results = []  # resumable through the measurement cache of the run (<run>/measure, keyed by content)
+    prompt_ids = _prompt_ids(run, params)
     for t in params["temperatures"]:
         kw = {}
         if settings:
             sp = SamplingParams(temperature=t, **settings)
             kw = dict(target_settings=sp, draft_settings=sp)
-        records = list(load_traces(run / "traces", temperature=t, **kw))
+        records = [r for r in load_traces(run / "traces", temperature=t, **kw) if r.prompt_id in prompt_ids[r.dataset]]
         for i, record in enumerate(records):
             results.append(measure_trace(record, params["num_drafts"], verifiers=params["verifiers"],
                                          mc_samples=params["mc_samples"], seed=params["seed"],
