@@ -456,7 +456,8 @@ def _without_replacement(batch, k, want_sets):
         srt = batch.sorted
         rows = batch.memo("sorted_numpy", lambda: (srt.ps.cpu().numpy(), srt.qs.cpu().numpy()))
         if k >= 3:
-            vals = _search.without_replacement_ratio_sorted(*rows, k)
+            runs = batch.memo("sorted_runs", lambda: _search.sorted_runs(*rows))  # shared by every K
+            vals = _search.without_replacement_ratio_sorted(*rows, k, runs)
             return torch.as_tensor(vals, dtype=torch.float64, device=batch.p.device), None
         vals = _pair_closed_form(batch, want_sets)[0]
         for i in torch.nonzero(tiny).flatten().tolist():
