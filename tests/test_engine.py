@@ -452,12 +452,10 @@ def test_without_replacement_k3_k4_equal_brute_force_and_lp_at_small_vocabulary(
     numpy and torch, against brute force over all 2^V subsets of the exact draft law (1e-12) and the
     primal LP (HiGHS, 1e-9): random, peaked, tied and adversarial rows at V ≤ 8."""
     rng = np.random.default_rng(30)
-    p, q = np.vstack([lm_rows(rng, 3, 7)[0], lm_rows(rng, 2, 7, scale=6.0)[0]]), None
-    q = np.vstack([lm_rows(rng, 3, 7)[1], lm_rows(rng, 2, 7, scale=6.0)[1]])
     tie = rng.integers(1, 3, (2, 7)).astype(float)
-    p, q = np.vstack([p, tie / tie.sum(1, keepdims=True)]), np.vstack([q, np.roll(tie, 1, 1) / tie.sum(1, keepdims=True)])
-    pa, qa = wor_adversarial_rows(7)
-    p, q = np.vstack([p, pa]), np.vstack([q, qa])
+    tie /= tie.sum(1, keepdims=True)
+    parts = [lm_rows(rng, 3, 7), lm_rows(rng, 2, 7, scale=6.0), (tie, np.roll(tie, 1, 1)), wor_adversarial_rows(7)]
+    p, q = np.vstack([a for a, _ in parts]), np.vstack([b for _, b in parts])
     for k in (3, 4):
         keep = (q > 0).sum(1) >= k
         a, b = p[keep], q[keep]
