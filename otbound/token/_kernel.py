@@ -42,7 +42,6 @@ import numpy as np
 from otbound._backend import is_torch
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
 from otbound.token import _search, _wor
-from otbound.token._topk import top_k_mask_torch
 
 _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
 _BLOCK = 512  # columns per block of the prefix sums (SortedRows._prefix)
@@ -412,11 +411,14 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
 
 
 def _deterministic(batch, k, want_sets):
-    """α*_det = p(G), G = top-K(q) (ties to the lower index), binding set H* = G where p(G) < 1
-    (:mod:`otbound.token._topk`)."""
-    g = top_k_mask_torch(batch.q, k)  # (B, V) bool
-    value = (batch.p * g).sum(1).clamp(0.0, 1.0)  # (B,)
-    return value, ((g & (value < 1.0).reshape(-1, 1)) if want_sets else None)
+    """α*_det = p(G), G = top-K(q) (ties to the lower index, :func:`greedy_split_rows`), binding set
+    H* = G where p(G) < 1 (:mod:`otbound.token._topk`)."""
+    idx, pg = greedy_split_rows(batch, k)[:2]  # (B, K) each
+    value = pg.sum(1).clamp(0.0, 1.0)  # (B,)
+    if not want_sets:
+        return value, None
+    g = _torch().zeros_like(batch.p, dtype=_torch().bool).scatter_(1, idx, True)  # (B, V)
+    return value, g & (value < 1.0).reshape(-1, 1)
 
 
 def _prefix_minimum(srt, f, want_sets, first: int = 0):
@@ -472,7 +474,7 @@ def _pair_closed_form(batch, want_sets):
     ≤ 2/(1 − max q) (beyond, adding a token raises f), in place on (B, m) work arrays."""
     torch = _torch()
     srt = batch.sorted
-    top = torch.topk(batch.q, 1, dim=1).values[:, 0]
+    top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
     m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
     if m <= 1:
         return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
@@ -502,31 +504,42 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     return part[np.lexsort((part, -q[part]))].astype(np.int64)
 
 
+_TOP_Q = 8  # the largest q's selected at once per batch: every greedy (K − 1) and deterministic (K) split up to 8
+
+
 def greedy_split_rows(batch: LawBatch, m: int):
     """``(idx, pg, qg, outside, rest)`` of the greedy law for up to m = K − 1 deterministic drafts,
     cached per batch: ``idx`` (B, m) the m largest q per row (ties to the lower index, as
     :func:`otbound.greedy_split`), ``pg``, ``qg`` their p and q, ``outside`` (B, 1) the q-mass off
-    the m (summed directly where it may be tiny), ``rest[:, j]`` the q-mass off the top j."""
+    the m (summed directly where it may be tiny), ``rest[:, j]`` the q-mass off the top j.
+
+    One selection of the ``max(m, _TOP_Q)`` largest q serves every smaller m (the greedy law at
+    every K, the deterministic law's top K, the largest q): its first m columns are the top m, and
+    the q-mass off them is ``rest[:, m]`` (a sum of positive terms)."""
+    width = min(batch.vocab, max(m, _TOP_Q))
 
     def build():
         torch = _torch()
         p, q = batch.p, batch.q
-        vals, idx = torch.topk(q, m, dim=1)
+        vals, idx = torch.topk(q, width, dim=1)  # (B, width) each
         # ties cut at the edge of the top-m: take the lowest indices among the tied values
         edge = vals[:, -1:]
         tied = ((q == edge).sum(1) != (vals == edge).sum(1)) | (vals[:, 1:] == vals[:, :-1]).any(1)
         for row in torch.nonzero(tied).flatten().tolist():
-            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), m), device=q.device)
+            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
         in_g = qg.sum(1, keepdim=True)
         outside = q.sum(1, keepdim=True) - in_g
         direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
         if direct.numel():
             outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
-        rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])
+        rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # (B, width)
         return idx, pg, qg, outside, rest
 
-    return batch.memo(("greedy_split", m), build)
+    idx, pg, qg, outside, rest = batch.memo(("greedy_split", width), build)
+    if m == width:
+        return idx, pg, qg, outside, rest
+    return idx[:, :m], pg[:, :m], qg[:, :m], rest[:, m : m + 1], rest[:, :m]
 
 
 def _greedy(batch, k, want_sets):
