@@ -244,7 +244,7 @@ def _ratio_order(r):
     the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
     ratio's bit pattern (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the
     index, so ratios closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order:
-    :func:`_fix_near_ties`."""
+    :func:`_near_tie_order`."""
     low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
     key = r.view(np.uint64)
     key &= ~low
@@ -254,31 +254,36 @@ def _ratio_order(r):
     return key.view(np.int64)
 
 
-def _fix_near_ties(r_in_order, order):
-    """Re-sort one row's ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within its
-    runs of equal truncated ratio, where a descent can lie; in place. ``r_in_order``: the row's
-    ratios in the given order.
+def _near_tie_order(r_in_order):
+    """The permutation of positions that sorts one row, ordered by :func:`_ratio_order`, exactly by
+    (ratio, index): only runs of equal truncated ratio, where a descent can lie, move.
+    ``r_in_order``: the row's ratios in the given order.
 
     Within a run the ratios share all but their low b = ⌈log2 V⌉ bits, so the key
-    (run start, low b bits of the ratio, index) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
-    (ratio, index): one more unsigned-integer sort of the row (larger V: a stable sort of each run's
-    tokens, which come in index order, by ratio)."""
-    v = order.size
+    (run rank, low b bits of the ratio, position) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
+    (ratio, index): equal ratios within a run already lie in index order, so position breaks their
+    ties as the index would. One more unsigned-integer sort of the row (larger V: a stable sort of
+    the tied runs' positions by ratio)."""
+    v = r_in_order.size
     b = _index_bits(v)
     bits = r_in_order.view(np.uint64)
     run = bits >> np.uint64(b)
     if 3 * b > 64:
         tied = np.flatnonzero(run[1:] == run[:-1])
         pos = np.union1d(tied, tied + 1)
-        order[pos] = order[pos][np.argsort(r_in_order[pos], kind="stable")]
-        return
-    start = np.ones(v, dtype=bool)
-    np.not_equal(run[1:], run[:-1], out=start[1:])
-    run_start = np.maximum.accumulate(np.where(start, np.arange(v, dtype=np.uint64), np.uint64(0)))
+        perm = np.arange(v)
+        perm[pos] = pos[np.argsort(r_in_order[pos], kind="stable")]
+        return perm
+    start = np.zeros(v, dtype=np.uint64)
+    np.not_equal(run[1:], run[:-1], out=start[1:], casting="unsafe")
+    rank = np.cumsum(start, out=start)  # < V: fits in b bits
     low = np.uint64((1 << b) - 1)
-    key = (run_start << np.uint64(2 * b)) | ((bits & low) << np.uint64(b)) | order.view(np.uint64)
+    key = rank << np.uint64(2 * b)
+    key |= (bits & low) << np.uint64(b)
+    key |= np.arange(v, dtype=np.uint64)
     key.sort()
-    order[:] = (key & low).view(np.int64)
+    key &= low
+    return key.view(np.int64)
 
 
 class SortedRows:
@@ -296,11 +301,11 @@ class SortedRows:
         self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
         if p.device.type == "cpu" and p.shape[1] > 1:
             rows = torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten()
-            for row in rows.tolist():
-                _fix_near_ties(self.r[row].numpy(), order[row].numpy())
-            if rows.numel():
-                self.ps[rows], self.qs[rows] = (torch.gather(x[rows], 1, order[rows]) for x in (p, q))
-                self.r[rows] = _ratio(self.ps[rows], self.qs[rows])
+            for row in rows.tolist():  # local moves: permute the sorted rows in place, no new gather
+                perm = _near_tie_order(self.r[row].numpy())
+                for x in (order, self.ps, self.qs, self.r):
+                    x_row = x[row].numpy()
+                    x_row[:] = x_row[perm]
         self.order = order
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
