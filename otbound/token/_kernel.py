@@ -17,10 +17,13 @@ tiny tails keep their relative accuracy). With ``n(μ) = #{r < μ}`` (a binary s
   ``Q(H) = s − (1 − s) Σ_{i∈H} q_i/(1 − q_i)`` (:mod:`otbound.token._wor`; ``1 − q_i`` of a token
   with ``q_i > 1/2`` is the other tokens' mass summed directly); K ≥ 3 the exponential-clock
   integral by the branch and bound of :mod:`otbound.token._search`, run on the rows as sorted here
-  (its bucket sums become sums of runs);
+  (its bucket sums become sums of runs, built once per row for every K:
+  :class:`otbound.token._search.RowRuns`);
 * **greedy**: ``α*_greedy = p(G) + Σ_{x∉G} min(p, q')``, ``G`` the K − 1 largest q (ties to the
   lower index), ``q' = q/(1 − q(G))`` off G: ``Σ_x min(p, c q)`` from the prefix sums minus the G
-  terms.
+  terms;
+* **deterministic**: ``α*_det = p(G)``, ``G`` the K largest q. One selection of the largest q per
+  batch (:func:`greedy_split_rows`) serves both laws at every K.
 
 Sorting: on the CPU one unsigned-integer sort of the ratio's bit pattern with the index in its low
 bits (:func:`_ratio_order`; ``torch.sort`` costs 16× ``np.sort`` for float64 on one core, numpy's
@@ -335,13 +338,13 @@ class SortedRows:
         if m <= _BLOCK:
             torch.cumsum(x, 1, out=out[:, 1:])
             return out
-        inner = torch.cumsum(x[:, :m].reshape(b, -1, _BLOCK), 2)  # (B, m/_BLOCK, _BLOCK)
-        totals = inner[:, :, -1]
-        offsets = torch.cumsum(totals, 1)  # (B, m/_BLOCK): the sum through each block
+        inner = out[:, 1 : m + 1].unflatten(1, (-1, _BLOCK))  # (B, m/_BLOCK, _BLOCK), a view of out
+        torch.cumsum(x[:, :m].reshape(b, -1, _BLOCK), 2, out=inner)
+        offsets = torch.cumsum(inner[:, :, -1], 1)  # (B, m/_BLOCK): the sum through each block
         inner[:, 1:] += offsets[:, :-1, None]
-        out[:, 1 : m + 1] = inner.reshape(b, m)
         if m < v:
-            out[:, m + 1 :] = torch.cumsum(x[:, m:], 1) + offsets[:, -1:]
+            torch.cumsum(x[:, m:], 1, out=out[:, m + 1 :])
+            out[:, m + 1 :] += offsets[:, -1:]
         return out
 
     def psuf(self, n):

@@ -5,6 +5,10 @@ f(H) = p(H) − Q(H) over prefixes H of the ratio order p/q, Q(H) the probabilit
 lie in H (:mod:`otbound.token._wor`). Tokens are bucketed by the bit pattern of p/q (32 buckets per
 octave, a bincount per row), prefix values come from bucket sums, and the search sorts only the
 buckets whose lower bound can beat the best value found (a few thousand tokens of V = 151,936).
+On rows already sorted by ratio (the batched kernel's) the buckets are runs of the row: their sums,
+q's total and largest entries are found once per row for every K (:class:`RowRuns`), and the
+quadrature horizon of every bucket's inside is known before the search (no row is redone on a
+longer grid).
 
 The search asks Q(H) and its stretch bounds of a mass evaluator through the small
 :class:`MassEvaluator` protocol; :class:`otbound.token._wor.PairMass` (K = 2, closed form) and
