@@ -381,8 +381,12 @@ class _ChainSums:
     def __init__(self, base, y, order, limit):
         low = min(self.LOW, order)
         self.base, self.low = base, low
-        self.low_sums = np.zeros((y.size + 1, low))
-        np.cumsum(np.cumprod(np.repeat(y[:, None], low, axis=1), axis=1), axis=0, out=self.low_sums[1:])
+        self.low_sums = np.zeros((low, y.size + 1))  # order-major: each order one contiguous running sum
+        w = y.copy()
+        for n in range(low):
+            if n:
+                w *= y
+            np.cumsum(w, out=self.low_sums[n, 1:])
         self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
         yh = y[self.high]
         powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
@@ -393,7 +397,7 @@ class _ChainSums:
         idx = np.asarray(idx)
         out = np.empty((idx.size, self.base.size))
         out[:] = self.base
-        out[:, : self.low] += self.low_sums[idx]
+        out[:, : self.low] += self.low_sums[:, idx].T
         out[:, self.low :] += self.high_sums[np.searchsorted(self.high, idx, side="left")]
         return out
 
