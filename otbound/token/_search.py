@@ -228,10 +228,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     else:
         top = runs.top[:n_top]
     m = q[top[: k - 1]].sum()
-    if m > 0.5:  # 1 − M summed directly if small
-        rest = np.delete(q, top[: k - 1]).sum()
-    else:
-        rest = (q.sum() if runs is None else runs.q_sum) - m
+    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
     limit = min(cut, 2.0**1000)
     if runs is None:
@@ -267,6 +264,11 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             return _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work)
         except _LongerGrid as need:
             horizon = need.t_end
+
+
+def _total(q, runs):
+    """Σ q of the row (known to its :class:`RowRuns`)."""
+    return q.sum() if runs is None else runs.q_sum
 
 
 class _LongerGrid(Exception):
