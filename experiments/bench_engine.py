@@ -16,7 +16,7 @@ verifier of ``otbound.VERIFIERS`` and α* of the three draft laws, as users call
 Per family it prints the median time per position of the public call, that of one ``np.sort`` of a
 row of ratios, their ratio, and the share of α* without replacement at K = 3, 4 (the branch and
 bound per row, timed alone on a fresh :class:`otbound.token.LawBatch` of the same rows). The
-process calls :func:`otbound._backend.retain_freed_memory` first, as ``python -m otbound.compare``
+process calls :func:`otbound.retain_freed_memory` first, as ``python -m otbound.compare``
 does.
 
     python experiments/bench_engine.py                 # ~2 min on 2 busy cores
@@ -95,7 +95,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import torch
 
-    from otbound._backend import retain_freed_memory
+    from otbound import retain_freed_memory
     from otbound.report import measure_laws
     from otbound.token import LawBatch
 

@@ -54,11 +54,19 @@ def maxflow_acceptance(p, draft_joint) -> tuple[float, float]:
     import scipy.sparse
     from scipy.sparse.csgraph import maximum_flow
 
-    from otbound.token.bounds import _check_joint, _membership_edges
-
-    p, joint = _check_joint(p, draft_joint)
+    p = np.asarray(p, dtype=np.float64)
+    joint = np.asarray(draft_joint, dtype=np.float64)
+    joint = joint / joint.sum()
     v = p.size
-    support, _, src, dst = _membership_edges(joint)
+    # the support tuples x̄ and one edge x̄ → y per distinct token y of x̄ (built here, independently
+    # of the library's LP)
+    support = np.flatnonzero(joint.ravel() > 0)
+    tuples = np.stack(np.unravel_index(support, joint.shape), axis=1)  # (n, K)
+    first = np.ones(tuples.shape, dtype=bool)  # a token's first occurrence in its tuple
+    for j in range(1, tuples.shape[1]):
+        first[:, j] = (tuples[:, j, None] != tuples[:, :j]).all(axis=1)
+    src = np.broadcast_to(np.arange(support.size)[:, None], tuples.shape)[first]
+    dst = tuples[first]
     n = support.size
     sink = n + v + 1
     s = MAXFLOW_SCALE

@@ -46,7 +46,7 @@ DIRECTED = [
      "np.flatnonzero(q == thr)[: m - above.size]", "np.flatnonzero(q == thr)[::-1][: m - above.size]",
      ["tests/test_report_layer.py::test_greedy_tie_convention_is_pinned"]),
     ("1 − M by cancellation (candidate cut)", "otbound/token/_search.py",
-     "rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else q.sum() - m", "rest = 1.0 - m",
+     "rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else _total(q, runs) - m", "rest = 1.0 - m",
      ["tests/test_properties.py"]),
     ("tiny tokens dropped without the error bound", "otbound/token/_wor.py",
      "drop = tiny & (q < NEGLIGIBLE * rest / (k * q.size))", "drop = tiny",

@@ -12,6 +12,7 @@ use). Language models (:mod:`otbound.lm`), the report (:mod:`otbound.report`), t
 ``import otbound`` does not import torch.
 """
 
+from otbound._backend import retain_freed_memory
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError
 from otbound.block.bounds import (
     BlockBound,
@@ -110,6 +111,7 @@ __all__ = [
     "optimal_acceptance_lp",
     "prefix_law",
     "relaxation_bounds",
+    "retain_freed_memory",
     "sample_blocks",
     "sample_drafts",
     "sequence_probability",

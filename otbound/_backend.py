@@ -98,8 +98,8 @@ def retain_freed_memory() -> bool:
 
     Examples
     --------
-    >>> from otbound._backend import retain_freed_memory
-    >>> retain_freed_memory() in (True, False)
+    >>> import otbound as ob
+    >>> ob.retain_freed_memory() in (True, False)
     True
     """
     import ctypes

@@ -448,6 +448,63 @@ def test_without_replacement_matches_optimal_acceptance_at_full_vocabulary():
     check_without_replacement(p, q, (2, 3, 4))
 
 
+def test_without_replacement_k3_k4_equal_brute_force_and_lp_at_small_vocabulary():
+    """The kernel's α* without replacement (rows sorted once, bucket runs shared by K = 3 and 4),
+    numpy and torch, against brute force over all 2^V subsets of the exact draft law (1e-12) and the
+    primal LP (HiGHS, 1e-9): random, peaked, tied and adversarial rows at V ≤ 8."""
+    rng = np.random.default_rng(30)
+    tie = rng.integers(1, 3, (2, 7)).astype(float)
+    tie /= tie.sum(1, keepdims=True)
+    parts = [lm_rows(rng, 3, 7), lm_rows(rng, 2, 7, scale=6.0), (tie, np.roll(tie, 1, 1)), wor_adversarial_rows(7)]
+    p, q = np.vstack([a for a, _ in parts]), np.vstack([b for _, b in parts])
+    for k in (3, 4):
+        keep = (q > 0).sum(1) >= k
+        a, b = p[keep], q[keep]
+        batch = LawBatch(a, b)
+        got = batch.wrap(batch.optimal_acceptance(k, "without_replacement"))
+        got_t = LawBatch(torch.from_numpy(a), torch.from_numpy(b)).optimal_acceptance(k, "without_replacement")
+        for i, (x, y) in enumerate(zip(a, b)):
+            joint = ob.draft_joint(y, k, "without_replacement")
+            brute = ob.optimal_acceptance_brute_force(x, joint).value
+            assert abs(got[i] - brute) < 1e-12, (k, i, got[i], brute)
+            assert abs(float(got_t[i]) - brute) < 1e-12, (k, i)
+            assert abs(ob.optimal_acceptance_lp(x, joint) - brute) < 1e-9
+
+
+def test_without_replacement_sorted_rows_need_no_second_grid_at_full_vocabulary(monkeypatch):
+    """At V = 151,936 on peaked (near-deterministic), tied and LM-like rows the kernel (runs of the
+    sorted rows shared by K = 3 and 4, every bucket's horizon known up front) equals the search on
+    the rows as given (bincount buckets, the grid lengthened when a bucket needs it) to 1e-12, numpy
+    and torch, and builds one quadrature grid per row and K: the peaked rows are those whose
+    search as given redoes a row on a longer grid."""
+    from otbound.token import _search, _wor
+
+    rng = np.random.default_rng(31)
+    p = [lm_rows(rng, 4, LM_VOCAB, scale=6.0), lm_rows(rng, 1, LM_VOCAB)]
+    tied = [_softmax(np.round(rng.standard_normal((1, LM_VOCAB)) * 2.5)) for _ in range(2)]
+    p, q = np.vstack([a for a, _ in p] + [tied[0]]), np.vstack([b for _, b in p] + [tied[1]])
+    grids = []
+    make = _wor.ClockMass.__init__
+
+    def counted(self, k, t_end):
+        grids.append(k)
+        make(self, k, t_end)
+
+    monkeypatch.setattr(_wor.ClockMass, "__init__", counted)
+    redone = 0
+    for k in (3, 4):
+        grids.clear()
+        ref = _search.without_replacement(p, q, k, False)[0]
+        redone += len(grids) - p.shape[0]
+        grids.clear()
+        got = ob.optimal_acceptance(p, q, k, "without_replacement")
+        assert len(grids) == p.shape[0], "a sorted row was redone on a longer grid"
+        np.testing.assert_allclose(got, np.clip(ref, 0, 1), rtol=0, atol=WOR_TOL, err_msg=f"K={k}")
+        got_t = ob.optimal_acceptance(torch.from_numpy(p), torch.from_numpy(q), k, "without_replacement")
+        np.testing.assert_allclose(got_t.numpy(), got, rtol=0, atol=WOR_TOL)  # renormalised in torch: rounding
+    assert redone > 0  # the rows exercise the lengthened grid of the search as given
+
+
 def test_ratio_order_is_the_stable_order():
     """SortedRows' order (one unsigned sort of ratio bits with the index in the low bits, then an exact
     re-sort of near ties) is numpy's stable argsort of p/q (q = 0 last): ratios 2^-45 apart, exact

@@ -17,10 +17,13 @@ tiny tails keep their relative accuracy). With ``n(μ) = #{r < μ}`` (a binary s
   ``Q(H) = s − (1 − s) Σ_{i∈H} q_i/(1 − q_i)`` (:mod:`otbound.token._wor`; ``1 − q_i`` of a token
   with ``q_i > 1/2`` is the other tokens' mass summed directly); K ≥ 3 the exponential-clock
   integral by the branch and bound of :mod:`otbound.token._search`, run on the rows as sorted here
-  (its bucket sums become sums of runs);
+  (its bucket sums become sums of runs, built once per row for every K:
+  :class:`otbound.token._search.RowRuns`);
 * **greedy**: ``α*_greedy = p(G) + Σ_{x∉G} min(p, q')``, ``G`` the K − 1 largest q (ties to the
   lower index), ``q' = q/(1 − q(G))`` off G: ``Σ_x min(p, c q)`` from the prefix sums minus the G
-  terms.
+  terms;
+* **deterministic**: ``α*_det = p(G)``, ``G`` the K largest q. One selection of the largest q per
+  batch (:func:`greedy_split_rows`) serves both laws at every K.
 
 Sorting: on the CPU one unsigned-integer sort of the ratio's bit pattern with the index in its low
 bits (:func:`_ratio_order`; ``torch.sort`` costs 16× ``np.sort`` for float64 on one core, numpy's
@@ -42,7 +45,6 @@ import numpy as np
 from otbound._backend import is_torch
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
 from otbound.token import _search, _wor
-from otbound.token._topk import top_k_mask_torch
 
 _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
 _BLOCK = 512  # columns per block of the prefix sums (SortedRows._prefix)
@@ -245,7 +247,7 @@ def _ratio_order(r):
     the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
     ratio's bit pattern (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the
     index, so ratios closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order:
-    :func:`_fix_near_ties`."""
+    :func:`_near_tie_order`."""
     low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
     key = r.view(np.uint64)
     key &= ~low
@@ -255,31 +257,36 @@ def _ratio_order(r):
     return key.view(np.int64)
 
 
-def _fix_near_ties(r_in_order, order):
-    """Re-sort one row's ``order`` (from :func:`_ratio_order`) exactly by (ratio, index) within its
-    runs of equal truncated ratio, where a descent can lie; in place. ``r_in_order``: the row's
-    ratios in the given order.
+def _near_tie_order(r_in_order):
+    """The permutation of positions that sorts one row, ordered by :func:`_ratio_order`, exactly by
+    (ratio, index): only runs of equal truncated ratio, where a descent can lie, move.
+    ``r_in_order``: the row's ratios in the given order.
 
     Within a run the ratios share all but their low b = ⌈log2 V⌉ bits, so the key
-    (run start, low b bits of the ratio, index) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
-    (ratio, index): one more unsigned-integer sort of the row (larger V: a stable sort of each run's
-    tokens, which come in index order, by ratio)."""
-    v = order.size
+    (run rank, low b bits of the ratio, position) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
+    (ratio, index): equal ratios within a run already lie in index order, so position breaks their
+    ties as the index would. One more unsigned-integer sort of the row (larger V: a stable sort of
+    the tied runs' positions by ratio)."""
+    v = r_in_order.size
     b = _index_bits(v)
     bits = r_in_order.view(np.uint64)
     run = bits >> np.uint64(b)
     if 3 * b > 64:
         tied = np.flatnonzero(run[1:] == run[:-1])
         pos = np.union1d(tied, tied + 1)
-        order[pos] = order[pos][np.argsort(r_in_order[pos], kind="stable")]
-        return
-    start = np.ones(v, dtype=bool)
-    np.not_equal(run[1:], run[:-1], out=start[1:])
-    run_start = np.maximum.accumulate(np.where(start, np.arange(v, dtype=np.uint64), np.uint64(0)))
+        perm = np.arange(v)
+        perm[pos] = pos[np.argsort(r_in_order[pos], kind="stable")]
+        return perm
+    start = np.zeros(v, dtype=np.uint64)
+    np.not_equal(run[1:], run[:-1], out=start[1:], casting="unsafe")
+    rank = np.cumsum(start, out=start)  # < V: fits in b bits
     low = np.uint64((1 << b) - 1)
-    key = (run_start << np.uint64(2 * b)) | ((bits & low) << np.uint64(b)) | order.view(np.uint64)
+    key = rank << np.uint64(2 * b)
+    key |= (bits & low) << np.uint64(b)
+    key |= np.arange(v, dtype=np.uint64)
     key.sort()
-    order[:] = (key & low).view(np.int64)
+    key &= low
+    return key.view(np.int64)
 
 
 class SortedRows:
@@ -297,11 +304,11 @@ class SortedRows:
         self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
         if p.device.type == "cpu" and p.shape[1] > 1:
             rows = torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten()
-            for row in rows.tolist():
-                _fix_near_ties(self.r[row].numpy(), order[row].numpy())
-            if rows.numel():
-                self.ps[rows], self.qs[rows] = (torch.gather(x[rows], 1, order[rows]) for x in (p, q))
-                self.r[rows] = _ratio(self.ps[rows], self.qs[rows])
+            for row in rows.tolist():  # local moves: permute the sorted rows in place, no new gather
+                perm = _near_tie_order(self.r[row].numpy())
+                for x in (order, self.ps, self.qs, self.r):
+                    x_row = x[row].numpy()
+                    x_row[:] = x_row[perm]
         self.order = order
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
@@ -331,13 +338,13 @@ class SortedRows:
         if m <= _BLOCK:
             torch.cumsum(x, 1, out=out[:, 1:])
             return out
-        inner = torch.cumsum(x[:, :m].reshape(b, -1, _BLOCK), 2)  # (B, m/_BLOCK, _BLOCK)
-        totals = inner[:, :, -1]
-        offsets = torch.cumsum(totals, 1)  # (B, m/_BLOCK): the sum through each block
+        inner = out[:, 1 : m + 1].unflatten(1, (-1, _BLOCK))  # (B, m/_BLOCK, _BLOCK), a view of out
+        torch.cumsum(x[:, :m].reshape(b, -1, _BLOCK), 2, out=inner)
+        offsets = torch.cumsum(inner[:, :, -1], 1)  # (B, m/_BLOCK): the sum through each block
         inner[:, 1:] += offsets[:, :-1, None]
-        out[:, 1 : m + 1] = inner.reshape(b, m)
         if m < v:
-            out[:, m + 1 :] = torch.cumsum(x[:, m:], 1) + offsets[:, -1:]
+            torch.cumsum(x[:, m:], 1, out=out[:, m + 1 :])
+            out[:, m + 1 :] += offsets[:, -1:]
         return out
 
     def psuf(self, n):
@@ -412,11 +419,14 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
 
 
 def _deterministic(batch, k, want_sets):
-    """α*_det = p(G), G = top-K(q) (ties to the lower index), binding set H* = G where p(G) < 1
-    (:mod:`otbound.token._topk`)."""
-    g = top_k_mask_torch(batch.q, k)  # (B, V) bool
-    value = (batch.p * g).sum(1).clamp(0.0, 1.0)  # (B,)
-    return value, ((g & (value < 1.0).reshape(-1, 1)) if want_sets else None)
+    """α*_det = p(G), G = top-K(q) (ties to the lower index, :func:`greedy_split_rows`), binding set
+    H* = G where p(G) < 1 (:mod:`otbound.token._topk`)."""
+    idx, pg = greedy_split_rows(batch, k)[:2]  # (B, K) each
+    value = pg.sum(1).clamp(0.0, 1.0)  # (B,)
+    if not want_sets:
+        return value, None
+    g = _torch().zeros_like(batch.p, dtype=_torch().bool).scatter_(1, idx, True)  # (B, V)
+    return value, g & (value < 1.0).reshape(-1, 1)
 
 
 def _prefix_minimum(srt, f, want_sets, first: int = 0):
@@ -456,7 +466,8 @@ def _without_replacement(batch, k, want_sets):
         srt = batch.sorted
         rows = batch.memo("sorted_numpy", lambda: (srt.ps.cpu().numpy(), srt.qs.cpu().numpy()))
         if k >= 3:
-            vals = _search.without_replacement_ratio_sorted(*rows, k)
+            runs = batch.memo("sorted_runs", lambda: _search.sorted_runs(*rows))  # shared by every K
+            vals = _search.without_replacement_ratio_sorted(*rows, k, runs)
             return torch.as_tensor(vals, dtype=torch.float64, device=batch.p.device), None
         vals = _pair_closed_form(batch, want_sets)[0]
         for i in torch.nonzero(tiny).flatten().tolist():
@@ -471,7 +482,7 @@ def _pair_closed_form(batch, want_sets):
     ≤ 2/(1 − max q) (beyond, adding a token raises f), in place on (B, m) work arrays."""
     torch = _torch()
     srt = batch.sorted
-    top = torch.topk(batch.q, 1, dim=1).values[:, 0]
+    top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
     m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
     if m <= 1:
         return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
@@ -501,31 +512,42 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     return part[np.lexsort((part, -q[part]))].astype(np.int64)
 
 
+_TOP_Q = 8  # the largest q's selected at once per batch: every greedy (K − 1) and deterministic (K) split up to 8
+
+
 def greedy_split_rows(batch: LawBatch, m: int):
     """``(idx, pg, qg, outside, rest)`` of the greedy law for up to m = K − 1 deterministic drafts,
     cached per batch: ``idx`` (B, m) the m largest q per row (ties to the lower index, as
     :func:`otbound.greedy_split`), ``pg``, ``qg`` their p and q, ``outside`` (B, 1) the q-mass off
-    the m (summed directly where it may be tiny), ``rest[:, j]`` the q-mass off the top j."""
+    the m (summed directly where it may be tiny), ``rest[:, j]`` the q-mass off the top j.
+
+    One selection of the ``max(m, _TOP_Q)`` largest q serves every smaller m (the greedy law at
+    every K, the deterministic law's top K, the largest q): its first m columns are the top m, and
+    the q-mass off them is ``rest[:, m]`` (a sum of positive terms)."""
+    width = min(batch.vocab, max(m, _TOP_Q))
 
     def build():
         torch = _torch()
         p, q = batch.p, batch.q
-        vals, idx = torch.topk(q, m, dim=1)
+        vals, idx = torch.topk(q, width, dim=1)  # (B, width) each
         # ties cut at the edge of the top-m: take the lowest indices among the tied values
         edge = vals[:, -1:]
         tied = ((q == edge).sum(1) != (vals == edge).sum(1)) | (vals[:, 1:] == vals[:, :-1]).any(1)
         for row in torch.nonzero(tied).flatten().tolist():
-            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), m), device=q.device)
+            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
         in_g = qg.sum(1, keepdim=True)
         outside = q.sum(1, keepdim=True) - in_g
         direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
         if direct.numel():
             outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
-        rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])
+        rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # (B, width)
         return idx, pg, qg, outside, rest
 
-    return batch.memo(("greedy_split", m), build)
+    idx, pg, qg, outside, rest = batch.memo(("greedy_split", width), build)
+    if m == width:
+        return idx, pg, qg, outside, rest
+    return idx[:, :m], pg[:, :m], qg[:, :m], rest[:, m : m + 1], rest[:, :m]
 
 
 def _greedy(batch, k, want_sets):

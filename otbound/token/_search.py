@@ -5,6 +5,10 @@ f(H) = p(H) − Q(H) over prefixes H of the ratio order p/q, Q(H) the probabilit
 lie in H (:mod:`otbound.token._wor`). Tokens are bucketed by the bit pattern of p/q (32 buckets per
 octave, a bincount per row), prefix values come from bucket sums, and the search sorts only the
 buckets whose lower bound can beat the best value found (a few thousand tokens of V = 151,936).
+On rows already sorted by ratio (the batched kernel's) the buckets are runs of the row: their sums,
+q's total and largest entries are found once per row for every K (:class:`RowRuns`), and the
+quadrature horizon of every bucket's inside is known before the search (no row is redone on a
+longer grid).
 
 The search asks Q(H) and its stretch bounds of a mass evaluator through the small
 :class:`MassEvaluator` protocol; :class:`otbound.token._wor.PairMass` (K = 2, closed form) and
@@ -58,7 +62,7 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
     bucket below ``top`` holds only tokens with q > 0 and ratio < _bucket_floor(top). ``out``: a
     float64 scratch row, reused across rows (fresh large arrays cost page faults); the ids live in it.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # an overflowing ratio: inf, top
         bits = np.divide(p, q, out=out).view(np.uint64)
     np.bitwise_and(bits, np.uint64(0x7FFF_FFFF_FFFF_FFFF), out=bits)  # −0.0 is 0; nan and inf lie above any ratio
     np.right_shift(bits, _SHIFT, out=bits)
@@ -67,17 +71,70 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
     return bits.view(np.int64), top
 
 
-def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None, ratio_sorted=False):
+def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None):
     """``(b, top, bp, bq, ids, sums)``: the buckets of :func:`_ratio_buckets`, the p and q mass of
     every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio) and the
-    :class:`otbound.token._wor.KeySums` of ``b`` (by runs when ``ratio_sorted``: the row is sorted
-    by ratio)."""
+    :class:`otbound.token._wor.KeySums` of ``b`` (a row in any order)."""
     b, top = _ratio_buckets(p, q, limit, out=out)
-    sums = _wor.KeySums(b, top, ratio_sorted)
-    if ratio_sorted and sums.starts is None:  # the bucket ids of a ratio-sorted row never decrease
-        raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+    sums = _wor.KeySums(b, top)
     bp, bq = sums(p), sums(q)
     return b, top, bp, bq, np.flatnonzero(bq[:top] > 0), sums
+
+
+# the largest q's kept per row by RowRuns: the 2K + 30 of every K ≤ MAX_FAST_DRAFTS
+_TOP = 2 * _wor.MAX_FAST_DRAFTS + 30
+
+
+class RowRuns:
+    """What the search needs of one row sorted by ratio p/q (ascending, q = 0 last) whatever K: the
+    bucket id of every position (:func:`_ratio_buckets` unclipped), the runs of equal id (their
+    starts, ids and p and q sums; the ids increase strictly along a sorted row), q's total and the
+    positions of its ``_TOP`` largest entries by decreasing q. Built once per row and clipped per K
+    (:meth:`clip`): the bucket sums of every K are sums of run sums.
+
+    Raises
+    ------
+    InvalidInputError
+        The row is not sorted by ratio.
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray):
+        v = p.size
+        self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
+        starts = np.flatnonzero(self.b[1:] != self.b[:-1])
+        starts += 1
+        self.starts = np.concatenate([[0], starts])
+        self.at = self.b[self.starts]
+        if not bool((self.at[1:] > self.at[:-1]).all()):  # the bucket ids of a ratio-sorted row never decrease
+            raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+        self.run_p, self.run_q = np.add.reduceat(p, self.starts), np.add.reduceat(q, self.starts)
+        self.q_sum = float(q.sum())
+        n = min(v, _TOP)
+        top = np.argpartition(q, v - n)[v - n :]
+        self.top = top[np.argsort(-q[top], kind="stable")]
+
+    def clip(self, limit: float):
+        """``(top, bp, bq, ids, chain)`` for the buckets below that of ``limit`` (the ones above
+        merged into bucket ``top``, as :func:`_bucket_sums`): ``chain``, the
+        :class:`otbound.token._wor.KeySums` of the positions' index in ``ids`` (``ids.size`` for the
+        merged bucket), by runs."""
+        top = (int(np.float64(limit).view(np.uint64)) >> _SHIFT) + 1
+        n_lo = int(np.searchsorted(self.at, top))
+        bp, bq = np.zeros(top + 1), np.zeros(top + 1)
+        bp[self.at[:n_lo]], bq[self.at[:n_lo]] = self.run_p[:n_lo], self.run_q[:n_lo]
+        bp[top], bq[top] = self.run_p[n_lo:].sum(), self.run_q[n_lo:].sum()
+        ids = np.flatnonzero(bq[:top] > 0)
+        if ids.size != n_lo:  # a bucket below top holds only tokens with q > 0, so q mass: never here
+            raise AssertionError("a ratio bucket below the cut without q mass")
+        merged = n_lo < self.starts.size
+        starts = self.starts[: n_lo + 1] if merged else self.starts
+        at = np.arange(n_lo + 1) if merged else np.arange(n_lo)
+        return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
+
+
+def sorted_runs(P: np.ndarray, Q: np.ndarray) -> list:
+    """:class:`RowRuns` of every row of ``(P, Q)`` (B, V), rows sorted by ratio (shared by every K)."""
+    return [RowRuns(P[i], Q[i]) for i in range(P.shape[0])]
 
 
 def _bucket_floor(ids) -> np.ndarray:
@@ -100,7 +157,7 @@ def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, ratio_sorte
     return sel[np.argsort(p[sel] / q[sel], kind="stable")]
 
 
-def without_replacement(P, Q, k, want_sets, ratio_sorted=False):
+def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
     """α* for drafts without replacement: branch and bound over ratio buckets with fast Q(H).
 
     Only tokens with p_i/q_i ≤ K / (1 − M) can bind, M the mass of the K − 1 largest q's: adding i
@@ -108,7 +165,8 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False):
     K ≤ ``_wor.MAX_FAST_DRAFTS`` uses the fast prefix masses of :mod:`otbound.token._wor` (closed form for
     K = 2, clock integral with moment sums for K ≥ 3); larger K the reference DP.
     ``ratio_sorted``: every row is sorted by ratio p/q ascending (q = 0 last), as
-    :func:`without_replacement_ratio_sorted` takes them; binding sets are then in that order.
+    :func:`without_replacement_ratio_sorted` takes them; binding sets are then in that order, and
+    ``runs`` may give the rows' :class:`RowRuns` (:func:`sorted_runs`, shared by every K).
     """
     if k == 1:
         raise ValueError("the without-replacement search needs K >= 2 (K = 1 is the i.i.d. case)")
@@ -122,24 +180,29 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False):
         row_q = Q[i]
         q = _wor.clock_law(row_q, k)
         # a law changed by clock_law (dropped tiny tokens, renormalised) may no longer be in ratio order
-        values[i], h = _without_replacement_row(P[i], q, k, want_sets, work, ratio_sorted and q is row_q)
+        row_runs = None
+        if ratio_sorted and q is row_q:
+            row_runs = runs[i] if runs is not None else RowRuns(P[i], q)
+        values[i], h = _without_replacement_row(P[i], q, k, want_sets, work, row_runs)
         if h is not None:
             sets[i] = h
     return values, sets
 
 
-def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int) -> np.ndarray:
+def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int, runs=None) -> np.ndarray:
     """α* without replacement (:func:`otbound.optimal_acceptance`'s value, within its 1e-12) for checked rows
     (shape (B, V), each a law, K within the support) already sorted by ratio p/q ascending with
     q = 0 last, as the batched engine sorts them once for every law and K. The branch and bound is
-    the same; its bucket sums and moment features become sums of contiguous runs and a bucket's
-    tokens a slice (no scatter, no search over the row)."""
-    return np.clip(without_replacement(P, Q, k, False, ratio_sorted=True)[0], 0.0, 1.0)
+    the same; its bucket sums are sums of the runs of the sorted row (``runs``: the rows'
+    :class:`RowRuns`, built here if not given), its moment features sums of contiguous runs and a
+    bucket's tokens a slice (no scatter, no search over the row)."""
+    return np.clip(without_replacement(P, Q, k, False, ratio_sorted=True, runs=runs)[0], 0.0, 1.0)
 
 
-def _without_replacement_row(p, q, k, want_set, work, ratio_sorted=False):
+def _without_replacement_row(p, q, k, want_set, work, runs=None):
     """One row of :func:`without_replacement`; returns (α*, H* or None). ``work``: scratch arrays;
-    ``ratio_sorted``: the row is sorted by ratio (bucket sums and features by runs, buckets as slices).
+    ``runs``: the row's :class:`RowRuns` when it is sorted by ratio (bucket sums and features by
+    runs, buckets as slices).
 
     f(H) = p(H) − Q(H) over prefixes of the ratio order, by branch and bound over chains of
     positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
@@ -152,18 +215,27 @@ def _without_replacement_row(p, q, k, want_set, work, ratio_sorted=False):
     positions and the pieces bounded the same way; a bucket (one step of the bucket chain) is opened
     into its tokens. All stretches alive in a round are evaluated in one call.
 
-    The quadrature grid (K ≥ 3) reaches the horizon the bucket ends need (:func:`_wor_horizons`); a
-    bucket whose inside needs a longer one is opened only after the row is redone on a longer grid.
+    The quadrature grid (K ≥ 3) reaches the horizon the bucket ends need (:func:`_wor_horizons`) and,
+    on a row sorted by ratio (whose buckets' last tokens are known), the horizon of every bucket's
+    inside; elsewhere a bucket whose inside needs a longer grid is opened only after the row is
+    redone on a longer one.
     """
     v = p.size
     n_top = min(v, 2 * k + 30)
-    top = np.argpartition(q, v - n_top)[v - n_top :]
-    top = top[np.argsort(-q[top], kind="stable")]
+    if runs is None:
+        top = np.argpartition(q, v - n_top)[v - n_top :]
+        top = top[np.argsort(-q[top], kind="stable")]
+    else:
+        top = runs.top[:n_top]
     m = q[top[: k - 1]].sum()
-    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else q.sum() - m  # 1 − M summed directly if small
+    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
-    b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, min(cut, 2.0**1000), out=work["ratio"],
-                                                 ratio_sorted=ratio_sorted)
+    limit = min(cut, 2.0**1000)
+    if runs is None:
+        b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, limit, out=work["ratio"])
+    else:
+        b = runs.b
+        top_id, bp, bq, ids, chain_sums = runs.clip(limit)
     nb = ids.size
     if nb == 0:
         return 1.0, None
@@ -173,19 +245,30 @@ def _without_replacement_row(p, q, k, want_set, work, ratio_sorted=False):
     out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
     inside = np.concatenate([[0.0], np.cumsum(bq[ids])])
     fp = np.concatenate([[0.0], np.cumsum(bp[ids])])
-    key = np.full(top_id + 1, nb)
-    key[ids] = np.arange(nb)
-    keys = sums.spread(key, out=work["keys"])
-    row = (p, q, k, b, ids, keys, fp, out, inside, ratio_sorted)
+    if runs is None:  # every token's index in ids (nb: above the cut)
+        key = np.full(top_id + 1, nb)
+        key[ids] = np.arange(nb)
+        chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None)
     if k == 2:
         return _wor_search(row, _wor.PairMass(q), None, want_set, work)
     t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
     horizon = t_ends
+    if runs is not None:  # each bucket's last token is known: the grid every opened bucket needs, up front
+        ends = np.append(runs.starts, v)[1 : nb + 1]
+        wide = ends - runs.starts[:nb] >= 2
+        t_inside = np.minimum(_wor.TAIL / (out[1:] + q[ends - 1]), t_cut_before)[wide]
+        horizon = max(horizon, float(t_inside.max(initial=0.0)) * (1.0 + 1e-6))
     while True:
         try:
             return _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work)
         except _LongerGrid as need:
             horizon = need.t_end
+
+
+def _total(q, runs):
+    """Σ q of the row (known to its :class:`RowRuns`)."""
+    return q.sum() if runs is None else runs.q_sum
 
 
 class _LongerGrid(Exception):
@@ -198,20 +281,25 @@ class _LongerGrid(Exception):
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
-    p, q, k, b, ids, keys, fp, out, inside, ratio_sorted = row
+    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted = row
     nb = ids.size
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, keys, nb, work, keys_sorted=ratio_sorted), axis=0, out=feats[1:])
+    np.cumsum(ev.bucket_features(q, chain_sums, nb, work), axis=0, out=feats[1:])
     states = None
     if ev.has_exact:
         exact = np.flatnonzero(q > ev.theta)
-        exact = exact[keys[exact] < nb]
-        exact = exact[np.argsort(p[exact] / q[exact], kind="stable")]
-        through = np.searchsorted(keys[exact], np.arange(nb), side="right")
+        exact_keys = chain_sums.key_of(exact)
+        inside_cut = exact_keys < nb
+        exact, exact_keys = exact[inside_cut], exact_keys[inside_cut]
+        by_ratio = np.argsort(p[exact] / q[exact], kind="stable")
+        exact, exact_keys = exact[by_ratio], exact_keys[by_ratio]
+        through = np.searchsorted(exact_keys, np.arange(nb), side="right")
         states = ev.run_exact(q[exact], ev.start(q[exact]), np.concatenate([[-1], through - 1]))
     chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states=states)
+    # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
     ends = np.array([0, nb])
-    chain.q[ends] = ev.mass(feats[ends], out[ends], inside[ends], chain.exact(ends))
+    q_ends, *coef = ev.mass(feats[ends], out[ends], inside[ends], chain.exact(ends), out_next=out[[nb, nb]])
+    chain.q[ends] = q_ends
     f_all = float(fp[nb] - chain.q[nb])
 
     def open_bucket(i):  # chain position i ends bucket i − 1
@@ -224,7 +312,8 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
         return chain.tokens(i, toks, p, q)
 
-    best, where = _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket)
+    first = [c[:1] for c in coef]
+    best, where = _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -284,8 +373,9 @@ class _Chain:
 _FANOUT = 24  # a long stretch is sampled at about this many positions
 
 
-def _search(root, best, where, open_bucket):
-    """Branch and bound over the positions strictly inside ``root`` (Q known at both ends).
+def _search(root, best, where, open_bucket, first):
+    """Branch and bound over the positions strictly inside ``root`` (Q known at both ends;
+    ``first``: the stretch-bound coefficients ``(d1, c2, c3)`` at its start toward its end).
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
     the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
@@ -294,8 +384,7 @@ def _search(root, best, where, open_bucket):
     """
     ev = root.ev
     n = root.fp.size - 1
-    first = np.array([0]), np.array([n])
-    _, bound = _bounds(root, *first, *_evaluate(ev, [(root, *first)]))
+    _, bound = _bounds(root, np.array([0]), np.array([n]), root.q[:1], *first)
     live = {root: [(0, n, float(bound[0]))]}
     while live:
         parts = []

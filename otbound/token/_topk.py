@@ -1,5 +1,6 @@
-"""Deterministic drafting: the mask of the K largest entries of each row (ties to the lower index)
-behind the batched kernel's α*_det = p(top-K(q)) (``optimal_acceptance(..., "deterministic")``).
+"""Deterministic drafting: the K largest entries of each row (ties to the lower index) behind the
+batched kernel's α*_det = p(top-K(q)) (``optimal_acceptance(..., "deterministic")``; the selection
+is the kernel's :func:`otbound.token._kernel.greedy_split_rows`, shared with the greedy law).
 
 What serving engines do by default (vLLM drafts by argmax and verifies with a one-hot q; EAGLE,
 Medusa and SGLang expand static top-k trees): the draft tuple is
@@ -17,24 +18,3 @@ is :class:`otbound.token.draft_laws.Deterministic`; lossless verifiers reach it
 it lies in G. K must not exceed the support of q (the K drafts are distinct
 tokens of positive draft mass; a truncated draft law with fewer survivors is an error naming it).
 """
-
-from __future__ import annotations
-
-
-def top_k_mask_torch(Q, k: int):
-    """Boolean (..., V) mask of the K largest entries of every row of a torch tensor, on its device,
-    ties to the lower index (the K-th value by ``torch.topk``, then the first tied tokens by index).
-
-    Examples
-    --------
-    >>> import torch
-    >>> top_k_mask_torch(torch.tensor([[0.2, 0.4, 0.2, 0.2]]), 2).tolist()
-    [[True, True, False, False]]
-    """
-    import torch
-
-    kth = torch.topk(Q, k, dim=-1).values[..., -1:]
-    above = Q > kth
-    tied = Q == kth
-    need = k - above.sum(dim=-1, keepdim=True)
-    return above | (tied & (torch.cumsum(tied.to(torch.int64), dim=-1) <= need))

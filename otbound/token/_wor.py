@@ -284,10 +284,11 @@ class KeySums:
     bucket keys never decrease), sums of the contiguous runs of equal keys (``np.add.reduceat``: a
     sequential pass instead of a scatter; the run starts are found once for every weight row).
     Keys claimed sorted are verified on the run starts (they must increase strictly), else bincount.
+    :meth:`from_runs` builds the run form directly from known run starts (no keys array).
     """
 
     def __init__(self, keys: np.ndarray, num_keys: int, keys_sorted: bool = False):
-        self.keys, self.length, self.starts = keys, num_keys + 1, None
+        self.keys, self.length, self.starts, self.size = keys, num_keys + 1, None, keys.size
         if keys_sorted and keys.size:
             starts = np.flatnonzero(keys[1:] != keys[:-1])
             starts += 1
@@ -295,6 +296,20 @@ class KeySums:
             at = keys[starts]
             if at.size < 2 or bool((at[1:] > at[:-1]).all()):
                 self.starts, self.at = starts, at
+
+    @classmethod
+    def from_runs(cls, starts: np.ndarray, at: np.ndarray, num_keys: int, size: int) -> "KeySums":
+        """The run form over ``size`` tokens whose keys are ``at[r]`` from ``starts[r]`` on (``starts``
+        begins at 0 and increases, ``at`` increases strictly)."""
+        out = cls.__new__(cls)
+        out.keys, out.length, out.size, out.starts, out.at = None, num_keys + 1, size, starts, at
+        return out
+
+    def key_of(self, idx: np.ndarray) -> np.ndarray:
+        """The keys of the tokens ``idx``."""
+        if self.keys is not None:
+            return self.keys[idx]
+        return self.at[np.searchsorted(self.starts, idx, side="right") - 1]
 
     def __call__(self, weights: np.ndarray) -> np.ndarray:
         if self.starts is None:
@@ -307,11 +322,11 @@ class KeySums:
         """``table[keys]`` (by runs when the keys are sorted)."""
         if self.starts is None:
             return np.take(table, self.keys, out=out)
-        return np.repeat(table[self.at], np.diff(self.starts, append=self.keys.size))
+        return np.repeat(table[self.at], np.diff(self.starts, append=self.size))
 
     def subset(self, idx: np.ndarray) -> "KeySums":
         """The same sums over the tokens ``idx`` (increasing) only."""
-        return KeySums(self.keys[idx], self.length - 1, self.starts is not None)
+        return KeySums(self.key_of(idx), self.length - 1, self.starts is not None)
 
 
 class PairMass:
@@ -338,12 +353,12 @@ class PairMass:
         denom = np.where(tokens == self.big, self.rest_of_big, 1.0 - q_tokens)
         return base + np.concatenate([[0.0], np.cumsum(q_tokens / denom)])[:, None]
 
-    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None,
-                        keys_sorted=False) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None) -> np.ndarray:
+        """Σ u per key below ``num_keys`` (``sums``: the :class:`KeySums` of the row's keys)."""
         with np.errstate(divide="ignore"):
             u = q / (1.0 - q)
         u[self.big] = q[self.big] / self.rest_of_big
-        return KeySums(keys, num_keys, keys_sorted)(u)[:num_keys, None]
+        return sums(u)[:num_keys, None]
 
     def mass(self, features, out, inside, exact=None, out_next=None):
         """Q at positions (cumulative features, q outside, q inside); with ``out_next`` also the
@@ -366,8 +381,12 @@ class _ChainSums:
     def __init__(self, base, y, order, limit):
         low = min(self.LOW, order)
         self.base, self.low = base, low
-        self.low_sums = np.zeros((y.size + 1, low))
-        np.cumsum(np.cumprod(np.repeat(y[:, None], low, axis=1), axis=1), axis=0, out=self.low_sums[1:])
+        self.low_sums = np.zeros((low, y.size + 1))  # order-major: each order one contiguous running sum
+        w = y.copy()
+        for n in range(low):
+            if n:
+                w *= y
+            np.cumsum(w, out=self.low_sums[n, 1:])
         self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
         yh = y[self.high]
         powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
@@ -378,7 +397,7 @@ class _ChainSums:
         idx = np.asarray(idx)
         out = np.empty((idx.size, self.base.size))
         out[:] = self.base
-        out[:, : self.low] += self.low_sums[idx]
+        out[:, : self.low] += self.low_sums[:, idx].T
         out[:, self.low :] += self.high_sums[np.searchsorted(self.high, idx, side="left")]
         return out
 
@@ -433,21 +452,19 @@ class ClockMass:
         y = np.where(self.is_exact(q_tokens), 0.0, q_tokens / self.theta)
         return _ChainSums(base, y, self.order, self.limit)
 
-    def bucket_features(self, q: np.ndarray, keys: np.ndarray, num_keys: int, work=None,
-                        keys_sorted=False) -> np.ndarray:
-        """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored).
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None) -> np.ndarray:
+        """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored; ``sums``:
+        the :class:`KeySums` of the row's keys).
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
         the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
-        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows); ``keys_sorted``:
-        see :class:`KeySums`.
+        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows).
         """
         out = np.zeros((num_keys + 1, self.order))
         y = np.divide(q, self.theta, out=None if work is None else work["y"])
         y[np.flatnonzero(q > self.theta)] = 0.0  # exact tokens: no moments here
         w = np.empty_like(y) if work is None else work["w"]
         np.copyto(w, y)
-        sums = KeySums(keys, num_keys, keys_sorted)
         for n in range(1, self.order + 1):
             out[:, n - 1] = sums(w)
             if n == self.order:

@@ -69,7 +69,7 @@ class NaiveVerifier(Verifier):
 
     def batch_acceptance(self, batch, num_drafts):
         """``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts ``Σ_t p(t)(1 − (1 − q(t))^K)`` for every row
-        at once (``(1 − q)^K`` built from the batch's cached powers); for the other laws row by row from
+        at once (``p (1 − q)^K`` cached per K, each from K − 1); for the other laws row by row from
         :func:`otbound.token.draft_laws.inclusion_probabilities`.
 
         Examples
@@ -83,13 +83,17 @@ class NaiveVerifier(Verifier):
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)
-        return 1.0 - (batch.p * _miss_power(batch, num_drafts)).sum(1)
+        return 1.0 - _missed_mass(batch, num_drafts).sum(1)
 
 
-def _miss_power(batch, k):
-    """``(1 − q)^k`` of the batch, cached: each K ≥ 2 one multiplication from K − 1 when cached."""
-    if k == 1:
-        return batch.memo(("nss_miss", 1), lambda: 1.0 - batch.q)
-    if ("nss_miss", k - 1) in batch._memo:
-        return batch.memo(("nss_miss", k), lambda: batch._memo[("nss_miss", k - 1)] * _miss_power(batch, 1))
-    return batch.memo(("nss_miss", k), lambda: power(_miss_power(batch, 1), k))
+def _missed_mass(batch, k):
+    """``p (1 − q)^k`` (B, V) of the batch, cached: each K one multiplication from K − 1 when cached
+    (else by repeated squaring of ``1 − q``)."""
+    if ("nss_missed", k - 1) in batch._memo:
+        return batch.memo(("nss_missed", k), lambda: batch._memo[("nss_missed", k - 1)] * _miss(batch))
+    return batch.memo(("nss_missed", k), lambda: batch.p * power(_miss(batch), k))
+
+
+def _miss(batch):
+    """``1 − q`` (B, V), cached."""
+    return batch.memo("nss_miss", lambda: 1.0 - batch.q)

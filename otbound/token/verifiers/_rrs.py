@@ -241,10 +241,11 @@ def _rrs_wor_exact(batch, k):
     h2 = srt.h(mu2)
     n_mu2 = srt.count_below(mu2)
     n1 = int(n_mu2.max())  # first drafts that can be rejected: r < μ_2
-    qx = srt.qs[:, :n1]
-    w1 = (qx - srt.ps[:, :n1] / h1).clamp_min(0.0)  # rejection weight of each first draft
-    s2 = srt.qc[:, :n1] + srt.qsuf_range(1, n1 + 1)  # Σ_{x ≠ x_1} q
-    return 1.0 - (w1 * _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+    qx = srt.qs[:, :n1]  # (B, n1), a view
+    w1 = torch.div(srt.ps[:, :n1], h1)
+    w1 = torch.sub(qx, w1, out=w1).clamp_min_(0.0)  # rejection weight of each first draft, (B, n1)
+    s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
+    return 1.0 - w1.mul_(_reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
 
 
 def _rrs_wor_paths(batch, horizon, mc_samples):
@@ -298,7 +299,7 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
     q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
     d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
     # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
-    rho = (1.0 - srt.qsuf(base) / s2 - d).clamp_(0.0, 1.0)
+    rho = torch.div(srt.qsuf(base), s2).neg_().add_(1.0).sub_(d).clamp_(0.0, 1.0)  # 1 − Qs[n]/S_2 − D, (B, m)
     v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
     r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)
     # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
