@@ -564,3 +564,24 @@ def test_one_ratio_sort_per_batch_serves_every_quantity(monkeypatch):
     res = measure_laws(p, q, (2, 3, 4), batch_size=3, mc_samples=4)
     assert calls == [3, 2]  # one sort per batch of 3 rows
     assert res["verifiers"]["ot"][3]["acceptance"] == res["optimal"]["with_replacement"][3]
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_without_replacement_on_rows_both_laws_truncate(k):
+    """Tokens outside both truncated laws (p = q = 0, ratio 0/0) interleaved with tokens only the draft
+    truncates (q = 0 < p, ratio inf): the search on the ratio-sorted rows against brute force."""
+    from otbound import draft_joint, optimal_acceptance_brute_force
+
+    rng = np.random.default_rng(11 + k)
+    for _ in range(6):
+        p, q = rng.dirichlet(np.ones(9)), rng.dirichlet(np.ones(9))
+        zero_both, zero_q = rng.choice(9, 3, replace=False), rng.integers(0, 9)
+        p[zero_both], q[zero_both] = 0.0, 0.0
+        if zero_q not in zero_both:
+            q[zero_q] = 0.0
+        p, q = p / p.sum(), q / q.sum()
+        if (q > 0).sum() < k:
+            continue
+        want = optimal_acceptance_brute_force(p, draft_joint(q, k, "without_replacement")).value
+        got = LawBatch(np.stack([p, p]), np.stack([q, q])).optimal_acceptance(k, "without_replacement")
+        np.testing.assert_allclose(got.numpy(), [want, want], rtol=0, atol=1e-12)

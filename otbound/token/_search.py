@@ -100,7 +100,8 @@ class RowRuns:
 
     def __init__(self, p: np.ndarray, q: np.ndarray):
         v = p.size
-        self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
+        self.b, top = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
+        self.b[q == 0] = top  # one run, last: p/q = inf and 0/0 (a token both laws truncate) alike
         starts = np.flatnonzero(self.b[1:] != self.b[:-1])
         starts += 1
         self.starts = np.concatenate([[0], starts])
