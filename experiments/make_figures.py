@@ -29,6 +29,7 @@ SCRIPTS = (
     "fig_verifier_table",
     "fig_temperature_sweep",
     "fig_real_full",
+    "fig_block_real",
 )
 
 

@@ -1,0 +1,299 @@
+"""Deterministic drafting against sampled blocks at block level on the real pair: a static top-k tree
+against K i.i.d. draft blocks of length L at the same node budget, on truncated real draft trees.
+
+At sampled positions of stored traces (two per trace, :func:`otbound.lm.collect_draft_trees`) the
+draft's top-4 tree of depth 4 is collected with both models' laws merged per node (the 4 children
+by draft rank and the rest), at the traces' own settings and at the same temperature with top-p 0.8
+/ top-k 20 for both models (the positions stay those the untruncated target sampled). Per position,
+variant, block length L ∈ {2, 3, 4} and K ∈ {1, …, 4}:
+
+* **static tree** (deterministic drafting, EAGLE/Medusa/SGLang): for every non-increasing branching
+  ``b_1 ≥ … ≥ b_L`` (entries ≤ 4), the exact bound ``U_static = Σ_{w ∈ T} p(w)``, attained by
+  traversal verification (``BLOCK_VERIFIERS["static_tree"]``); per cell the branching with the
+  highest mean among those of at most ``K·L`` nodes (the nearest node count not above the budget;
+  chosen in-sample, the row names it) and the fixed ``(K, 1, …, 1)`` tree (K greedy chains, exactly
+  ``K·L`` nodes);
+* **K i.i.d. blocks** (``K·L`` drafted tokens): the certified bracket ``lower ≤ U_causal ≤ upper``
+  from the merged tree (:meth:`otbound.lm.DraftTreeRecord.iid_bracket`; the first ``w`` children
+  per node kept, ``w`` the largest ≤ 3 whose split LP has ≤ 70,000 variables: 3, or 2 at L = 4,
+  K ≥ 3). ``U_causal`` is the best lossless verifier's ``E[τ]`` for K i.i.d. blocks and ``lower`` is
+  attained by one (the lifted plan never accepts through the merged cell), so static − lower > 0
+  with a significant interval means the static tree beats every verifier of K i.i.d. blocks we can
+  build, static − upper > 0 that it beats all of them; static − lower < 0 that some lossless i.i.d.
+  verifier beats the static tree.
+
+Paired differences per (dataset, T, variant, L, K) with 95% cluster-robust intervals, prompts as
+clusters (:func:`otbound.report.cluster_mean_ci`). Block-level drafts without replacement and the
+greedy law are not measured: the merged tree does not determine a without-replacement law's image
+(two unkept tokens drawn together), and the greedy law's draft tuples (``V'^{L−1}`` continuations
+per deterministic row) are beyond the tuple LP at K ≥ 3, L = 4.
+
+Usage::
+
+    python experiments/fig_block_real.py                       # table + figure from the stored result
+    flock /tmp/otbound-real.lock nice python experiments/fig_block_real.py --recompute \\
+        --traces RUN/traces [--trees DIR]                      # collect (models) and measure, then store
+
+``--traces``: the trace folder of ``python -m otbound.compare`` (its defaults: 20 + 20 prompts, 32
+tokens, T 0.7 / 1.0, seed 0). ``--quick``: the same pipeline on the tiny random pair (traces of four
+random prompts collected next to the results), width 3, depth 3, L ∈ {2, 3}, K ∈ {1, 2}; for the tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import _common
+import numpy as np
+
+NAME = "fig_block_real"
+TRUNCATED = {"top_p": 0.8, "top_k": 20}
+FULL = dict(pair=_common.REAL_PAIR, traces="python -m otbound.compare (defaults: humaneval + mtbench, 20 + 20 prompts, "
+            "32 new tokens, T 0.7 / 1.0, seed 0, model dtype auto)", width=4, depth=4, positions_per_trace=2, seed=0,
+            variants=[{}, TRUNCATED], block_lens=[2, 3, 4], num_drafts=[1, 2, 3, 4], bracket_max_width=3,
+            bracket_max_split_variables=70_000, model_dtype="trace")
+QUICK = dict(FULL, pair="tiny(V=12)", traces="tiny pair, 4 random prompts, 6 new tokens, T 0.7 / 1.0", width=3,
+             depth=3, block_lens=[2, 3], num_drafts=[1, 2], positions_per_trace=1)
+
+
+def params_for(args) -> dict:
+    return dict(QUICK if args.quick else FULL)
+
+
+def variant_label(v: dict) -> str:
+    return "plain" if not v else ", ".join(f"{k.replace('_', '-')} {x}" for k, x in sorted(v.items()))
+
+
+def branchings(width: int, length: int) -> list[tuple]:
+    """Non-increasing ``(b_1, …, b_L)`` with entries in 1..width."""
+    return [b for b in itertools.product(range(width, 0, -1), repeat=length)
+            if all(x >= y for x, y in zip(b, b[1:]))]
+
+
+def nodes(b) -> int:
+    return int(sum(np.prod(b[: i + 1]) for i in range(len(b))))
+
+
+def bracket_width(k: int, length: int, params) -> int:
+    """The largest ``w ≤ bracket_max_width`` whose split LP ``(K − 1)(w + 1)^{2L}`` fits the budget."""
+    for w in range(min(params["bracket_max_width"], params["width"]), 0, -1):
+        if (k - 1) * (w + 1) ** (2 * length) <= params["bracket_max_split_variables"]:
+            return w
+    return 1
+
+
+def position_values(rec, params) -> dict:
+    """Every number of one position: static-tree values per branching, i.i.d. brackets per (L, K)."""
+    out = {"prompt_id": rec.prompt_id, "dataset": rec.dataset, "temperature": rec.temperature,
+           "position": rec.position, "variants": []}
+    for s in range(rec.num_variants):
+        static = {str(list(b)): rec.static_tree(b, variant=s).value
+                  for length in params["block_lens"] for b in branchings(params["width"], length)}
+        iid = {}
+        for length in params["block_lens"]:
+            for k in params["num_drafts"]:
+                b = rec.iid_bracket(k, length, variant=s, width=bracket_width(k, length, params))
+                iid[f"L{length}K{k}"] = {"lower": b.lower, "upper": b.upper, "width": b.top_m,
+                                         "target_mass_out": b.truncated_target_mass,
+                                         "draft_mass_out": b.truncated_draft_mass}
+        out["variants"].append({"static": static, "iid": iid})
+    return out
+
+
+def _quick_traces(folder: Path) -> Path:
+    from otbound.lm import Prompt, collect_traces, tiny_pair, tiny_prompts
+
+    pair = tiny_pair()
+    prompts = [Prompt(f"{ds}/{i}", ds, "", tuple(ids))
+               for ds in ("quick-humaneval", "quick-mtbench")
+               for i, ids in enumerate(tiny_prompts(pair, 2, seed=len(ds)))]
+    collect_traces(pair, prompts, folder, temperatures=[0.7, 1.0], max_new_tokens=6, progress=False)
+    return folder
+
+
+def compute(args, params, cp) -> dict:
+    from otbound.lm import collect_draft_trees, load_draft_trees, load_pair, tiny_pair
+
+    if args.quick:
+        traces = _quick_traces(_common.results_dir(args) / f"{NAME}-traces")
+        pair = tiny_pair
+        trees = _common.results_dir(args) / f"{NAME}-trees"
+    else:
+        if not args.traces:
+            raise _common.MissingResultsError(
+                f"no stored {NAME}.json for these parameters; run with --recompute --traces RUN/traces (the trace "
+                "folder of python -m otbound.compare) under the real-model lock")
+        traces = Path(args.traces)
+
+        def pair():
+            return load_pair(params["pair"], device=args.device, dtype=_trace_dtype(traces))
+
+        trees = Path(args.trees) if args.trees else _default_trees()
+    files = collect_draft_trees(pair, traces, trees, width=params["width"], depth=params["depth"],
+                                positions_per_trace=params["positions_per_trace"], seed=params["seed"],
+                                variants=params["variants"], progress=not args.quick)
+    positions, checksums = [], {}
+    for i, f in enumerate(files):
+        key = f.relative_to(trees).as_posix()
+        done = cp.get(key)
+        if done is None:
+            done = [position_values(rec, params) for rec in load_draft_trees(f)]
+            cp.put(key, done)
+            _common.log(f"[{i + 1}/{len(files)}] {key}")
+        positions += done
+        checksums[key] = _tensor_checksums(f)
+    settings = next(iter(load_draft_trees(files[0]))).settings
+    return {"source": "synthetic tiny pair" if args.quick else params["pair"], "positions": positions,
+            "tree_files": checksums, "variant_settings": [[a.as_dict(), b.as_dict()] for a, b in settings],
+            "rows": aggregate(positions, params)}
+
+
+def _tensor_checksums(path) -> dict:
+    from otbound.lm import load_draft_trees
+
+    return next(iter(load_draft_trees(path))).meta["sha256"]
+
+
+def _trace_dtype(traces: Path) -> str:
+    from otbound.lm import load_traces
+
+    return next(iter(load_traces(next(traces.rglob("*.safetensors"))))).meta["model_dtype"]
+
+
+def _default_trees() -> Path:
+    from otbound.lm import cache_root
+
+    return cache_root() / "runs" / NAME / "trees"
+
+
+def aggregate(positions, params) -> list[dict]:
+    """One row per (dataset, T, variant, L, K): the static trees and the i.i.d. bracket with 95%
+    cluster-robust intervals, and the paired differences static − lower / static − upper."""
+    from otbound.report import cluster_mean_ci
+
+    rows = []
+    cells = sorted({(p["dataset"], p["temperature"]) for p in positions})
+    for ds, t in cells:
+        sel = [p for p in positions if p["dataset"] == ds and p["temperature"] == t]
+        clusters = [p["prompt_id"] for p in sel]
+        for s, variant in enumerate(params["variants"]):
+            for length in params["block_lens"]:
+                for k in params["num_drafts"]:
+                    budget = k * length
+                    key = f"L{length}K{k}"
+                    lower = np.array([p["variants"][s]["iid"][key]["lower"] for p in sel])
+                    upper = np.array([p["variants"][s]["iid"][key]["upper"] for p in sel])
+                    fits = [b for b in branchings(params["width"], length) if nodes(b) <= budget]
+                    chains = (k,) + (1,) * (length - 1)
+                    means = {b: np.mean([p["variants"][s]["static"][str(list(b))] for p in sel]) for b in fits}
+                    best = max(fits, key=lambda b: (means[b], -nodes(b)))
+                    row = {"dataset": ds, "temperature": t, "variant": variant_label(variant), "block_len": length,
+                           "num_drafts": k, "budget": budget, "positions": len(sel), "prompts": len(set(clusters)),
+                           "best_branching": list(best), "best_nodes": nodes(best), "chains_branching": list(chains),
+                           "bracket_width": bracket_width(k, length, params)}
+                    for name, vals in (("static_best", [p["variants"][s]["static"][str(list(best))] for p in sel]),
+                                       ("static_chains", [p["variants"][s]["static"][str(list(chains))] for p in sel]),
+                                       ("iid_lower", lower), ("iid_upper", upper)):
+                        row[name], row[name + "_ci"] = cluster_mean_ci(np.asarray(vals), clusters)
+                    best_vals = np.array([p["variants"][s]["static"][str(list(best))] for p in sel])
+                    chain_vals = np.array([p["variants"][s]["static"][str(list(chains))] for p in sel])
+                    for name, diff in (("best_minus_lower", best_vals - lower), ("best_minus_upper", best_vals - upper),
+                                       ("chains_minus_lower", chain_vals - lower),
+                                       ("chains_minus_upper", chain_vals - upper)):
+                        row[name], row[name + "_ci"] = cluster_mean_ci(diff, clusters)
+                    row["verdict"] = verdict(row)
+                    rows.append(row)
+    return rows
+
+
+def verdict(row) -> str:
+    """Who wins the cell at 95%: static (above every i.i.d. verifier), i.i.d. (a lossless i.i.d.
+    verifier above the static tree), or open (the bracket straddles the static value)."""
+    if row["best_minus_upper"] - row["best_minus_upper_ci"] > 0:
+        return "static"
+    if row["best_minus_lower"] + row["best_minus_lower_ci"] < 0:
+        return "iid"
+    return "open"
+
+
+def tables(results) -> str:
+    res = results["results"]
+    lines = [
+        f"# Static trees vs K i.i.d. blocks at the same node budget ({res['source']})",
+        "",
+        "E[τ] (accepted draft tokens, bonus excluded), mean ± 95% half width, prompts as clusters. "
+        "static: the best non-increasing branching with ≤ K·L nodes (named, node count); chains: (K, 1, …, 1). "
+        "i.i.d.: K blocks, U_causal ∈ [lower, upper] (lower attained by a lossless verifier). "
+        "Paired differences static − lower and static − upper on the same positions. "
+        "verdict: static / iid / open at 95%.",
+        "",
+        "| dataset | T | settings | L | K | budget | static (branching, nodes) | chains | i.i.d. lower | i.i.d. upper "
+        "| static − lower | static − upper | chains − lower | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        def f(name, r=r):
+            return f"{r[name]:.3f} ± {r[name + '_ci']:.3f}"
+
+        def d(name, r=r):
+            return f"{r[name]:+.3f} ± {r[name + '_ci']:.3f}"
+
+        lines.append(
+            f"| {r['dataset']} | {r['temperature']:g} | {r['variant']} | {r['block_len']} | {r['num_drafts']} | "
+            f"{r['budget']} | {f('static_best')} ({tuple(r['best_branching'])}, {r['best_nodes']}) | "
+            f"{f('static_chains')} | {f('iid_lower')} | {f('iid_upper')} | {d('best_minus_lower')} | "
+            f"{d('best_minus_upper')} | {d('chains_minus_lower')} | {r['verdict']} |")
+    return "\n".join(lines)
+
+
+def draw(results, out, formats) -> list:
+    from otbound.report import plots
+
+    res, params = results["results"], results["params"]
+    rows = res["rows"]
+    variants = [variant_label(v) for v in params["variants"]]
+    lens = params["block_lens"]
+    fig, axes = plots.figure(nrows=len(variants), ncols=len(lens), height=2.6)
+    cells = sorted({(r["dataset"], r["temperature"]) for r in rows})
+    colors = plt_colors(len(cells))
+    for i, var in enumerate(variants):
+        for j, length in enumerate(lens):
+            ax = axes[i][j]
+            for c, (ds, t) in zip(colors, cells):
+                sel = sorted((r for r in rows if r["variant"] == var and r["block_len"] == length
+                              and r["dataset"] == ds and r["temperature"] == t), key=lambda r: r["num_drafts"])
+                ks = [r["num_drafts"] for r in sel]
+                ax.plot(ks, [r["static_best"] for r in sel], color=c, marker="o", label=f"{ds} T={t:g}: static")
+                ax.fill_between(ks, [r["iid_lower"] for r in sel], [r["iid_upper"] for r in sel], color=c,
+                                alpha=0.25, label=f"{ds} T={t:g}: K i.i.d. [lower, upper]")
+                ax.plot(ks, [r["iid_lower"] for r in sel], color=c, linestyle="--")
+            ax.set_title(f"L = {length}, {var}", fontsize=8)
+            ax.set_xlabel("K (budget K·L nodes)")
+            ax.set_ylabel("E[τ]")
+            ax.set_xticks(params["num_drafts"])
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=6)
+    return _common.save_real_pair_figure(fig, results, out, NAME, formats)
+
+
+def plt_colors(n: int) -> list:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    return [cmap(i) for i in range(n)]
+
+
+def main(argv=None) -> list:
+    ap = _common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--trees", default=None, help="draft-tree folder (default: <otbound cache>/runs/fig_block_real/"
+                                                  "trees; quick: next to the results)")
+    args = ap.parse_args(argv)
+    params = params_for(args)
+    results = _common.load_or_compute(args, NAME, params, lambda p, cp: compute(args, p, cp))
+    return _common.finish(NAME, results, args, draw, tables)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

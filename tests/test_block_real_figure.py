@@ -1,0 +1,70 @@
+"""experiments/fig_block_real.py in quick mode (tiny pair): stored results, their numbers and the table."""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+fig = importlib.import_module("fig_block_real")
+
+#: HiGHS optima at feasibility tolerance 1e-10
+LP_ATOL = 1e-8
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("block_real")
+    paths = fig.main(["--quick", "--out", str(out), "--formats", "png"])
+    return out, paths, json.loads((out / "fig_block_real.json").read_text())
+
+
+def test_files_and_configuration(quick):
+    out, paths, stored = quick
+    assert {Path(p).name for p in paths} == {"fig_block_real.png", "fig_block_real.md"}
+    assert stored["params"] == fig.QUICK and stored["meta"]["sha256"]
+    res = stored["results"]
+    assert set(res["tree_files"]) and all(v for v in res["tree_files"].values())  # tensor checksums per file
+    assert res["variant_settings"][1][0]["top_p"] == 0.8 and res["variant_settings"][1][1]["top_k"] == 20
+    assert len(res["rows"]) == 4 * 2 * len(fig.QUICK["block_lens"]) * len(fig.QUICK["num_drafts"])
+    assert (out / "fig_block_real.md").read_text().count("\n| quick-") == len(res["rows"])
+
+
+def test_numbers(quick):
+    _, _, stored = quick
+    params = stored["params"]
+    for pos in stored["results"]["positions"]:
+        for var in pos["variants"]:
+            for key, b in var["iid"].items():
+                length, k = int(key[1]), int(key[3])
+                assert -LP_ATOL <= b["lower"] <= b["upper"] + LP_ATOL <= length + 2 * LP_ATOL
+                assert b["width"] == fig.bracket_width(k, length, params)
+            for length in params["block_lens"]:
+                values = {b: var["static"][str(list(b))] for b in fig.branchings(params["width"], length)}
+                for b, v in values.items():
+                    assert 0 <= v <= length + 1e-12
+                    for c, w in values.items():  # a tree inside another covers less target mass
+                        if all(x <= y for x, y in zip(b, c)):
+                            assert v <= w + 1e-12
+    for row in stored["results"]["rows"]:
+        assert row["best_nodes"] <= row["budget"] and fig.nodes(row["chains_branching"]) == row["budget"]
+        assert row["static_best"] >= row["static_chains"] - 1e-12
+        assert row["iid_lower"] <= row["iid_upper"] + LP_ATOL
+        np.testing.assert_allclose(row["best_minus_lower"], row["static_best"] - row["iid_lower"], atol=1e-12)
+        assert row["verdict"] == fig.verdict(row)
+
+
+def test_branchings_and_budget():
+    assert fig.branchings(2, 2) == [(2, 2), (2, 1), (1, 1)]
+    assert [fig.nodes(b) for b in [(4, 1, 1, 1), (2, 2, 1), (1, 1)]] == [16, 10, 2]
+    assert fig.bracket_width(4, 4, fig.FULL) == 2 and fig.bracket_width(2, 4, fig.FULL) == 3
+    assert fig.verdict({"best_minus_upper": 0.1, "best_minus_upper_ci": 0.05, "best_minus_lower": 0.2,
+                        "best_minus_lower_ci": 0.05}) == "static"
+    assert fig.verdict({"best_minus_upper": -0.3, "best_minus_upper_ci": 0.05, "best_minus_lower": -0.2,
+                        "best_minus_lower_ci": 0.05}) == "iid"
+    assert fig.verdict({"best_minus_upper": -0.3, "best_minus_upper_ci": 0.05, "best_minus_lower": 0.1,
+                        "best_minus_lower_ci": 0.05}) == "open"
