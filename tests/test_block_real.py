@@ -158,3 +158,63 @@ def test_resume_and_bad_input(stored, tmp_path):
     with pytest.raises(ob.InvalidInputError, match="vocab_size"):
         merged_bound_bracket(lambda p: [1.0], lambda p: [1.0], vocab_size=1, num_drafts=1, block_len=1,
                              kind="causal")
+
+
+def _greedy_law_tokens(draft, k, length, v):
+    """The greedy block law in token ids on the live draft, written out independently."""
+    from otbound.token.draft_laws import top_tokens
+
+    root = draft(())
+    order = top_tokens(root, v)
+    fixed = []
+    for j in range(k - 1):
+        row = (int(order[j]),)
+        while len(row) < length:
+            row += (int(top_tokens(draft(row), 1)[0]),)
+        fixed.append(row)
+    rest = np.ones(v, dtype=bool)
+    rest[order[: k - 1]] = False
+    first = np.where(rest, root, 0.0) / root[rest].sum()
+    law = []
+    for block in np.ndindex(*(v,) * length):
+        pr = first[block[0]] * np.prod([draft(block[:i])[block[i]] for i in range(1, length)])
+        if pr > 0:
+            law.append((float(pr), fixed + [block]))
+    return law
+
+
+def test_greedy_bracket_is_exact_when_nothing_is_merged(stored):
+    from otbound.block.law_bounds import tuple_law_bounds
+
+    pair, _, records = stored
+    for rec in records[:2]:
+        target, draft = lm_block_models(pair, rec.prefix, rec.temperature)
+        for k, length in [(1, 2), (2, 2), (3, 2), (2, 3)]:
+            exact = tuple_law_bounds(target, draft, _greedy_law_tokens(draft, k, length, V), vocab_size=V,
+                                     block_len=length).causal
+            b = rec.greedy_bracket(k, length)
+            assert abs(b.lower - exact) < FORWARD_ATOL and abs(b.upper - exact) < FORWARD_ATOL, (k, length)
+            if k == 1:  # one random block: the i.i.d. law of K = 1
+                assert abs(b.lower - rec.iid_bracket(1, length).lower) < LP_ATOL
+
+
+def test_greedy_bracket_contains_the_exact_value_and_refuses_an_undefined_law(stored):
+    from otbound.block.law_bounds import tuple_law_bounds
+
+    pair, _, records = stored
+    gaps = []
+    for rec in records:
+        target, draft = lm_block_models(pair, rec.prefix, rec.temperature)
+        exact = tuple_law_bounds(target, draft, _greedy_law_tokens(draft, 2, 2, V), vocab_size=V,
+                                 block_len=2).causal
+        b = rec.greedy_bracket(2, 2, width=2)
+        assert b.lower - FORWARD_ATOL <= exact <= b.upper + FORWARD_ATOL
+        gaps.append(b.upper - b.lower)
+    assert max(gaps) > 1e-3
+    rec = records[0]
+    with pytest.raises(ob.InvalidInputError, match="width above K − 1"):
+        rec.greedy_bracket(3, 2, width=2)
+    top1 = rec.settings.index(next(s for s in rec.settings if s[1].top_k == 3))  # the truncated variant
+    survivors = int(np.count_nonzero(rec.draft[top1, 0, :-1] > 0))
+    with pytest.raises(ob.InvalidInputError, match="fewer than K tokens survive"):
+        rec.greedy_bracket(survivors + 1, 2, variant=top1)

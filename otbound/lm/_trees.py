@@ -55,6 +55,7 @@ import numpy as np
 from otbound._io import progress_bar, safe_name
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.block import StaticTreeBound, merged_bound_bracket
+from otbound.block.law_bounds import merged_tuple_law_bracket
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, prefix_cache
 from otbound.lm._traces import TRACE_FORMAT, _check_config, _files, load_traces, record_settings, settings_dir
@@ -274,6 +275,63 @@ class DraftTreeRecord:
         target, draft = self.merged_models(length, variant=variant, width=w)
         return merged_bound_bracket(target, draft, vocab_size=w + 1, num_drafts=num_drafts, block_len=length,
                                     kind=kind)
+
+    def greedy_law(self, num_drafts: int, block_len: int, *, variant: int = 0, width: int | None = None) -> list:
+        """The greedy block law on the merged models (symbols = child ranks, ⊥ = ``width``): rows
+        ``j = 0..K−2`` the deterministic greedy chains (first token of draft rank j, then the draft's
+        argmax at every depth), row K one block whose first token is drawn from ``q`` without those
+        K − 1 tokens (renormalised) and whose later tokens are drawn from ``q`` — Hu et al.'s greedy
+        law (2502.18779) at the first token, continued as a block. As ``(prob, rows)`` pairs.
+
+        Raises
+        ------
+        otbound.InvalidInputError
+            When ``K − 1 ≥ width`` (the random row needs a kept token of its own) or the draft has no
+            mass outside its K − 1 most probable tokens (a truncated law with fewer than K survivors).
+        """
+        k = check_positive_int(num_drafts, "num_drafts")
+        w, length = self._check_shape(width, block_len)
+        if k - 1 >= w:
+            raise InvalidInputError(f"the greedy law of K = {k} needs a width above K − 1, got {w}")
+        s = self._variant(variant)
+        _, draft = self.merged_models(length, variant=s, width=w)
+        root = draft(())
+        mass = float(root[k - 1:].sum())
+        if mass <= 0:
+            raise InvalidInputError(
+                f"the greedy law of K = {k} needs draft mass outside the draft's {k - 1} most probable tokens; "
+                f"this position's draft law has none (fewer than K tokens survive its settings)")
+        fixed = [(j,) + (0,) * (length - 1) for j in range(k - 1)]
+        blocks = [((x,), float(root[x]) / mass) for x in range(k - 1, w + 1) if root[x] > 0]
+        for _ in range(length - 1):
+            nxt = []
+            for pre, pr in blocks:
+                if w in pre:
+                    nxt.append((pre + (w,), pr))
+                    continue
+                law = draft(pre)
+                nxt += [(pre + (y,), pr * float(law[y])) for y in range(w + 1) if law[y] > 0]
+            blocks = nxt
+        return [(pr, fixed + [pre]) for pre, pr in blocks]
+
+    def greedy_bracket(self, num_drafts: int, block_len: int, *, variant: int = 0, width: int | None = None):
+        """``lower ≤ U_causal ≤ upper`` of the greedy block law (:meth:`greedy_law`;
+        :func:`otbound.block.law_bounds.merged_tuple_law_bracket`), ``lower`` attained by a lossless
+        verifier of the real models.
+
+        Returns
+        -------
+        otbound.block.BlockBracket
+
+        Raises
+        ------
+        otbound.InvalidInputError
+            As :meth:`greedy_law`.
+        """
+        w, length = self._check_shape(width, block_len)
+        target, draft = self.merged_models(length, variant=variant, width=w)
+        law = self.greedy_law(num_drafts, length, variant=variant, width=w)
+        return merged_tuple_law_bracket(target, draft, law, vocab_size=w + 1, block_len=length)
 
 
 def _variant_settings(sp: SamplingParams, sq: SamplingParams, variants) -> list:
