@@ -22,11 +22,16 @@ variant, block length L ∈ {2, 3, 4} and K ∈ {1, …, 4}:
   build, static − upper > 0 that it beats all of them; static − lower < 0 that some lossless i.i.d.
   verifier beats the static tree.
 
-Paired differences per (dataset, T, variant, L, K) with 95% cluster-robust intervals, prompts as
-clusters (:func:`otbound.report.cluster_mean_ci`). Block-level drafts without replacement and the
-greedy law are not measured: the merged tree does not determine a without-replacement law's image
-(two unkept tokens drawn together), and the greedy law's draft tuples (``V'^{L−1}`` continuations
-per deterministic row) are beyond the tuple LP at K ≥ 3, L = 4.
+* **greedy** (K ≥ 2, ``K·L`` drafted tokens): K − 1 deterministic greedy chains (first token of draft
+  rank j < K − 1, then the draft's argmax) and one block whose first token is drawn from q without
+  them (Hu et al. 2502.18779's greedy law at the first token) and continued from q
+  (:meth:`otbound.lm.DraftTreeRecord.greedy_bracket`, all 4 children kept); undefined, and left out
+  of the cell, at positions where fewer than K draft tokens survive the settings.
+
+Paired differences per (dataset, T, variant, L, K, law) with 95% cluster-robust intervals, prompts as
+clusters (:func:`otbound.report.cluster_mean_ci`). Block-level drafts without replacement are not
+measured: the merged tree does not determine the image of a without-replacement law (the chance
+that two unkept tokens are drawn together depends on how the rest mass is spread).
 
 Usage::
 
@@ -85,21 +90,33 @@ def bracket_width(k: int, length: int, params) -> int:
 
 
 def position_values(rec, params) -> dict:
-    """Every number of one position: static-tree values per branching, i.i.d. brackets per (L, K)."""
+    """Every number of one position: static-tree values per branching, the i.i.d. and greedy brackets
+    per (L, K) (greedy: None where the law is undefined, fewer than K draft tokens surviving)."""
+    from otbound import InvalidInputError
+
     out = {"prompt_id": rec.prompt_id, "dataset": rec.dataset, "temperature": rec.temperature,
            "position": rec.position, "variants": []}
     for s in range(rec.num_variants):
         static = {str(list(b)): rec.static_tree(b, variant=s).value
                   for length in params["block_lens"] for b in branchings(params["width"], length)}
-        iid = {}
+        laws = {"iid": {}, "greedy": {}}
         for length in params["block_lens"]:
             for k in params["num_drafts"]:
                 b = rec.iid_bracket(k, length, variant=s, width=bracket_width(k, length, params))
-                iid[f"L{length}K{k}"] = {"lower": b.lower, "upper": b.upper, "width": b.top_m,
-                                         "target_mass_out": b.truncated_target_mass,
-                                         "draft_mass_out": b.truncated_draft_mass}
-        out["variants"].append({"static": static, "iid": iid})
+                laws["iid"][f"L{length}K{k}"] = _bracket_dict(b)
+                if k >= 2:  # K = 1: one random block, the i.i.d. law
+                    try:
+                        g = rec.greedy_bracket(k, length, variant=s, width=params["width"])
+                    except InvalidInputError:
+                        g = None
+                    laws["greedy"][f"L{length}K{k}"] = None if g is None else _bracket_dict(g)
+        out["variants"].append({"static": static, **laws})
     return out
+
+
+def _bracket_dict(b) -> dict:
+    return {"lower": b.lower, "upper": b.upper, "width": b.top_m, "target_mass_out": b.truncated_target_mass,
+            "draft_mass_out": b.truncated_draft_mass}
 
 
 def _quick_traces(folder: Path) -> Path:
@@ -168,70 +185,78 @@ def _default_trees() -> Path:
     return cache_root() / "runs" / NAME / "trees"
 
 
+LAWS = ("iid", "greedy")
+
+
 def aggregate(positions, params) -> list[dict]:
-    """One row per (dataset, T, variant, L, K): the static trees and the i.i.d. bracket with 95%
-    cluster-robust intervals, and the paired differences static − lower / static − upper."""
+    """One row per (dataset, T, variant, L, K, sampled law): the static trees and the law's bracket
+    with 95% cluster-robust intervals, and the paired differences static − lower / static − upper
+    (on the positions where the law is defined)."""
     from otbound.report import cluster_mean_ci
 
     rows = []
-    cells = sorted({(p["dataset"], p["temperature"]) for p in positions})
-    for ds, t in cells:
+    for ds, t in sorted({(p["dataset"], p["temperature"]) for p in positions}):
         sel = [p for p in positions if p["dataset"] == ds and p["temperature"] == t]
-        clusters = [p["prompt_id"] for p in sel]
         for s, variant in enumerate(params["variants"]):
             for length in params["block_lens"]:
                 for k in params["num_drafts"]:
-                    budget = k * length
-                    key = f"L{length}K{k}"
-                    lower = np.array([p["variants"][s]["iid"][key]["lower"] for p in sel])
-                    upper = np.array([p["variants"][s]["iid"][key]["upper"] for p in sel])
+                    budget, key = k * length, f"L{length}K{k}"
                     fits = [b for b in branchings(params["width"], length) if nodes(b) <= budget]
                     chains = (k,) + (1,) * (length - 1)
                     means = {b: np.mean([p["variants"][s]["static"][str(list(b))] for p in sel]) for b in fits}
                     best = max(fits, key=lambda b: (means[b], -nodes(b)))
-                    row = {"dataset": ds, "temperature": t, "variant": variant_label(variant), "block_len": length,
-                           "num_drafts": k, "budget": budget, "positions": len(sel), "prompts": len(set(clusters)),
-                           "best_branching": list(best), "best_nodes": nodes(best), "chains_branching": list(chains),
-                           "bracket_width": bracket_width(k, length, params)}
-                    for name, vals in (("static_best", [p["variants"][s]["static"][str(list(best))] for p in sel]),
-                                       ("static_chains", [p["variants"][s]["static"][str(list(chains))] for p in sel]),
-                                       ("iid_lower", lower), ("iid_upper", upper)):
-                        row[name], row[name + "_ci"] = cluster_mean_ci(np.asarray(vals), clusters)
-                    best_vals = np.array([p["variants"][s]["static"][str(list(best))] for p in sel])
-                    chain_vals = np.array([p["variants"][s]["static"][str(list(chains))] for p in sel])
-                    for name, diff in (("best_minus_lower", best_vals - lower), ("best_minus_upper", best_vals - upper),
-                                       ("chains_minus_lower", chain_vals - lower),
-                                       ("chains_minus_upper", chain_vals - upper)):
-                        row[name], row[name + "_ci"] = cluster_mean_ci(diff, clusters)
-                    row["verdict"] = verdict(row)
-                    rows.append(row)
+                    for law in LAWS:
+                        use = [p for p in sel if p["variants"][s][law].get(key) is not None]
+                        if not use:
+                            continue
+                        clusters = [p["prompt_id"] for p in use]
+                        vals = {
+                            "static_best": np.array([p["variants"][s]["static"][str(list(best))] for p in use]),
+                            "static_chains": np.array([p["variants"][s]["static"][str(list(chains))] for p in use]),
+                            "lower": np.array([p["variants"][s][law][key]["lower"] for p in use]),
+                            "upper": np.array([p["variants"][s][law][key]["upper"] for p in use]),
+                        }
+                        vals.update(best_minus_lower=vals["static_best"] - vals["lower"],
+                                    best_minus_upper=vals["static_best"] - vals["upper"],
+                                    chains_minus_lower=vals["static_chains"] - vals["lower"],
+                                    chains_minus_upper=vals["static_chains"] - vals["upper"])
+                        row = {"dataset": ds, "temperature": t, "variant": variant_label(variant), "block_len": length,
+                               "num_drafts": k, "budget": budget, "law": law, "positions": len(use),
+                               "positions_in_cell": len(sel), "prompts": len(set(clusters)),
+                               "best_branching": list(best), "best_nodes": nodes(best),
+                               "chains_branching": list(chains),
+                               "bracket_width": use[0]["variants"][s][law][key]["width"]}
+                        for name, v in vals.items():
+                            row[name], row[name + "_ci"] = cluster_mean_ci(v, clusters)
+                        row["verdict"] = verdict(row)
+                        rows.append(row)
     return rows
 
 
 def verdict(row) -> str:
-    """Who wins the cell at 95%: static (above every i.i.d. verifier), i.i.d. (a lossless i.i.d.
-    verifier above the static tree), or open (the bracket straddles the static value)."""
+    """Who wins the cell at 95%: static (above every verifier of the sampled law), the sampled law
+    (a lossless verifier of it above the static tree), or open (the bracket straddles the static value)."""
     if row["best_minus_upper"] - row["best_minus_upper_ci"] > 0:
         return "static"
     if row["best_minus_lower"] + row["best_minus_lower_ci"] < 0:
-        return "iid"
+        return row.get("law", "iid")
     return "open"
 
 
 def tables(results) -> str:
     res = results["results"]
     lines = [
-        f"# Static trees vs K i.i.d. blocks at the same node budget ({res['source']})",
+        f"# Static trees vs K sampled blocks at the same node budget ({res['source']})",
         "",
         "E[τ] (accepted draft tokens, bonus excluded), mean ± 95% half width, prompts as clusters. "
         "static: the best non-increasing branching with ≤ K·L nodes (named, node count); chains: (K, 1, …, 1). "
-        "i.i.d.: K blocks, U_causal ∈ [lower, upper] (lower attained by a lossless verifier). "
-        "Paired differences static − lower and static − upper on the same positions. "
-        "verdict: static / iid / open at 95%.",
+        "Sampled law (iid: K i.i.d. blocks; greedy: K − 1 greedy chains + 1 block): U_causal ∈ [lower, upper], "
+        "lower attained by a lossless verifier; positions: where the law is defined / in the cell. "
+        "Paired differences on the same positions; verdict at 95%.",
         "",
-        "| dataset | T | settings | L | K | budget | static (branching, nodes) | chains | i.i.d. lower | i.i.d. upper "
-        "| static − lower | static − upper | chains − lower | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | T | settings | L | K | budget | static (branching, nodes) | chains | law | positions | lower "
+        "| upper | static − lower | static − upper | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         def f(name, r=r):
@@ -243,8 +268,8 @@ def tables(results) -> str:
         lines.append(
             f"| {r['dataset']} | {r['temperature']:g} | {r['variant']} | {r['block_len']} | {r['num_drafts']} | "
             f"{r['budget']} | {f('static_best')} ({tuple(r['best_branching'])}, {r['best_nodes']}) | "
-            f"{f('static_chains')} | {f('iid_lower')} | {f('iid_upper')} | {d('best_minus_lower')} | "
-            f"{d('best_minus_upper')} | {d('chains_minus_lower')} | {r['verdict']} |")
+            f"{f('static_chains')} | {r['law']} | {r['positions']}/{r['positions_in_cell']} | {f('lower')} | "
+            f"{f('upper')} | {d('best_minus_lower')} | {d('best_minus_upper')} | {r['verdict']} |")
     return "\n".join(lines)
 
 
@@ -252,7 +277,7 @@ def draw(results, out, formats) -> list:
     from otbound.report import plots
 
     res, params = results["results"], results["params"]
-    rows = res["rows"]
+    rows = [r for r in res["rows"] if r["law"] == "iid"]
     variants = [variant_label(v) for v in params["variants"]]
     lens = params["block_lens"]
     fig, axes = plots.figure(nrows=len(variants), ncols=len(lens), height=2.6)
@@ -265,10 +290,10 @@ def draw(results, out, formats) -> list:
                 sel = sorted((r for r in rows if r["variant"] == var and r["block_len"] == length
                               and r["dataset"] == ds and r["temperature"] == t), key=lambda r: r["num_drafts"])
                 ks = [r["num_drafts"] for r in sel]
-                ax.plot(ks, [r["static_best"] for r in sel], color=c, marker="o", label=f"{ds} T={t:g}: static")
-                ax.fill_between(ks, [r["iid_lower"] for r in sel], [r["iid_upper"] for r in sel], color=c,
-                                alpha=0.25, label=f"{ds} T={t:g}: K i.i.d. [lower, upper]")
-                ax.plot(ks, [r["iid_lower"] for r in sel], color=c, linestyle="--")
+                ax.plot(ks, [r["static_best"] for r in sel], color=c, marker="o", label=f"{ds} T={t:g}: static tree")
+                ax.fill_between(ks, [r["lower"] for r in sel], [r["upper"] for r in sel], color=c,
+                                alpha=0.25, label=f"{ds} T={t:g}: K i.i.d. blocks, [lower, upper]")
+                ax.plot(ks, [r["lower"] for r in sel], color=c, linestyle="--")
             ax.set_title(f"L = {length}, {var}", fontsize=8)
             ax.set_xlabel("K (budget K·L nodes)")
             ax.set_ylabel("E[τ]")

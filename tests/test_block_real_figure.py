@@ -30,7 +30,9 @@ def test_files_and_configuration(quick):
     res = stored["results"]
     assert set(res["tree_files"]) and all(v for v in res["tree_files"].values())  # tensor checksums per file
     assert res["variant_settings"][1][0]["top_p"] == 0.8 and res["variant_settings"][1][1]["top_k"] == 20
-    assert len(res["rows"]) == 4 * 2 * len(fig.QUICK["block_lens"]) * len(fig.QUICK["num_drafts"])
+    cells = 4 * 2 * len(fig.QUICK["block_lens"])
+    assert len([r for r in res["rows"] if r["law"] == "iid"]) == cells * len(fig.QUICK["num_drafts"])
+    assert 0 < len([r for r in res["rows"] if r["law"] == "greedy"]) <= cells * (len(fig.QUICK["num_drafts"]) - 1)
     assert (out / "fig_block_real.md").read_text().count("\n| quick-") == len(res["rows"])
 
 
@@ -39,10 +41,15 @@ def test_numbers(quick):
     params = stored["params"]
     for pos in stored["results"]["positions"]:
         for var in pos["variants"]:
-            for key, b in var["iid"].items():
-                length, k = int(key[1]), int(key[3])
-                assert -LP_ATOL <= b["lower"] <= b["upper"] + LP_ATOL <= length + 2 * LP_ATOL
-                assert b["width"] == fig.bracket_width(k, length, params)
+            for law in fig.LAWS:
+                for key, b in var[law].items():
+                    if b is None:  # greedy, undefined at this position
+                        assert law == "greedy"
+                        continue
+                    length, k = int(key[1]), int(key[3])
+                    assert -LP_ATOL <= b["lower"] <= b["upper"] + LP_ATOL <= length + 2 * LP_ATOL
+                    want = fig.bracket_width(k, length, params) if law == "iid" else params["width"]
+                    assert b["width"] == want
             for length in params["block_lens"]:
                 values = {b: var["static"][str(list(b))] for b in fig.branchings(params["width"], length)}
                 for b, v in values.items():
@@ -53,8 +60,8 @@ def test_numbers(quick):
     for row in stored["results"]["rows"]:
         assert row["best_nodes"] <= row["budget"] and fig.nodes(row["chains_branching"]) == row["budget"]
         assert row["static_best"] >= row["static_chains"] - 1e-12
-        assert row["iid_lower"] <= row["iid_upper"] + LP_ATOL
-        np.testing.assert_allclose(row["best_minus_lower"], row["static_best"] - row["iid_lower"], atol=1e-12)
+        assert row["lower"] <= row["upper"] + LP_ATOL and 0 < row["positions"] <= row["positions_in_cell"]
+        np.testing.assert_allclose(row["best_minus_lower"], row["static_best"] - row["lower"], atol=1e-12)
         assert row["verdict"] == fig.verdict(row)
 
 
@@ -65,6 +72,6 @@ def test_branchings_and_budget():
     assert fig.verdict({"best_minus_upper": 0.1, "best_minus_upper_ci": 0.05, "best_minus_lower": 0.2,
                         "best_minus_lower_ci": 0.05}) == "static"
     assert fig.verdict({"best_minus_upper": -0.3, "best_minus_upper_ci": 0.05, "best_minus_lower": -0.2,
-                        "best_minus_lower_ci": 0.05}) == "iid"
+                        "best_minus_lower_ci": 0.05, "law": "greedy"}) == "greedy"
     assert fig.verdict({"best_minus_upper": -0.3, "best_minus_upper_ci": 0.05, "best_minus_lower": 0.1,
                         "best_minus_lower_ci": 0.05}) == "open"
