@@ -36,8 +36,10 @@ that two unkept tokens are drawn together depends on how the rest mass is spread
 Usage::
 
     python experiments/fig_block_real.py                       # table + figure from the stored result
-    flock /tmp/otbound-real.lock nice python experiments/fig_block_real.py --recompute \\
-        --traces RUN/traces [--trees DIR]                      # collect (models) and measure, then store
+    flock /tmp/otbound-real.lock python experiments/fig_block_real.py --collect-only \\
+        --traces RUN/traces [--trees DIR]                      # collect the trees (loads the models)
+    python experiments/fig_block_real.py --recompute --traces RUN/traces [--trees DIR]
+                                                               # measure them (no models), then store
 
 ``--traces``: the trace folder of ``python -m otbound.compare`` (its defaults: 20 + 20 prompts, 32
 tokens, T 0.7 / 1.0, seed 0). ``--quick``: the same pipeline on the tiny random pair (traces of four
@@ -130,8 +132,9 @@ def _quick_traces(folder: Path) -> Path:
     return folder
 
 
-def compute(args, params, cp) -> dict:
-    from otbound.lm import collect_draft_trees, load_draft_trees, load_pair, tiny_pair
+def collect(args, params) -> tuple:
+    """``(tree folder, tree files)``: the draft trees of the traces, collected where missing."""
+    from otbound.lm import collect_draft_trees, load_pair, tiny_pair
 
     if args.quick:
         traces = _quick_traces(_common.results_dir(args) / f"{NAME}-traces")
@@ -140,8 +143,9 @@ def compute(args, params, cp) -> dict:
     else:
         if not args.traces:
             raise _common.MissingResultsError(
-                f"no stored {NAME}.json for these parameters; run with --recompute --traces RUN/traces (the trace "
-                "folder of python -m otbound.compare) under the real-model lock")
+                f"no stored {NAME}.json for these parameters; collect the trees with --collect-only "
+                "--traces RUN/traces (the trace folder of python -m otbound.compare; loads the models) and "
+                "measure them with --recompute --traces RUN/traces")
         traces = Path(args.traces)
 
         def pair():
@@ -151,6 +155,13 @@ def compute(args, params, cp) -> dict:
     files = collect_draft_trees(pair, traces, trees, width=params["width"], depth=params["depth"],
                                 positions_per_trace=params["positions_per_trace"], seed=params["seed"],
                                 variants=params["variants"], progress=not args.quick)
+    return trees, files
+
+
+def compute(args, params, cp) -> dict:
+    from otbound.lm import load_draft_trees
+
+    trees, files = collect(args, params)
     positions, checksums = [], {}
     for i, f in enumerate(files):
         key = f.relative_to(trees).as_posix()
@@ -314,8 +325,14 @@ def main(argv=None) -> list:
     ap = _common.parser(__doc__.splitlines()[0])
     ap.add_argument("--trees", default=None, help="draft-tree folder (default: <otbound cache>/runs/fig_block_real/"
                                                   "trees; quick: next to the results)")
+    ap.add_argument("--collect-only", action="store_true",
+                    help="collect the draft trees (loads the models: run it under the real-model lock) and stop")
     args = ap.parse_args(argv)
     params = params_for(args)
+    if args.collect_only:
+        files = collect(args, params)[1]
+        _common.log(f"{len(files)} draft-tree files ready")
+        return files
     results = _common.load_or_compute(args, NAME, params, lambda p, cp: compute(args, p, cp))
     return _common.finish(NAME, results, args, draw, tables)
 
