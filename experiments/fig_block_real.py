@@ -1,32 +1,31 @@
-"""Deterministic drafting against sampled blocks at block level on the real pair: a static top-k tree
-against K i.i.d. draft blocks of length L at the same node budget, on truncated real draft trees.
+"""Deterministic drafting against sampled blocks at block level on the real pair: static top-k trees
+against K sampled draft blocks of length L at the same node budget, on truncated real draft trees.
 
-At sampled positions of stored traces (two per trace, :func:`otbound.lm.collect_draft_trees`) the
-draft's top-4 tree of depth 4 is collected with both models' laws merged per node (the 4 children
-by draft rank and the rest), at the traces' own settings and at the same temperature with top-p 0.8
-/ top-k 20 for both models (the positions stay those the untruncated target sampled). Per position,
-variant, block length L ∈ {2, 3, 4} and K ∈ {1, …, 4}:
+At one sampled position of every stored T = 1 trace (:func:`otbound.lm.collect_draft_trees`) the
+draft's top-3 tree of depth 4 is collected with both models' laws merged per node (the 3 children
+by draft rank and the rest), under four setting variants for both models: T = 1 and T = 0.7, each
+plain and with top-p 0.8 / top-k 20 (the positions stay those the untruncated T = 1 target sampled;
+the models run once per position, the variants only change the laws). Per position, variant, block
+length L ∈ {2, 3, 4} and K ∈ {1, …, 4}:
 
 * **static tree** (deterministic drafting, EAGLE/Medusa/SGLang): for every non-increasing branching
-  ``b_1 ≥ … ≥ b_L`` (entries ≤ 4), the exact bound ``U_static = Σ_{w ∈ T} p(w)``, attained by
+  ``b_1 ≥ … ≥ b_L`` (entries ≤ the stored width), the exact bound ``U_static = Σ_{w ∈ T} p(w)``, attained by
   traversal verification (``BLOCK_VERIFIERS["static_tree"]``); per cell the branching with the
   highest mean among those of at most ``K·L`` nodes (the nearest node count not above the budget;
   chosen in-sample, the row names it) and the fixed ``(K, 1, …, 1)`` tree (K greedy chains, exactly
-  ``K·L`` nodes);
+  ``K·L`` nodes; where K exceeds the width, the row repeats the best tree);
 * **K i.i.d. blocks** (``K·L`` drafted tokens): the certified bracket ``lower ≤ U_causal ≤ upper``
   from the merged tree (:meth:`otbound.lm.DraftTreeRecord.iid_bracket`; the first ``w`` children
   per node kept, ``w`` the largest ≤ 3 whose split LP has ≤ 70,000 variables: 3, or 2 at L = 4,
   K ≥ 3). ``U_causal`` is the best lossless verifier's ``E[τ]`` for K i.i.d. blocks and ``lower`` is
-  attained by one (the lifted plan never accepts through the merged cell), so static − lower > 0
-  with a significant interval means the static tree beats every verifier of K i.i.d. blocks we can
-  build, static − upper > 0 that it beats all of them; static − lower < 0 that some lossless i.i.d.
-  verifier beats the static tree.
-
+  attained by one (the lifted plan never accepts through the merged cell): static − upper > 0 with
+  a significant interval means the static tree beats every lossless verifier of K i.i.d. blocks,
+  static − lower < 0 that one of them (the lifted plan) beats the static tree; otherwise open;
 * **greedy** (K ≥ 2, ``K·L`` drafted tokens): K − 1 deterministic greedy chains (first token of draft
   rank j < K − 1, then the draft's argmax) and one block whose first token is drawn from q without
   them (Hu et al. 2502.18779's greedy law at the first token) and continued from q
-  (:meth:`otbound.lm.DraftTreeRecord.greedy_bracket`, all 4 children kept); undefined, and left out
-  of the cell, at positions where fewer than K draft tokens survive the settings.
+  (:meth:`otbound.lm.DraftTreeRecord.greedy_bracket`, all 3 children kept, so K ≤ 3); undefined, and
+  left out of the cell, at positions where fewer than K draft tokens survive the settings.
 
 Paired differences per (dataset, T, variant, L, K, law) with 95% cluster-robust intervals, prompts as
 clusters (:func:`otbound.report.cluster_mean_ci`). Block-level drafts without replacement are not
@@ -41,8 +40,8 @@ Usage::
     python experiments/fig_block_real.py --recompute --traces RUN/traces [--trees DIR]
                                                                # measure them (no models), then store
 
-``--traces``: the trace folder of ``python -m otbound.compare`` (its defaults: 20 + 20 prompts, 32
-tokens, T 0.7 / 1.0, seed 0). ``--quick``: the same pipeline on the tiny random pair (traces of four
+``--traces``: a folder holding the T = 1 traces of ``python -m otbound.compare`` (its defaults: 20
++ 20 prompts, 32 tokens, seed 0). ``--quick``: the same pipeline on the tiny random pair (traces of four
 random prompts collected next to the results), width 3, depth 3, L ∈ {2, 3}, K ∈ {1, 2}; for the tests.
 """
 
@@ -57,11 +56,13 @@ import numpy as np
 
 NAME = "fig_block_real"
 TRUNCATED = {"top_p": 0.8, "top_k": 20}
-FULL = dict(pair=_common.REAL_PAIR, traces="python -m otbound.compare (defaults: humaneval + mtbench, 20 + 20 prompts, "
-            "32 new tokens, T 0.7 / 1.0, seed 0, model dtype auto)", width=4, depth=4, positions_per_trace=2, seed=0,
-            variants=[{}, TRUNCATED], block_lens=[2, 3, 4], num_drafts=[1, 2, 3, 4], bracket_max_width=3,
-            bracket_max_split_variables=70_000, model_dtype="trace")
-QUICK = dict(FULL, pair="tiny(V=12)", traces="tiny pair, 4 random prompts, 6 new tokens, T 0.7 / 1.0", width=3,
+#: the variants measured on every tree: the T = 1 traces' own settings, truncated, and both at T = 0.7
+VARIANTS = [{}, TRUNCATED, {"temperature": 0.7}, {"temperature": 0.7, **TRUNCATED}]
+FULL = dict(pair=_common.REAL_PAIR, traces="the T = 1 traces of python -m otbound.compare (defaults: humaneval + "
+            "mtbench, 20 + 20 prompts, 32 new tokens, seed 0, model dtype auto)", width=3, depth=4,
+            positions_per_trace=1, seed=0, variants=VARIANTS, block_lens=[2, 3, 4], num_drafts=[1, 2, 3, 4],
+            bracket_max_width=3, bracket_max_split_variables=70_000, model_dtype="trace")
+QUICK = dict(FULL, pair="tiny(V=12)", traces="tiny pair, 4 random prompts, 6 new tokens, T = 1", width=3,
              depth=3, block_lens=[2, 3], num_drafts=[1, 2], positions_per_trace=1)
 
 
@@ -128,7 +129,7 @@ def _quick_traces(folder: Path) -> Path:
     prompts = [Prompt(f"{ds}/{i}", ds, "", tuple(ids))
                for ds in ("quick-humaneval", "quick-mtbench")
                for i, ids in enumerate(tiny_prompts(pair, 2, seed=len(ds)))]
-    collect_traces(pair, prompts, folder, temperatures=[0.7, 1.0], max_new_tokens=6, progress=False)
+    collect_traces(pair, prompts, folder, temperatures=[1.0], max_new_tokens=6, progress=False)
     return folder
 
 
@@ -206,14 +207,17 @@ def aggregate(positions, params) -> list[dict]:
     from otbound.report import cluster_mean_ci
 
     rows = []
-    for ds, t in sorted({(p["dataset"], p["temperature"]) for p in positions}):
-        sel = [p for p in positions if p["dataset"] == ds and p["temperature"] == t]
+    for ds, trace_t in sorted({(p["dataset"], p["temperature"]) for p in positions}):
+        sel = [p for p in positions if p["dataset"] == ds and p["temperature"] == trace_t]
         for s, variant in enumerate(params["variants"]):
+            t = float(variant.get("temperature", trace_t))
+            label = variant_label({f: x for f, x in variant.items() if f != "temperature"})
             for length in params["block_lens"]:
                 for k in params["num_drafts"]:
                     budget, key = k * length, f"L{length}K{k}"
                     fits = [b for b in branchings(params["width"], length) if nodes(b) <= budget]
-                    chains = (k,) + (1,) * (length - 1)
+                    # K greedy chains need K children at the root; wider than the stored tree: the best in it
+                    chains = (k,) + (1,) * (length - 1) if k <= params["width"] else None
                     means = {b: np.mean([p["variants"][s]["static"][str(list(b))] for p in sel]) for b in fits}
                     best = max(fits, key=lambda b: (means[b], -nodes(b)))
                     for law in LAWS:
@@ -223,7 +227,8 @@ def aggregate(positions, params) -> list[dict]:
                         clusters = [p["prompt_id"] for p in use]
                         vals = {
                             "static_best": np.array([p["variants"][s]["static"][str(list(best))] for p in use]),
-                            "static_chains": np.array([p["variants"][s]["static"][str(list(chains))] for p in use]),
+                            "static_chains": np.array([p["variants"][s]["static"][str(list(chains or best))]
+                                                       for p in use]),
                             "lower": np.array([p["variants"][s][law][key]["lower"] for p in use]),
                             "upper": np.array([p["variants"][s][law][key]["upper"] for p in use]),
                         }
@@ -231,11 +236,11 @@ def aggregate(positions, params) -> list[dict]:
                                     best_minus_upper=vals["static_best"] - vals["upper"],
                                     chains_minus_lower=vals["static_chains"] - vals["lower"],
                                     chains_minus_upper=vals["static_chains"] - vals["upper"])
-                        row = {"dataset": ds, "temperature": t, "variant": variant_label(variant), "block_len": length,
-                               "num_drafts": k, "budget": budget, "law": law, "positions": len(use),
-                               "positions_in_cell": len(sel), "prompts": len(set(clusters)),
+                        row = {"dataset": ds, "temperature": t, "trace_temperature": trace_t, "variant": label,
+                               "block_len": length, "num_drafts": k, "budget": budget, "law": law,
+                               "positions": len(use), "positions_in_cell": len(sel), "prompts": len(set(clusters)),
                                "best_branching": list(best), "best_nodes": nodes(best),
-                               "chains_branching": list(chains),
+                               "chains_branching": list(chains or best),
                                "bracket_width": use[0]["variants"][s][law][key]["width"]}
                         for name, v in vals.items():
                             row[name], row[name + "_ci"] = cluster_mean_ci(v, clusters)
@@ -289,7 +294,7 @@ def draw(results, out, formats) -> list:
 
     res, params = results["results"], results["params"]
     rows = [r for r in res["rows"] if r["law"] == "iid"]
-    variants = [variant_label(v) for v in params["variants"]]
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
     lens = params["block_lens"]
     fig, axes = plots.figure(nrows=len(variants), ncols=len(lens), height=2.6)
     cells = sorted({(r["dataset"], r["temperature"]) for r in rows})

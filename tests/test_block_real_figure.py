@@ -30,7 +30,11 @@ def test_files_and_configuration(quick):
     res = stored["results"]
     assert set(res["tree_files"]) and all(v for v in res["tree_files"].values())  # tensor checksums per file
     assert res["variant_settings"][1][0]["top_p"] == 0.8 and res["variant_settings"][1][1]["top_k"] == 20
-    cells = 4 * 2 * len(fig.QUICK["block_lens"])
+    assert res["variant_settings"][3][0] == {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "min_p": None,
+                                             "repetition_penalty": None}
+    assert {(r["temperature"], r["variant"]) for r in res["rows"]} == {
+        (1.0, "plain"), (1.0, "top-k 20, top-p 0.8"), (0.7, "plain"), (0.7, "top-k 20, top-p 0.8")}
+    cells = 2 * len(fig.QUICK["variants"]) * len(fig.QUICK["block_lens"])  # datasets × variants × L
     assert len([r for r in res["rows"] if r["law"] == "iid"]) == cells * len(fig.QUICK["num_drafts"])
     assert 0 < len([r for r in res["rows"] if r["law"] == "greedy"]) <= cells * (len(fig.QUICK["num_drafts"]) - 1)
     assert (out / "fig_block_real.md").read_text().count("\n| quick-") == len(res["rows"])
