@@ -47,7 +47,10 @@ random prompts collected next to the results), width 3, depth 3, L ∈ {2, 3}, K
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -55,6 +58,8 @@ import _common
 import numpy as np
 
 NAME = "fig_block_real"
+#: the per-position values, beside the results (gzip JSON; its SHA-256 is in the results)
+POSITIONS_FILE = f"{NAME}.positions.json.gz"
 TRUNCATED = {"top_p": 0.8, "top_k": 20}
 #: the variants measured on every tree: the T = 1 traces' own settings, truncated, and both at T = 0.7
 VARIANTS = [{}, TRUNCATED, {"temperature": 0.7}, {"temperature": 0.7, **TRUNCATED}]
@@ -105,14 +110,22 @@ def position_values(rec, params) -> dict:
         laws = {"iid": {}, "greedy": {}}
         for length in params["block_lens"]:
             for k in params["num_drafts"]:
-                b = rec.iid_bracket(k, length, variant=s, width=bracket_width(k, length, params))
-                laws["iid"][f"L{length}K{k}"] = _bracket_dict(b)
+                key = f"L{length}K{k}"
+                try:
+                    laws["iid"][key] = _bracket_dict(rec.iid_bracket(k, length, variant=s,
+                                                                     width=bracket_width(k, length, params)))
+                except RuntimeError as err:  # HiGHS failed on every fallback: counted, never silent
+                    laws["iid"][key] = None
+                    _common.log(f"{rec.prompt_id} t={rec.position} variant {s} {key} iid: {err}")
                 if k >= 2:  # K = 1: one random block, the i.i.d. law
                     try:
-                        g = rec.greedy_bracket(k, length, variant=s, width=params["width"])
-                    except InvalidInputError:
+                        g = _bracket_dict(rec.greedy_bracket(k, length, variant=s, width=params["width"]))
+                    except InvalidInputError:  # undefined here (fewer than K survivors, or K > width)
                         g = None
-                    laws["greedy"][f"L{length}K{k}"] = None if g is None else _bracket_dict(g)
+                    except RuntimeError as err:
+                        g = None
+                        _common.log(f"{rec.prompt_id} t={rec.position} variant {s} {key} greedy: {err}")
+                    laws["greedy"][key] = g
         out["variants"].append({"static": static, **laws})
     return out
 
@@ -174,9 +187,20 @@ def compute(args, params, cp) -> dict:
         positions += done
         checksums[key] = _tensor_checksums(f)
     settings = next(iter(load_draft_trees(files[0]))).settings
-    return {"source": "synthetic tiny pair" if args.quick else params["pair"], "positions": positions,
-            "tree_files": checksums, "variant_settings": [[a.as_dict(), b.as_dict()] for a, b in settings],
+    side = _common.results_dir(args) / POSITIONS_FILE
+    side.write_bytes(gzip.compress(json.dumps(positions, sort_keys=True).encode(), mtime=0))
+    return {"source": "synthetic tiny pair" if args.quick else params["pair"], "positions_file": POSITIONS_FILE,
+            "positions_sha256": hashlib.sha256(side.read_bytes()).hexdigest(), "tree_files": checksums,
+            "variant_settings": [[a.as_dict(), b.as_dict()] for a, b in settings],
             "rows": aggregate(positions, params)}
+
+
+def load_positions(results, folder) -> list:
+    """The per-position values stored beside the results (gzip JSON), their checksum verified."""
+    data = (Path(folder) / results["results"]["positions_file"]).read_bytes()
+    if hashlib.sha256(data).hexdigest() != results["results"]["positions_sha256"]:
+        raise ValueError(f"{results['results']['positions_file']}: checksum mismatch")
+    return json.loads(gzip.decompress(data))
 
 
 def _tensor_checksums(path) -> dict:

@@ -41,9 +41,11 @@ def test_files_and_configuration(quick):
 
 
 def test_numbers(quick):
-    _, _, stored = quick
+    out, _, stored = quick
     params = stored["params"]
-    for pos in stored["results"]["positions"]:
+    positions = fig.load_positions(stored, out)
+    assert len(positions) == 4
+    for pos in positions:
         for var in pos["variants"]:
             for law in fig.LAWS:
                 for key, b in var[law].items():
