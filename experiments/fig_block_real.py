@@ -97,11 +97,41 @@ def bracket_width(k: int, length: int, params) -> int:
     return 1
 
 
-def position_values(rec, params) -> dict:
-    """Every number of one position: static-tree values per branching, the i.i.d. and greedy brackets
-    per (L, K) (greedy: None where the law is undefined, fewer than K draft tokens surviving)."""
+#: wall-clock limit of one bracket (two LPs): HiGHS can stall on the near-deterministic laws of code
+#: prompts (path probabilities ~1e-12 beside ~1); a bracket over the limit is recorded as missing
+#: (None) and counted, never replaced by a number
+LP_TIME_LIMIT_S = 10.0
+
+
+def _limited(fn, *args, seconds: float = LP_TIME_LIMIT_S):
+    """``(fn(*args), None)`` computed in a forked child, or ``(None, why)`` when it raises
+    ``RuntimeError`` / ``InvalidInputError`` or runs past ``seconds`` (the child is then killed)."""
+    import multiprocessing
+
     from otbound import InvalidInputError
 
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            send.send((fn(*args), None))
+        except (RuntimeError, InvalidInputError) as err:
+            send.send((None, f"{type(err).__name__}: {err}"))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    got = recv.recv() if recv.poll(seconds) else (None, f"over the {seconds:g} s limit")
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    return got
+
+
+def position_values(rec, params) -> dict:
+    """Every number of one position: static-tree values per branching, the i.i.d. and greedy brackets
+    per (L, K) (None where the law is undefined — fewer than K draft tokens surviving, K above the
+    width — or the bracket's LPs failed or ran past :data:`LP_TIME_LIMIT_S`)."""
     out = {"prompt_id": rec.prompt_id, "dataset": rec.dataset, "temperature": rec.temperature,
            "position": rec.position, "variants": []}
     for s in range(rec.num_variants):
@@ -111,23 +141,26 @@ def position_values(rec, params) -> dict:
         for length in params["block_lens"]:
             for k in params["num_drafts"]:
                 key = f"L{length}K{k}"
-                try:
-                    laws["iid"][key] = _bracket_dict(rec.iid_bracket(k, length, variant=s,
-                                                                     width=bracket_width(k, length, params)))
-                except RuntimeError as err:  # HiGHS failed on every fallback: counted, never silent
-                    laws["iid"][key] = None
-                    _common.log(f"{rec.prompt_id} t={rec.position} variant {s} {key} iid: {err}")
+                width = bracket_width(k, length, params)
+                b, why = _limited(_iid, rec, k, length, s, width)
+                laws["iid"][key] = b
+                if why:
+                    _common.log(f"{rec.prompt_id} t={rec.position} variant {s} {key} iid: {why}")
                 if k >= 2:  # K = 1: one random block, the i.i.d. law
-                    try:
-                        g = _bracket_dict(rec.greedy_bracket(k, length, variant=s, width=params["width"]))
-                    except InvalidInputError:  # undefined here (fewer than K survivors, or K > width)
-                        g = None
-                    except RuntimeError as err:
-                        g = None
-                        _common.log(f"{rec.prompt_id} t={rec.position} variant {s} {key} greedy: {err}")
+                    g, why = _limited(_greedy, rec, k, length, s, params["width"])
+                    if why and k <= params["width"] - 1 and "survive" not in why:  # not merely undefined
+                        _common.log(f"{rec.prompt_id} t={rec.position} variant {s} {key} greedy: {why}")
                     laws["greedy"][key] = g
         out["variants"].append({"static": static, **laws})
     return out
+
+
+def _iid(rec, k, length, variant, width) -> dict:
+    return _bracket_dict(rec.iid_bracket(k, length, variant=variant, width=width))
+
+
+def _greedy(rec, k, length, variant, width) -> dict:
+    return _bracket_dict(rec.greedy_bracket(k, length, variant=variant, width=width))
 
 
 def _bracket_dict(b) -> dict:
@@ -192,7 +225,7 @@ def compute(args, params, cp) -> dict:
     return {"source": "synthetic tiny pair" if args.quick else params["pair"], "positions_file": POSITIONS_FILE,
             "positions_sha256": hashlib.sha256(side.read_bytes()).hexdigest(), "tree_files": checksums,
             "variant_settings": [[a.as_dict(), b.as_dict()] for a, b in settings],
-            "rows": aggregate(positions, params)}
+            "lp_time_limit_s": LP_TIME_LIMIT_S, "rows": aggregate(positions, params)}
 
 
 def load_positions(results, folder) -> list:
