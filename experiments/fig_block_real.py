@@ -97,35 +97,24 @@ def bracket_width(k: int, length: int, params) -> int:
     return 1
 
 
-#: wall-clock limit of one bracket (two LPs): HiGHS can stall on the near-deterministic laws of code
-#: prompts (path probabilities ~1e-12 beside ~1); a bracket over the limit is recorded as missing
+#: HiGHS time limit per LP solve (``time_limit``; :func:`otbound._solvers.solve_lp` tries three
+#: settings, so one LP stops within 3× this): HiGHS can stall on the near-deterministic laws of code
+#: prompts (path probabilities ~1e-12 beside ~1); a bracket whose LP stops is recorded as missing
 #: (None) and counted, never replaced by a number
-LP_TIME_LIMIT_S = 10.0
+LP_TIME_LIMIT_S = 5.0
 
 
-def _limited(fn, *args, seconds: float = LP_TIME_LIMIT_S):
-    """``(fn(*args), None)`` computed in a forked child, or ``(None, why)`` when it raises
-    ``RuntimeError`` / ``InvalidInputError`` or runs past ``seconds`` (the child is then killed)."""
-    import multiprocessing
+def _limited(fn, *args):
+    """``(fn(*args), None)``, or ``(None, why)`` when it raises ``RuntimeError`` (HiGHS failed or hit
+    its time limit) / ``InvalidInputError`` (the law is undefined here)."""
+    from otbound import InvalidInputError, _solvers
 
-    from otbound import InvalidInputError
-
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-
-    def child():
-        try:
-            send.send((fn(*args), None))
-        except (RuntimeError, InvalidInputError) as err:
-            send.send((None, f"{type(err).__name__}: {err}"))
-
-    proc = ctx.Process(target=child)
-    proc.start()
-    got = recv.recv() if recv.poll(seconds) else (None, f"over the {seconds:g} s limit")
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
-    return got
+    for options in (_solvers.HIGHS_OPTIONS, _solvers.HIGHS_FALLBACK_OPTIONS):
+        options["time_limit"] = LP_TIME_LIMIT_S
+    try:
+        return fn(*args), None
+    except (RuntimeError, InvalidInputError) as err:
+        return None, f"{type(err).__name__}: {err}"
 
 
 def position_values(rec, params) -> dict:
