@@ -109,12 +109,18 @@ def _limited(fn, *args):
     its time limit) / ``InvalidInputError`` (the law is undefined here)."""
     from otbound import InvalidInputError, _solvers
 
-    for options in (_solvers.HIGHS_OPTIONS, _solvers.HIGHS_FALLBACK_OPTIONS):
+    shared = (_solvers.HIGHS_OPTIONS, _solvers.HIGHS_FALLBACK_OPTIONS)
+    saved = [dict(o) for o in shared]
+    for options in shared:  # for this call only: restored below (other callers in the process keep theirs)
         options["time_limit"] = LP_TIME_LIMIT_S
     try:
         return fn(*args), None
     except (RuntimeError, InvalidInputError) as err:
         return None, f"{type(err).__name__}: {err}"
+    finally:
+        for options, old in zip(shared, saved):
+            options.clear()
+            options.update(old)
 
 
 def position_values(rec, params) -> dict:

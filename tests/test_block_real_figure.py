@@ -81,3 +81,13 @@ def test_branchings_and_budget():
                         "best_minus_lower_ci": 0.05, "law": "greedy"}) == "greedy"
     assert fig.verdict({"best_minus_upper": -0.3, "best_minus_upper_ci": 0.05, "best_minus_lower": 0.1,
                         "best_minus_lower_ci": 0.05}) == "open"
+
+
+def test_time_limit_is_scoped_to_the_call():
+    from otbound import _solvers
+
+    before = (dict(_solvers.HIGHS_OPTIONS), dict(_solvers.HIGHS_FALLBACK_OPTIONS))
+    assert fig._limited(lambda: _solvers.HIGHS_OPTIONS["time_limit"]) == (fig.LP_TIME_LIMIT_S, None)
+    got, why = fig._limited(lambda: (_ for _ in ()).throw(RuntimeError("HiGHS failed")))
+    assert got is None and "HiGHS failed" in why
+    assert (dict(_solvers.HIGHS_OPTIONS), dict(_solvers.HIGHS_FALLBACK_OPTIONS)) == before
