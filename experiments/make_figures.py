@@ -30,6 +30,7 @@ SCRIPTS = (
     "fig_temperature_sweep",
     "fig_real_full",
     "fig_deterministic_real",
+    "fig_block_real",
 )
 
 

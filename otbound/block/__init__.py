@@ -2,9 +2,10 @@
 and the block verifiers.
 
 * :mod:`otbound.block.models` — explicit autoregressive models (prefix → next-token law).
-* :mod:`otbound.block.bounds` — :func:`block_bound`, :func:`block_bound_bracket`; the draft trie in
-  :mod:`otbound.block._tree`, the LPs in :mod:`otbound.block._lp` / :mod:`otbound.block._plain`, the
-  top-m truncation in :mod:`otbound.block._truncate`.
+* :mod:`otbound.block.bounds` — :func:`block_bound`, :func:`block_bound_bracket`,
+  :func:`merged_bound_bracket`; the draft trie in :mod:`otbound.block._tree`, the LPs in
+  :mod:`otbound.block._lp` / :mod:`otbound.block._plain`, the top-m truncation in
+  :mod:`otbound.block._truncate`.
 * :mod:`otbound.block.verifiers` — block verifiers, registry :data:`BLOCK_VERIFIERS`.
 * :mod:`otbound.block._static_tree` — static top-k trees (deterministic drafting): the covered
   target mass :func:`static_tree_bound` and its traversal verifier.
@@ -22,6 +23,7 @@ from otbound.block.bounds import (
     SelectionCertificate,
     block_bound,
     block_bound_bracket,
+    merged_bound_bracket,
 )
 from otbound.block.models import (
     BlockModel,
@@ -42,7 +44,8 @@ __all__ = [
     "BLOCK_VERIFIERS", "BlockBound", "BlockBracket", "BlockModel", "BlockSample", "BlockVerifier", "KINDS",
     "JointPlanCertificate", "PerLevelCertificate", "SelectionCertificate",
     "MAX_SPLIT_VARIABLES", "MAX_TREE_CELLS",
-    "as_block_model", "block_bound", "block_bound_bracket", "context_free_model", "dirichlet_model", "generate",
+    "as_block_model", "block_bound", "block_bound_bracket", "merged_bound_bracket", "context_free_model",
+    "dirichlet_model", "generate",
     "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",
     "zipf_model", "StaticTreeBound", "StaticTreeTraversal", "static_tree_bound", "static_tree_paths",
 ]

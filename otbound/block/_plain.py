@@ -57,10 +57,11 @@ def causal_lp_plain(tree: BlockTree, num_drafts: int, *, exchangeable: bool = Fa
     return causal_lp_tuples(tree, *draft_tuples(tree, num_drafts, exchangeable))
 
 
-def causal_lp_tuples(tree: BlockTree, tuples: np.ndarray, probs: np.ndarray) -> float:
+def causal_lp_tuples(tree: BlockTree, tuples: np.ndarray, probs: np.ndarray, selectable=None) -> float:
     """The causal LP for any law of draft tuples: ``tuples`` ``(T, K)`` leaf indices (blocks raveled
     over ``V^L``) with probabilities ``probs`` (a drafting scheme other than K i.i.d. blocks, e.g. a
-    tree; the LP only reads the tuples and their law)."""
+    tree; the LP only reads the tuples and their law). ``selectable`` (mask over nodes): no other
+    prefix may be accepted (the lower side of a truncation bracket, :mod:`otbound.block._truncate`)."""
     v, length = tree.vocab_size, tree.block_len
     nt, k = tuples.shape
     # node ids of every prefix of every block: (T, K, L+1); dedupe per tuple
@@ -110,7 +111,12 @@ def causal_lp_tuples(tree: BlockTree, tuples: np.ndarray, probs: np.ndarray) -> 
     b_eq[nt + np.arange(v)] = tree.p_cond[0]  # children of the root: S(∅) = 1
     cost = np.zeros(nvar)
     cost[:npi] = -np.repeat(tree.depth[u], v).astype(np.float64)  # τ = |u| for emission at u
-    return float(-solve_lp(cost, None, None, a_eq, b_eq, (0, None), "plain causal LP").fun)
+    bounds = (0, None)
+    if selectable is not None:  # emission at u accepts u: forbidden where u is not selectable
+        bounds = np.zeros((nvar, 2))
+        bounds[:, 1] = np.inf
+        bounds[:npi][~np.repeat(np.asarray(selectable, dtype=bool)[u], v), 1] = 0.0
+    return float(-solve_lp(cost, None, None, a_eq, b_eq, bounds, "plain causal LP").fun)
 
 
 def lcp_matrix(tree: BlockTree) -> np.ndarray:

@@ -21,7 +21,10 @@ selectable). Such a plan lifts to the original models: non-⊥ merged tokens are
 and an emitted ⊥ (a correction) is replaced by a token drawn from ``p(·|prefix)`` restricted to the
 cell. Losslessness and the value carry over, so the restricted merged value is attained.
 
-Only kept prefixes are evaluated (``Σ_{d<L} m^d`` calls per model).
+Only kept prefixes are evaluated (``Σ_{d<L} m^d`` calls per model). :func:`merged_tree` builds the
+trie from merged models given directly (a real draft tree stored as its kept tokens' probabilities
+and the rest mass per node, :mod:`otbound.lm`): the argument above holds for any rule choosing the
+kept tokens of a prefix from that prefix alone (top-m by ``p + q`` here, top-m by draft rank there).
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ class TruncatedTree:
 
 def truncated_tree(target: BlockModel, draft: BlockModel, block_len: int, top_m: int) -> TruncatedTree:
     m = min(int(top_m), target.vocab_size)
-    bot = m
     kept: dict = {}  # fine prefix -> kept tokens (by rank)
     fine_of: dict = {(): ()}  # merged prefix without ⊥ -> fine prefix
 
@@ -62,21 +64,39 @@ def truncated_tree(target: BlockModel, draft: BlockModel, block_len: int, top_m:
             kept[f] = ks
         return ks
 
-    point = np.eye(m + 1)[bot]
-
     def merged(model):
         def fn(c):
-            if bot in c:
-                return point
             f = fine(c)
             law = model(f)
             inside = law[keep(f)]
             return np.concatenate([inside, [max(0.0, 1.0 - float(inside.sum()))]])
 
-        return BlockModel(m + 1, fn, f"{model.name}[top-{m}]")
+        return fn
 
-    tree = build_tree(merged(target), merged(draft), block_len, with_bonus=False)
+    tree = merged_tree(merged(target), merged(draft), m + 1, block_len, names=(f"{target.name}[top-{m}]",
+                                                                                f"{draft.name}[top-{m}]"))
+    return TruncatedTree(tree.tree, tree.selectable, len(kept))
+
+
+def merged_tree(target, draft, vocab_size: int, block_len: int, *, names=("target", "draft")) -> TruncatedTree:
+    """The trie of merged models on ``vocab_size = m + 1`` symbols, ⊥ = ``m`` the last: ``target`` /
+    ``draft`` are callables ``prefix -> law over m + 1 symbols`` called at the prefixes without ⊥
+    only; after ⊥ both put all mass on ⊥ (module docstring). ``selectable``: nodes avoiding ⊥."""
+    bot = int(vocab_size) - 1
+    point = np.eye(bot + 1)[bot]
+    calls: set = set()
+
+    def absorbing(fn, name):
+        def law(c):
+            if bot in c:
+                return point
+            calls.add(c)
+            return fn(c)
+
+        return BlockModel(bot + 1, law, name)
+
+    tree = build_tree(absorbing(target, names[0]), absorbing(draft, names[1]), block_len, with_bonus=False)
     selectable = np.ones(tree.num_nodes, dtype=bool)
     for i in range(1, tree.num_nodes):
         selectable[i] = selectable[tree.parent[i]] and tree.token[i] != bot
-    return TruncatedTree(tree, selectable, len(kept))
+    return TruncatedTree(tree, selectable, len(calls))

@@ -36,7 +36,7 @@ from otbound._validation import InvalidInputError, check_num_drafts, check_posit
 from otbound.block._lp import solve_selection_lp
 from otbound.block._plain import causal_lp_plain, joint_ot_emd
 from otbound.block._tree import build_tree
-from otbound.block._truncate import truncated_tree
+from otbound.block._truncate import merged_tree, truncated_tree
 from otbound.block.models import as_block_model
 from otbound.token.bounds import optimal_acceptance
 
@@ -138,7 +138,7 @@ class BlockBound:
     )
 
 
-def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
+def _check_kind(kind, method):
     if kind not in KINDS:
         raise InvalidInputError(f"unknown block bound kind {kind!r}; expected one of {KINDS}")
     if method is None:
@@ -147,6 +147,11 @@ def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
         raise InvalidInputError(
             f"method {method!r} is not available for kind {kind!r}; expected one of {_METHODS[kind]}"
         )
+    return kind, method
+
+
+def _check_args(target, draft, vocab_size, num_drafts, block_len, kind, method):
+    kind, method = _check_kind(kind, method)
     k = check_num_drafts(num_drafts)
     block_len = check_positive_int(block_len, "block_len")
     target = as_block_model(target, vocab_size, "target")
@@ -388,7 +393,78 @@ def block_bound_bracket(
 
     target, draft, k, length, method = _check_args(target, draft, vocab_size, num_drafts, block_len, kind, None)
     trunc = truncated_tree(target, draft, length, check_positive_int(top_m, "top_m"))
+    return _bracket(trunc, k, kind, method, int(top_m))
+
+
+def merged_bound_bracket(target, draft, *, vocab_size: int, num_drafts: int, block_len: int,
+                         kind: str) -> BlockBracket:
+    """The bracket of :func:`block_bound_bracket` for models already merged: ``m`` kept tokens per
+    prefix and one "other" cell ⊥, the last of ``vocab_size = m + 1`` symbols.
+
+    ``target(prefix)`` / ``draft(prefix)`` give, at a prefix of kept-token *ranks* (symbols
+    ``0..m−1``, no ⊥), the probabilities of the prefix's ``m`` kept tokens and of the rest; they are
+    called at prefixes without ⊥ only (after ⊥ both models put all mass on ⊥). The kept tokens may
+    be chosen by any rule reading only their prefix (e.g. the draft's top-m, the way a real draft
+    tree is stored: :class:`otbound.lm.DraftTreeRecord`); the bracket's proof
+    (:func:`block_bound_bracket`) does not depend on the rule. ``lower ≤ U_kind ≤ upper`` for the
+    original models and K i.i.d. draft blocks, and ``lower`` is attained by a lossless verifier of
+    the original models (``kind="causal"``).
+
+    Parameters
+    ----------
+    target, draft : callable
+        ``prefix (tuple of symbols) -> law over vocab_size symbols``.
+    vocab_size : int
+        ``m + 1`` (at least 2).
+    num_drafts, block_len, kind
+        As for :func:`block_bound`.
+
+    Returns
+    -------
+    BlockBracket
+        ``top_m = vocab_size − 1``; the truncated masses are those of leaving the kept tree.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        As :func:`block_bound`, and if ``vocab_size < 2``.
+
+    Examples
+    --------
+    The merged form of :func:`block_bound_bracket`'s example gives its bracket:
+
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> from otbound.block.bounds import merged_bound_bracket
+    >>> target, draft = ob.dirichlet_model(6, seed=1), ob.dirichlet_model(6, seed=2)
+    >>> def fine(prefix):   # kept tokens: the top 3 by p + q, as block_bound_bracket keeps them
+    ...     f = ()
+    ...     for r in prefix:
+    ...         f += (int(np.argsort(-(target(f) + draft(f)), kind="stable")[r]),)
+    ...     return f
+    >>> def merged(model):
+    ...     def law(prefix):
+    ...         f = fine(prefix)
+    ...         kept = model(f)[np.argsort(-(target(f) + draft(f)), kind="stable")[:3]]
+    ...         return np.append(kept, 1 - kept.sum())
+    ...     return law
+    >>> b = merged_bound_bracket(merged(target), merged(draft), vocab_size=4, num_drafts=2, block_len=2,
+    ...                          kind="causal")
+    >>> round(b.lower, 4), round(b.upper, 4), b.top_m, b.nodes_evaluated
+    (1.2122, 1.7179, 3, 4)
+    """
+    if check_positive_int(vocab_size, "vocab_size") < 2:
+        raise InvalidInputError(f"merged models need m kept tokens and the cell ⊥: vocab_size ≥ 2, got {vocab_size}")
+    kind, method = _check_kind(kind, None)
+    k = check_num_drafts(num_drafts)
+    length = check_positive_int(block_len, "block_len")
+    trunc = merged_tree(target, draft, vocab_size, length)
+    return _bracket(trunc, k, kind, method, int(vocab_size) - 1)
+
+
+def _bracket(trunc, k: int, kind: str, method: str, top_m: int) -> BlockBracket:
     tree = trunc.tree
+    length = tree.block_len
     upper = bound_on_tree(tree, k, kind, method=method).value
     lower = bound_on_tree(tree, k, kind, method=method, selectable=trunc.selectable).value
     leaves = tree.level(length)
@@ -397,7 +473,7 @@ def block_bound_bracket(
         lower=float(lower),
         upper=float(upper),
         kind=kind,
-        top_m=int(top_m),
+        top_m=top_m,
         num_drafts=k,
         block_len=length,
         truncated_target_mass=max(0.0, float(1.0 - tree.p_path[leaves][kept].sum())),  # clip float round-off

@@ -6,6 +6,8 @@ single-iteration lossless verifier of that scheme has ``E[τ] = U_causal`` (the 
 docs/theory/block-bounds.md over the tuples) and every coupling ``E[τ] ≤ U_joint`` (the block OT);
 both read only the tuples and their probabilities (:func:`otbound.block._plain.causal_lp_tuples`,
 :func:`otbound.block._plain.joint_ot_tuples`), so one function serves every scheme.
+:func:`merged_tuple_law_bracket` brackets U_causal of a scheme on merged models (kept tokens and one
+cell ⊥ per prefix, :func:`otbound.block.merged_bound_bracket`) for real vocabularies.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
 from otbound.block._tree import build_tree
+from otbound.block._truncate import merged_tree
+from otbound.block.bounds import BlockBracket
 from otbound.block.verifiers._base import DraftLawBounds, _models
 
 
@@ -69,3 +73,75 @@ def tuple_law_bounds(target, draft, law, *, vocab_size: int, block_len: int) -> 
     probs = np.array([float(p) for p, _ in law])
     joint, _ = joint_ot_tuples(tree, tuples, probs)
     return DraftLawBounds(causal_lp_tuples(tree, tuples, probs), joint)
+
+
+def merged_tuple_law_bracket(target, draft, law, *, vocab_size: int, block_len: int) -> BlockBracket:
+    """``lower ≤ U_causal ≤ upper`` of a draft-tuple law given on merged models (``vocab_size = m + 1``
+    symbols, ⊥ = ``m`` the last; :func:`otbound.block.merged_bound_bracket`).
+
+    ``law`` is the image of the real scheme's tuple law under the merge (a real token outside a
+    prefix's kept tokens becomes ⊥, and every later token ⊥ too): rows through ⊥ are padded with ⊥.
+    Upper: U_causal of the merged models and law; lower: the same LP with no prefix through ⊥
+    accepted, attained by a lossless verifier of the real models (the proofs of
+    :mod:`otbound.block._truncate`, which read the tuple law only through that image).
+
+    Parameters
+    ----------
+    target, draft : callable
+        Merged models, ``prefix -> law over vocab_size symbols`` (called at prefixes without ⊥).
+    law : sequence of (float, rows)
+        As for :func:`tuple_law_bounds`, over the merged symbols.
+    vocab_size : int
+        ``m + 1`` (at least 2).
+    block_len : int
+        L.
+
+    Returns
+    -------
+    otbound.block.BlockBracket
+        ``kind="causal"``, ``num_drafts`` = rows per tuple, ``truncated_draft_mass`` = the probability
+        that some row of the tuple passes through ⊥.
+
+    Raises
+    ------
+    InvalidInputError
+        As :func:`tuple_law_bounds`, and if ``vocab_size < 2``.
+
+    Examples
+    --------
+    One deterministic row (0, 0) and nothing merged away (⊥ has mass 0): lower = upper = the target
+    probability of following it, p(0) + p(0) p(0|0).
+
+    >>> import numpy as np
+    >>> from otbound.block.law_bounds import merged_tuple_law_bracket
+    >>> def target(prefix):
+    ...     return np.array([0.5, 0.5, 0.0]) if not prefix else np.array([0.25, 0.75, 0.0])
+    >>> b = merged_tuple_law_bracket(target, target, [(1.0, [(0, 0)])], vocab_size=3, block_len=2)
+    >>> round(b.lower, 12), round(b.upper, 12)
+    (0.625, 0.625)
+    """
+    v = check_positive_int(vocab_size, "vocab_size")
+    if v < 2:
+        raise InvalidInputError(f"merged models need m kept tokens and the cell ⊥: vocab_size ≥ 2, got {v}")
+    length = check_positive_int(block_len, "block_len")
+    rows = [[tuple(int(t) for t in r) for r in tup] for _, tup in law]
+    if not rows or len({len(r) for r in rows}) != 1:
+        raise InvalidInputError("every draft tuple needs the same positive number of rows")
+    if any(len(r) != length or not all(0 <= t < v for t in r) for tup in rows for r in tup):
+        raise InvalidInputError(f"every row needs {length} token ids in 0..{v - 1}")
+    trunc = merged_tree(target, draft, v, length)
+    tree = trunc.tree
+    # the plain LP reads a bonus law at depth L: U_causal does not depend on which (emission after a
+    # whole row is accepted sums to S(u) whatever the law), so the models are not asked beyond depth L − 1
+    tree.p_cond[tree.level(length)] = 1.0 / v
+    tuples = np.array([[int(np.ravel_multi_index(r, (v,) * length)) for r in tup] for tup in rows])
+    probs = np.array([float(p) for p, _ in law])
+    leaves = tree.level(length)
+    kept = trunc.selectable[leaves]
+    out = (~kept[tuples]).any(axis=1)
+    return BlockBracket(
+        lower=causal_lp_tuples(tree, tuples, probs, trunc.selectable), upper=causal_lp_tuples(tree, tuples, probs),
+        kind="causal", top_m=v - 1, num_drafts=len(rows[0]), block_len=length,
+        truncated_target_mass=max(0.0, float(1.0 - tree.p_path[leaves][kept].sum())),
+        truncated_draft_mass=float(probs[out].sum() / probs.sum()), nodes_evaluated=trunc.nodes_evaluated,
+    )

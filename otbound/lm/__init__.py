@@ -63,6 +63,7 @@ from otbound.lm._specsample import Iteration, LiveModels, SpecSampleRun, resolve
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._tiny import tiny_pair, tiny_prompts
 from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, settings_dir, trace_path
+from otbound.lm._trees import TREES_FORMAT, DraftTreeRecord, collect_draft_trees, load_draft_trees
 from otbound.lm._wheels import cache_root
 
 __all__ = [
@@ -78,5 +79,6 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "settings_dir", "trace_path", "tree_block_models",
+    "TREES_FORMAT", "DraftTreeRecord", "collect_draft_trees", "load_draft_trees",
     "verify_offline_model",
 ]
