@@ -70,6 +70,33 @@ def truncated(table, positions: int):
                    acceptance={n: {m: cut(v) for m, v in d.items()} for n, d in table.acceptance.items()})
 
 
+def subset(table, keep):
+    """The table on the traces ``keep`` (indices)."""
+    pick = lambda arrays: [arrays[i] for i in keep]  # noqa: E731
+    return replace(table, clusters=pick(table.clusters), lengths=pick(table.lengths),
+                   optimal={law: {m: pick(v) for m, v in d.items()} for law, d in table.optimal.items()},
+                   acceptance={n: {m: pick(v) for m, v in d.items()} for n, d in table.acceptance.items()})
+
+
+def cached_table(chosen, max_drafts, names, path):
+    """The acceptance table of the chosen traces, kept in ``path`` (pickle, keyed by the traces'
+    files and the verifiers) so a rerun under the real-model lock does not recompute it."""
+    import pickle
+
+    from otbound import plan as pl
+    from otbound._integrity import content_key
+
+    key = content_key({"traces": [str(r.path) for r in chosen], "max_drafts": max_drafts, "verifiers": names})
+    if path is not None and Path(path).exists():
+        stored = pickle.loads(Path(path).read_bytes())
+        if stored.get("key") == key:
+            return stored["table"]
+    table = pl.table_from_records(chosen, max_drafts=max_drafts, verifiers=names, progress=False)
+    if path is not None:
+        Path(path).write_bytes(pickle.dumps({"key": key, "table": table}))
+    return table
+
+
 def decoder_verifier(name: str, shape: dict):
     from otbound.plan import TreeShapeVerifier
 
@@ -121,6 +148,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--budget-seconds", type=float, default=None, help="start no new prompt after this")
     ap.add_argument("--tiny", action="store_true", help="the tiny random pair (trying the script)")
+    ap.add_argument("--table-cache", default=None, help="pickle keeping the acceptance table between runs")
+    ap.add_argument("--table-only", action="store_true", help="measure the acceptance table (no models) and stop")
     ap.add_argument("--results", default=str(_common.RESULTS / "plan_check_real.json"))
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -137,7 +166,10 @@ def main(argv=None):
     names = sorted({n for n, _ in cands})
     max_b = max(max(s["branching"]) for _, s in cands)
     depth = max(len(s["branching"]) for _, s in cands)
-    table = pl.table_from_records(chosen, max_drafts=max_b, verifiers=names, progress=False)
+    table = cached_table(chosen, max_b, names, args.table_cache)
+    if args.table_only:
+        print(f"acceptance table of {len(chosen)} traces in {args.table_cache}")
+        return None
     if args.cost:
         stored = json.loads(Path(args.cost).read_text())
         cost = pl.CostModel(*[pl.CostCurve(stored[k]["sizes"], stored[k]["seconds"], stored[k].get("source", ""))
@@ -165,10 +197,11 @@ def main(argv=None):
     prompt_of = lambda r: [int(t) for t in r.tokens[: r.prompt_length]]  # noqa: E731
     decode_cell(pair, prompt_of(chosen[0]), None, None, args.temperature, 3, [args.seed, 10**6], dtype_note)  # warm-up
     cells = [(None, None)] + cands
+    t_decode = time.perf_counter()
     for j, rec in enumerate(chosen):
         if cp.get(str(j)) is not None:
             continue
-        if args.budget_seconds is not None and time.perf_counter() - t_start > args.budget_seconds:
+        if args.budget_seconds is not None and time.perf_counter() - t_decode > args.budget_seconds:
             print(f"budget reached after {j} prompts", flush=True)
             break
         order = list(range(len(cells)))
@@ -185,9 +218,9 @@ def main(argv=None):
               + f" ({time.perf_counter() - t_start:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
     done = [cp.get(str(j)) for j in range(len(chosen)) if cp.get(str(j)) is not None]
     done_idx = [j for j in range(len(chosen)) if cp.get(str(j)) is not None]
-    sub = [chosen[j] for j in done_idx]
-    sub_table = pl.table_from_records(sub, max_drafts=max_b, verifiers=names, progress=False) if len(sub) < len(
-        chosen) else table
+    if not done:
+        raise SystemExit("plan_check_real.py: error: no prompt decoded (raise --budget-seconds)")
+    sub_table = subset(table, done_idx)
     sub_window = truncated(sub_table, args.max_new_tokens + depth - 1)
     rows = []
     for spec, (name, shape) in zip(args.candidates, cands):
@@ -232,6 +265,8 @@ def main(argv=None):
               "params": params, "results": results}
     stored["meta"]["sha256"] = _common._results_key(stored)
     _common.write_json(Path(args.results), stored)
+    if len(done) == len(chosen):
+        cp.done()
     print(markdown(stored))
     return stored
 

@@ -67,7 +67,7 @@ def shape_value(verifier, drafts, p, q, length: int, merge: bool) -> float:
 
 def take_lock(path):
     """Block until the real-model lock is ours (released when the process exits)."""
-    if path is None:
+    if not path:
         return None
     fh = open(path, "a")  # noqa: SIM115 - held for the process's life
     t0 = time.perf_counter()
@@ -89,6 +89,8 @@ def main(argv=None):
     ap.add_argument("--verifiers", nargs="+", default=["rrs", "kseq", "ot"])
     ap.add_argument("--shapes", nargs="+", default=["1x2", "1x4", "2x2", "2x4", "4x2", "4x4"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-prompts", type=int, default=None, help="traces per dataset (default: all)")
+    ap.add_argument("--budget-seconds", type=float, default=None, help="collect no new trace's blocks after this")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--results", default=str(_common.RESULTS / "plan_positional_check.json"))
     args = ap.parse_args(argv)
@@ -101,6 +103,10 @@ def main(argv=None):
     from otbound.token.verifiers import VERIFIERS
 
     records = pl.load_run_traces(args.run, temperature=args.temperature)
+    by_ds: dict = {}
+    for r in sorted(records, key=lambda r: (r.dataset, len(r.prompt_id), r.prompt_id)):
+        by_ds.setdefault(r.dataset, []).append(r)
+    records = [r for group in zip(*[v[: args.num_prompts] for v in by_ds.values()]) for r in group]
     if args.collect:
         if args.tiny:
             from otbound.lm import tiny_pair
@@ -112,72 +118,72 @@ def main(argv=None):
             take_lock(args.lock)
             r0 = records[0]
             pair = load_pair(r0.meta.get("pair") or "qwen2.5-coder", device="cpu", dtype=r0.meta.get("model_dtype"))
-        for path in sorted({r.path for r in records}):
+        t_collect = time.perf_counter()
+        for i, path in enumerate(dict.fromkeys(r.path for r in records)):
+            if args.budget_seconds is not None and time.perf_counter() - t_collect > args.budget_seconds:
+                print(f"budget reached after {i} traces", flush=True)
+                break
             collect_block_traces(pair, path, args.blocks, num_drafts=args.num_drafts, block_length=args.block_length,
                                  positions_per_trace=args.positions_per_trace, seed=args.seed,
                                  logits_dtype="float16", progress=False)
         print(f"block traces collected in {time.perf_counter() - t_start:.0f} s", flush=True)
         return None
 
-    blocks = [b for b in load_block_traces(args.blocks) if float(b.temperature) == args.temperature]
-    index = {(r.dataset, r.prompt_id): i for i, r in enumerate(records)}
-    used = sorted({index[(b.dataset, b.prompt_id)] for b in blocks if (b.dataset, b.prompt_id) in index})
-    sub = [records[i] for i in used]
     shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
-    table = pl.table_from_records(sub, max_drafts=max(k for k, _ in shapes), verifiers=args.verifiers,
-                                  progress=False)
-    where = {(r.dataset, r.prompt_id): c for c, r in enumerate(sub)}
-    rows, checked = [], 0
+    table = pl.table_from_records(records, max_drafts=max(k for k, _ in shapes), verifiers=args.verifiers,
+                                  laws=["with_replacement"], progress=False)
     for name in args.verifiers:
-        law = table.sampling[name]
-        if law != "with_replacement":
-            raise SystemExit(f"plan_positional_check.py: error: {name} drafts with the {law} law; block traces hold "
-                             f"i.i.d. blocks (with_replacement verifiers only)")
-        token_v = VERIFIERS[name]
-        block_v = MultiPathVerifier(name)
-        for k, length in shapes:
-            pred, shape_e, dec_e, clusters = [], [], [], []
-            for b in blocks:
-                c = where.get((b.dataset, b.prompt_id))
-                t = int(b.position)
-                if c is None or t + length > table.lengths[c] or k > b.num_drafts or length > b.block_length:
+        if table.sampling[name] != "with_replacement":
+            raise SystemExit(f"plan_positional_check.py: error: {name} drafts with the {table.sampling[name]} law; "
+                             f"block traces hold i.i.d. blocks (with_replacement verifiers only)")
+    where = {(r.dataset, r.prompt_id): c for c, r in enumerate(records)}
+    cells = {(name, k, length): ([], [], [], []) for name in args.verifiers for k, length in shapes}
+    checked, n_blocks, dtype = 0, 0, None
+    for b in load_block_traces(args.blocks):  # one record at a time: each holds K·(2L+1)·V float64 laws
+        c = where.get((b.dataset, b.prompt_id))
+        if c is None or float(b.temperature) != args.temperature:
+            continue
+        n_blocks += 1
+        dtype = b.meta.get("model_dtype")
+        t = int(b.position)
+        bp, bq = b.p, b.q
+        for name in args.verifiers:
+            token_v = VERIFIERS[name]
+            for k, length in shapes:
+                if t + length > table.lengths[c] or k > b.num_drafts or length > b.block_length:
                     continue
-                branching = [k] + [1] * (length - 1)
                 prod, total = 1.0, 0.0
-                for d, m in enumerate(branching):
-                    prod *= float(table.values(name, law, m)[c][t + d])
+                for d, m in enumerate([k] + [1] * (length - 1)):
+                    prod *= float(table.values(name, "with_replacement", m)[c][t + d])
                     total += prod
-                drafts, p, q = b.drafts[:k, :length], b.p[:k, : length + 1], b.q[:k, :length]
+                drafts, p, q = b.drafts[:k, :length], bp[:k, : length + 1], bq[:k, :length]
                 exact_shape = shape_value(token_v, drafts, p, q, length, merge=False)
                 exact_dec = shape_value(token_v, drafts, p, q, length, merge=True)
-                if checked < 3:  # the recursion agrees with the block layer's verifier on the drafted tree
+                if checked < 3 and k > 1:  # the recursion agrees with the block layer's verifier on the tree
                     tm, dm = pl_tree_models(drafts, p, q)
-                    ref = float(block_v.conditional_acceptance(tm, dm, drafts))
+                    ref = float(MultiPathVerifier(name).conditional_acceptance(tm, dm, drafts))
                     assert abs(ref - exact_dec) < 1e-9, (ref, exact_dec)
                     checked += 1
-                pred.append(total)
-                shape_e.append(exact_shape)
-                dec_e.append(exact_dec)
-                clusters.append(c)
-            if not pred:
-                continue
-            pred, shape_e, dec_e, clusters = map(np.asarray, (pred, shape_e, dec_e, clusters))
+                for lst, x in zip(cells[(name, k, length)], (total, exact_shape, exact_dec, c)):
+                    lst.append(x)
+        del bp, bq, b
+    rows = []
+    for (name, k, length), lists in cells.items():
+        if not lists[0]:
+            continue
+        pred, shape_e, dec_e, clusters = map(np.asarray, lists)
 
-            def ci(x, clusters=clusters):
-                m, h = cluster_mean_ci(x, clusters)
-                return [float(m), float(h)]
+        def ci(x, clusters=clusters):
+            m, h = cluster_mean_ci(x, clusters)
+            return [float(m), float(h)]
 
-            rows.append({"verifier": name, "num_drafts": k, "block_len": length, "positions": int(pred.size),
-                         "traces": int(np.unique(clusters).size),
-                         "predicted_mean_acceptance_length": ci(1.0 + pred),
-                         "shape_exact_mean_acceptance_length": ci(1.0 + shape_e),
-                         "decoder_exact_mean_acceptance_length": ci(1.0 + dec_e),
-                         "shape_minus_predicted": ci(shape_e - pred), "decoder_minus_shape": ci(dec_e - shape_e),
-                         "decoder_minus_predicted": ci(dec_e - pred)})
-            r = rows[-1]
-            print(f"{name} {k}x{length}: predicted {r['predicted_mean_acceptance_length'][0]:.3f}, shape exact "
-                  f"{r['shape_exact_mean_acceptance_length'][0]:.3f}, decoder exact "
-                  f"{r['decoder_exact_mean_acceptance_length'][0]:.3f} ({r['positions']} positions)", flush=True)
+        rows.append({"verifier": name, "num_drafts": k, "block_len": length, "positions": int(pred.size),
+                     "traces": int(np.unique(clusters).size),
+                     "predicted_mean_acceptance_length": ci(1.0 + pred),
+                     "shape_exact_mean_acceptance_length": ci(1.0 + shape_e),
+                     "decoder_exact_mean_acceptance_length": ci(1.0 + dec_e),
+                     "shape_minus_predicted": ci(shape_e - pred), "decoder_minus_shape": ci(dec_e - shape_e),
+                     "decoder_minus_predicted": ci(dec_e - pred)})
     params = {"run": str(args.run), "blocks": str(args.blocks), "temperature": args.temperature,
               "num_drafts": args.num_drafts, "block_length": args.block_length,
               "positions_per_trace": args.positions_per_trace, "verifiers": args.verifiers, "shapes": args.shapes,
@@ -187,8 +193,7 @@ def main(argv=None):
                        "seconds": round(time.perf_counter() - t_start, 1),
                        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "command": " ".join(sys.argv)},
               "params": params,
-              "results": {"rows": rows, "traces": table.source, "block_positions": len(blocks),
-                          "model_dtype": blocks[0].meta.get("model_dtype") if blocks else None}}
+              "results": {"rows": rows, "traces": table.source, "block_positions": n_blocks, "model_dtype": dtype}}
     stored["meta"]["sha256"] = _common._results_key(stored)
     _common.write_json(Path(args.results), stored)
     print(markdown(stored))
