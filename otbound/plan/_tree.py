@@ -11,8 +11,8 @@ without replacement), gives each to a block of consecutive rows, and verifies th
 verifier is (the same induction over the depth).
 
 The rows through a node name its depth (``Π_{j ≥ d} b_j`` rows at depth ``d − 1``), so the shape
-must branch (``b_d ≥ 2``) down to some depth and be a chain (``b_d = 1``) below it — every shape the
-planner's search returns has this form. With i.i.d. drafts two siblings can coincide and the
+must branch (``b_d ≥ 2``) down to some depth and be a chain (``b_d = 1``) below it; a searched tree
+that branches again below a chain (``2-1-2-1-1``) is refused. With i.i.d. drafts two siblings can coincide and the
 decoder's prefix-keyed tree merges them (the rows through the merged node no longer name a depth):
 trees of the i.i.d. law are refused, and its chains are decoded by the decoder's own rows.
 """
