@@ -314,3 +314,17 @@ def test_forward_costs_measured_on_a_model():
     assert sum(curve.fitted) == pytest.approx(sum(curve.seconds))  # ... and pools the medians it levels
     desc = machine_description("cpu")
     assert desc["device"] == "cpu" and desc["cpus"] >= 1 and "torch" in desc
+
+
+def test_per_row_coupling_verifiers_are_planned_when_named():
+    """``ot_wor_top`` (a coupling per position: ~0.24 s per position and K at full vocabulary) is
+    not in the default set, and is measured when named."""
+    from otbound.plan import DEFAULT_VERIFIERS, synthetic_table
+
+    assert "ot_wor_top" not in DEFAULT_VERIFIERS and "rrs_wor" in DEFAULT_VERIFIERS
+    t = synthetic_table(num_traces=1, positions=3, max_drafts=2, verifiers=("ot_wor_top",),
+                        laws=("without_replacement",))
+    assert sorted(t.acceptance["ot_wor_top"]) == [1, 2]
+    opt = t.optimal["without_replacement"]
+    for m in (1, 2):  # it reaches the law's optimum when the top tokens hold all of q (V = 16 here)
+        assert np.allclose(t.acceptance["ot_wor_top"][m][0], opt[m][0], atol=1e-9)
