@@ -57,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--target-cost", default=None, help="target forward seconds 'n:s,n:s,...'")
     ap.add_argument("--cost", default=None, help="a cost.json written by an earlier --device run")
     ap.add_argument("--mc-samples", type=int, default=16)
+    ap.add_argument("--remeasure", action="store_true",
+                    help="measure every acceptance here, not reusing the run folder's stored measurements (measure/)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="plan", help="output folder (default ./plan)")
     ap.add_argument("--quiet", action="store_true")
@@ -159,8 +161,10 @@ def run(args) -> dict:
             draft, target, machine = given
             machine = machine or pl.machine_description("cpu")
         say(f"otbound.plan: measuring acceptance on {len(records)} traces ...")
+        stored = None if args.remeasure or args.collect else Path(args.run) / "measure"
         table = pl.table_from_records(records, max_drafts=args.max_drafts, verifiers=verifiers, laws=args.laws,
-                                      mc_samples=args.mc_samples, seed=args.seed, progress=not args.quiet)
+                                      mc_samples=args.mc_samples, seed=args.seed, progress=not args.quiet,
+                                      cache_dir=stored if stored is not None and stored.is_dir() else None)
         cost = pl.CostModel(draft, target, machine=machine)
         r0 = records[0]
         ps, qs = r0.laws_at(slice(0, min(5, r0.positions)))

@@ -171,14 +171,32 @@ def table_from_measurements(results, *, source=None) -> AcceptanceTable:
         source=dict(source or {}))
 
 
+def _merge(res: dict, part: dict) -> None:
+    """Add one :func:`otbound.report.measure_laws` result to a trace's result."""
+    for law, d in part["optimal"].items():
+        res["optimal"].setdefault(law, {}).update(d)
+    for n, d in part["verifiers"].items():
+        res["verifiers"].setdefault(n, {}).update(d)
+    for n, d in part["skipped"].items():
+        res["skipped"].setdefault(n, {}).update(d)
+
+
+def _covered(old: dict, name: str, k: int) -> bool:
+    """Whether a stored measurement holds ``name`` at ``k`` drafts (measured or skipped with a reason)."""
+    return k in old["verifiers"].get(name, {}) or k in old["skipped"].get(name, {})
+
+
 def measure_table(laws_per_trace, *, max_drafts: int, verifiers=DEFAULT_VERIFIERS, laws=None, mc_samples: int = 16,
-                  seed: int = 0, max_drafts_per_verifier=None, source=None, ids=None) -> AcceptanceTable:
+                  seed: int = 0, max_drafts_per_verifier=None, source=None, ids=None, stored=None) -> AcceptanceTable:
     """Measure an :class:`AcceptanceTable` from ``(p, q)`` per trace (positions × V each) with
     :func:`otbound.report.measure_laws` at ``K = 1..max_drafts``.
 
     ``laws``: the draft laws (default :data:`otbound.SAMPLINGS`); verifiers of other laws are left
     out. ``max_drafts_per_verifier``: ``{name: K}`` caps for costly ones. Only lossless verifiers
-    are planned (a verifier with ``lossless = False`` is refused).
+    are planned (a verifier with ``lossless = False`` is refused). ``stored``: per trace, a
+    measurement already made on it (:func:`otbound.report.stored_measurement`, e.g. a report's) or
+    None; the values it holds (its K, its verifiers, all of ``laws``) are taken from it and only the
+    rest is measured.
     """
     from otbound.report import measure_laws
     from otbound.token.verifiers import VERIFIERS
@@ -201,20 +219,39 @@ def measure_table(laws_per_trace, *, max_drafts: int, verifiers=DEFAULT_VERIFIER
     caps = dict(max_drafts_per_verifier or {})
     results = []
     for i, (p, q) in enumerate(laws_per_trace):
-        res = {"optimal": {}, "verifiers": {}, "skipped": {}}
+        old = stored[i] if stored is not None else None
+        if old is not None and not all(law in old["optimal"] for law in laws):
+            old = None
+        cached = set() if old is None else {int(k) for k in old["config"]["num_drafts"]}
+        res = {"optimal": {law: {} for law in laws}, "verifiers": {}, "skipped": {}}
         groups: dict = {}
         for n in names:
             groups.setdefault(min(caps.get(n, max_drafts), max_drafts), []).append(n)
+
+        fresh = [k for k in range(1, max_drafts + 1) if k not in cached]
+        if old is not None:  # the stored values at its K for the laws and the verifiers it holds
+            for law in laws:
+                res["optimal"][law].update({k: v for k, v in old["optimal"][law].items() if k <= max_drafts})
+            for k_max, group in groups.items():
+                for n in group:
+                    for k in sorted(cached):
+                        if k <= k_max and k in old["verifiers"].get(n, {}):
+                            res["verifiers"].setdefault(n, {})[k] = old["verifiers"][n][k]
+                        elif k <= k_max and k in old["skipped"].get(n, {}):
+                            res["skipped"].setdefault(n, {})[k] = old["skipped"][n][k]
         for k_max, group in sorted(groups.items(), reverse=True):
-            part = measure_laws(p, q, list(range(1, k_max + 1)), verifiers=group, samplings=laws,
-                                mc_samples=mc_samples, seed=[seed, i])
-            if not res["optimal"]:
-                res["optimal"] = part["optimal"]
-            res["verifiers"].update(part["verifiers"])
-            res["skipped"].update(part["skipped"])
-        if not groups:
-            res["optimal"] = measure_laws(p, q, list(range(1, max_drafts + 1)), verifiers=[], samplings=laws,
-                                          seed=[seed, i])["optimal"]
+            ks = [k for k in fresh if k <= k_max]
+            if ks:
+                _merge(res, measure_laws(p, q, ks, verifiers=group, samplings=laws, mc_samples=mc_samples,
+                                         seed=[seed, i]))
+            for k in sorted(cached):
+                missing = [n for n in group if k <= k_max and not _covered(old, n, k)]
+                if missing:
+                    _merge(res, measure_laws(p, q, [k], verifiers=missing, samplings=laws, mc_samples=mc_samples,
+                                      seed=[seed, i]))
+        if any(not res["optimal"][law] or set(res["optimal"][law]) != set(range(1, max_drafts + 1)) for law in laws):
+            _merge(res, measure_laws(p, q, [k for k in range(1, max_drafts + 1) if k not in res["optimal"][laws[0]]],
+                              verifiers=[], samplings=laws, seed=[seed, i]))
         res["prompt_id"], res["dataset"] = (ids[i] if ids else (str(i), ""))
         results.append(res)
     return table_from_measurements(results, source=source)
