@@ -130,8 +130,10 @@ def main(argv=None):
         return None
 
     shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
+    stored = Path(args.run) / "measure"  # a report's measurements, reused where they hold the values
     table = pl.table_from_records(records, max_drafts=max(k for k, _ in shapes), verifiers=args.verifiers,
-                                  laws=["with_replacement"], progress=False)
+                                  laws=["with_replacement"], progress=False,
+                                  cache_dir=stored if stored.is_dir() else None)
     for name in args.verifiers:
         if table.sampling[name] != "with_replacement":
             raise SystemExit(f"plan_positional_check.py: error: {name} drafts with the {table.sampling[name]} law; "

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import chi2_pvalue
 
 import otbound as ob
 from otbound.plan import TreeShapeVerifier
@@ -47,9 +48,13 @@ def test_tree_acceptance_is_the_product_of_node_acceptances(name, branching):
     se = values.std(ddof=1) / np.sqrt(values.size)
     assert se < 0.015
     assert abs(values.mean() - expected) < 4 * se
-    # sampling one iteration per tree agrees with the exact conditional value
-    sampled = v.sample(target, draft, trees[:600], rng).num_accepted
-    assert abs(sampled.mean() - values[:600].mean()) < 4 * sampled.std(ddof=1) / np.sqrt(600)
+    # sampling one iteration per tree agrees with the exact conditional value, and is lossless: the
+    # first two emitted tokens (continued by the target after a correction) are distributed as p ⊗ p
+    out = v.sample(target, draft, trees, rng)
+    sampled = out.num_accepted
+    assert abs(sampled.mean() - values.mean()) < 4 * sampled.std(ddof=1) / np.sqrt(sampled.size)
+    second = np.where(sampled >= 1, out.tokens[:, 1], rng.choice(4, size=sampled.size, p=p))
+    assert chi2_pvalue(out.tokens[:, 0] * 4 + second, np.outer(p, p).ravel(), tv=0.08, power=0.99) > 1e-3
 
 
 def test_tree_decodes_on_the_tiny_pair():
