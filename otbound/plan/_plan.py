@@ -91,11 +91,14 @@ def evaluate(table: AcceptanceTable, cost: CostModel, law: str, verifier, shape:
     mal, ci = cluster_mean_ci(1.0 + levels.sum(axis=1), clusters, confidence)
     bound = float(1.0 + bound_levels.sum(axis=1).mean())
     mean_levels = levels.mean(axis=0)
+    bound_mean_levels = bound_levels.mean(axis=0)
+    if mal > bound:  # only a Monte Carlo estimate can exceed its bound: clip it (towards the true value)
+        mal, mean_levels = bound, bound_mean_levels
     metrics = metrics_from_levels(mean_levels, shape["nodes"])
     secs = cost.iteration_seconds(b, mean_levels, verifier)
     speed = cost.speedup(b, mean_levels, verifier)
     ci = 0.0 if not np.isfinite(ci) else ci
-    lo, hi = mal - ci, mal + ci
+    lo, hi = mal - ci, min(mal + ci, bound)
     methods = {table.methods.get(verifier, {}).get(m, "exact") for m in set(b)} if verifier else {"exact"}
     return Candidate(
         draft_law=law, shape=shape, verifier=verifier,
