@@ -165,6 +165,7 @@ def main(argv=None):
     ap.add_argument("--table-cache", default=None, help="pickle keeping the acceptance table between runs")
     ap.add_argument("--table-only", action="store_true", help="measure the acceptance table (no models) and stop")
     ap.add_argument("--results", default=str(_common.RESULTS / "plan_check_real.json"))
+    ap.add_argument("--figure", default=str(_common.FIGURES / "plan_check_real.png"))
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
 
@@ -282,8 +283,44 @@ def main(argv=None):
     _common.write_json(Path(args.results), stored)
     if len(done) == len(chosen):
         cp.done()
+    figure(stored, args.figure)
     print(markdown(stored))
     return stored
+
+
+def figure(stored: dict, path) -> None:
+    """Predicted against measured mean acceptance length (left) and speed-up (right), 95% intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = stored["results"]["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, (pk, pi, mk, mi, title) in zip(axes, [
+            ("predicted_mean_acceptance_length", "predicted_interval", "measured_mean_acceptance_length",
+             "measured_interval", "mean acceptance length"),
+            ("predicted_speedup", "predicted_speedup_interval", "measured_speedup", "measured_speedup_interval",
+             "speed-up over plain decoding")]):
+        for r in rows:
+            x, y = r[pk], r[mk]
+            xerr = [[x - r[pi][0]], [r[pi][1] - x]]
+            yerr = [[y - r[mi][0]], [r[mi][1] - y]]
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=r["candidate"])
+        lo = min(min(r[pi][0], r[mi][0]) for r in rows)
+        hi = max(max(r[pi][1], r[mi][1]) for r in rows)
+        ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+        ax.set_xlabel(f"predicted {title}")
+        ax.set_ylabel(f"measured {title}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    meta = stored["meta"]
+    fig.suptitle(f"planner vs end-to-end decoding, {stored['results']['prompts_decoded']} prompts "
+                 f"({meta['created'][:10]}, load {meta['load_average_1min'][0]}–{meta['load_average_1min'][1]})",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
 
 
 def markdown(stored: dict) -> str:

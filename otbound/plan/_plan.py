@@ -98,7 +98,7 @@ def evaluate(table: AcceptanceTable, cost: CostModel, law: str, verifier, shape:
     secs = cost.iteration_seconds(b, mean_levels, verifier)
     speed = cost.speedup(b, mean_levels, verifier)
     ci = 0.0 if not np.isfinite(ci) else ci
-    lo, hi = mal - ci, min(mal + ci, bound)
+    lo, hi = mal - ci, mal + ci
     methods = {table.methods.get(verifier, {}).get(m, "exact") for m in set(b)} if verifier else {"exact"}
     return Candidate(
         draft_law=law, shape=shape, verifier=verifier,
