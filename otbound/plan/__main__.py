@@ -49,8 +49,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budgets", type=int, nargs="+", default=None, help="node budgets of the tree search")
     ap.add_argument("--device", default=None, help="measure the pair's forward costs on this device")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--cost-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128],
-                    help="new-token counts at which --device measures the forward time")
+    ap.add_argument("--cost-sizes", type=int, nargs="+", default=None,
+                    help="new-token counts at which --device measures the forward time (default: powers of two "
+                         "up to the largest forward a candidate makes, the largest budget or chain plus the root)")
     ap.add_argument("--cost-repeats", type=int, default=5, help="timed forwards per size (median)")
     ap.add_argument("--cost-context", type=int, default=128, help="KV-cache length of the cost measurement")
     ap.add_argument("--draft-cost", default=None, help="draft forward seconds 'n:s,n:s,...' (n new tokens)")
@@ -63,6 +64,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="plan", help="output folder (default ./plan)")
     ap.add_argument("--quiet", action="store_true")
     return ap
+
+
+def default_cost_sizes(args) -> list[int]:
+    """Powers of two up to the largest target forward of any candidate: ``N + 1`` tokens for the
+    largest node budget or chain shape (``--max-drafts × --max-depth``)."""
+    largest = max(max(args.budgets or pl.DEFAULT_BUDGETS), args.max_drafts * args.max_depth) + 1
+    sizes = [1]
+    while sizes[-1] < largest:
+        sizes.append(2 * sizes[-1])
+    return sizes
 
 
 def _given_costs(args):
@@ -92,7 +103,7 @@ def _check_args(args):
         raise InvalidInputError(f"every node budget must be at least one node, got {budgets}")
     if args.max_depth < 1:
         raise InvalidInputError(f"--max-depth must be ≥ 1, got {args.max_depth}")
-    if min(args.cost_sizes) < 1 or args.cost_repeats < 1 or args.cost_context < 1:
+    if (args.cost_sizes is not None and min(args.cost_sizes) < 1) or args.cost_repeats < 1 or args.cost_context < 1:
         raise InvalidInputError("--cost-sizes, --cost-repeats and --cost-context must be ≥ 1")
     if args.max_drafts < 1:
         raise InvalidInputError(f"--max-drafts must be ≥ 1, got {args.max_drafts}")
@@ -150,7 +161,7 @@ def run(args) -> dict:
                 from otbound.lm import load_pair
 
                 pair = load_pair(records[0].meta.get("pair") or args.pair, device=args.device, dtype=args.dtype)
-            sizes = sorted(set(args.cost_sizes) | {1})
+            sizes = sorted(set(args.cost_sizes or default_cost_sizes(args)) | {1})
             say(f"otbound.plan: measuring forward costs on {pair.device} ...")
             kw = dict(vocab_size=pair.vocab_size, device=pair.device, sizes=sizes, repeats=args.cost_repeats,
                       context=args.cost_context)
