@@ -314,3 +314,55 @@ def test_forward_costs_measured_on_a_model():
     assert sum(curve.fitted) == pytest.approx(sum(curve.seconds))  # ... and pools the medians it levels
     desc = machine_description("cpu")
     assert desc["device"] == "cpu" and desc["cpus"] >= 1 and "torch" in desc
+
+
+def test_per_row_coupling_verifiers_are_planned_when_named():
+    """``ot_wor_top`` (a coupling per position: ~0.24 s per position and K at full vocabulary) is
+    not in the default set, and is measured when named."""
+    from otbound.plan import DEFAULT_VERIFIERS, synthetic_table
+
+    assert "ot_wor_top" not in DEFAULT_VERIFIERS and "rrs_wor" in DEFAULT_VERIFIERS
+    t = synthetic_table(num_traces=1, positions=3, max_drafts=2, verifiers=("ot_wor_top",),
+                        laws=("without_replacement",))
+    assert sorted(t.acceptance["ot_wor_top"]) == [1, 2]
+    opt = t.optimal["without_replacement"]
+    for m in (1, 2):  # it reaches the law's optimum when the top tokens hold all of q (V = 16 here)
+        assert np.allclose(t.acceptance["ot_wor_top"][m][0], opt[m][0], atol=1e-9)
+
+
+def test_stored_report_measurements_are_reused(tmp_path, monkeypatch):
+    """A report's measurement cache (``<run>/measure``) gives the same table as measuring afresh,
+    and only what it lacks (K = 1 here, and the verifier it did not measure) is measured."""
+    import otbound.report as rep
+    from otbound.lm import Prompt, collect_traces, tiny_pair
+    from otbound.plan import load_run_traces, table_from_records
+    from otbound.report import measure_trace, stored_measurement
+
+    pair = tiny_pair()
+    prompts = [Prompt(f"t/{i}", "tiny", "", (1 + i, 2, 3)) for i in range(2)]
+    collect_traces(pair, prompts, tmp_path / "traces", max_new_tokens=6, progress=False)
+    records = load_run_traces(tmp_path)
+    for r in records:
+        assert stored_measurement(r, tmp_path / "measure") is None
+        measure_trace(r, (2, 3), verifiers=["rrs", "kseq"], cache_dir=tmp_path / "measure")
+    calls = []
+    original = rep.measure_laws
+
+    def counting(p, q, ks, **kw):
+        calls.append((list(ks), list(kw.get("verifiers") or [])))
+        return original(p, q, ks, **kw)
+
+    monkeypatch.setattr(rep, "measure_laws", counting)
+    kw = dict(max_drafts=3, verifiers=("rrs", "kseq", "ot"))
+    reused = table_from_records(records, cache_dir=tmp_path / "measure", **kw)
+    assert sorted(calls) == sorted([([1], ["rrs", "kseq", "ot"]), ([2], ["ot"]), ([3], ["ot"])] * 2)
+    fresh = table_from_records(records, **kw)
+    assert reused.source["stored_measurements"]["traces"] == 2
+    for name in ("rrs", "kseq", "ot"):
+        for m in (1, 2, 3):
+            for a, b in zip(reused.acceptance[name][m], fresh.acceptance[name][m], strict=True):
+                assert np.allclose(a, b, rtol=0, atol=1e-12)
+    for law in ob.SAMPLINGS:
+        for m in (1, 2, 3):
+            for a, b in zip(reused.optimal[law][m], fresh.optimal[law][m], strict=True):
+                assert np.allclose(a, b, rtol=0, atol=1e-12)

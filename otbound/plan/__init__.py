@@ -60,12 +60,14 @@ from otbound.plan._sources import (
     table_from_records,
     trace_files,
 )
+from otbound.plan._tree import TreeShapeVerifier
 
 __all__ = [
     "DEFAULT_BUDGETS", "DEFAULT_VERIFIERS", "AcceptanceTable", "Candidate", "CostCurve", "CostModel", "Plan",
     "best_by_budget", "best_tree", "chain_shape", "evaluate", "load_run_traces", "machine_description",
     "make_plan", "measure_forward_costs", "measure_table", "measure_verify_costs", "pareto_front", "plan_figure",
     "plan_markdown", "shape_label", "synthetic_cost_model", "synthetic_laws", "synthetic_table",
-    "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "window_levels",
+    "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "TreeShapeVerifier",
+    "window_levels",
     "write_plan",
 ]

@@ -49,18 +49,31 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budgets", type=int, nargs="+", default=None, help="node budgets of the tree search")
     ap.add_argument("--device", default=None, help="measure the pair's forward costs on this device")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--cost-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128],
-                    help="new-token counts at which --device measures the forward time")
+    ap.add_argument("--cost-sizes", type=int, nargs="+", default=None,
+                    help="new-token counts at which --device measures the forward time (default: powers of two "
+                         "up to the largest forward a candidate makes, the largest budget or chain plus the root)")
     ap.add_argument("--cost-repeats", type=int, default=5, help="timed forwards per size (median)")
     ap.add_argument("--cost-context", type=int, default=128, help="KV-cache length of the cost measurement")
     ap.add_argument("--draft-cost", default=None, help="draft forward seconds 'n:s,n:s,...' (n new tokens)")
     ap.add_argument("--target-cost", default=None, help="target forward seconds 'n:s,n:s,...'")
     ap.add_argument("--cost", default=None, help="a cost.json written by an earlier --device run")
     ap.add_argument("--mc-samples", type=int, default=16)
+    ap.add_argument("--remeasure", action="store_true",
+                    help="measure every acceptance here, not reusing the run folder's stored measurements (measure/)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="plan", help="output folder (default ./plan)")
     ap.add_argument("--quiet", action="store_true")
     return ap
+
+
+def default_cost_sizes(args) -> list[int]:
+    """Powers of two up to the largest target forward of any candidate: ``N + 1`` tokens for the
+    largest node budget or chain shape (``--max-drafts × --max-depth``)."""
+    largest = max(max(args.budgets or pl.DEFAULT_BUDGETS), args.max_drafts * args.max_depth) + 1
+    sizes = [1]
+    while sizes[-1] < largest:
+        sizes.append(2 * sizes[-1])
+    return sizes
 
 
 def _given_costs(args):
@@ -90,7 +103,7 @@ def _check_args(args):
         raise InvalidInputError(f"every node budget must be at least one node, got {budgets}")
     if args.max_depth < 1:
         raise InvalidInputError(f"--max-depth must be ≥ 1, got {args.max_depth}")
-    if min(args.cost_sizes) < 1 or args.cost_repeats < 1 or args.cost_context < 1:
+    if (args.cost_sizes is not None and min(args.cost_sizes) < 1) or args.cost_repeats < 1 or args.cost_context < 1:
         raise InvalidInputError("--cost-sizes, --cost-repeats and --cost-context must be ≥ 1")
     if args.max_drafts < 1:
         raise InvalidInputError(f"--max-drafts must be ≥ 1, got {args.max_drafts}")
@@ -148,7 +161,7 @@ def run(args) -> dict:
                 from otbound.lm import load_pair
 
                 pair = load_pair(records[0].meta.get("pair") or args.pair, device=args.device, dtype=args.dtype)
-            sizes = sorted(set(args.cost_sizes) | {1})
+            sizes = sorted(set(args.cost_sizes or default_cost_sizes(args)) | {1})
             say(f"otbound.plan: measuring forward costs on {pair.device} ...")
             kw = dict(vocab_size=pair.vocab_size, device=pair.device, sizes=sizes, repeats=args.cost_repeats,
                       context=args.cost_context)
@@ -159,8 +172,10 @@ def run(args) -> dict:
             draft, target, machine = given
             machine = machine or pl.machine_description("cpu")
         say(f"otbound.plan: measuring acceptance on {len(records)} traces ...")
+        stored = None if args.remeasure or args.collect else Path(args.run) / "measure"
         table = pl.table_from_records(records, max_drafts=args.max_drafts, verifiers=verifiers, laws=args.laws,
-                                      mc_samples=args.mc_samples, seed=args.seed, progress=not args.quiet)
+                                      mc_samples=args.mc_samples, seed=args.seed, progress=not args.quiet,
+                                      cache_dir=stored if stored is not None and stored.is_dir() else None)
         cost = pl.CostModel(draft, target, machine=machine)
         r0 = records[0]
         ps, qs = r0.laws_at(slice(0, min(5, r0.positions)))

@@ -71,9 +71,15 @@ def load_run_traces(folder, *, temperature=None, dataset=None) -> list:
 
 
 def table_from_records(records, *, max_drafts: int, verifiers=DEFAULT_VERIFIERS, laws=None, mc_samples: int = 16,
-                       seed: int = 0, progress: bool = False):
-    """Measure an acceptance table on trace records (all of one pair and temperature)."""
+                       seed: int = 0, progress: bool = False, cache_dir=None):
+    """Measure an acceptance table on trace records (all of one pair and temperature).
+
+    ``cache_dir``: a report's measurement cache (``<run>/measure``); what it holds for a trace
+    (:func:`otbound.report.stored_measurement`: the report's K, verifiers and draft laws) is taken
+    from it, the rest (e.g. K = 1, which the report does not measure) measured here.
+    """
     from otbound._io import progress_bar
+    from otbound.report import stored_measurement
 
     bar = progress_bar(len(records), "measuring traces", progress)
 
@@ -87,8 +93,13 @@ def table_from_records(records, *, max_drafts: int, verifiers=DEFAULT_VERIFIERS,
               "datasets": sorted({r.dataset for r in records}), "traces": len(records),
               "positions": int(sum(r.positions for r in records)), "vocab_size": r0.meta.get("vocab_size"),
               "model_dtype": r0.meta.get("model_dtype")}
+    stored = [stored_measurement(r, cache_dir) for r in records] if cache_dir is not None else None
+    if stored is not None:
+        ks = sorted({k for x in stored if x for k in x["config"]["num_drafts"]})
+        source["stored_measurements"] = {"folder": str(cache_dir), "traces": sum(x is not None for x in stored),
+                                         "num_drafts": ks}
     table = measure_table(laws_of(), max_drafts=max_drafts, verifiers=verifiers, laws=laws, mc_samples=mc_samples,
-                          seed=seed, source=source, ids=[(r.prompt_id, r.dataset) for r in records])
+                          seed=seed, source=source, ids=[(r.prompt_id, r.dataset) for r in records], stored=stored)
     bar.close()
     return table
 

@@ -55,7 +55,7 @@ from otbound.report._end_to_end import (
     measure_run,
     tree_expected_accepted,
 )
-from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace
+from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace, stored_measurement
 from otbound.report._metrics import METRIC_NAMES, engine_metrics, metrics_from_levels
 from otbound.report._paired import (
     max_gap_half_width,
@@ -74,7 +74,7 @@ __all__ = [
     "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",
     "METRIC_NAMES", "engine_metrics", "metrics_from_levels",
     "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "max_gap_half_width",
-    "measure_laws", "measure_trace", "paired_differences", "paired_figure", "paired_panels",
+    "measure_laws", "measure_trace", "stored_measurement", "paired_differences", "paired_figure", "paired_panels",
     "paired_section", "paired_tables",
     "plots", "run_real_report", "synthetic_pair", "synthetic_rows", "tables", "token_figure",
 ]

@@ -284,11 +284,9 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     >>> [round(x, 4) for x in res["verifiers"]["rrs"][2]["acceptance"]], again == res
     ([0.76, 0.79], True)
     """
-    from otbound._integrity import content_key, tensor_digest
-    from otbound.lm import settings_dir
+    from otbound._integrity import content_key
 
-    trace_key = content_key({"tokens": tensor_digest(np.asarray(record.tokens, dtype=np.int64)),
-                             "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})
+    trace_key = _trace_key(record)
     sp, sq = record.sampling_params()  # the laws measured: the record's settings (stored, or given on load)
     config = {"version": MEASURE_VERSION, "num_drafts": [int(k) for k in np.atleast_1d(num_drafts)],
               "verifiers": None if verifiers is None else list(verifiers), "samplings": list(samplings),
@@ -298,15 +296,10 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
         config.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict())
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / safe_name(record.dataset) / settings_dir(record.temperature, sp, sq) / (
-            safe_name(record.prompt_id) + ".json")
+        path = _cache_path(record, cache_dir)
         if reuse and path.exists():
-            try:
-                stored = json.loads(path.read_text())
-                intact = stored.pop("sha256") == content_key(stored)
-            except (ValueError, KeyError, AttributeError):
-                intact = False
-            if not intact:
+            stored = _read_cached(path)
+            if stored is None:
                 print(f"otbound: {path} is damaged (checksum or JSON); measuring again", file=sys.stderr)
             elif stored.get("config") == config:
                 return _int_keys(stored)
@@ -324,6 +317,74 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
         plain = json.loads(json.dumps(res))  # the JSON form that is read back and checked
         write_text_atomic(path, json.dumps(dict(plain, sha256=content_key(plain))))
     return _int_keys(json.loads(json.dumps(res)))
+
+
+def _trace_key(record) -> str:
+    """Content key of a trace: its tokens and its metadata (never its file name)."""
+    from otbound._integrity import content_key, tensor_digest
+
+    return content_key({"tokens": tensor_digest(np.asarray(record.tokens, dtype=np.int64)),
+                        "meta": {k: v for k, v in record.meta.items() if k != "sha256"}})
+
+
+def _cache_path(record, cache_dir) -> Path:
+    from otbound.lm import settings_dir
+
+    sp, sq = record.sampling_params()
+    return Path(cache_dir) / safe_name(record.dataset) / settings_dir(record.temperature, sp, sq) / (
+        safe_name(record.prompt_id) + ".json")
+
+
+def _read_cached(path):
+    """A cache file's content, or None when it is unreadable or its checksum fails."""
+    from otbound._integrity import content_key
+
+    try:
+        stored = json.loads(Path(path).read_text())
+        return stored if stored.pop("sha256") == content_key(stored) else None
+    except (ValueError, KeyError, AttributeError, OSError):
+        return None
+
+
+def stored_measurement(record, cache_dir):
+    """The measurement of ``record`` stored in ``cache_dir`` by :func:`measure_trace`, whatever
+    configuration (K, verifiers, draft laws) it was made with, when it is intact and was made on this
+    trace (the same content key of tokens and metadata); None otherwise. Nothing is measured or written.
+
+    Parameters
+    ----------
+    record : otbound.lm.TraceRecord
+        The trace.
+    cache_dir : str or pathlib.Path
+        The measurement cache (``<report>/measure``).
+
+    Returns
+    -------
+    dict or None
+        As :func:`measure_trace` returns it (its ``config`` says what was measured), K keys as ints.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from otbound.lm import TraceRecord
+    >>> from otbound.report import measure_trace, stored_measurement
+    >>> record = TraceRecord("p0", "demo", 1.0, np.array([1, 0]), 1, np.log([[0.5, 0.3, 0.2]]),
+    ...                      np.log([[0.2, 0.3, 0.5]]))
+    >>> with tempfile.TemporaryDirectory() as cache:
+    ...     before = stored_measurement(record, cache)
+    ...     res = measure_trace(record, (2,), verifiers=["rrs"], samplings=("with_replacement",), cache_dir=cache)
+    ...     after = stored_measurement(record, cache)
+    >>> before is None, after == res, after["config"]["num_drafts"]
+    (True, True, [2])
+    """
+    path = _cache_path(record, cache_dir)
+    if not path.exists():
+        return None
+    stored = _read_cached(path)
+    if stored is None or stored.get("config", {}).get("trace") != _trace_key(record):
+        return None
+    return _int_keys(stored)
 
 
 def _record_laws(record):
