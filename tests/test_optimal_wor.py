@@ -527,3 +527,39 @@ def test_best_of_both_exact_and_choice():
         assert abs(enumerated - (top_value if side == "top" else iid_value)) < 1e-12
         assert enumerated >= max(top_value, optimal_acceptance(p, q, k)) - 1e-12
     assert chosen == {"top", "iid"}
+
+
+def test_top_tokens_equal_a_full_sort_ties_included():
+    """The partition-based choice of T is the full lexsort's: by decreasing score, ties to the lower
+    id, with ties straddling the m-th place (integer scores, many equal)."""
+    r = np.random.default_rng(5)
+    for trial in range(40):
+        n = int(r.integers(1, 400))
+        positive = np.sort(r.choice(10_000, size=n, replace=False))
+        score = r.integers(0, 6, size=n).astype(float) if trial % 2 else r.random(n)
+        for m in (1, 3, 15, 62, n, n + 5):
+            want = positive[np.lexsort((positive, -score))[:m]]
+            np.testing.assert_array_equal(_optimal_wor._top_tokens(positive, score, m), want)
+
+
+def test_planner_measures_the_three_exactly_at_two_drafts():
+    """The planner's acceptance table (:func:`otbound.plan.synthetic_table`) holds ``ot_wor_top``,
+    ``ot_wor_iid`` and ``ot_wor`` (``ot_wor`` among its defaults), measured exactly at K ≤ 2 with the
+    verifiers' own exact acceptance; ``ot_wor`` is the larger of the two per position and ≤ α*."""
+    from otbound.plan import DEFAULT_VERIFIERS, synthetic_laws, synthetic_table
+
+    assert "ot_wor" in DEFAULT_VERIFIERS and "ot_wor_top" in DEFAULT_VERIFIERS
+    names = ("ot_wor_top", "ot_wor_iid", "ot_wor")
+    table = synthetic_table(num_traces=2, positions=3, max_drafts=3, verifiers=names, laws=(WOR,))
+    laws = synthetic_laws(2, 3)
+    for name in names:
+        assert sorted(table.acceptance[name]) == [1, 2] and table.methods[name][2] == "exact"
+        for k in (1, 2):
+            got = np.concatenate(table.acceptance[name][k])
+            want = [VERIFIERS[name].acceptance(p, q, k) for ps, qs in laws for p, q in zip(ps, qs)]
+            np.testing.assert_allclose(got, want, atol=1e-12)
+    for k in (1, 2):
+        best = np.concatenate(table.acceptance["ot_wor"][k])
+        parts = np.maximum(*(np.concatenate(table.acceptance[n][k]) for n in names[:2]))
+        np.testing.assert_allclose(best, parts, atol=1e-12)
+        assert np.all(best <= np.concatenate(table.optimal[WOR][k]) + 1e-9)

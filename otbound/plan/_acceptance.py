@@ -31,9 +31,9 @@ from otbound._validation import SAMPLINGS, InvalidInputError
 
 #: verifiers planned by default: the registered lossless verifiers with an exact acceptance, one per
 #: algorithm (``nss`` ignores the drafts; ``nss_deterministic`` has ``onehot``'s acceptance;
-#: ``khisti_lp`` is the LP form of the optimum at K ≤ 2, ``ot_wor_iid`` an i.i.d.-stream variant of
-#: ``ot_wor_top``); names not registered are passed over
-DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot", "khisti_is", "onehot", "ot_wor_top")
+#: ``khisti_lp`` is the LP form of the optimum at K ≤ 2, ``ot_wor_iid`` is one half of ``ot_wor``, the
+#: better of it and ``ot_wor_top`` per position); names not registered are passed over
+DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot", "khisti_is", "onehot", "ot_wor_top", "ot_wor")
 
 
 @dataclass
