@@ -244,15 +244,18 @@ def real_gap(args):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        labels = list(dict.fromkeys(label for label, _ in curves if label != "pooled"))
+        styles = ["-", "--", ":", "-."]
         for (label, k), pts in curves.items():
             if label == "pooled":
                 continue
-            ax.plot(*zip(*pts), marker="o", label=f"{label}, K = {k}")
+            ax.plot(*zip(*pts), marker="o", ms=3, color=f"C{labels.index(label)}",
+                    ls=styles[args.ks.index(k) % len(styles)], label=f"{label}, K = {k}")
         ax.set_xlabel("m (tokens of T)")
         ax.set_ylabel("mean α*_wor − α(ot_wor_top)")
         ax.set_xscale("log")
-        ax.set_title("Top-m truncation gap on the real pair's traces (Qwen2.5-Coder 0.5B → 1.5B)")
+        ax.set_title("Top-m truncation gap, real traces (Qwen2.5-Coder 0.5B → 1.5B)", fontsize=9)
         ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         fig.savefig(args.figure, dpi=120)

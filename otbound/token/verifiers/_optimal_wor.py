@@ -67,7 +67,11 @@ panels of width ``PANEL_WIDTH`` with ``PANEL_NODES`` nodes, from ``t_lo = ((K+1)
 (below it ``P[N < K] = 1`` to ``(t s)^K / K!``; the parts ``1 − e^{−o t_lo}`` of Q and
 ``e^{−o t_lo} Σ_z p_z (1 − e^{−q_z t_lo})`` of F are added in closed form) to
 ``t_hi = (TAIL + ln max(1, w / min o)) / min o``, ``w = Σ_{z ∈ T^c} q_z p_z`` (the neglected tails
-are below ``(2 + w/o) e^{−o t_hi} ≤ 3 e^{−TAIL}``). Checked against
+are below ``(2 + w/o) e^{−o t_hi} ≤ 3 e^{−TAIL}``), or earlier, at the time ``t*`` when ``T^c``
+alone has rung K times but with probability ``P[N_{T^c}(t*) < K] ≤ e^{−TAIL} / (2 + w / min o)``
+(the integrands are at most ``(o + w) e^{−o t} P[N_{T^c}(t) < K]``, which decreases in t;
+:func:`_clock_horizon`: a Chernoff bound). On flat rows, where ``min o`` is tiny, ``t*`` is the
+shorter by orders of magnitude, and with it the grid and the tokens taken one by one. Checked against
 enumeration of the draft law (``tests/test_optimal_wor.py``: μ, c and the acceptance to 1e-12).
 
 **Why a truncation.** The exact optimum has a selection-law form: every optimal coupling selects
@@ -132,6 +136,37 @@ def truncation_size(num_drafts: int, max_sets: int = MAX_SETS) -> int:
     while m < MAX_TOP and sum(math.comb(m + 1, j) for j in range(k + 1)) <= max_sets:
         m += 1
     return m
+
+
+def _clock_horizon(q_rest: np.ndarray, k: int, tail: float) -> float:
+    """A time t with ``P[N(t) < K] ≤ e^{−tail}`` for ``N(t) = Σ_z Bernoulli(1 − e^{−q_z t})`` over the
+    rates ``q_rest`` (inf if the bound below never gets there).
+
+    For any rank j, with c the j-th largest rate, the j − 1 larger tokens each ring with probability
+    at least ``1 − e^{−c t}`` and the others (sum ``s_c``) at least ``q_z (1 − e^{−c t}) / c``
+    (``(1 − e^{−x})/x`` decreases), so ``λ(t) = E N(t) ≥ (1 − e^{−c t}) (j − 1 + s_c / c)``; and
+    ``P[N ≤ K − 1] ≤ e^{−λ} (e λ / (K − 1))^{K−1}`` for λ > K − 1 (Chernoff), decreasing in λ; at K = 1
+    ``P[N = 0] = e^{−t Σ q}`` exactly. So t is the smallest over j ∈ {1, 8, 64, 512, 4096} of the
+    solutions of ``λ(t) = λ*``, λ* the root of ``λ − (K − 1)(1 + ln(λ / (K − 1))) = tail`` (a
+    contracting fixed point from above)."""
+    if q_rest.size == 0:
+        return math.inf
+    total = float(q_rest.sum())
+    if k == 1:
+        return tail / total * (1.0 + 1e-9)  # on the safe side of the rounding
+    lam = tail + 2.0 * k
+    for _ in range(100):  # λ ← tail + (K − 1)(1 + ln(λ / (K − 1))): slope (K − 1)/λ < 1, decreasing to λ*
+        lam = tail + (k - 1) * (1.0 + math.log(lam / (k - 1)))
+    lam *= 1.0 + 1e-9  # on the safe side of the root
+    ranks = [j for j in (1, 8, 64, 512, 4096) if j <= q_rest.size]
+    largest = np.sort(np.partition(q_rest, q_rest.size - ranks[-1])[q_rest.size - ranks[-1] :])[::-1]
+    best = math.inf
+    for j in ranks:
+        c = float(largest[j - 1])
+        reach = (j - 1) + (total - float(largest[: j - 1].sum())) / c  # λ(∞) of the bound
+        if reach > lam:
+            best = min(best, -math.log1p(-lam / reach) / c)
+    return best
 
 
 def _grid(k: int, t_hi: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -424,9 +459,12 @@ def truncated_coupling(
     positive_out = out[out > 0]
     min_out = float(positive_out.min()) if positive_out.size else 1.0
     # tails beyond t_hi: below (2 + TAIL) e^{−TAIL} once scaled by max(1, w / min o)
-    t_hi = (TAIL + max(0.0, math.log(max(float(q[~in_top] @ p[~in_top]), 1e-300) / min_out))) / min_out
-    t, wt, t_lo = _grid(k, t_hi)
+    w_rest = float(q[~in_top] @ p[~in_top])
+    t_hi = (TAIL + max(0.0, math.log(max(w_rest, 1e-300) / min_out))) / min_out
     q_rest, p_rest = q[rest], p[rest]
+    # or earlier, where T^c alone has rung K times but with probability below e^{−TAIL} / (2 + w / min o)
+    t_hi = min(t_hi, _clock_horizon(q_rest, k, TAIL + math.log(2.0 + w_rest / min_out)))
+    t, wt, t_lo = _grid(k, t_hi)
     c_rest = q_rest * p_rest
     p_out = float(p_rest.sum())
     smooth = q_rest * t_hi <= SMOOTH_X
