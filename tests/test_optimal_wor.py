@@ -630,3 +630,26 @@ def test_horizon_leaves_the_flat_row_coupling_unchanged(monkeypatch, k):
     np.testing.assert_allclose(c.mu, d.mu, atol=ATOL)
     np.testing.assert_allclose(c.chance, d.chance, atol=ATOL)
     assert abs(c.accepted - d.accepted) < ATOL
+
+
+def test_no_closed_form_luce_weights():
+    """Closed forms in the token's own numbers (w = q, p, m/q) do not give the optimal Luce rule: on
+    each of 30 random instances (V ≤ 6, K ≤ 3) the rule with those weights, on the optimal levels,
+    misses the selection law m by more than 1e-6 (the fixed point itself reaches 1e-12)."""
+    r = np.random.default_rng(0)
+    for _ in range(30):
+        v = int(r.integers(4, 7))
+        k = int(r.integers(2, min(v - 1, 3) + 1))
+        p, q = r.dirichlet(np.ones(v)), r.dirichlet(np.ones(v))
+        rule = _optimal_wor.luce_rule(p, q, k)
+        assert rule.residual_error < 1e-12
+        tuples = np.array(list(itertools.permutations(range(v), k)))
+        weights = draft_joint(q, k, WOR)[tuple(tuples.T)]
+        errors = []
+        for w in (rule.weight, q, p, rule.select / q):  # the fixed point first: the harness reproduces m
+            trial = _optimal_wor.LuceRule(rule.level, w, rule.select, rule.h_star, rule.alpha, 0.0)
+            sel = trial.selection(tuples)  # (n, K)
+            law = np.zeros(v)
+            np.add.at(law, tuples, weights[:, None] * sel)
+            errors.append(np.abs(law - rule.select).max())
+        assert errors[0] < 1e-12 and min(errors[1:]) > 1e-6, errors

@@ -88,8 +88,10 @@ The chord-polygon peeling of the i.i.d. case needs ``Q(H) = Φ(q(H))``, and prod
 fail (docs/theory/optimal-without-replacement.md gives the counterexamples).
 
 Cost: the pass over ``T^c`` (O(V · moments) plus the large tokens of ``T^c`` one by one), the sets
-(``Σ_{j ≤ K} C(m, j)`` of them, ``MAX_SETS`` by default), and one LP over them (HiGHS), cached per
-(p, q, K); per tuple a lookup of R and an O(m) draw (``experiments/bench_optimal_wor.py``).
+(``Σ_{j ≤ K} C(m, j)`` of them, ``MAX_SETS`` by default; their states on the grid one array operation
+per set size, from the parents', with the (m, K) layout and the LP's matrix cached), and one LP over
+them (HiGHS), cached per (p, q, K): 22–53 ms at V = 151,936, K ≤ 4; per tuple a lookup of R and an
+O(m) draw (``experiments/bench_optimal_wor.py``).
 
 References: Jeon et al. 2402.14160 (drafts without replacement); Hu et al. 2502.18779 (the gap of
 RRS without replacement); SpecTr, Sun et al. 2310.15141 (the acceptance LP).
@@ -568,7 +570,7 @@ class OptimalWithoutReplacementVerifier(Verifier):
 
     name = "ot_wor_top"
     sampling = "without_replacement"
-    in_default_measurement = False  # 80-180 ms of set-up per row at V = 151,936 (the LP over top-m sets)
+    in_default_measurement = False  # 22-65 ms of set-up per row at V = 151,936 (the LP over top-m sets)
     reference = "the optimal coupling without replacement seen through the top-m tokens of q, exact residual"
     lossless = True
 
