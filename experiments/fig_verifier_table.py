@@ -15,9 +15,9 @@ reported as not run. Means over positions with 95% intervals cluster-robust over
 The same results draw the temperature sweep (``fig_temperature_sweep.py``).
 
 Usage: ``python experiments/fig_verifier_table.py [--recompute] [--quick] [--traces DIR] [--out figures/]``;
-``--as-stored --traces DIR --results DIR2`` measures every trace under DIR as stored (its prompts,
-temperatures and length, no models needed; e.g. a ``python -m otbound.compare`` run's ``traces``
-folder) instead of the figure's own trace set.
+``--as-stored --traces DIR`` measures every trace under DIR as stored (its prompts, temperatures
+and length, no models needed; e.g. a ``python -m otbound.compare`` run's ``traces`` folder) instead
+of the figure's own trace set, into ``fig_verifier_table_stored`` (results and figure).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import _common
 import numpy as np
 
 NAME = "fig_verifier_table"
+STORED_NAME = "fig_verifier_table_stored"  # --as-stored: results and figure under this name
 LAWS = ("with_replacement", "without_replacement", "greedy")
 LAW_SHORT = {"with_replacement": "i.i.d.", "without_replacement": "w/o repl.", "greedy": "greedy"}
 
@@ -36,8 +37,8 @@ def stored_records(args) -> list:
     """Every trace under ``--traces`` as stored (``--as-stored``)."""
     from otbound.lm import load_traces
 
-    if not args.traces or not args.results:
-        raise SystemExit("fig_verifier_table: --as-stored needs --traces DIR and --results DIR (not data/results/)")
+    if not args.traces:
+        raise SystemExit("fig_verifier_table: --as-stored needs --traces DIR")
     return list(load_traces(args.traces))
 
 
@@ -98,7 +99,8 @@ def compute_for(args, stored=None):
 
 def load(args) -> dict:
     stored = stored_records(args) if getattr(args, "as_stored", False) else None
-    return _common.load_or_compute(args, NAME, params_for(args, stored), compute_for(args, stored))
+    name = STORED_NAME if stored is not None else NAME
+    return _common.load_or_compute(args, name, params_for(args, stored), compute_for(args, stored))
 
 
 def tables(results) -> str:
@@ -149,16 +151,17 @@ def draw(results, out, formats) -> list:
         ax.set_title(f"K = {k}, T = {t:g}")
     axes[0, 0].set_ylabel("acceptance α (mean over positions)")
     axes[0, 0].legend(frameon=True, loc="lower left", framealpha=0.9)
-    return _common.save_real_pair_figure(fig, results, out, NAME, formats)
+    name = STORED_NAME if "as stored" in results["results"]["source"] else NAME
+    return _common.save_real_pair_figure(fig, results, out, name, formats)
 
 
 def main(argv=None) -> list:
     ap = _common.parser(__doc__.splitlines()[0])
     ap.add_argument("--as-stored", action="store_true",
-                    help="measure every trace under --traces as stored (needs --results)")
+                    help="measure every trace under --traces as stored, into fig_verifier_table_stored")
     args = ap.parse_args(argv)
     results = load(args)
-    return _common.finish(NAME, results, args, draw, tables)
+    return _common.finish(STORED_NAME if args.as_stored else NAME, results, args, draw, tables)
 
 
 if __name__ == "__main__":
