@@ -178,11 +178,13 @@ def main(argv=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        styles = ["-", "--", ":", "-."]
         for (family, k), row in gaps.items():
             xs = [truncation_size(k, ms) for ms, g in zip(args.max_sets, row) if g is not None]
             ys = [g for g in row if g is not None]
-            ax.plot(xs, ys, marker="o", label=f"{family}, K = {k}")
+            ax.plot(xs, ys, marker="o", ms=3, color=f"C{args.families.index(family)}",
+                    ls=styles[args.ks.index(k) % len(styles)], label=f"{family}, K = {k}")
         ax.set_xlabel("m (tokens of T)")
         ax.set_ylabel("α*_wor − α(ot_wor_top)")
         ax.set_xscale("log")
