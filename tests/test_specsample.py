@@ -371,4 +371,5 @@ def test_real_pair_first_token_follows_the_target(real_pair_laws, verifier, k, l
         for j, p in enumerate(prompts)
     ]
     pv = g_test(samples, laws)
+    print(f"{verifier if isinstance(verifier, str) else verifier.name}: pooled G-test p = {pv:.3g}")  # for the docs
     assert (pv > LEVEL) == lossless, (verifier, pv)
