@@ -5,15 +5,19 @@ verifier of that law with its mean acceptance over positions ± 95% CI half widt
 parentheses, its efficiency = acceptance / α* of its own law (:func:`otbound.report.tables.main_table`).
 Columns are the prompt datasets (HumanEval, MT-Bench). Per position (:func:`otbound.report.measure_laws`)
 acceptance is exact where the verifier has a closed form (``nss``, ``rrs``, ``kseq``, ``spechub``,
-``greedy``); ``rrs_wor`` has none at V = 151,936, so it is a Monte Carlo estimate (``mc_samples``
-draft tuples per position). ``khisti_is`` (needs the |V|^K selection law), ``khisti_lp`` (an LP in
-|V|²/2 selection weights) and ``ot`` (needs the V^(K+1) LP plan) refuse this vocabulary and are
+``greedy``, ``ot``, ``ot_wor_top``; ``ot_wor_iid`` at K ≤ 2; ``ot_wor`` at K ≤ 2 and where it
+chooses ``ot_wor_top``); the others (``rrs_wor``, ``ot_wor_iid`` and ``ot_wor`` at K ≥ 3) are Monte
+Carlo estimates (``mc_samples`` draft tuples per position). ``khisti_is`` (needs the |V|^K
+selection law) and ``khisti_lp`` (an LP in |V|²/2 selection weights) refuse this vocabulary and are
 reported as not run. Means over positions with 95% intervals cluster-robust over prompts
-(:func:`otbound.report.aggregate`).
+(:func:`otbound.report.aggregate`). The table notes list the verifiers the stored results hold.
 
 The same results draw the temperature sweep (``fig_temperature_sweep.py``).
 
-Usage: ``python experiments/fig_verifier_table.py [--recompute] [--quick] [--traces DIR] [--out figures/]``.
+Usage: ``python experiments/fig_verifier_table.py [--recompute] [--quick] [--traces DIR] [--out figures/]``;
+``--as-stored --traces DIR`` measures every trace under DIR as stored (its prompts, temperatures
+and length, no models needed; e.g. a ``python -m otbound.compare`` run's ``traces`` folder) instead
+of the figure's own trace set, into ``fig_verifier_table_stored`` (results and figure).
 """
 
 from __future__ import annotations
@@ -24,11 +28,34 @@ import _common
 import numpy as np
 
 NAME = "fig_verifier_table"
+STORED_NAME = "fig_verifier_table_stored"  # --as-stored: results and figure under this name
 LAWS = ("with_replacement", "without_replacement", "greedy")
 LAW_SHORT = {"with_replacement": "i.i.d.", "without_replacement": "w/o repl.", "greedy": "greedy"}
 
 
-def params_for(args) -> dict:
+def stored_records(args) -> list:
+    """Every trace under ``--traces`` as stored (``--as-stored``)."""
+    from otbound.lm import load_traces
+
+    if not args.traces:
+        raise SystemExit("fig_verifier_table: --as-stored needs --traces DIR")
+    return list(load_traces(args.traces))
+
+
+def params_for(args, records=None) -> dict:
+    if records is not None:  # --as-stored: the traces' own prompts, temperatures and length
+        return dict(
+            traces=str(args.traces),
+            datasets=sorted({r.dataset for r in records}),
+            prompts=len({(r.dataset, r.prompt_id) for r in records}),
+            positions=int(sum(r.positions for r in records)),
+            temperatures=sorted({float(r.temperature) for r in records}),
+            position_stride=4,
+            num_drafts=[2, 4],
+            mc_samples=64,
+            seed=0,
+            measure="otbound.lm.measure_laws + aggregate",
+        )
     if args.quick:
         return dict(_common.QUICK_TRACES, temperatures=[0.5, 1.0], position_stride=1, num_drafts=[2, 3], mc_samples=64)
     return dict(
@@ -37,13 +64,16 @@ def params_for(args) -> dict:
 
 
 #: verifiers measured; ``khisti_is`` and ``khisti_lp`` refuse V = 151,936 (recorded as skipped), but run
-#: in quick mode; ``ot`` runs at every V (exact acceptance α*)
-VERIFIER_NAMES = ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot", "rrs_wor", "spechub", "greedy")
+#: in quick mode; ``ot`` runs at every V (exact acceptance α*); the optimal verifiers without
+#: replacement (``ot_wor_top`` the top-m truncation, ``ot_wor_iid`` the i.i.d. rebuild, ``ot_wor`` the
+#: better of the two) pay a coupling per position (tens of ms)
+VERIFIER_NAMES = ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot", "rrs_wor", "ot_wor_top", "ot_wor_iid", "ot_wor",
+                  "spechub", "greedy")
 
 
-def compute_for(args):
+def compute_for(args, stored=None):
     def compute(params, checkpoint) -> dict:
-        records = _common.real_records(args, params)
+        records = stored if stored is not None else _common.real_records(args, params)
         rows = _common.measure_records(records, params, checkpoint, verifiers=list(VERIFIER_NAMES))
         skipped = {r["verifier"]: r["skipped"] for r in rows if r["method"] == "skipped"}
         order = ("optimal",) + VERIFIER_NAMES
@@ -60,14 +90,17 @@ def compute_for(args):
         return {
             "rows": rows,
             "skipped": skipped,
-            "source": "synthetic stand-in (quick mode)" if args.quick else "real pair traces",
+            "source": "synthetic stand-in (quick mode)" if args.quick else (
+                f"real pair traces as stored in {args.traces}" if stored is not None else "real pair traces"),
         }
 
     return compute
 
 
 def load(args) -> dict:
-    return _common.load_or_compute(args, NAME, params_for(args), compute_for(args))
+    stored = stored_records(args) if getattr(args, "as_stored", False) else None
+    name = STORED_NAME if stored is not None else NAME
+    return _common.load_or_compute(args, name, params_for(args, stored), compute_for(args, stored))
 
 
 def tables(results) -> str:
@@ -80,6 +113,8 @@ def tables(results) -> str:
         "positions (cluster-robust over prompts), (efficiency = acceptance / α* of the verifier's own draft law).",
     ]
     notes += [f"Not run: `{name}` — {why}" for name, why in res["skipped"].items()]
+    measured = [n for n in VERIFIER_NAMES if any(r["verifier"] == n for r in res["rows"])]
+    notes.append("Verifiers in these results: " + ", ".join(f"`{n}`" for n in measured) + ".")
     return "\n".join(notes) + "\n\n" + all_tables(res["rows"])
 
 
@@ -116,13 +151,17 @@ def draw(results, out, formats) -> list:
         ax.set_title(f"K = {k}, T = {t:g}")
     axes[0, 0].set_ylabel("acceptance α (mean over positions)")
     axes[0, 0].legend(frameon=True, loc="lower left", framealpha=0.9)
-    return _common.save_real_pair_figure(fig, results, out, NAME, formats)
+    name = STORED_NAME if "as stored" in results["results"]["source"] else NAME
+    return _common.save_real_pair_figure(fig, results, out, name, formats)
 
 
 def main(argv=None) -> list:
-    args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ap = _common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--as-stored", action="store_true",
+                    help="measure every trace under --traces as stored, into fig_verifier_table_stored")
+    args = ap.parse_args(argv)
     results = load(args)
-    return _common.finish(NAME, results, args, draw, tables)
+    return _common.finish(STORED_NAME if args.as_stored else NAME, results, args, draw, tables)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,15 @@ import pytest
 import scipy.stats
 
 import otbound.conformance as oc
-from otbound import BLOCK_VERIFIERS, VERIFIERS, InvalidInputError, greedy_split
+from otbound import BLOCK_VERIFIERS, VERIFIERS, InvalidInputError, greedy_split, optimal_acceptance
 from otbound.conformance import examples as ex
 from otbound.conformance.__main__ import main
-from otbound.token.verifiers import kseq_rho
+from otbound.token.verifiers import (
+    BestWithoutReplacementVerifier,
+    OptimalWithoutReplacementVerifier,
+    kseq_rho,
+    truncated_coupling,
+)
 
 EXACT = 1e-12
 K = 2
@@ -41,7 +46,8 @@ def test_package_token_laws_pass_exact_mode(name):
     insts = oc.token_instances(V, K, ver.sampling, 12, 0)
     own = np.array([ver.acceptance(t.p, t.q, K) for t in insts])
     assert np.abs(res.acceptance - own).max() < EXACT
-    if name in ("ot", "greedy", "spechub"):  # these attain their law's bound (the OT plan: an LP, to 1e-9)
+    # these attain their law's bound (an LP plan, to 1e-9); the truncation of ot_wor_top holds all of V = 3
+    if name in ("ot", "greedy", "spechub", "ot_wor_top", "ot_wor"):
         assert np.abs(res.acceptance - res.optimal).max() < 1e-9
 
 
@@ -62,6 +68,34 @@ def test_package_token_samplers_pass_sample_mode(name):
     assert res.passed, res.summary()
     assert res.power >= 0.99
     assert all(r.samples >= 500 and r.p_value >= res.level_alpha for r in res.instances)
+
+
+@pytest.mark.parametrize("name", ["ot_wor_top", "ot_wor_iid", "ot_wor"])
+def test_optimal_verifiers_without_replacement_pass_both_modes_off_their_exact_cases(name):
+    """The optimal verifiers without replacement at V = 6, K = 3 with a top-m truncation smaller than
+    the support (m = K + 1 = 4: ``max_sets`` 15), where neither is the optimum: the kit finds their
+    exact laws lossless (1e-12) with the package's own exact acceptance (ot_wor_iid's by enumeration
+    at K = 3), at most α* without replacement and, for ot_wor, at least both parts' floors; their
+    samplers pass sample mode."""
+    ver = {"ot_wor_top": OptimalWithoutReplacementVerifier(max_sets=15), "ot_wor_iid": VERIFIERS["ot_wor_iid"],
+           "ot_wor": BestWithoutReplacementVerifier(max_sets=15)}[name]
+    res = oc.check_token_verifier(oc.token_law_adapter(ver), vocab_size=6, num_drafts=3, sampling=ver.sampling,
+                                  instances=6, seed=4)
+    assert res.passed and res.lossless_error < EXACT
+    assert np.all(res.acceptance <= res.optimal + 1e-9)
+    insts = oc.token_instances(6, 3, ver.sampling, 6, 4)
+    own = np.array([ver.acceptance(t.p, t.q, 3) for t in insts])
+    assert np.abs(res.acceptance - own).max() < EXACT
+    if name != "ot_wor_iid":
+        assert any(truncated_coupling(t.p, t.q, 3, 15).top.size < np.count_nonzero(t.q) for t in insts)
+    if name == "ot_wor":
+        top = np.array([OptimalWithoutReplacementVerifier(max_sets=15).acceptance(t.p, t.q, 3) for t in insts])
+        assert np.all(res.acceptance >= top - 1e-12)
+        assert np.all(res.acceptance >= [optimal_acceptance(t.p, t.q, 3) - 1e-12 for t in insts])
+    sampled = oc.check_token_verifier(oc.token_sample_adapter(ver), vocab_size=6, num_drafts=3,
+                                      sampling=ver.sampling, instances=3, mode="sample", batch=True, seed=5)
+    assert sampled.passed, sampled.summary()
+    assert sampled.power >= 0.99
 
 
 def _rrs_wor(p, q, drafts, coin, draw):

@@ -126,7 +126,8 @@ def test_alpha_vs_k(quick):
 def test_verifier_table(quick):
     out = quick[0]
     rows = _results(out, "fig_verifier_table")["results"]["rows"]
-    assert {r["verifier"] for r in rows} >= {"optimal", "nss", "rrs", "kseq", "rrs_wor", "greedy"}
+    assert {r["verifier"] for r in rows} >= {"optimal", "nss", "rrs", "kseq", "rrs_wor", "greedy", "ot_wor_top",
+                                             "ot_wor_iid", "ot_wor"}
     for r in rows:
         if r["method"] == "exact":
             assert r["acceptance"] <= r["optimal"] + 1e-9, r

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp
 from otbound._validation import InvalidInputError
 from otbound.token._wor import wor_prefix_mass
+from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import (
     OptimalWithoutReplacementVerifier,
     _optimal_wor,
@@ -527,3 +528,129 @@ def test_best_of_both_exact_and_choice():
         assert abs(enumerated - (top_value if side == "top" else iid_value)) < 1e-12
         assert enumerated >= max(top_value, optimal_acceptance(p, q, k)) - 1e-12
     assert chosen == {"top", "iid"}
+
+
+def test_top_tokens_equal_a_full_sort_ties_included():
+    """The partition-based choice of T is the full lexsort's: by decreasing score, ties to the lower
+    id, with ties straddling the m-th place (integer scores, many equal)."""
+    r = np.random.default_rng(5)
+    for trial in range(40):
+        n = int(r.integers(1, 400))
+        positive = np.sort(r.choice(10_000, size=n, replace=False))
+        score = r.integers(0, 6, size=n).astype(float) if trial % 2 else r.random(n)
+        for m in (1, 3, 15, 62, n, n + 5):
+            want = positive[np.lexsort((positive, -score))[:m]]
+            np.testing.assert_array_equal(_optimal_wor._top_tokens(positive, score, m), want)
+
+
+def test_planner_measures_the_three_exactly_at_two_drafts():
+    """The planner's acceptance table (:func:`otbound.plan.synthetic_table`) holds ``ot_wor_top``,
+    ``ot_wor_iid`` and ``ot_wor`` when named (they are left out of its defaults for their cost per
+    position), measured exactly at K ≤ 2 with the verifiers' own exact acceptance; ``ot_wor`` is the
+    larger of the two per position and ≤ α*."""
+    from otbound.plan import DEFAULT_VERIFIERS, synthetic_laws, synthetic_table
+
+    assert not {"ot_wor", "ot_wor_top", "ot_wor_iid"} & set(DEFAULT_VERIFIERS)
+    names = ("ot_wor_top", "ot_wor_iid", "ot_wor")
+    table = synthetic_table(num_traces=2, positions=3, max_drafts=3, verifiers=names, laws=(WOR,))
+    laws = synthetic_laws(2, 3)
+    for name in names:
+        assert sorted(table.acceptance[name]) == [1, 2] and table.methods[name][2] == "exact"
+        for k in (1, 2):
+            got = np.concatenate(table.acceptance[name][k])
+            want = [VERIFIERS[name].acceptance(p, q, k) for ps, qs in laws for p, q in zip(ps, qs)]
+            np.testing.assert_allclose(got, want, atol=1e-12)
+    for k in (1, 2):
+        best = np.concatenate(table.acceptance["ot_wor"][k])
+        parts = np.maximum(*(np.concatenate(table.acceptance[n][k]) for n in names[:2]))
+        np.testing.assert_allclose(best, parts, atol=1e-12)
+        assert np.all(best <= np.concatenate(table.optimal[WOR][k]) + 1e-9)
+
+
+LUCE_BASE = (np.array([0.1, 0.2, 0.3, 0.4]), np.full(4, 0.25))  # (p, q) of the four large tokens
+
+
+def _two_small_tokens(eps, ratio=1.0):
+    """The base instance with two tokens of one ratio p/q = ``ratio`` and q = ε, 2ε appended."""
+    p, q = LUCE_BASE
+    return (np.concatenate([p * (1 - 3 * eps * ratio), [ratio * eps, 2 * ratio * eps]]),
+            np.concatenate([q * (1 - 3 * eps), [eps, 2 * eps]]))
+
+
+@pytest.mark.parametrize("k,low,high", [(2, 1.1, 1.5), (3, 1.7, 2.3)])
+def test_luce_weights_of_equal_ratio_tokens_differ_at_first_order_in_q(k, low, high):
+    """The optimal sampler's weights are not a function of the ratio p/q (theory page: what stops an
+    exact construction at full vocabulary): two tokens of one ratio, q = ε and 2ε, in one level have
+    weights ``w_b / w_a = 1 + c ε + O(ε²)`` with c ≈ 1.17 (K = 2), 1.79 (K = 3) here, so far above the
+    fixed point's tolerance (1e-14; the weights are unique up to scale within a level)."""
+    slopes = []
+    for eps in (1e-2, 1e-3):
+        p, q = _two_small_tokens(eps)
+        rule = _optimal_wor.luce_rule(p, q, k, tol=1e-14)
+        assert rule.residual_error < 1e-12 and len(set(rule.level.tolist())) == 1  # one level
+        slopes.append((rule.weight[5] / rule.weight[4] - 1.0) / eps)
+    assert all(low < s < high for s in slopes), slopes
+    assert abs(slopes[0] - slopes[1]) < 0.05 * slopes[1]  # first order: the slope settles as ε → 0
+
+
+def _poisson_binomial_below(rates, t, k):
+    """P[N(t) < K] for N(t) = Σ Bernoulli(1 − e^{−q t}), exactly (dynamic programme, float64)."""
+    dist = np.zeros(k)
+    dist[0] = 1.0
+    for x in -np.expm1(-rates * t):
+        dist[1:] = dist[1:] * (1 - x) + dist[:-1] * x
+        dist[0] *= 1 - x
+    return float(dist.sum())
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_clock_horizon_bounds_the_neglected_tail(k):
+    """At the horizon t of :func:`_clock_horizon`, P[N(t) < K] ≤ e^{−tail} exactly (flat, peaked and
+    mixed rates), and the horizon is finite wherever the rates allow K rings."""
+    r = np.random.default_rng(k)
+    mixed = np.concatenate([[0.5, 0.3], np.full(500, 4e-4)])
+    for rates in (np.full(3000, 1 / 3000), r.dirichlet(np.full(2000, 0.2)), mixed):
+        for tail in (10.0, 45.0):
+            t = _optimal_wor._clock_horizon(rates, k, tail)
+            assert np.isfinite(t)
+            assert _poisson_binomial_below(rates, t, k) <= np.exp(-tail)
+    assert _optimal_wor._clock_horizon(np.array([0.5, 0.5]), 4, 45.0) == np.inf  # two tokens never ring 4 times
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_horizon_leaves_the_flat_row_coupling_unchanged(monkeypatch, k):
+    """A flat row (V = 3,000, logits N(0, 0.3²)), where the horizon shortens the grid most: μ, c and the
+    acceptance equal those computed to the old horizon alone, to 1e-12."""
+    r = np.random.default_rng(40 + k)
+    z = 0.3 * r.standard_normal(3000)
+    p, q = laws_from_logits(z + 0.3 * r.standard_normal(3000), 1.0), laws_from_logits(z, 1.0)
+    c = truncated_coupling(p, q, k, 200)
+    monkeypatch.setattr(_optimal_wor, "_clock_horizon", lambda *a: np.inf)
+    d = truncated_coupling(p, q, k, 200)
+    assert c.num_smooth > d.num_smooth  # the shorter grid takes more tokens through their moments
+    np.testing.assert_allclose(c.mu, d.mu, atol=ATOL)
+    np.testing.assert_allclose(c.chance, d.chance, atol=ATOL)
+    assert abs(c.accepted - d.accepted) < ATOL
+
+
+def test_no_closed_form_luce_weights():
+    """Closed forms in the token's own numbers (w = q, p, m/q) do not give the optimal Luce rule: on
+    each of 30 random instances (V ≤ 6, K ≤ 3) the rule with those weights, on the optimal levels,
+    misses the selection law m by more than 1e-6 (the fixed point itself reaches 1e-12)."""
+    r = np.random.default_rng(0)
+    for _ in range(30):
+        v = int(r.integers(4, 7))
+        k = int(r.integers(2, min(v - 1, 3) + 1))
+        p, q = r.dirichlet(np.ones(v)), r.dirichlet(np.ones(v))
+        rule = _optimal_wor.luce_rule(p, q, k)
+        assert rule.residual_error < 1e-12
+        tuples = np.array(list(itertools.permutations(range(v), k)))
+        weights = draft_joint(q, k, WOR)[tuple(tuples.T)]
+        errors = []
+        for w in (rule.weight, q, p, rule.select / q):  # the fixed point first: the harness reproduces m
+            trial = _optimal_wor.LuceRule(rule.level, w, rule.select, rule.h_star, rule.alpha, 0.0)
+            sel = trial.selection(tuples)  # (n, K)
+            law = np.zeros(v)
+            np.add.at(law, tuples, weights[:, None] * sel)
+            errors.append(np.abs(law - rule.select).max())
+        assert errors[0] < 1e-12 and min(errors[1:]) > 1e-6, errors

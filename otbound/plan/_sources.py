@@ -131,7 +131,7 @@ def synthetic_laws(num_traces: int = 8, positions: int = 24, *, vocab_size: int 
 
 def synthetic_table(num_traces: int = 8, positions: int = 24, *, max_drafts: int = 3, verifiers=DEFAULT_VERIFIERS,
                     laws=None, seed: int = 0):
-    """The acceptance table of :func:`synthetic_laws` (``rrs_wor`` and ``ot_wor_top`` at ``K ≤ 2``:
+    """The acceptance table of :func:`synthetic_laws` (``rrs_wor`` and the ``ot_wor*`` verifiers at ``K ≤ 2``:
     their exact enumeration at ``K ≥ 3`` costs tens of seconds even at this vocabulary).
 
     Examples
@@ -145,7 +145,7 @@ def synthetic_table(num_traces: int = 8, positions: int = 24, *, max_drafts: int
               "temperature": 1.0, "traces": int(num_traces), "positions": int(num_traces * positions),
               "vocab_size": SYNTHETIC_VOCAB}
     return measure_table(lw, max_drafts=max_drafts, verifiers=verifiers, laws=laws, seed=seed, source=source,
-                         max_drafts_per_verifier={"rrs_wor": 2, "ot_wor_top": 2})
+                         max_drafts_per_verifier={"rrs_wor": 2, "ot_wor_top": 2, "ot_wor": 2, "ot_wor_iid": 2})
 
 
 def synthetic_cost_model(table=None, laws=None) -> CostModel:
