@@ -23,7 +23,7 @@ import numpy as np
 
 from otbound._validation import InvalidInputError
 from otbound.block.verifiers import MultiPathVerifier
-from otbound.token.draft_laws import inverse_cdf, sample_drafts
+from otbound.token.draft_laws import sample_drafts
 
 #: draft laws whose drafts at a node are distinct tokens (so a planned tree keeps its shape)
 DISTINCT_LAWS = ("without_replacement", "greedy")
@@ -103,23 +103,5 @@ class TreeShapeVerifier(MultiPathVerifier):
     def _law(self, inst, node: tuple, row: np.ndarray) -> np.ndarray:
         return super()._law(inst, node, _in_row_order(row))
 
-    def _sample_group(self, inst, rows, tokens, accepted, rng):
-        drafts, target, draft, _ = inst
-        verifier = self._verifier()
-        length = drafts.shape[1]
-        stack = [((), np.arange(drafts.shape[0]), rows)]
-        while stack:
-            node, members, where = stack.pop()
-            depth = len(node)
-            if depth == length:
-                tokens[where, depth] = inverse_cdf(target(node), rng.random(where.size))
-                accepted[where] = depth
-                continue
-            row = drafts[members, depth]
-            kids = _in_row_order(row)
-            out = verifier.sample(target(node), draft(node), np.broadcast_to(kids, (where.size, kids.size)), rng).tokens
-            tokens[where, depth] = out
-            hit = np.isin(out, kids)
-            accepted[where[~hit]] = depth
-            for y in np.unique(out[hit]).tolist():
-                stack.append((node + (y,), members[row == y], where[out == y]))
+    def _node_drafts(self, row: np.ndarray) -> np.ndarray:
+        return _in_row_order(row)

@@ -107,6 +107,10 @@ class MultiPathVerifier(BlockVerifier):
 
         return value((), np.arange(drafts.shape[0]))
 
+    def _node_drafts(self, row: np.ndarray) -> np.ndarray:
+        """The drafts handed to the token verifier at a node: its rows' tokens, in row order."""
+        return row
+
     def _sample_group(self, inst, rows, tokens, accepted, rng):
         """Breadth-first over the draft tree, one batched token-level call per (node, group)."""
         drafts, target, draft, _ = inst
@@ -121,9 +125,10 @@ class MultiPathVerifier(BlockVerifier):
                 accepted[where] = depth
                 continue
             row = drafts[members, depth]
-            out = verifier.sample(target(node), draft(node), np.broadcast_to(row, (where.size, row.size)), rng).tokens
+            kids = self._node_drafts(row)  # the drafts the token verifier sees at this node
+            out = verifier.sample(target(node), draft(node), np.broadcast_to(kids, (where.size, kids.size)), rng).tokens
             tokens[where, depth] = out
-            hit = np.isin(out, row)
+            hit = np.isin(out, kids)
             accepted[where[~hit]] = depth
             for y in np.unique(out[hit]).tolist():
                 stack.append((node + (y,), members[row == y], where[out == y]))
