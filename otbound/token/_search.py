@@ -54,6 +54,9 @@ def _ratio(P: np.ndarray, Q: np.ndarray) -> np.ndarray:
 _SHIFT = 47
 
 
+_INF_ID = int(np.float64(np.inf).view(np.uint64)) >> _SHIFT  # the bucket id of p/q = inf
+
+
 def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tuple[np.ndarray, int]:
     """Bucket id of every token's ratio p/q (one row) and the id ``top`` of the overflow bucket.
 
@@ -66,7 +69,8 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
         bits = np.divide(p, q, out=out).view(np.uint64)
     np.bitwise_and(bits, np.uint64(0x7FFF_FFFF_FFFF_FFFF), out=bits)  # −0.0 is 0; nan and inf lie above any ratio
     np.right_shift(bits, _SHIFT, out=bits)
-    top = (int(np.float64(limit).view(np.uint64)) >> _SHIFT) + 1
+    # inf's own id at limit = inf, so that p/q = inf and 0/0 share the top bucket (a no-op for finite limits)
+    top = min((int(np.float64(limit).view(np.uint64)) >> _SHIFT) + 1, _INF_ID)
     np.minimum(bits, np.uint64(top), out=bits)
     return bits.view(np.int64), top
 
@@ -100,8 +104,7 @@ class RowRuns:
 
     def __init__(self, p: np.ndarray, q: np.ndarray):
         v = p.size
-        self.b, top = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
-        self.b[q == 0] = top  # one run, last: p/q = inf and 0/0 (a token both laws truncate) alike
+        self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
         starts = np.flatnonzero(self.b[1:] != self.b[:-1])
         starts += 1
         self.starts = np.concatenate([[0], starts])
