@@ -41,7 +41,6 @@ import numpy as np  # noqa: E402
 from otbound import VERIFIERS, optimal_acceptance, sample_drafts  # noqa: E402
 from otbound.token import laws_from_logits  # noqa: E402
 from otbound.token.verifiers import optimal_coupling  # noqa: E402
-from otbound.token.verifiers._optimal import _level_weights  # noqa: E402
 
 V = 151_936
 
@@ -84,13 +83,13 @@ def verify_one(p, q, k, drafts):
     """The previous sampler: setup and the top draft's path in the peeling tree (its length)."""
     c = optimal_coupling(p, q, k)
     top = int(c.rank[drafts].max())
-    return len(_level_weights(c, top))
+    return len(c.level_path(top))
 
 
 def verify_public(p, q, drafts, rng):
     """One verification through the public API with an empty cache (a fresh p, q)."""
     ver = VERIFIERS["ot"]
-    ver._cache.clear()
+    ver.clear_cache()
     ver.sample(p, q, drafts, rng)
 
 
