@@ -322,6 +322,30 @@ def test_fast_without_replacement_matches_reference_dp(k):
         assert abs(1 + p[i][h].sum() - ob.subset_mass(q[i], h, k, "without_replacement") - fast[i]) < 1e-10
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 8])
+def test_public_without_replacement_matches_reference_dp_on_adversarial_families(k):
+    """The public α* without replacement against the token-by-token reference DP at V = 2,000 on
+    near-deterministic, flat-topped, disjoint, Zipf and Dirichlet laws (within 1e-12): the families
+    of experiments/bench_token_bounds.py, whose accuracy table checks each value against its certificate."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from otbound.token._search import _without_replacement_reference
+
+    experiments = str(Path(__file__).resolve().parents[1] / "experiments")
+    sys.path.insert(0, experiments)
+    try:
+        bench = importlib.import_module("bench_token_bounds")
+    finally:
+        sys.path.remove(experiments)
+    for name, p, q in bench.adversarial_families(2000, np.random.default_rng(8)):
+        q = q / q.sum()
+        ref, _ = _without_replacement_reference(p[None], q[None], k, False)
+        value = ob.optimal_acceptance(p, q, k, "without_replacement")
+        assert abs(value - ref[0]) < 1e-12, (name, k, value, ref[0])
+
+
 @pytest.mark.parametrize("k", [3, 4])
 def test_ratio_sorted_rows_give_the_same_value(k):
     """without_replacement_ratio_sorted (bucket sums and moments by runs of the sorted row, buckets as
