@@ -411,10 +411,10 @@ def _record_laws(record):
 
 
 def _int_keys(res: dict) -> dict:
-    """JSON turns the K keys into strings; turn them back."""
-    res["optimal"] = {s: {int(k): v for k, v in d.items()} for s, d in res["optimal"].items()}
-    res["verifiers"] = {n: {int(k): v for k, v in d.items()} for n, d in res["verifiers"].items()}
-    res["skipped"] = {n: {int(k): v for k, v in d.items()} for n, d in res["skipped"].items()}
+    """JSON turns the K keys into strings; turn them back (in the fields ``res`` has)."""
+    for field in ("optimal", "verifiers", "skipped"):
+        if field in res:
+            res[field] = {n: {int(k): v for k, v in d.items()} for n, d in res[field].items()}
     res["capped"] = {int(k): v for k, v in res.get("capped", {}).items()}
     return res
 
