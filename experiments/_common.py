@@ -63,14 +63,14 @@ def results_dir(args) -> Path:
 
 def write_json(path: Path, obj) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (a unique temporary file, then a rename)."""
-    from otbound._io import write_text_atomic
+    from otbound import write_text_atomic
 
     write_text_atomic(path, json.dumps(obj, indent=1, default=_jsonable) + "\n")
 
 
 def _results_key(stored: dict) -> str:
     """Checksum of a results file's parameters and results (``meta.sha256``), over their JSON form."""
-    from otbound._integrity import content_key
+    from otbound import content_key
 
     both = {"params": stored["params"], "results": stored["results"]}
     return content_key(json.loads(json.dumps(both, default=_jsonable)))
@@ -336,7 +336,6 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
 
     from otbound import SAMPLINGS
     from otbound.report import aggregate, measure_laws
-    from otbound.report._measure import _int_keys
 
     results = []
     for i, rec in enumerate(tqdm(records, desc="measure", file=sys.stderr)):
@@ -351,5 +350,5 @@ def measure_records(records, params, checkpoint, verifiers) -> list[dict]:
                 dataset=rec.dataset, temperature=rec.temperature, prompt_id=rec.prompt_id, positions=int(p.shape[0])
             )
             checkpoint.put(key, res)
-        results.append(_int_keys(dict(res)))
+        results.append(res)  # as measured, or as the checkpoint's JSON holds it: aggregate reads both
     return aggregate(results)

@@ -7,17 +7,17 @@ logits add N(0, 1) noise; temperature T, both laws softmax(logits / T)), K ∈ {
 process CPU times (one thread; the machine is shared, so wall clock would measure the load), medians
 of ``--runs`` runs and, across instances, their median and max:
 
-* ``setup``  — :func:`otbound.verifiers.optimal_coupling` (sort by p/q, prefix sums, running
+* ``setup``  — :func:`otbound.token.verifiers.optimal_coupling` (sort by p/q, prefix sums, running
   maxima): what every verified token pays, and all the exact acceptance needs;
 * ``verify`` — the public ``sample`` on one drafted tuple with an empty cache: input checks,
-  setup and the top draft's level from the hull (module docstring of ``_optimal``), i.e. the
+  setup and the top draft's level from the hull (docs/theory/optimal-verifier.md), i.e. the
   per-token cost in decoding (fresh p, q every token); ``torch API`` is the same with torch CPU
   inputs (converted to numpy); ``segment`` is the length of the top draft's segment;
 * ``law`` — the exact conditional law of that tuple (``conditional_law``, set-up cached): the
   entry masses of its drafts' positions from the hull (the tree's path took seconds at K = 8);
 * ``tree`` — the previous sampler's cost for the same tuple: setup plus the top draft's path in its
-  segment's peeling tree (one run; O(segment²) — seconds at K = 8, so only for ``--tree-ks``), and
-  ``depth``, the length of that path;
+  segment's peeling tree, ``OptimalCoupling.level_path`` (one run; O(segment²) — seconds at K = 8,
+  so only for ``--tree-ks``), and ``depth``, the length of that path;
 * ``maxflow`` — networkx maximum flow on the multiset graph (source → multiset of K drafts →
   token → sink) of the top-``topk`` truncation of the same instance (top tokens of q, both laws
   renormalised), the exact optimal plan of that truncated instance; printed beside ``ot``
@@ -41,7 +41,6 @@ import numpy as np  # noqa: E402
 from otbound import VERIFIERS, optimal_acceptance, sample_drafts  # noqa: E402
 from otbound.token import laws_from_logits  # noqa: E402
 from otbound.token.verifiers import optimal_coupling  # noqa: E402
-from otbound.token.verifiers._optimal import _level_weights  # noqa: E402
 
 V = 151_936
 
@@ -84,13 +83,13 @@ def verify_one(p, q, k, drafts):
     """The previous sampler: setup and the top draft's path in the peeling tree (its length)."""
     c = optimal_coupling(p, q, k)
     top = int(c.rank[drafts].max())
-    return len(_level_weights(c, top))
+    return len(c.level_path(top))
 
 
 def verify_public(p, q, drafts, rng):
     """One verification through the public API with an empty cache (a fresh p, q)."""
     ver = VERIFIERS["ot"]
-    ver._cache.clear()
+    ver.clear_cache()
     ver.sample(p, q, drafts, rng)
 
 

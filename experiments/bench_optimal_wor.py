@@ -51,8 +51,7 @@ from bench_engine import rows as family_rows  # noqa: E402
 
 from otbound import VERIFIERS, optimal_acceptance, sample_drafts  # noqa: E402
 from otbound.token import laws_from_logits  # noqa: E402
-from otbound.token.verifiers import OptimalWithoutReplacementVerifier  # noqa: E402
-from otbound.token.verifiers._optimal_wor import truncation_size  # noqa: E402
+from otbound.token.verifiers import OptimalWithoutReplacementVerifier, truncation_size  # noqa: E402
 
 V = 151_936
 WOR = "without_replacement"
@@ -90,11 +89,7 @@ def per_token(name, p, q, drafts, runs):
     rng = np.random.default_rng(0)
 
     def once():
-        inner = [getattr(ver, a, None) for a in ("_inner", "_top", "_iid")]  # verifiers kept inside
-        inner += [getattr(x, "_inner", None) for x in inner if x is not None]
-        for obj in [ver] + inner:
-            if hasattr(obj, "_cache"):
-                obj._cache.clear()
+        ver.clear_cache()  # its own set-ups and those of the verifiers it runs inside
         ver.sample(p, q, drafts, rng)
 
     return cpu_median(once, runs)

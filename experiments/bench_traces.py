@@ -30,11 +30,12 @@ from otbound.lm import (
     Prompt,
     collect_traces,
     encode_prompt,
+    forward,
     load_pair,
     load_prompts,
     random_pair,
+    stop_token_ids,
 )
-from otbound.lm._decode import forward, stop_token_ids
 
 
 def baseline(pair, encoded, temperature, max_new_tokens, seed) -> int:

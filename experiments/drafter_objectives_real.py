@@ -91,7 +91,7 @@ def load_models_and_prompts(args):
     else:
         pair = load_pair(args.pair, device="cpu", dtype="float32")
         prompts = load_prompts(args.dataset)
-        from otbound.lm._decode import stop_token_ids
+        from otbound.lm import stop_token_ids
 
         stop = stop_token_ids(pair.tokenizer, pair.target)
     if len(prompts) < args.train_prompts + args.eval_prompts:
@@ -106,7 +106,7 @@ def greedy_streams(model, split, new_tokens: int, stop, batch: int, path: Path) 
     stop token), batched (left padding); saved to ``path`` after every batch."""
     from transformers import GenerationConfig
 
-    from otbound.lm._decode import left_pad
+    from otbound.lm import left_pad
 
     streams = json.loads(path.read_text()) if path.exists() else {}
     dev = next(model.parameters()).device
@@ -247,7 +247,7 @@ def greedy_and_proxy(heads_by_obj, feats, seqs, prompt_lens, cand, lookup, args)
 def exact_t1(pair, heads_by_obj, feats, seqs, prompt_lens, cand, args, path: Path) -> list[dict]:
     """Temperature-1 exact verification at every ``eval_stride``-th eval position; one JSON line per
     position (appended as it is computed; existing lines are kept on resume)."""
-    from otbound.lm._decode import cache_prefix, forward, prefix_cache
+    from otbound.lm import cache_prefix, forward, prefix_cache
 
     done = {}
     if path.exists():

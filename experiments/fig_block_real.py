@@ -97,8 +97,8 @@ def bracket_width(k: int, length: int, params) -> int:
     return 1
 
 
-#: HiGHS time limit per LP solve (``time_limit``; :func:`otbound._solvers.solve_lp` tries three
-#: settings, so one LP stops within 3× this): HiGHS can stall on the near-deterministic laws of code
+#: HiGHS time limit per LP solve (:func:`otbound.lp_time_limit`: an LP is tried at three settings,
+#: so one LP stops within 3× this): HiGHS can stall on the near-deterministic laws of code
 #: prompts (path probabilities ~1e-12 beside ~1); a bracket whose LP stops is recorded as missing
 #: (None) and counted, never replaced by a number
 LP_TIME_LIMIT_S = 5.0
@@ -106,21 +106,15 @@ LP_TIME_LIMIT_S = 5.0
 
 def _limited(fn, *args):
     """``(fn(*args), None)``, or ``(None, why)`` when it raises ``RuntimeError`` (HiGHS failed or hit
-    its time limit) / ``InvalidInputError`` (the law is undefined here)."""
-    from otbound import InvalidInputError, _solvers
+    its time limit) / ``InvalidInputError`` (the law is undefined here). The time limit holds for
+    this call only (other callers in the process keep their settings)."""
+    from otbound import InvalidInputError, lp_time_limit
 
-    shared = (_solvers.HIGHS_OPTIONS, _solvers.HIGHS_FALLBACK_OPTIONS)
-    saved = [dict(o) for o in shared]
-    for options in shared:  # for this call only: restored below (other callers in the process keep theirs)
-        options["time_limit"] = LP_TIME_LIMIT_S
     try:
-        return fn(*args), None
+        with lp_time_limit(LP_TIME_LIMIT_S):
+            return fn(*args), None
     except (RuntimeError, InvalidInputError) as err:
         return None, f"{type(err).__name__}: {err}"
-    finally:
-        for options, old in zip(shared, saved):
-            options.clear()
-            options.update(old)
 
 
 def position_values(rec, params) -> dict:

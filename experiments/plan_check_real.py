@@ -83,8 +83,8 @@ def cached_table(chosen, max_drafts, names, path):
     files and the verifiers) so a rerun under the real-model lock does not recompute it."""
     import pickle
 
+    from otbound import content_key
     from otbound import plan as pl
-    from otbound._integrity import content_key
 
     key = content_key({"traces": [str(r.path) for r in chosen], "max_drafts": max_drafts, "verifiers": names})
     if path is not None and Path(path).exists():

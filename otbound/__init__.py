@@ -9,10 +9,15 @@ layer declares ``lossless``, ``reference`` and ``sampling``. Sampling settings:
 :class:`SamplingParams`. Drafter objectives (:mod:`otbound.objectives`, torch; imported on first
 use). Language models (:mod:`otbound.lm`), the report (:mod:`otbound.report`), the planner
 (:mod:`otbound.plan`) and the conformance kit (:mod:`otbound.conformance`) are imported explicitly.
+Stored artefacts: :func:`write_text_atomic` (an atomic write) and :func:`content_key` (the
+SHA-256 of a configuration, the key of every cache). LP solves: :func:`lp_time_limit`.
 ``import otbound`` does not import torch.
 """
 
 from otbound._backend import retain_freed_memory
+from otbound._integrity import content_key
+from otbound._io import write_text_atomic
+from otbound._solvers import lp_time_limit
 from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError
 from otbound.block.bounds import (
     BlockBound,
@@ -97,6 +102,7 @@ __all__ = [
     "VerifierSample",
     "block_bound",
     "block_bound_bracket",
+    "content_key",
     "context_free_model",
     "dirichlet_model",
     "draft_joint",
@@ -104,6 +110,7 @@ __all__ = [
     "expected_accepted_length",
     "greedy_split",
     "laws_from_logits",
+    "lp_time_limit",
     "mixture_model",
     "objectives",
     "optimal_acceptance",
@@ -118,5 +125,6 @@ __all__ = [
     "shifted_model",
     "subset_mass",
     "tabulated_model",
+    "write_text_atomic",
     "zipf_model",
 ]

@@ -52,15 +52,30 @@ class FolderLockedError(RuntimeError):
 
 
 def content_key(obj) -> str:
-    """SHA-256 (hex) of ``obj`` as canonical JSON (sorted keys, floats by ``repr``).
+    """SHA-256 (hex) of ``obj`` as canonical JSON: the content key of a configuration.
+
+    ``sha256(json.dumps(obj, sort_keys=True, default=repr))``: keys sorted at every level, floats as
+    Python writes them (``repr``, shortest round-trip), anything JSON cannot hold by its ``repr``.
+    Caches and stored results are keyed by the content they were computed from (never by a file
+    name), and stored files carry the key of their content as their checksum.
+
+    Parameters
+    ----------
+    obj : JSON-able object
+        The configuration (dicts, lists, strings, numbers, None).
+
+    Returns
+    -------
+    str
+        64 hex digits.
 
     Examples
     --------
-    >>> from otbound._integrity import content_key
-    >>> content_key({"b": 1, "a": [1.5]}) == content_key({"a": [1.5], "b": 1})   # key order is irrelevant
+    >>> import otbound as ob
+    >>> ob.content_key({"b": 1, "a": [1.5]}) == ob.content_key({"a": [1.5], "b": 1})   # key order is irrelevant
     True
-    >>> content_key({"a": 1})[:12]
-    'f9d86028c6e0'
+    >>> ob.content_key({"a": 1})[:12], ob.content_key({"a": 1.0}) == ob.content_key({"a": 1})
+    ('f9d86028c6e0', False)
     """
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()
 

@@ -65,15 +65,37 @@ def atomic_path(path) -> Iterator[Path]:
 
 
 def write_text_atomic(path, text: str, *, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` atomically (:func:`atomic_path`); return the path.
+    """Write ``text`` to ``path`` atomically; return the path.
+
+    The text goes to a unique temporary file beside ``path`` (``.<stem>.tmp-<pid>-<random><suffix>``),
+    which is then moved onto ``path`` with ``os.replace`` (atomic on POSIX): a reader sees the old
+    file or the new one, never a partial one, and an interrupted or concurrent writer never leaves a
+    file that looks finished. The parent folder is created. Every file otbound writes goes this way.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file to write (replaced if it exists).
+    text : str
+        Its content.
+    encoding : str
+        The text encoding, default UTF-8.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
 
     Examples
     --------
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from otbound._io import write_text_atomic
-    >>> write_text_atomic(Path(tempfile.mkdtemp()) / "b.txt", "hello").read_text()
+    >>> import otbound as ob
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> ob.write_text_atomic(folder / "sub" / "b.txt", "hello").read_text()
     'hello'
+    >>> ob.write_text_atomic(folder / "sub" / "b.txt", "again").read_text(), len(list((folder / "sub").iterdir()))
+    ('again', 1)
     """
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding=encoding)

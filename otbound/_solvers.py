@@ -2,14 +2,20 @@
 
 ``ot.emd`` stops at ``numItermax`` pivots and returns the current, feasible but non-optimal plan
 with only a ``UserWarning``: an acceptance bound computed from it would be silently too low. Here a
-non-optimal exit is an error naming the limit. And HiGHS: :func:`solve_lp`.
+non-optimal exit is an error naming the limit. And HiGHS: :func:`solve_lp`, whose solves a
+:func:`lp_time_limit` block stops after a time limit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import numbers
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
+
+from otbound._validation import InvalidInputError
 
 #: default pivot limit (POT's own default is 100,000, reached on the V ≈ 400, K = 2 acceptance LP)
 EMD_MAX_ITER = 10_000_000
@@ -121,3 +127,58 @@ def solve_lp(cost, a_ub, b_ub, a_eq, b_eq, bounds, what: str):
         if res.status == 0:
             return res
     raise RuntimeError(f"HiGHS failed on the {what}: {res.message}")
+
+
+@contextlib.contextmanager
+def lp_time_limit(seconds: float) -> Iterator[None]:
+    """Stop every HiGHS solve otbound makes inside the block after ``seconds`` of solver time.
+
+    HiGHS's ``time_limit`` option is added to the options of every HiGHS solve (``scipy.optimize.linprog``
+    and cvxpy's HiGHS) for the block, and the options are restored when it exits (also on an
+    exception). A solve that reaches the limit does not return a number: an LP is tried at three
+    settings (presolve, none, looser feasibility tolerances), each stopping after ``seconds`` (so
+    one LP stops within ``3 · seconds``), and then ``RuntimeError`` is raised. Useful where
+    HiGHS can stall (near-deterministic laws whose path probabilities reach ~1e-12 beside ~1) and a
+    missing value is better than a long wait. The options are process-wide: a block in one thread
+    limits the solves of every thread.
+
+    Parameters
+    ----------
+    seconds : float
+        The limit per HiGHS solve, positive and finite.
+
+    Yields
+    ------
+    None
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        ``seconds`` not a positive finite number.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> with ob.lp_time_limit(30.0):
+    ...     round(ob.optimal_acceptance_lp(p, ob.draft_joint(q, 2)), 4)
+    0.86
+    >>> with ob.lp_time_limit(0):
+    ...     pass
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: seconds must be a positive finite number, got 0
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 < seconds < float("inf"):
+        raise InvalidInputError(f"seconds must be a positive finite number, got {seconds!r}")
+    shared = (HIGHS_OPTIONS, HIGHS_FALLBACK_OPTIONS)
+    saved = [dict(o) for o in shared]
+    for options in shared:
+        options["time_limit"] = float(seconds)
+    try:
+        yield
+    finally:
+        for options, old in zip(shared, saved):
+            options.clear()
+            options.update(old)

@@ -1,6 +1,7 @@
 """The package layout: light top-level import, one direction of private imports, no shims."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,15 +188,62 @@ def test_no_shims():
                 seen[id(obj)] = name
 
 
-def test_notebooks_use_the_public_api_only():
-    """The notebooks import public names only: no ``otbound._x`` module or ``_x`` name."""
-    import json
-    import re
+#: a private name of the package: an ``otbound._x`` module or attribute at any depth
+#: (``otbound._solvers.x``, ``otbound.lm._decode``) or an ``_x`` name imported from otbound; dunders
+#: (``otbound.__version__``) are public
+PRIVATE_USE = re.compile(r"\botbound(\.\w+)*\._(?!_)\w+|from otbound[\w.]* import [^\n]*\b_(?!_)\w+")
+#: a fenced code block of a documentation page: its info string and its body
+FENCE = re.compile(r"^```\{?([\w-]*)\}?[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
-    private = re.compile(r"\botbound(\.\w+)*\._\w+|from otbound[\w.]* import [^\n]*\b_\w+")
+
+def _private_module_attributes(source: str) -> list[str]:
+    """``alias._x`` where ``alias`` names an otbound module (``from otbound.token import bounds as
+    tb``; ``import otbound as ob``): private access that :data:`PRIVATE_USE` cannot see."""
+    tree = ast.parse(source)
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "otbound"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "otbound":
+            for a in node.names:
+                path = PACKAGE.parent.joinpath(*f"{node.module}.{a.name}".split("."))
+                if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+                    modules.add(a.asname or a.name)
+    return [f"line {node.lineno}: {node.value.id}.{node.attr}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+            and node.attr.startswith("_") and not node.attr.startswith("__")]
+
+
+def _doc_code(page: str) -> str:
+    """The code of a page's fenced blocks: every line of a ``python`` or shell block, the ``>>>`` / ``...``
+    input lines of a ``pycon`` / ``doctest`` block (its output, e.g. an exception's module path, is
+    not code)."""
+    code = []
+    for info, body in FENCE.findall(page):
+        if info in ("python", "py", "code-cell", "ipython3", "bash", "console", "shell"):
+            code.append(body)
+        elif info in ("pycon", "doctest"):
+            code += [line[4:] for line in body.splitlines() if line.startswith((">>> ", "... "))]
+    return "\n".join(code)
+
+
+def test_notebooks_experiments_and_doc_examples_use_the_public_api_only():
+    """What users read and run uses public names only, as users must: the notebooks' code cells,
+    the experiment scripts (text and module attributes) and the code of the documentation pages'
+    examples import no ``otbound._x`` module and no ``_x`` name."""
+    import json
+
+    root = PACKAGE.parent
     offences = []
-    for nb in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
         for cell in json.loads(nb.read_text())["cells"]:
             if cell["cell_type"] == "code":
-                offences += [f"{nb.name}: {m.group(0)}" for m in private.finditer("".join(cell["source"]))]
+                offences += [f"{nb.name}: {m.group(0)}" for m in PRIVATE_USE.finditer("".join(cell["source"]))]
+    for script in sorted((root / "experiments").glob("*.py")):
+        source = script.read_text()
+        offences += [f"experiments/{script.name}: {m.group(0)}" for m in PRIVATE_USE.finditer(source)]
+        offences += [f"experiments/{script.name}: {use}" for use in _private_module_attributes(source)]
+    for page in sorted((root / "docs").rglob("*.md")):
+        code = _doc_code(page.read_text())
+        offences += [f"{page.relative_to(root)}: {m.group(0)}" for m in PRIVATE_USE.finditer(code)]
     assert not offences, "\n".join(offences)

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
 from otbound.token.verifiers import _optimal, optimal_coupling, run, support_tuples
 from otbound.token.verifiers._base import wilson_interval
-from otbound.token.verifiers._optimal import _level_weights
 
 ATOL = 1e-12
 N = 200_000
@@ -164,7 +163,7 @@ def test_full_vocabulary_acceptance_and_invariants(k):
 def _tree_level(c, top, lam):
     """The level of sorted position ``top`` for the uniform ``lam`` by walking the peeling tree."""
     cum = 0.0
-    for a, b, w in _level_weights(c, top):
+    for a, b, w in c.level_path(top):
         cum += w
         if lam < cum:
             return a, b
@@ -195,6 +194,10 @@ def test_hull_level_is_the_tree_level():
         tops = np.flatnonzero(np.diff(c.cum_q) > 0)  # positions a draft can occupy
         tops = tops if tops.size <= 60 else r.choice(tops, 60, replace=False)
         for top in tops:
+            path = c.level_path(int(top))  # nested levels, each holding top, probabilities summing to 1
+            assert abs(sum(w for _, _, w in path) - 1.0) < 1e-12 and all(w > 0 for _, _, w in path), (name, top)
+            assert all(a <= top < b for a, b, _ in path), (name, top)
+            assert all(a0 <= a1 and b1 <= b0 for (a0, b0, _), (a1, b1, _) in zip(path, path[1:])), (name, top)
             for lam in r.random(40):
                 assert c.hull_level(int(top), 1.0 - lam) == _tree_level(c, int(top), lam), (name, top, lam)
                 checked += 1

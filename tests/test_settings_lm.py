@@ -12,8 +12,7 @@ from test_specsample import PROMPTS, TrustFirstDraft, g_test
 
 from otbound import SamplingParams
 from otbound.block import prefix_law
-from otbound.lm import Prompt, collect_traces, lm_block_models, load_traces, speculative_sample, tiny_pair
-from otbound.lm._decode import forward
+from otbound.lm import Prompt, collect_traces, forward, lm_block_models, load_traces, speculative_sample, tiny_pair
 from otbound.lm._specsample import resolve_settings
 
 LEVEL = 1e-3

@@ -17,8 +17,7 @@ import torch
 
 import otbound as ob
 from otbound.block import prefix_law
-from otbound.lm import lm_block_models, speculative_sample, tiny_pair
-from otbound.lm._decode import forward
+from otbound.lm import forward, lm_block_models, speculative_sample, tiny_pair
 from otbound.report import measure_run, tree_expected_accepted
 from otbound.token import Verifier
 from otbound.token.logits import laws_from_logits

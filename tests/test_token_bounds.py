@@ -91,6 +91,31 @@ def test_pot_stopped_early_is_an_error_not_a_low_value():
     assert abs(ob.optimal_acceptance_lp(p, joint, method="pot") - ob.optimal_acceptance(p, q, 2)) < AGREE
 
 
+def test_lp_time_limit_stops_the_solve_and_is_scoped_to_its_block():
+    """Under a time limit HiGHS stops with "Time limit reached": an error, never the feasible but
+    non-optimal value it stopped at; the options are restored after the block (also on an error)."""
+    from otbound import _solvers
+
+    before = (dict(_solvers.HIGHS_OPTIONS), dict(_solvers.HIGHS_FALLBACK_OPTIONS))
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    joint = ob.draft_joint(q, 3)  # 27,000 draft tuples: far beyond a microsecond of HiGHS
+    with pytest.raises(RuntimeError, match="Time limit reached"):
+        with ob.lp_time_limit(1e-6):
+            assert _solvers.HIGHS_OPTIONS["time_limit"] == _solvers.HIGHS_FALLBACK_OPTIONS["time_limit"] == 1e-6
+            ob.optimal_acceptance_lp(p, joint)
+    assert (dict(_solvers.HIGHS_OPTIONS), dict(_solvers.HIGHS_FALLBACK_OPTIONS)) == before
+    small = ob.draft_joint(q[:4] / q[:4].sum(), 2)
+    with ob.lp_time_limit(60):
+        value = ob.optimal_acceptance_lp(p[:4] / p[:4].sum(), small)
+    assert abs(value - ob.optimal_acceptance(p[:4] / p[:4].sum(), q[:4] / q[:4].sum(), 2)) < AGREE
+    for bad in (0, -1.0, float("inf"), float("nan"), "5", True):
+        with pytest.raises(ob.InvalidInputError, match="seconds"):
+            with ob.lp_time_limit(bad):
+                pass
+    assert (dict(_solvers.HIGHS_OPTIONS), dict(_solvers.HIGHS_FALLBACK_OPTIONS)) == before
+
+
 @settings(max_examples=80, deadline=None)
 @given(instances(max_v=7, max_k=4))
 def test_prefix_theorem_without_replacement(inst):
@@ -295,6 +320,30 @@ def test_fast_without_replacement_matches_reference_dp(k):
     for i in range(2):
         h = sets[i]
         assert abs(1 + p[i][h].sum() - ob.subset_mass(q[i], h, k, "without_replacement") - fast[i]) < 1e-10
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8])
+def test_public_without_replacement_matches_reference_dp_on_adversarial_families(k):
+    """The public α* without replacement against the token-by-token reference DP at V = 2,000 on
+    near-deterministic, flat-topped, disjoint, Zipf and Dirichlet laws (within 1e-12): the families
+    of experiments/bench_token_bounds.py, whose accuracy table checks each value against its certificate."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from otbound.token._search import _without_replacement_reference
+
+    experiments = str(Path(__file__).resolve().parents[1] / "experiments")
+    sys.path.insert(0, experiments)
+    try:
+        bench = importlib.import_module("bench_token_bounds")
+    finally:
+        sys.path.remove(experiments)
+    for name, p, q in bench.adversarial_families(2000, np.random.default_rng(8)):
+        q = q / q.sum()
+        ref, _ = _without_replacement_reference(p[None], q[None], k, False)
+        value = ob.optimal_acceptance(p, q, k, "without_replacement")
+        assert abs(value - ref[0]) < 1e-12, (name, k, value, ref[0])
 
 
 @pytest.mark.parametrize("k", [3, 4])

@@ -264,7 +264,7 @@ def _first_token_g_test(pair, temperature, verifier, k, length):
     merged) against the target's exact law at ``temperature``; returns (p-value, degrees of freedom)."""
     import torch
 
-    from otbound.lm._decode import forward
+    from otbound.lm import forward
 
     g, dof = 0.0, 0
     for j, prompt in enumerate(SPEC_PROMPTS):

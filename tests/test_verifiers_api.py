@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import otbound
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, sample_drafts
-from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, _optimal, run
+from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, Verifier, _optimal, run
 
 P = np.array([0.1, 0.2, 0.3, 0.4])
 Q = np.array([0.4, 0.3, 0.2, 0.1])
@@ -126,6 +126,28 @@ def test_ot_prepared_cache(sampling):
         pp = np.array([i + 1.0, 1.0]) / (i + 2.0)
         v._prepare(pp, q, 1)
     assert len(v._cache) == _optimal.CACHE_SIZE
+
+
+@pytest.mark.parametrize("name", ["ot", "ot_wor", "ot_wor_top", "ot_wor_iid"])
+def test_clear_cache_empties_every_cache_inside_and_keeps_the_values(name):
+    """``clear_cache`` empties the verifier's prepared set-ups and those of the verifiers it holds
+    (``ot_wor`` runs ``ot_wor_top`` and ``ot_wor_iid``, which runs ``ot``); the values are the same."""
+    from otbound.token.verifiers._base import PreparedCache
+
+    def caches(v):
+        out = []
+        for value in vars(v).values():
+            out += [value] if isinstance(value, PreparedCache) else caches(value) if isinstance(value, Verifier) else []
+        return out
+
+    v = type(VERIFIERS[name])()
+    p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    drafts = np.array([[3, 2], [0, 1]])
+    before = v.conditional_law(p, q, drafts)
+    assert caches(v) and any(len(c) for c in caches(v))
+    v.clear_cache()
+    assert all(len(c) == 0 for c in caches(v))
+    assert np.array_equal(v.conditional_law(p, q, drafts), before)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,10 @@ Decoding
     :func:`speculative_sample` — multi-draft speculative sampling with any token-level verifier (as
     tree verification) or block verifier, one :class:`Iteration` record per target call (measured
     against the bounds by :func:`otbound.report.measure_run`). :func:`tiny_pair` — a tiny random
-    pair for tests and demos.
+    pair for tests and demos. Their primitives, for a custom decoding loop: :func:`forward` (a
+    model's logits, optionally through a KV cache), :func:`left_pad` (a padded batch),
+    :func:`stop_token_ids` (the ids a continuation ends at), :func:`prefix_cache` and
+    :func:`cache_prefix` (one prefix's cache, reused at any length and batch size).
 
 This layer produces laws; it does not measure them. The measurements
 (:func:`otbound.report.measure_laws`, :func:`~otbound.report.measure_trace`,
@@ -36,6 +39,7 @@ from otbound.lm._blocks import (
     load_block_traces,
     tree_block_models,
 )
+from otbound.lm._decode import cache_prefix, forward, left_pad, prefix_cache, stop_token_ids
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
 from otbound.lm._models import (
     QWEN_SHAPES,
@@ -81,4 +85,5 @@ __all__ = [
     "settings_dir", "trace_path", "tree_block_models",
     "TREES_FORMAT", "DraftTreeRecord", "collect_draft_trees", "load_draft_trees",
     "verify_offline_model",
+    "cache_prefix", "forward", "left_pad", "prefix_cache", "stop_token_ids",
 ]

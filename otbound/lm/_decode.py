@@ -9,8 +9,50 @@ from __future__ import annotations
 
 
 def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
-    """``model(...)`` logits, without autograd. The cache goes in as the 4th positional argument,
-    which is ``past_key_values`` in transformers 4.x and ``cache`` in 5.x; it is updated in place."""
+    """The logits of one forward of a causal LM, without autograd: the call every decoder of
+    :mod:`otbound.lm` makes.
+
+    ``model(ids, mask, pos, cache, use_cache=cache is not None, logits_to_keep=keep).logits`` under
+    ``torch.no_grad()``. The cache goes in as the 4th positional argument, which is
+    ``past_key_values`` in transformers 4.x and ``cache`` in 5.x (one call for both); it is updated
+    in place with the new positions.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM (e.g. ``pair.target`` of a :class:`ModelPair`).
+    ids : torch.Tensor
+        int64 ``(batch, n)``, the new tokens (after the cached ones, if any).
+    mask : torch.Tensor, optional
+        int64 ``(batch, cached + n)``, 1 on real tokens, 0 on padding (:func:`left_pad`).
+    pos : torch.Tensor, optional
+        int64 ``(batch, n)``, the position ids of the new tokens.
+    cache : transformers.DynamicCache, optional
+        The KV cache of the earlier positions, extended in place.
+    keep : int
+        Keep the logits of the last ``keep`` positions only (0: all).
+
+    Returns
+    -------
+    torch.Tensor
+        Logits ``(batch, n or keep, vocab)`` in the model's dtype, on its device (the model's vocab
+        may be padded beyond the tokenizer's: slice ``[..., :pair.vocab_size]``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import DynamicCache
+    >>> from otbound.lm import forward, tiny_pair
+    >>> pair = tiny_pair()
+    >>> full = forward(pair.target, torch.tensor([[1, 2, 3]]))
+    >>> full.shape, forward(pair.target, torch.tensor([[1, 2, 3]]), keep=1).shape
+    (torch.Size([1, 3, 12]), torch.Size([1, 1, 12]))
+    >>> cache = DynamicCache(config=pair.target.config)
+    >>> _ = forward(pair.target, torch.tensor([[1, 2]]), cache=cache)
+    >>> step = forward(pair.target, torch.tensor([[3]]), cache=cache)   # the third token, from the cache
+    >>> bool(torch.allclose(step[0, -1], full[0, -1], atol=1e-5))
+    True
+    """
     import torch
 
     with torch.no_grad():
@@ -18,7 +60,34 @@ def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
 
 
 def left_pad(seqs, device, pad_id: int = 0):
-    """``(ids, mask, position_ids)`` for token lists ``seqs``, left-padded to one length."""
+    """A batch of token lists of different lengths, left-padded to one length, with its attention
+    mask and position ids: what :func:`forward` takes for a batch.
+
+    Row ``i`` is ``[pad_id] * (width − len(seqs[i])) + seqs[i]``; the mask is 1 on its tokens; the
+    position ids count its tokens from 0 (0 on the padding), so a padded row sees the positions it
+    would see alone (its logits agree with the unpadded forward's to ~1e-6 in float32).
+
+    Parameters
+    ----------
+    seqs : sequence of sequence of int
+        The token ids, one list per row (none empty).
+    device : str or torch.device
+        Where the tensors go.
+    pad_id : int
+        The padding token id (masked out, so any id in the vocabulary).
+
+    Returns
+    -------
+    ids, mask, position_ids : torch.Tensor
+        int64 ``(len(seqs), width)`` each, ``width = max(len(s))``.
+
+    Examples
+    --------
+    >>> from otbound.lm import left_pad
+    >>> ids, mask, pos = left_pad([[5, 6, 7], [8]], "cpu")
+    >>> ids.tolist(), mask.tolist(), pos.tolist()
+    ([[5, 6, 7], [0, 0, 8]], [[1, 1, 1], [0, 0, 1]], [[0, 1, 2], [0, 0, 0]])
+    """
     import torch
 
     width = max(len(s) for s in seqs)
@@ -32,7 +101,34 @@ def left_pad(seqs, device, pad_id: int = 0):
 
 
 def stop_token_ids(tokenizer, model) -> list[int]:
-    """End-of-sequence ids: the tokenizer's eos plus the model's generation-config eos ids."""
+    """The ids that end a continuation: the tokenizer's ``eos_token_id`` and the model's
+    ``generation_config.eos_token_id`` (an id or a list), as ``transformers``' ``generate`` stops
+    on them. Every decoder of :mod:`otbound.lm` stops at the first of them (included).
+
+    Parameters
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase or None
+        The pair's tokenizer (``pair.tokenizer``).
+    model : transformers.PreTrainedModel or None
+        The model whose generation config counts (``pair.target``).
+
+    Returns
+    -------
+    list of int
+        Sorted, without repeats; empty when neither names one.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from otbound.lm import stop_token_ids, tiny_pair
+    >>> tokenizer = SimpleNamespace(eos_token_id=151645)
+    >>> model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[151645, 151643]))
+    >>> stop_token_ids(tokenizer, model)
+    [151643, 151645]
+    >>> pair = tiny_pair()   # no tokenizer, a random model: nothing stops it
+    >>> stop_token_ids(pair.tokenizer, pair.target)
+    []
+    """
     ids = set()
     config = getattr(model, "generation_config", None)
     for src in (getattr(tokenizer, "eos_token_id", None), getattr(config, "eos_token_id", None)):
@@ -104,7 +200,29 @@ def teacher_forced_logits(model, prompts, continuations, *, vocab_size: int) -> 
 
 
 def prefix_cache(model, tokens):
-    """KV cache of ``model`` over ``tokens`` (one sequence), as per-layer ``(keys, values)``."""
+    """The KV cache of ``model`` over one token sequence, as per-layer ``(keys, values)`` tensors:
+    computed once, then reused at any prefix length by :func:`cache_prefix`.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM.
+    tokens : sequence of int
+        The sequence.
+
+    Returns
+    -------
+    list of tuple of torch.Tensor
+        Per layer ``(keys, values)``, each ``(1, kv_heads, len(tokens), head_dim)``.
+
+    Examples
+    --------
+    >>> from otbound.lm import prefix_cache, tiny_pair
+    >>> pair = tiny_pair()
+    >>> layers = prefix_cache(pair.target, [1, 2, 3, 4])
+    >>> len(layers), tuple(layers[0][0].shape)
+    (2, (1, 2, 4, 8))
+    """
     import torch
     from transformers import DynamicCache
 
@@ -115,8 +233,40 @@ def prefix_cache(model, tokens):
 
 
 def cache_prefix(model, layers, length: int, copies: int):
-    """A fresh DynamicCache holding the first ``length`` positions of ``layers`` (from
-    :func:`prefix_cache`), repeated ``copies`` times along the batch."""
+    """A fresh ``transformers.DynamicCache`` holding the first ``length`` positions of ``layers``
+    (from :func:`prefix_cache`), repeated ``copies`` times along the batch: ``copies`` continuations
+    of one prefix scored in one :func:`forward` (the drafts of a tree, say) without recomputing it.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        The model the layers come from (its config builds the cache).
+    layers : list of tuple of torch.Tensor
+        :func:`prefix_cache` of a sequence.
+    length : int
+        How many of its positions to keep (the prefix ``tokens[:length]``).
+    copies : int
+        The batch size of the cache.
+
+    Returns
+    -------
+    transformers.DynamicCache
+        A new cache (``layers`` are not modified by the forwards that extend it).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm import cache_prefix, forward, prefix_cache, tiny_pair
+    >>> pair = tiny_pair()
+    >>> layers = prefix_cache(pair.target, [1, 2, 3, 4])
+    >>> cache = cache_prefix(pair.target, layers, 2, copies=3)   # the prefix [1, 2], three times
+    >>> nxt = torch.tensor([[3], [5], [7]])                        # three continuations of it
+    >>> mask, pos = torch.ones(3, 3, dtype=torch.long), torch.full((3, 1), 2)
+    >>> logits = forward(pair.target, nxt, mask, pos, cache)
+    >>> ref = forward(pair.target, torch.tensor([[1, 2, 5]]))[0, -1]   # no cache: the whole sequence
+    >>> logits.shape, bool(torch.allclose(logits[1, -1], ref, atol=1e-5))
+    (torch.Size([3, 1, 12]), True)
+    """
     from transformers import DynamicCache
 
     cache = DynamicCache([(k[..., :length, :], v[..., :length, :]) for k, v in layers], config=model.config)

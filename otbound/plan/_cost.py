@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otbound._validation import InvalidInputError
+from otbound.lm import forward
 
 
 @dataclass
@@ -164,29 +165,31 @@ def machine_description(device=None) -> dict:
 def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 16, 32, 64), context: int = 128,
                           repeats: int = 5, seed: int = 0, source: str = "measured") -> CostCurve:
     """Median seconds of one forward of ``model`` (a causal LM of transformers) with ``n`` new
-    tokens on a KV cache of ``context`` tokens, for each ``n`` in ``sizes``; the cache is cropped
-    back to ``context`` between calls. Random token ids (the cost does not depend on them)."""
+    tokens on a KV cache of ``context`` tokens, for each ``n`` in ``sizes``: the call the decoders
+    make (:func:`otbound.lm.forward`, logits of every new token); the cache is cropped back to
+    ``context`` between calls. Random token ids (the cost does not depend on them)."""
     import torch
+    from transformers import DynamicCache
 
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (1, context), generator=gen).to(device)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     secs = []
-    with torch.no_grad():
-        cache = model(ids, use_cache=True).past_key_values
-        for n in sizes:
-            new = torch.randint(0, vocab_size, (1, int(n)), generator=gen).to(device)
-            times = []
-            for _ in range(repeats + 1):  # the first call warms up
-                extra = cache.get_seq_length() - context
-                if extra > 0:
-                    cache.crop(-extra)  # back to the context
-                sync()
-                t0 = time.perf_counter()
-                model(new, past_key_values=cache, use_cache=True)
-                sync()
-                times.append(time.perf_counter() - t0)
-            secs.append(float(np.median(times[1:])))
+    cache = DynamicCache(config=model.config)
+    forward(model, ids, cache=cache)
+    for n in sizes:
+        new = torch.randint(0, vocab_size, (1, int(n)), generator=gen).to(device)
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up
+            extra = cache.get_seq_length() - context
+            if extra > 0:
+                cache.crop(-extra)  # back to the context
+            sync()
+            t0 = time.perf_counter()
+            forward(model, new, cache=cache)
+            sync()
+            times.append(time.perf_counter() - t0)
+        secs.append(float(np.median(times[1:])))
     return CostCurve(list(sizes), secs, source)
 
 

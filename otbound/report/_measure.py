@@ -411,10 +411,10 @@ def _record_laws(record):
 
 
 def _int_keys(res: dict) -> dict:
-    """JSON turns the K keys into strings; turn them back."""
-    res["optimal"] = {s: {int(k): v for k, v in d.items()} for s, d in res["optimal"].items()}
-    res["verifiers"] = {n: {int(k): v for k, v in d.items()} for n, d in res["verifiers"].items()}
-    res["skipped"] = {n: {int(k): v for k, v in d.items()} for n, d in res["skipped"].items()}
+    """JSON turns the K keys into strings; turn them back (in the fields ``res`` has)."""
+    for field in ("optimal", "verifiers", "skipped"):
+        if field in res:
+            res[field] = {n: {int(k): v for k, v in d.items()} for n, d in res[field].items()}
     res["capped"] = {int(k): v for k, v in res.get("capped", {}).items()}
     return res
 
@@ -472,9 +472,12 @@ def cluster_mean_ci(values, clusters, confidence: float = 0.95) -> tuple[float, 
 
 def trace_cells(results):
     """Yield ``(dataset, T, traces, cluster ids, Ks)`` for each (dataset, temperature) cell of per-trace
-    results, cells sorted; the cluster id of each position is its trace's index within the cell."""
+    results, cells sorted; the cluster id of each position is its trace's index within the cell. The
+    results may be as measured or as read back from JSON (K keys as strings): the traces yielded
+    have int K keys (shallow copies; the results given are not changed)."""
     cells: dict = {}
     for r in results:
+        r = _int_keys(dict(r))
         cells.setdefault((r["dataset"], float(r["temperature"])), []).append(r)
     for (dataset, temp), group in sorted(cells.items()):
         clusters = np.concatenate([[i] * r["positions"] for i, r in enumerate(group)])
@@ -503,8 +506,9 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     Parameters
     ----------
     results : iterable of dict
-        Results of :func:`measure_trace` (one per trace; cells by dataset and temperature, the
-        traces of a cell as clusters).
+        Results of :func:`measure_trace` or :func:`measure_laws` (with dataset, temperature and
+        positions added), one per trace: cells by dataset and temperature, the traces of a cell as
+        clusters. As measured or as read back from JSON (K keys as strings, e.g. from a checkpoint).
     confidence : float
         Coverage of every interval (:func:`cluster_mean_ci`).
 
@@ -533,6 +537,9 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
     ...           round(row["efficiency"], 4), round(row["gap"], 4))
     optimal 4 2 0.8825 1.0 0.0
     rrs 4 2 0.7725 0.8754 -0.11
+    >>> import json
+    >>> aggregate(json.loads(json.dumps(results))) == aggregate(results)   # stored as JSON, read back
+    True
     """
     rows = []
     from otbound.token.verifiers import VERIFIERS as registry

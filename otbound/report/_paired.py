@@ -51,8 +51,8 @@ def paired_differences(results, confidence: float = 0.95) -> list[dict]:
     Parameters
     ----------
     results : iterable of dict
-        Results of :func:`otbound.report.measure_trace`; a (dataset, temperature) cell's traces are
-        its clusters.
+        Results of :func:`otbound.report.measure_trace`, as measured or as read back from JSON (K
+        keys as strings); a (dataset, temperature) cell's traces are its clusters.
     confidence : float
         Coverage of every interval (:func:`otbound.report.cluster_mean_ci`).
 

@@ -14,7 +14,7 @@ from otbound._io import write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
-from otbound.report._measure import _int_keys, aggregate, measure_trace
+from otbound.report._measure import aggregate, measure_trace
 from otbound.report._paired import paired_differences
 from otbound.token import settings_at
 
@@ -169,7 +169,7 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
                            count=lambda res: sum(r["positions"] for r in res), unit="positions")
     _remove_empty_folders(out / "traces-staging")  # every shard moved its traces into place
-    results = [_int_keys(r) for res in per_shard for r in res]
+    results = [r for res in per_shard for r in res]  # as JSON gave them: aggregate reads str K keys
     rows = aggregate(results)
     write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
     write_text_atomic(out / "paired.json", json.dumps(paired_differences(results), indent=1))

@@ -43,6 +43,7 @@ from otbound.token.verifiers._optimal_wor import (
     OptimalWithoutReplacementVerifier,
     TruncatedCoupling,
     truncated_coupling,
+    truncation_size,
 )
 from otbound.token.verifiers._rrs import RRSVerifier, RRSWithoutReplacementVerifier
 
@@ -149,6 +150,7 @@ __all__ = [
     "OptimalWithoutReplacementVerifier",
     "TruncatedCoupling",
     "truncated_coupling",
+    "truncation_size",
     "IIDStreamVerifier",
     "BestWithoutReplacementVerifier",
 ]

@@ -219,6 +219,29 @@ class Verifier(ABC):
         accepted = (tokens[:, None] == drafts).any(axis=1)
         return VerifierSample(tokens=tokens, accepted=accepted)
 
+    def clear_cache(self) -> None:
+        """Forget the prepared (p, q, K) set-ups this verifier keeps, and those of the verifiers it
+        runs inside it: the next call pays its set-up again, as it does on fresh laws (each token of
+        a decoding step). The values never depend on the cache (it is keyed by the laws' content);
+        this is for timing a fresh verification and for freeing memory.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound import VERIFIERS
+        >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+        >>> ver = VERIFIERS["ot"]
+        >>> before = ver.conditional_law(p, q, np.array([2, 1]))   # set-up prepared and cached
+        >>> ver.clear_cache()
+        >>> bool(np.array_equal(ver.conditional_law(p, q, np.array([2, 1])), before))   # set up again
+        True
+        """
+        for value in vars(self).values():
+            if isinstance(value, PreparedCache):
+                value.clear()
+            elif isinstance(value, Verifier):
+                value.clear_cache()
+
     def conditional_law(self, p, q, drafts) -> np.ndarray:
         """Exact law of the emitted token given the draft tuple(s).
 

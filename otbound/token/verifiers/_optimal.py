@@ -217,6 +217,43 @@ class OptimalCoupling:
             upper = lower
         return out
 
+    def level_path(self, top: int) -> list[tuple[int, int, float]]:
+        """The levels ``(a, b]`` that can hold sorted position ``top``, with their probabilities: the
+        path of ``top`` from its segment's root in the peeling tree (docs/theory/optimal-verifier.md),
+        ``[(a, b, P(level = (a, b])), ...]`` in the order the uniform λ walks them (the
+        probabilities sum to 1). The verifier reads it for short segments; for long ones
+        :meth:`hull_level` finds the level at one λ in O(segment) without the tree (O(segment²) at
+        worst, its length is the tree's depth).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from otbound.token.verifiers import optimal_coupling
+        >>> p, q = np.array([0.25, 0.32, 0.15, 0.02, 0.26]), np.array([0.29, 0.44, 0.21, 0.02, 0.04])
+        >>> c = optimal_coupling(p, q, 2)
+        >>> [(a, b, round(w, 4)) for a, b, w in c.level_path(0)]   # three levels deep
+        [(0, 3, 0.252), (0, 2, 0.728), (0, 1, 0.02)]
+        >>> c.level_path(4)   # a segment of one token: one level
+        [(4, 5, 1.0)]
+        """
+        r = int(np.searchsorted(self.records, top, side="right"))
+        u, v = int(self.records[r - 1]), int(self.records[r])
+        out = []
+        mass = 1.0
+        peeled = (0.0, 0.0, 0.0)
+        while True:
+            w, j, peeled = self.node(u, v, peeled)
+            if j < 0:
+                out.append((u, v, mass))
+                return out
+            stop = min(w, mass)
+            if stop > 0:
+                out.append((u, v, stop))
+            mass -= stop
+            if mass <= 0:
+                return out
+            u, v = (u, j) if top < j else (j, v)
+
     def node(self, u: int, v: int, peeled: tuple = (0.0, 0.0, 0.0)):
         """Peeling node for boundaries u < v: ``(w, j*, peeled')``, cached (j* = −1: a single token).
 
@@ -308,28 +345,6 @@ def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
     return OptimalCoupling(order, cum_q, cum_p, phi, run, lift, ps, records, h, alpha)
 
 
-def _level_weights(c: OptimalCoupling, top: int) -> list[tuple[int, int, float]]:
-    """The levels (a, b] that can hold sorted position ``top`` with their probabilities: the path of
-    ``top`` from its segment's root in the peeling tree, ``[(a, b, P(level = (a, b])), ...]``."""
-    r = int(np.searchsorted(c.records, top, side="right"))
-    u, v = int(c.records[r - 1]), int(c.records[r])
-    out = []
-    mass = 1.0
-    peeled = (0.0, 0.0, 0.0)
-    while True:
-        w, j, peeled = c.node(u, v, peeled)
-        if j < 0:
-            out.append((u, v, mass))
-            return out
-        stop = min(w, mass)
-        if stop > 0:
-            out.append((u, v, stop))
-        mass -= stop
-        if mass <= 0:
-            return out
-        u, v = (u, j) if top < j else (j, v)
-
-
 class OptimalVerifier(Verifier):
     """The optimal (optimal-transport) verifier ``ot``: lossless, acceptance ``α*`` of its draft law.
 
@@ -405,7 +420,7 @@ class OptimalVerifier(Verifier):
         padded to a common length: lower ends a, upper ends b (int (n, L)) and probabilities w
         (float (n, L), 0 as padding)."""
         uniq, inverse = np.unique(tops, return_inverse=True)
-        paths = [_level_weights(aux, int(t)) for t in uniq]
+        paths = [aux.level_path(int(t)) for t in uniq]
         width = max(len(x) for x in paths)
         a = np.zeros((uniq.size, width), dtype=np.int64)
         b = np.zeros((uniq.size, width), dtype=np.int64)

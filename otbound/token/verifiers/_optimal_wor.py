@@ -126,12 +126,32 @@ CACHE_SIZE = 16
 
 
 def truncation_size(num_drafts: int, max_sets: int = MAX_SETS) -> int:
-    """The largest m ≤ ``MAX_TOP`` with ``Σ_{j ≤ K} C(m, j) ≤ max_sets`` (at least K + 1).
+    """m, the number of top tokens T of q that :func:`truncated_coupling` (and so ``ot_wor_top``)
+    sees the drafts through, for K drafts without replacement and a budget of ``max_sets`` sets.
+
+    The largest ``m ≤ 62`` (the sets are 64-bit masks over T) with ``Σ_{j ≤ K} C(m, j) ≤ max_sets``
+    (the sets ``R = S ∩ T``, ``|R| ≤ K``, the acceptance LP ranges over), and at least K + 1.
+    Fewer tokens are taken where q has fewer positive entries.
+
+    Parameters
+    ----------
+    num_drafts : int
+        K.
+    max_sets : int
+        The budget of sets R (default 2,500, the verifiers' default).
+
+    Returns
+    -------
+    int
+        m.
 
     Examples
     --------
+    >>> from otbound.token.verifiers import truncation_size
     >>> truncation_size(2), truncation_size(4), truncation_size(8)
     (62, 15, 11)
+    >>> truncation_size(4, max_sets=100), truncation_size(4, max_sets=1)   # at least K + 1
+    (7, 5)
     """
     k = int(num_drafts)
     m = k + 1
