@@ -298,7 +298,9 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         by_ratio = np.argsort(p[exact] / q[exact], kind="stable")
         exact, exact_keys = exact[by_ratio], exact_keys[by_ratio]
         through = np.searchsorted(exact_keys, np.arange(nb), side="right")
-        states = ev.run_exact(q[exact], ev.start(q[exact]), np.concatenate([[-1], through - 1]))
+        start = ev.start(q[exact])  # no exact tokens: ev.has_exact is now False, no states
+        if ev.has_exact:
+            states = ev.run_exact(q[exact], start, np.concatenate([[-1], through - 1]))
     chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states=states)
     # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
     ends = np.array([0, nb])
