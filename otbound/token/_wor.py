@@ -336,7 +336,8 @@ class KeySums:
         if self.starts is None:
             return np.bincount(self.keys, weights=weights, minlength=self.length)
         out = np.zeros(self.length)
-        out[self.at] = np.add.reduceat(weights, self.starts)
+        if self.starts.size:
+            out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
     def spread(self, table: np.ndarray, out=None) -> np.ndarray:
@@ -346,8 +347,24 @@ class KeySums:
         return np.repeat(table[self.at], np.diff(self.starts, append=self.size))
 
     def subset(self, idx: np.ndarray) -> "KeySums":
-        """The same sums over the tokens ``idx`` (increasing) only."""
-        return KeySums(self.key_of(idx), self.length - 1, self.starts is not None)
+        """The same sums over the tokens ``idx`` (increasing) only (by runs: the runs' new starts, one
+        binary search per run, empty runs dropped)."""
+        if self.starts is None:
+            return KeySums(self.keys[idx], self.length - 1)
+        starts = np.searchsorted(idx, self.starts)  # tokens of idx before each run
+        held = np.diff(starts, append=idx.size) > 0
+        return KeySums.from_runs(starts[held], self.at[held], self.length - 1, idx.size)
+
+
+_PROBE_STRIDE = 64  # every 64th token probes whether most tokens still need more series terms
+
+
+def _mostly_above(y: np.ndarray, limit: float) -> bool:
+    """Whether a strided probe of y finds over 60% of it above ``limit`` (then dropping the tokens at
+    or below it would not halve the arrays: :meth:`ClockMass.bucket_features` keeps them one more
+    order, whose extra terms only add accuracy). Rows under 64 probes are checked in full."""
+    probe = y[::_PROBE_STRIDE]
+    return probe.size >= 64 and 5 * int(np.count_nonzero(probe > limit)) > 3 * probe.size
 
 
 class PairMass:
@@ -479,24 +496,28 @@ class ClockMass:
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
         the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
+        By runs (a row sorted by ratio), the tokens of keys ≥ num_keys, its last ones, are never read.
         ``work``: optional scratch rows "y" and "w" of q's size (reused across rows).
         """
         out = np.zeros((num_keys + 1, self.order))
-        y = np.divide(q, self.theta, out=None if work is None else work["y"])
-        y[np.flatnonzero(q > self.theta)] = 0.0  # exact tokens: no moments here
-        w = np.empty_like(y) if work is None else work["w"]
-        np.copyto(w, y)
-        for n in range(1, self.order + 1):
+        if sums.starts is not None and num_keys < sums.starts.size:  # runs: drop the tokens above the cut
+            size = int(sums.starts[num_keys])
+            q, sums = q[:size], KeySums.from_runs(sums.starts[:num_keys], sums.at[:num_keys], num_keys, size)
+        if q.size == 0:
+            return out[:num_keys]
+        y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
+        np.copyto(y, 0.0, where=q > self.theta)  # exact tokens: no moments here
+        out[:, 0] = sums(y)
+        w = np.multiply(y, y, out=None if work is None else work["w"][: q.size])
+        for n in range(2, self.order + 1):
             out[:, n - 1] = sums(w)
             if n == self.order:
                 break
-            if n in self.limit:
-                above = y > self.limit[n]
-                count = int(np.count_nonzero(above))
-                if count == 0:
+            if n in self.limit and not _mostly_above(y, self.limit[n]):
+                keep = np.flatnonzero(y > self.limit[n])
+                if keep.size == 0:
                     break
-                if 2 * count < y.size:
-                    keep = np.flatnonzero(above)
+                if 2 * keep.size < y.size:
                     y, w, sums = y[keep], w[keep], sums.subset(keep)
             w *= y
         return out[:num_keys]
