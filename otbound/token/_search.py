@@ -289,7 +289,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     nb = ids.size
     feats = np.zeros((nb + 1, ev.num_features))
     np.cumsum(ev.bucket_features(q, chain_sums, nb, work), axis=0, out=feats[1:])
-    states = None
+    states = state_of = None
     if ev.has_exact:
         exact = np.flatnonzero(q > ev.theta)
         exact_keys = chain_sums.key_of(exact)
@@ -299,9 +299,10 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         exact, exact_keys = exact[by_ratio], exact_keys[by_ratio]
         through = np.searchsorted(exact_keys, np.arange(nb), side="right")
         start = ev.start(q[exact])  # no exact tokens: ev.has_exact is now False, no states
-        if ev.has_exact:
-            states = ev.run_exact(q[exact], start, np.concatenate([[-1], through - 1]))
-    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states=states)
+        if ev.has_exact:  # the states after 0..n of the exact tokens; chain position i has through[i − 1]
+            states = ev.run_exact(q[exact], start, np.arange(-1, exact.size))
+            state_of = np.concatenate([[0], through])
+    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states, state_of)
     # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
     ends = np.array([0, nb])
     q_ends, *coef = ev.mass(feats[ends], out[ends], inside[ends], chain.exact(ends), out_next=out[[nb, nb]])
@@ -335,22 +336,22 @@ class _Chain:
 
     Arrays over positions: cumulative p (``fp``), evaluator features, q outside and inside, the
     smallest ratio of the step into each position (``r_step``), Q where evaluated (nan otherwise)
-    and exact-token states (given for all positions, or rebuilt on demand from a start state).
-    A token chain also records its bucket position and tokens.
+    and the index (``state_of``) of each position's exact-token state among ``states``, the states
+    after 0, 1, 2, … of the chain's exact tokens (few: positions share them, gathered only where
+    evaluated). A token chain also records its bucket position and tokens.
     """
 
-    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, exact_run=None, bucket=None, toks=None):
+    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None):
         self.ev, self.fp, self.feats, self.out, self.inside, self.r_step = ev, fp, feats, out, inside, r_step
-        self.states, self.exact_run, self.bucket, self.toks = states, exact_run, bucket, toks
+        self.states, self.state_of, self.bucket, self.toks = states, state_of, bucket, toks
         self.q = np.full(fp.size, np.nan)
 
     def exact(self, idx):
-        if self.exact_run is not None:
-            return self.exact_run(np.asarray(idx))
         if self.states is None:
             return None
+        si = self.state_of[np.asarray(idx)]
         sums, e, sx = self.states
-        return sums[idx], e[:, idx], sx[idx]
+        return sums[si], e[:, si], sx[si]
 
     def tokens(self, i, toks, p, q):
         """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i."""
@@ -360,18 +361,14 @@ class _Chain:
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
         out = self.out[i] + np.concatenate([np.cumsum(qt[::-1])[::-1], [0.0]])  # + q of the bucket's later tokens
         inside = self.inside[i - 1] + np.concatenate([[0.0], np.cumsum(qt)])
-        exact_run = None
-        if ev.has_exact:
+        states = state_of = None
+        if self.states is not None:
             is_exact = ev.is_exact(qt)
             exact_q = qt[is_exact]
-            last = np.concatenate([[-1], np.cumsum(is_exact) - 1])
-            start = self.exact([i - 1])
-
-            def exact_run(idx):
-                return ev.run_exact(exact_q, start, last[idx])
-
+            state_of = np.concatenate([[0], np.cumsum(is_exact)])  # exact tokens among the first j
+            states = ev.run_exact(exact_q, self.exact([i - 1]), np.arange(-1, exact_q.size))
         r_step = np.concatenate([[0.0], p[toks] / qt])
-        sub = _Chain(ev, fp, feats, out, inside, r_step, exact_run=exact_run, bucket=i, toks=toks)
+        sub = _Chain(ev, fp, feats, out, inside, r_step, states, state_of, bucket=i, toks=toks)
         sub.q[0], sub.q[n] = self.q[i - 1], self.q[i]
         return sub
 
