@@ -35,8 +35,8 @@ class MassEvaluator(Protocol):
     def chain_features(self, base, q_tokens, tokens=None):
         """Moment features of the prefixes along a chain of tokens after the state ``base``."""
 
-    def bucket_features(self, q, keys, num_keys, work=None, keys_sorted=False):
-        """Moment features of the bucket-end prefixes of a row."""
+    def bucket_features(self, q, sums, num_keys, work=None, exact=None):
+        """Moment features of the bucket-end prefixes of a row (``exact``: its exact tokens, if any)."""
 
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """``(Q, d1, c2, c3)`` at the given prefixes: Q(H) and the coefficients of its stretch bound."""
@@ -102,7 +102,8 @@ class RowRuns:
         The row is not sorted by ratio.
     """
 
-    def __init__(self, p: np.ndarray, q: np.ndarray):
+    def __init__(self, p: np.ndarray, q: np.ndarray, tiny: bool = True):
+        self.tiny = tiny  # whether q may have positive entries below _wor.CLOCK_FLOOR (False: known not)
         v = p.size
         self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
         starts = np.flatnonzero(self.b[1:] != self.b[:-1])
@@ -136,9 +137,10 @@ class RowRuns:
         return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
 
 
-def sorted_runs(P: np.ndarray, Q: np.ndarray) -> list:
-    """:class:`RowRuns` of every row of ``(P, Q)`` (B, V), rows sorted by ratio (shared by every K)."""
-    return [RowRuns(P[i], Q[i]) for i in range(P.shape[0])]
+def sorted_runs(P: np.ndarray, Q: np.ndarray, tiny=None) -> list:
+    """:class:`RowRuns` of every row of ``(P, Q)`` (B, V), rows sorted by ratio (shared by every K);
+    ``tiny`` (B,) bool: the rows that may hold a positive q below ``_wor.CLOCK_FLOOR`` (None: all)."""
+    return [RowRuns(P[i], Q[i], True if tiny is None else bool(tiny[i])) for i in range(P.shape[0])]
 
 
 def _bucket_floor(ids) -> np.ndarray:
@@ -182,7 +184,7 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
     work = {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
     for i in range(n):
         row_q = Q[i]
-        q = _wor.clock_law(row_q, k)
+        q = _wor.clock_law(row_q, k) if runs is None or runs[i].tiny else row_q
         # a law changed by clock_law (dropped tiny tokens, renormalised) may no longer be in ratio order
         row_runs = None
         if ratio_sorted and q is row_q:
@@ -253,7 +255,8 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         key = np.full(top_id + 1, nb)
         key[ids] = np.arange(nb)
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None)
+    largest = top if runs is None else runs.top  # the largest q's, decreasing
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest)
     if k == 2:
         return _wor_search(row, _wor.PairMass(q), None, want_set, work)
     t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
@@ -285,13 +288,18 @@ class _LongerGrid(Exception):
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted = row
+    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest = row
     nb = ids.size
+    exact = None
+    if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
+        if largest.size == q.size or q[largest[-1]] <= ev.theta:
+            exact = np.sort(largest[q[largest] > ev.theta])
+        else:
+            exact = np.flatnonzero(q > ev.theta)
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, chain_sums, nb, work), axis=0, out=feats[1:])
+    np.cumsum(ev.bucket_features(q, chain_sums, nb, work, exact), axis=0, out=feats[1:])
     states = state_of = None
     if ev.has_exact:
-        exact = np.flatnonzero(q > ev.theta)
         exact_keys = chain_sums.key_of(exact)
         inside_cut = exact_keys < nb
         exact, exact_keys = exact[inside_cut], exact_keys[inside_cut]

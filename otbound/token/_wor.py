@@ -391,7 +391,7 @@ class PairMass:
         denom = np.where(tokens == self.big, self.rest_of_big, 1.0 - q_tokens)
         return base + np.concatenate([[0.0], np.cumsum(q_tokens / denom)])[:, None]
 
-    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None) -> np.ndarray:
         """Σ u per key below ``num_keys`` (``sums``: the :class:`KeySums` of the row's keys)."""
         with np.errstate(divide="ignore"):
             u = q / (1.0 - q)
@@ -490,9 +490,9 @@ class ClockMass:
         y = np.where(self.is_exact(q_tokens), 0.0, q_tokens / self.theta)
         return _ChainSums(base, y, self.order, self.limit)
 
-    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None) -> np.ndarray:
         """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored; ``sums``:
-        the :class:`KeySums` of the row's keys).
+        the :class:`KeySums` of the row's keys; ``exact``: the indices of q > θ, if known).
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
         the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
@@ -506,7 +506,10 @@ class ClockMass:
         if q.size == 0:
             return out[:num_keys]
         y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
-        np.copyto(y, 0.0, where=q > self.theta)  # exact tokens: no moments here
+        if exact is None:  # exact tokens: no moments here
+            np.copyto(y, 0.0, where=q > self.theta)
+        else:
+            y[exact[exact < q.size]] = 0.0
         out[:, 0] = sums(y)
         w = np.multiply(y, y, out=None if work is None else work["w"][: q.size])
         for n in range(2, self.order + 1):
@@ -610,11 +613,17 @@ class ClockMass:
             else:
                 with np.errstate(divide="ignore"):
                     p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
-            levels = range(jm + 1) if out_next is not None else (jm,)
-            at_most = {m: sum(p_exact[b] * cum[m - b] for b in range(m + 1)) for m in levels}
+            levels = range(max(0, jm - 2), jm + 1) if out_next is not None else (jm,)  # those used below
+            at_most = {}
+            for m in levels:
+                acc = p_exact[0] * cum[m]
+                for b in range(1, m + 1):
+                    acc += p_exact[b] * cum[m - b]
+                at_most[m] = acc
         t, wt, t_end = self.t[None, :], self.wt[None, :], self.t_end
-        o = out[:, None]
-        q_mass = np.clip(((wt * o * np.exp(-o * t)) * (1.0 - at_most[jm])).sum(axis=1) + np.exp(-out * t_end), 0.0, 1.0)
+        decay = np.exp(-out[:, None] * t)  # (npos, T)
+        decay *= wt
+        q_mass = np.clip(out * np.vecdot(decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
         if out_next is None:
             return q_mass
         return (q_mass,) + self._stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2])
@@ -630,18 +639,22 @@ class ClockMass:
         t, t_end, t_lo = self.t[None, :], self.t_end, self.t_lo
         oe = out_next[:, None]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            decay = self.wt[None, :] * np.exp(-oe * t)
+            x = oe * t  # (npos, T)
+            decay = np.exp(-x)
+            decay *= self.wt
             tail = np.exp(-out_next * t_end) * below_k[:, -1]
             inv = 1.0 / out_next
             tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
             for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
                 tail_moment.append(np.float64(t_end) ** m * tail * inv + m * inv * tail_moment[-1])
-            a = (decay * (1.0 - oe * t) * below_k).sum(axis=1) + t_lo + tail_moment[0]
+            np.subtract(1.0, x, out=x)
+            x *= below_k
+            a = np.vecdot(decay, x) + t_lo + tail_moment[0]
             decay *= t
-            b = (decay * (below_k - below_k1)).sum(axis=1) + t_lo**2 / 2 + tail_moment[1]
+            b = np.vecdot(decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
             decay *= t
-            c2 = (decay * (below_k1 - below_k2)).sum(axis=1) + t_lo**3 / 3 + tail_moment[2]
+            c2 = np.vecdot(decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
             decay *= t
-            c3 = (decay * below_k2).sum(axis=1) + t_lo**4 / 4 + tail_moment[3]
+            c3 = np.vecdot(decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
             finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
             return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))
