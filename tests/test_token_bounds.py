@@ -338,3 +338,37 @@ def test_key_sums_by_runs_equal_bincount():
     assert unsorted.starts is None
     np.testing.assert_array_equal(unsorted(w), np.bincount(shuffled, weights=w, minlength=61))
     np.testing.assert_array_equal(KeySums(np.zeros(0, dtype=np.int64), 5, True)(np.zeros(0)), np.zeros(6))
+
+
+def test_shared_run_moments_equal_the_per_k_sums():
+    """The run moments shared by the K of a ratio-sorted row (one pass at θ_c, rescaled, the tokens
+    between θ_c and θ added) equal the direct per-K moment sums, weighted as the power sums use them
+    (c_{jn} x0^n), to 1e-13 relative: reused at a larger and at a smaller θ ≥ θ_c, extended when the
+    cut grows, rebuilt when θ falls below θ_c."""
+    from otbound.token._search import RowRuns
+    from otbound.token._wor import _SERIES_SPAN, ClockMass, KeySums
+
+    rng = np.random.default_rng(23)
+    v = 3000
+    z = rng.standard_normal(v) * 3.0
+    q = np.exp(z) / np.exp(z).sum()
+    p = np.exp(z + rng.standard_normal(v))
+    p /= p.sum()
+    order = np.argsort(p / q, kind="stable")
+    p, q = p[order], q[order]
+    runs = RowRuns(p, q)
+    n_runs = runs.starts.size
+    shared = runs.moments
+    thetas = []
+    for k, t_end, n in ((3, 50.0, n_runs // 2), (4, 60.0, n_runs), (3, 20.0, n_runs // 3), (5, 2000.0, n_runs)):
+        ev = ClockMass(k, t_end)
+        sums = KeySums.from_runs(runs.starts[: n + 1], np.arange(min(n + 1, n_runs)), n, v)
+        direct = ev.bucket_features(q, sums, n)
+        got = ev.bucket_features(q, sums, n, moments=shared)
+        assert got.shape == direct.shape == (n, ev.order)
+        weight = ev.coef.max(0) * (_SERIES_SPAN / ev.j_max) ** np.arange(1, ev.order + 1)
+        err = np.abs(np.cumsum(got, 0) - np.cumsum(direct, 0)) @ weight
+        assert np.all(err <= 1e-13 * (1.0 + np.cumsum(direct, 0) @ weight)), (k, t_end, err.max())
+        assert (q > ev.theta).any() and ((q > shared.theta_c) & (q <= ev.theta)).any()  # both kinds of token
+        thetas.append(shared.theta_c)
+    assert thetas[0] == thetas[1] == thetas[2] != thetas[3]  # reused, then rebuilt below θ_c

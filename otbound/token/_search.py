@@ -35,8 +35,9 @@ class MassEvaluator(Protocol):
     def chain_features(self, base, q_tokens, tokens=None):
         """Moment features of the prefixes along a chain of tokens after the state ``base``."""
 
-    def bucket_features(self, q, sums, num_keys, work=None, exact=None):
-        """Moment features of the bucket-end prefixes of a row (``exact``: its exact tokens, if any)."""
+    def bucket_features(self, q, sums, num_keys, work=None, exact=None, moments=None):
+        """Moment features of the bucket-end prefixes of a row (``exact``: its exact tokens, if any;
+        ``moments``: the row's shared :class:`otbound.token._wor.RunMoments`, on rows sorted by ratio)."""
 
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """``(Q, d1, c2, c3)`` at the given prefixes: Q(H) and the coefficients of its stretch bound."""
@@ -114,6 +115,7 @@ class RowRuns:
             raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
         self.run_p, self.run_q = np.add.reduceat(p, self.starts), np.add.reduceat(q, self.starts)
         self.q_sum = float(q.sum())
+        self.moments = _wor.RunMoments(q, self.starts)  # the clock integral's run moments, every K ≥ 3
         n = min(v, _TOP)
         top = np.argpartition(q, v - n)[v - n :]
         self.top = top[np.argsort(-q[top], kind="stable")]
@@ -256,7 +258,8 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         key[ids] = np.arange(nb)
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
     largest = top if runs is None else runs.top  # the largest q's, decreasing
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest)
+    moments = None if runs is None else runs.moments
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest, moments)
     if k == 2:
         return _wor_search(row, _wor.PairMass(q), None, want_set, work)
     t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
@@ -288,7 +291,7 @@ class _LongerGrid(Exception):
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest = row
+    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest, moments = row
     nb = ids.size
     exact = None
     if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
@@ -297,7 +300,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         else:
             exact = np.flatnonzero(q > ev.theta)
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, chain_sums, nb, work, exact), axis=0, out=feats[1:])
+    np.cumsum(ev.bucket_features(q, chain_sums, nb, work, exact, moments), axis=0, out=feats[1:])
     states = state_of = None
     if ev.has_exact:
         exact_keys = chain_sums.key_of(exact)

@@ -367,6 +367,100 @@ def _mostly_above(y: np.ndarray, limit: float) -> bool:
     return probe.size >= 64 and 5 * int(np.count_nonzero(probe > limit)) > 3 * probe.size
 
 
+def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, work=None) -> None:
+    """out[:, n − 1] = Σ y^n per key (``sums``), n = 1..out.shape[1], each token's series truncated
+    after order n once y ≤ limit[n] (it leaves the arrays when most tokens have; y may be a
+    scratch row). ``work``: optional scratch row "w" of y's size."""
+    order = out.shape[1]
+    out[:, 0] = sums(y)
+    if order == 1:
+        return
+    w = np.multiply(y, y, out=None if work is None else work["w"][: y.size])
+    for n in range(2, order + 1):
+        out[:, n - 1] = sums(w)
+        if n == order:
+            break
+        if n in limit and not _mostly_above(y, limit[n]):
+            keep = np.flatnonzero(y > limit[n])
+            if keep.size == 0:
+                break
+            if 2 * keep.size < y.size:
+                y, w, sums = y[keep], w[keep], sums.subset(keep)
+        w *= y
+
+
+class RunMoments:
+    """Moment sums of the runs of one row sorted by ratio, shared by the K ≥ 3 of the row.
+
+    For a reference θ_c: T[r, n] = Σ (q_i/θ_c)^n over the tokens of run r with q_i ≤ θ_c (n = 1..N,
+    N and the per-token truncation those of every K ≤ ``MAX_FAST_DRAFTS``), the tokens above θ_c
+    kept aside (few: at most 1/θ_c). A K whose θ ≥ θ_c reads its features from them,
+
+        Σ_{q_i ≤ θ} (q_i/θ)^n = (θ_c/θ)^n T[r, n] + Σ_{θ_c < q_i ≤ θ} (q_i/θ)^n,
+
+    sums of positive terms only (each term ≤ 1), so the row is passed over once for every K rather
+    than once per K. θ_c is a quarter of the first θ asked (the θ of K + 1 is typically 0.4–0.7 of
+    that of K); a smaller θ rebuilds the sums at a quarter of it. Runs are summed as far as asked
+    (the cut, hence the number of runs read, grows with K).
+    """
+
+    SPARE = 4.0  # θ_c = θ / SPARE at the first use
+
+    def __init__(self, q: np.ndarray, starts: np.ndarray):
+        self.q, self.starts = q, starts  # the row, its run starts (increasing from 0)
+        self.theta_c = None
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _series():
+        """(N, limits): the longest series and the strictest truncation over every fast K."""
+        setups = [_series_setup(j) for j in range(2, MAX_FAST_DRAFTS)]  # limits in units of θ (y = q/θ)
+        return max(s[1] for s in setups), {n: min(s[3][n] for s in setups) for n in setups[0][3]}
+
+    def _reset(self, theta_c: float):
+        order, _ = self._series()
+        self.theta_c, self.done = theta_c, 0
+        self.table = np.zeros((0, order))  # (runs done, N)
+        self.aside = np.zeros(0, dtype=np.int64)  # tokens with q > θ_c in the runs done, increasing
+        self.aside_run = np.zeros(0, dtype=np.int64)
+
+    def _extend(self, num_runs: int, work=None):
+        """Sum runs done..num_runs − 1 (those below the cut asked)."""
+        order, limit = self._series()
+        lo = int(self.starts[self.done])
+        hi = int(self.starts[num_runs]) if num_runs < self.starts.size else self.q.size
+        local = self.starts[self.done : num_runs] - lo
+        new = np.zeros((num_runs - self.done + 1, order))
+        if hi > lo:
+            q = self.q[lo:hi]
+            y = np.divide(q, self.theta_c, out=None if work is None else work["y"][: q.size])
+            big = np.flatnonzero(q > self.theta_c)
+            y[big] = 0.0
+            runs = KeySums.from_runs(local, np.arange(local.size), local.size, q.size)
+            _moment_sums(y, runs, limit, new, work)
+            self.aside = np.concatenate([self.aside, big + lo])
+            self.aside_run = np.concatenate([self.aside_run, np.searchsorted(local, big, side="right") - 1 + self.done])
+        self.table = np.concatenate([self.table, new[:-1]])
+        self.done = num_runs
+
+    def features(self, theta: float, order: int, num_runs: int, work=None) -> np.ndarray:
+        """(num_runs, order): Σ (q_i/θ)^n, n = 1..order, per run over its tokens with q_i ≤ θ."""
+        if self.theta_c is None or theta < self.theta_c:
+            self._reset(theta / self.SPARE)
+        if num_runs > self.done:
+            self._extend(num_runs, work)
+        if order > self.table.shape[1]:
+            raise AssertionError("a series longer than the shared run moments")
+        scale = (self.theta_c / theta) ** np.arange(1, order + 1)  # ≤ 1
+        out = self.table[:num_runs, :order] * scale
+        qa = self.q[self.aside]
+        sel = np.flatnonzero((qa <= theta) & (self.aside_run < num_runs))
+        if sel.size:  # the tokens between θ_c and θ, all their terms
+            powers = np.cumprod(np.repeat((qa[sel] / theta)[:, None], order, axis=1), axis=1)
+            np.add.at(out, self.aside_run[sel], powers)
+        return out
+
+
 class PairMass:
     """Q(H) for K = 2 in closed form (derived from the sequential draw):
 
@@ -391,7 +485,8 @@ class PairMass:
         denom = np.where(tokens == self.big, self.rest_of_big, 1.0 - q_tokens)
         return base + np.concatenate([[0.0], np.cumsum(q_tokens / denom)])[:, None]
 
-    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None,
+                        moments=None) -> np.ndarray:
         """Σ u per key below ``num_keys`` (``sums``: the :class:`KeySums` of the row's keys)."""
         with np.errstate(divide="ignore"):
             u = q / (1.0 - q)
@@ -490,21 +585,32 @@ class ClockMass:
         y = np.where(self.is_exact(q_tokens), 0.0, q_tokens / self.theta)
         return _ChainSums(base, y, self.order, self.limit)
 
-    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None,
+                        moments=None) -> np.ndarray:
         """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored; ``sums``:
         the :class:`KeySums` of the row's keys; ``exact``: the indices of q > θ, if known).
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
         the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
         By runs (a row sorted by ratio), the tokens of keys ≥ num_keys, its last ones, are never read.
-        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows).
+        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows). ``moments``: the
+        row's :class:`RunMoments` (keys: its runs), shared with the other K of the row.
         """
+        if moments is not None:
+            return moments.features(self.theta, self.order, num_keys, work)
         out = np.zeros((num_keys + 1, self.order))
         if sums.starts is not None and num_keys < sums.starts.size:  # runs: drop the tokens above the cut
             size = int(sums.starts[num_keys])
             q, sums = q[:size], KeySums.from_runs(sums.starts[:num_keys], sums.at[:num_keys], num_keys, size)
         if q.size == 0:
             return out[:num_keys]
+        y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
+        if exact is None:  # exact tokens: no moments here
+            np.copyto(y, 0.0, where=q > self.theta)
+        else:
+            y[exact[exact < q.size]] = 0.0
+        _moment_sums(y, sums, self.limit, out, work)
+        return out[:num_keys]
         y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
         if exact is None:  # exact tokens: no moments here
             np.copyto(y, 0.0, where=q > self.theta)
