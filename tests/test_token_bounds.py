@@ -372,3 +372,51 @@ def test_shared_run_moments_equal_the_per_k_sums():
         assert (q > ev.theta).any() and ((q > shared.theta_c) & (q <= ev.theta)).any()  # both kinds of token
         thetas.append(shared.theta_c)
     assert thetas[0] == thetas[1] == thetas[2] != thetas[3]  # reused, then rebuilt below θ_c
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_rows_searched_in_lockstep_equal_rows_searched_alone(monkeypatch, k):
+    """The rows of a ratio-sorted batch are searched in lockstep (one evaluation per round for all
+    rows, the positions of rows whose grids have as many nodes stacked, each with its own nodes,
+    weights and t_end): equal to each row searched alone to 1e-13, on rows whose horizons differ by
+    orders of magnitude (peaked, near-deterministic, flat, LM-like, tied), and the stacked path runs."""
+    from otbound.token import _search, _wor
+
+    rng = np.random.default_rng(24)
+    v = 2000
+
+    def law(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    rows = []
+    for scale in (6.0, 6.0, 0.3, 0.3, 2.5, 2.5):
+        z = rng.standard_normal(v) * scale
+        rows.append((law(z + rng.standard_normal(v)), law(z)))
+    d = np.full(v, 1e-9)
+    d[0] = 1.0
+    rows.append((law(rng.standard_normal(v)), d / d.sum()))  # near-deterministic draft
+    tied = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows.append((law(tied[0]), law(tied[1])))
+    p, q = np.array([a for a, _ in rows]), np.array([b for _, b in rows])
+    order = np.argsort(p / q, axis=1, kind="stable")
+    ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
+    t_ends, stacked = [], []
+    make, stack = _wor.ClockMass.__init__, _wor._mass_stacked
+
+    def counted(self, num_drafts, t_end):
+        make(self, num_drafts, t_end)
+        t_ends.append(self.t_end)
+
+    def counted_stack(asks):
+        stacked.append(len(asks))
+        return stack(asks)
+
+    monkeypatch.setattr(_wor.ClockMass, "__init__", counted)
+    monkeypatch.setattr(_wor, "_mass_stacked", counted_stack)
+    together = _search.without_replacement_ratio_sorted(ps, qs, k)
+    assert stacked and max(stacked) >= 2
+    assert max(t_ends) / min(t_ends) > 100  # horizons orders of magnitude apart
+    alone = [_search.without_replacement_ratio_sorted(ps[i : i + 1], qs[i : i + 1], k)[0] for i in range(len(rows))]
+    np.testing.assert_allclose(together, alone, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(together, ob.optimal_acceptance(p, q, k, "without_replacement"), rtol=0, atol=1e-12)

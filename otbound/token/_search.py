@@ -183,7 +183,8 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
     n, v = P.shape
     values = np.ones(n)
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
-    work = {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
+    work = _work(v)
+    searches = []
     for i in range(n):
         row_q = Q[i]
         q = _wor.clock_law(row_q, k) if runs is None or runs[i].tiny else row_q
@@ -191,10 +192,49 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
         row_runs = None
         if ratio_sorted and q is row_q:
             row_runs = runs[i] if runs is not None else RowRuns(P[i], q)
-        values[i], h = _without_replacement_row(P[i], q, k, want_sets, work, row_runs)
-        if h is not None:
-            sets[i] = h
+        searches.append(_without_replacement_row(P[i], q, k, want_sets, work, row_runs))
+        if not ratio_sorted:  # one row at a time
+            values[i], h = _lockstep(searches)[0]
+            searches = []
+            if h is not None:
+                sets[i] = h
+        elif row_runs is None:  # in lockstep, this row's buckets stay in its scratch row
+            work = _work(v)
+    if searches:  # rows sorted by ratio: searched in lockstep, one evaluation per round for all
+        for i, (value, h) in enumerate(_lockstep(searches)):
+            values[i] = value
+            if h is not None:
+                sets[i] = h
     return values, sets
+
+
+def _work(v: int) -> dict:
+    """Scratch rows of the search for a row of V tokens (reused across rows)."""
+    return {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
+
+
+def _lockstep(searches: list) -> list:
+    """Run row searches (generators from :func:`_without_replacement_row`) in lockstep: each round
+    every live search asks Q and its stretch bounds at its positions (``(evaluator, arguments of
+    mass)``), all of them are answered by one :func:`otbound.token._wor.evaluate_many` call, and
+    each search resumes with its answer. Returns every search's (α*, H* or None), in order."""
+    results = [None] * len(searches)
+    asks = {}
+    for i, search in enumerate(searches):
+        try:
+            asks[i] = next(search)
+        except StopIteration as done:
+            results[i] = done.value
+    while asks:
+        answers = _wor.evaluate_many(list(asks.values()))
+        following = {}
+        for (i, _), answer in zip(asks.items(), answers):
+            try:
+                following[i] = searches[i].send(answer)
+            except StopIteration as done:
+                results[i] = done.value
+        asks = following
+    return results
 
 
 def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int, runs=None) -> np.ndarray:
@@ -208,7 +248,8 @@ def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int, runs=
 
 
 def _without_replacement_row(p, q, k, want_set, work, runs=None):
-    """One row of :func:`without_replacement`; returns (α*, H* or None). ``work``: scratch arrays;
+    """One row of :func:`without_replacement`, a generator (it yields its requests for Q, as
+    :func:`_lockstep` answers them) returning (α*, H* or None). ``work``: scratch arrays;
     ``runs``: the row's :class:`RowRuns` when it is sorted by ratio (bucket sums and features by
     runs, buckets as slices).
 
@@ -261,7 +302,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     moments = None if runs is None else runs.moments
     row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest, moments)
     if k == 2:
-        return _wor_search(row, _wor.PairMass(q), None, want_set, work)
+        return (yield from _wor_search(row, _wor.PairMass(q), None, want_set, work))
     t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
     horizon = t_ends
     if runs is not None:  # each bucket's last token is known: the grid every opened bucket needs, up front
@@ -271,7 +312,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         horizon = max(horizon, float(t_inside.max(initial=0.0)) * (1.0 + 1e-6))
     while True:
         try:
-            return _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work)
+            return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
         except _LongerGrid as need:
             horizon = need.t_end
 
@@ -290,7 +331,8 @@ class _LongerGrid(Exception):
 
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
-    """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
+    """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
+    it yields ``(ev, arguments of ev.mass)`` and resumes with the answer)."""
     p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest, moments = row
     nb = ids.size
     exact = None
@@ -316,7 +358,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states, state_of)
     # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
     ends = np.array([0, nb])
-    q_ends, *coef = ev.mass(feats[ends], out[ends], inside[ends], chain.exact(ends), out_next=out[[nb, nb]])
+    q_ends, *coef = yield ev, (feats[ends], out[ends], inside[ends], chain.exact(ends), out[[nb, nb]])
     chain.q[ends] = q_ends
     f_all = float(fp[nb] - chain.q[nb])
 
@@ -331,7 +373,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         return chain.tokens(i, toks, p, q)
 
     first = [c[:1] for c in coef]
-    best, where = _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
+    best, where = yield from _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -393,8 +435,9 @@ def _search(root, best, where, open_bucket, first):
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
     the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
-    are evaluated in one call, and each consecutive pair of samples becomes a stretch of the next
-    round. Returns the best f and where it is ((chain, position), or the ``where`` given).
+    are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass)`` and resumes with
+    the answer), and each consecutive pair of samples becomes a stretch of the next round. Returns
+    the best f and where it is ((chain, position), or the ``where`` given).
     """
     ev = root.ev
     n = root.fp.size - 1
@@ -421,7 +464,7 @@ def _search(root, best, where, open_bucket, first):
                 parts.append((ch, np.concatenate(pts), np.concatenate(nxt)))
         if not parts:
             break
-        q_pts, d1, c2, c3 = _evaluate(ev, parts)
+        q_pts, d1, c2, c3 = yield ev, _mass_arguments(ev, parts)
         live = {}
         start = 0
         for ch, pts, nxt in parts:
@@ -459,14 +502,15 @@ def _samples(lo, hi, leaf):
     return np.arange(lo, hi, step)
 
 
-def _evaluate(ev, parts):
-    """Q and the stretch-bound coefficients at the positions of several chains, in one call."""
+def _mass_arguments(ev, parts):
+    """The arguments of ``ev.mass`` for Q and the stretch-bound coefficients at the positions of
+    several chains: (features, out, inside, exact states, out_next)."""
     feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
     out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
     inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
     out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts])
     exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
-    return ev.mass(feats, out, inside, exact, out_next=out_next)
+    return feats, out, inside, exact, out_next
 
 
 def _wor_horizons(q, k, b, ids, top, out, inside):

@@ -546,7 +546,7 @@ class ClockMass:
     (all nodes) × (exact tokens). With few exact tokens (``_BANDED_WORK``) they are simply exact at
     every node (fewer, larger array operations).
 
-    Stretch bound (derived): see :meth:`_stretch_bound`.
+    Stretch bound (derived): see :func:`_stretch_bound`.
     """
 
     leaf = 24  # stretches up to this many positions are evaluated whole
@@ -686,6 +686,12 @@ class ClockMass:
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """Q at positions (cumulative small-token moments, q outside, exact-token states); with
         ``out_next`` (q outside the stretch end) also the stretch bound coefficients (D1, C2, C3)."""
+        psum, lam = self._power_sums(features, exact)
+        return _integrals(psum, lam, exact, out, out_next, self.t[None, :], self.wt[None, :], self.t_end, self.t_lo)
+
+    def _power_sums(self, features, exact=None):
+        """P_j (j = 1..J) of the tokens in the series at every (position, node), (npos, J, T), and
+        λ = Σ x over them, (npos, T): small-token moments, plus the exact tokens where small."""
         npos, nt, jm = features.shape[0], self.t.size, self.j_max
         psum = _product(features, self.power_map).reshape(npos, jm, nt)
         lam = features[:, :1] * self.tt[None, :]
@@ -699,68 +705,126 @@ class ClockMass:
                     nodes, group_map = self.group_maps[c]
                     psum[:, :, nodes] += _product(acc, group_map).reshape(npos, jm, nodes.size)
                     lam[:, nodes] += acc[:, :1] * (self.tt[nodes] * 2.0**c)[None, :]
-        g = np.exp(-lam)
-        e = [None]  # e_0 = 1
-        cum = [g]  # P[N_small ≤ c]
-        for a in range(1, jm + 1):  # Newton's identities
-            acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
-            for j in range(2, a + 1):
-                term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
-                acc = acc + term if j % 2 else acc - term
-            e.append(acc / a)
-            cum.append(cum[-1] + g * e[a])
-        if exact is None:
-            at_most = cum  # P[N ≤ m], m = 0..J
-        else:
-            _, e_ex, sx = exact
-            p_exact = [np.exp(-sx)]  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
-            if float(sx.max(initial=0.0)) <= _EXP_SAFE:  # e^{−Σx} a normal float: products, no logarithms
-                p_exact += [e_ex[b - 1] * (p_exact[0] * math.exp(b * _X_CAP)) for b in range(1, jm + 1)]
-            else:
-                with np.errstate(divide="ignore"):
-                    p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
-            levels = range(max(0, jm - 2), jm + 1) if out_next is not None else (jm,)  # those used below
-            at_most = {}
-            for m in levels:
-                acc = p_exact[0] * cum[m]
-                for b in range(1, m + 1):
-                    acc += p_exact[b] * cum[m - b]
-                at_most[m] = acc
-        t, wt, t_end = self.t[None, :], self.wt[None, :], self.t_end
-        decay = np.exp(-out[:, None] * t)  # (npos, T)
-        decay *= wt
-        q_mass = np.clip(out * np.vecdot(decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
-        if out_next is None:
-            return q_mass
-        return (q_mass,) + self._stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2])
+        return psum, lam
 
-    def _stretch_bound(self, out, out_next, below_k, below_k1, below_k2):
-        """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
-        Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
-        with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
-        (1 − out_e t) by 1)
-        D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
-        C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
-        (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
-        t, t_end, t_lo = self.t[None, :], self.t_end, self.t_lo
-        oe = out_next[:, None]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            x = oe * t  # (npos, T)
-            decay = np.exp(-x)
-            decay *= self.wt
-            tail = np.exp(-out_next * t_end) * below_k[:, -1]
-            inv = 1.0 / out_next
-            tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
-            for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
-                tail_moment.append(np.float64(t_end) ** m * tail * inv + m * inv * tail_moment[-1])
-            np.subtract(1.0, x, out=x)
-            x *= below_k
-            a = np.vecdot(decay, x) + t_lo + tail_moment[0]
-            decay *= t
-            b = np.vecdot(decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
-            decay *= t
-            c2 = np.vecdot(decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
-            decay *= t
-            c3 = np.vecdot(decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
-            finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
-            return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))
+
+def evaluate_many(asks: list) -> list:
+    """Answers to several evaluators' requests ``(ev, (features, out, inside, exact, out_next))``, each
+    ``ev.mass(...)`` of its request, in order. The requests of :class:`ClockMass` evaluators of one K
+    with grids of as many nodes (whose exact tokens need no class sums) are answered by one
+    evaluation over all their positions, each position with its own grid's nodes, weights and
+    t_end (the same arithmetic per position: values equal to rounding in the node sums)."""
+    answers = [None] * len(asks)
+    groups: dict = {}
+    for i, (ev, args) in enumerate(asks):
+        exact = args[3]
+        if isinstance(ev, ClockMass) and args[4] is not None and (exact is None or not exact[0].shape[1]):
+            groups.setdefault((ev.j_max, ev.t.size), []).append(i)
+        else:
+            answers[i] = ev.mass(*args)
+    for idx in groups.values():
+        if len(idx) == 1:
+            ev, args = asks[idx[0]]
+            answers[idx[0]] = ev.mass(*args)
+            continue
+        for i, answer in zip(idx, _mass_stacked([asks[i] for i in idx])):
+            answers[i] = answer
+    return answers
+
+
+def _mass_stacked(asks: list) -> list:
+    """:meth:`ClockMass.mass` (with stretch bounds) of several evaluators of one K and one node count
+    at once (:func:`evaluate_many`): each position's own nodes, weights and t_end."""
+    sizes = [args[0].shape[0] for _, args in asks]
+    reps = np.array(sizes)
+    parts = [ev._power_sums(args[0]) for ev, args in asks]
+    psum = np.concatenate([ps for ps, _ in parts])  # (npos, J, T)
+    lam = np.concatenate([la for _, la in parts])  # (npos, T)
+    t = np.repeat(np.stack([ev.t for ev, _ in asks]), reps, axis=0)  # (npos, T)
+    wt = np.repeat(np.stack([ev.wt for ev, _ in asks]), reps, axis=0)  # (npos, T)
+    t_end = np.repeat([ev.t_end for ev, _ in asks], reps)  # (npos,)
+    exact = None
+    if any(args[3] is not None for _, args in asks):  # rows without exact tokens: P[N_exact = 0] = 1
+        jm, nt = psum.shape[1], psum.shape[2]
+        e_ex = np.concatenate([args[3][1] if args[3] is not None else np.zeros((jm, n, nt))
+                               for (_, args), n in zip(asks, sizes)], axis=1)  # (J, npos, T)
+        sx = np.concatenate([args[3][2] if args[3] is not None else np.zeros((n, nt))
+                             for (_, args), n in zip(asks, sizes)])  # (npos, T)
+        exact = (None, e_ex, sx)
+    out = np.concatenate([args[1] for _, args in asks])
+    out_next = np.concatenate([args[4] for _, args in asks])
+    res = _integrals(psum, lam, exact, out, out_next, t, wt, t_end, asks[0][0].t_lo)
+    bounds = np.cumsum([0] + sizes)
+    return [tuple(r[a:b] for r in res) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _integrals(psum, lam, exact, out, out_next, t, wt, t_end, t_lo):
+    """Q (and with ``out_next`` the stretch bound coefficients) from the power sums and λ of the
+    series tokens, the exact-token states (or None) and the grid: nodes t and weights wt ((1, T), or
+    (npos, T) per position), its end t_end (a float or (npos,)) and start t_lo."""
+    jm = psum.shape[1]
+    g = np.exp(-lam)
+    e = [None]  # e_0 = 1
+    cum = [g]  # P[N_small ≤ c]
+    for a in range(1, jm + 1):  # Newton's identities
+        acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
+        for j in range(2, a + 1):
+            term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
+            acc = acc + term if j % 2 else acc - term
+        e.append(acc / a)
+        cum.append(cum[-1] + g * e[a])
+    if exact is None:
+        at_most = cum  # P[N ≤ m], m = 0..J
+    else:
+        _, e_ex, sx = exact
+        p_exact = [np.exp(-sx)]  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
+        if float(sx.max(initial=0.0)) <= _EXP_SAFE:  # e^{−Σx} a normal float: products, no logarithms
+            p_exact += [e_ex[b - 1] * (p_exact[0] * math.exp(b * _X_CAP)) for b in range(1, jm + 1)]
+        else:
+            with np.errstate(divide="ignore"):
+                p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
+        levels = range(max(0, jm - 2), jm + 1) if out_next is not None else (jm,)  # those used below
+        at_most = {}
+        for m in levels:
+            acc = p_exact[0] * cum[m]
+            for b in range(1, m + 1):
+                acc += p_exact[b] * cum[m - b]
+            at_most[m] = acc
+    decay = np.exp(-out[:, None] * t)  # (npos, T)
+    decay *= wt
+    q_mass = np.clip(out * np.vecdot(decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
+    if out_next is None:
+        return q_mass
+    bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo)
+    return (q_mass,) + bound
+
+
+def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_lo):
+    """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
+    Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
+    with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
+    (1 − out_e t) by 1)
+    D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
+    C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
+    (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
+    oe = out_next[:, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = oe * t  # (npos, T)
+        decay = np.exp(-x)
+        decay *= wt
+        tail = np.exp(-out_next * t_end) * below_k[:, -1]
+        inv = 1.0 / out_next
+        tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
+        for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
+            tail_moment.append(np.asarray(t_end, dtype=np.float64) ** m * tail * inv + m * inv * tail_moment[-1])
+        np.subtract(1.0, x, out=x)
+        x *= below_k
+        a = np.vecdot(decay, x) + t_lo + tail_moment[0]
+        decay *= t
+        b = np.vecdot(decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
+        decay *= t
+        c2 = np.vecdot(decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
+        decay *= t
+        c3 = np.vecdot(decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
+        finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
+        return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))
