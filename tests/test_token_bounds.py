@@ -420,3 +420,19 @@ def test_rows_searched_in_lockstep_equal_rows_searched_alone(monkeypatch, k):
     alone = [_search.without_replacement_ratio_sorted(ps[i : i + 1], qs[i : i + 1], k)[0] for i in range(len(rows))]
     np.testing.assert_allclose(together, alone, rtol=0, atol=1e-13)
     np.testing.assert_allclose(together, ob.optimal_acceptance(p, q, k, "without_replacement"), rtol=0, atol=1e-12)
+
+
+def test_largest_entries_by_group_maxima_equal_a_full_sort():
+    """The largest q's of a row (found among the groups with the largest maxima) are those of a full
+    sort, by decreasing q with equal q in index order, on random, tied and short rows."""
+    from otbound.token._search import _largest
+
+    rng = np.random.default_rng(25)
+    for trial in range(60):
+        v = int(rng.integers(10, 40_000))
+        n = min(int(rng.integers(1, 70)), v)
+        q = rng.random(v) if trial % 2 else np.round(rng.random(v) * 4) / 4  # many ties
+        got = _largest(q, n)
+        np.testing.assert_array_equal(q[got], np.sort(q)[::-1][:n])
+        assert np.unique(got).size == n
+        assert np.all(np.diff(got)[np.diff(q[got]) == 0] > 0)

@@ -116,9 +116,7 @@ class RowRuns:
         self.run_p, self.run_q = np.add.reduceat(p, self.starts), np.add.reduceat(q, self.starts)
         self.q_sum = float(q.sum())
         self.moments = _wor.RunMoments(q, self.starts)  # the clock integral's run moments, every K ≥ 3
-        n = min(v, _TOP)
-        top = np.argpartition(q, v - n)[v - n :]
-        self.top = top[np.argsort(-q[top], kind="stable")]
+        self.top = _largest(q, min(v, _TOP))
 
     def clip(self, limit: float):
         """``(top, bp, bq, ids, chain)`` for the buckets below that of ``limit`` (the ones above
@@ -137,6 +135,27 @@ class RowRuns:
         starts = self.starts[: n_lo + 1] if merged else self.starts
         at = np.arange(n_lo + 1) if merged else np.arange(n_lo)
         return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
+
+
+_BLOCK = 64
+
+
+def _largest(q: np.ndarray, n: int) -> np.ndarray:
+    """Indices of n largest entries of q by decreasing q (equal q: lower index first), searched
+    among the groups of ``_BLOCK`` tokens (j, j + G, j + 2G, …) whose maxima are among the n largest
+    group maxima (each of the n largest entries is at least the n-th largest group maximum, so its
+    group is one of them): one pass over q instead of a partition of it."""
+    v = q.size
+    groups = v // _BLOCK
+    if groups <= 4 * n:
+        top = np.argpartition(q, v - n)[v - n :]
+    else:
+        peak = q[: groups * _BLOCK].reshape(_BLOCK, groups).max(axis=0)  # (G,): group j's maximum
+        held = np.flatnonzero(peak >= np.partition(peak, groups - n)[groups - n])
+        cand = np.concatenate([(held[None, :] + groups * np.arange(_BLOCK)[:, None]).ravel(),
+                               np.arange(groups * _BLOCK, v)])
+        top = cand[np.argpartition(q[cand], cand.size - n)[cand.size - n :]]
+    return top[np.lexsort((top, -q[top]))]
 
 
 def sorted_runs(P: np.ndarray, Q: np.ndarray, tiny=None) -> list:
