@@ -12,7 +12,11 @@ longer grid).
 
 The search asks Q(H) and its stretch bounds of a mass evaluator through the small
 :class:`MassEvaluator` protocol; :class:`otbound.token._wor.PairMass` (K = 2, closed form) and
-:class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it.
+:class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it. Each row's search
+is a generator that yields its requests; the rows of a batch sorted by ratio are searched in
+lockstep (:func:`_lockstep`), every round's requests of all rows answered by one
+:func:`otbound.token._wor.evaluate_many` call, and share their bucket moments across K
+(:class:`otbound.token._wor.RunMoments`, held by :class:`RowRuns`).
 """
 
 from __future__ import annotations
