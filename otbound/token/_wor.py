@@ -808,7 +808,7 @@ def _integrals(psum, lam, exact, out, out_next, t, wt, t_end, t_lo):
             at_most[m] = acc
     decay = np.exp(-out[:, None] * t)  # (npos, T)
     decay *= wt
-    q_mass = np.clip(out * np.vecdot(decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
+    q_mass = np.clip(out * np.einsum("pt,pt->p", decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
     if out_next is None:
         return q_mass
     bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo)
@@ -835,12 +835,12 @@ def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_l
             tail_moment.append(np.asarray(t_end, dtype=np.float64) ** m * tail * inv + m * inv * tail_moment[-1])
         np.subtract(1.0, x, out=x)
         x *= below_k
-        a = np.vecdot(decay, x) + t_lo + tail_moment[0]
+        a = np.einsum("pt,pt->p", decay, x) + t_lo + tail_moment[0]
         decay *= t
-        b = np.vecdot(decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
+        b = np.einsum("pt,pt->p", decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
         decay *= t
-        c2 = np.vecdot(decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
+        c2 = np.einsum("pt,pt->p", decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
         decay *= t
-        c3 = np.vecdot(decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
+        c3 = np.einsum("pt,pt->p", decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
         finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
         return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))
