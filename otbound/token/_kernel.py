@@ -452,7 +452,7 @@ def _with_replacement(batch, k, want_sets):
 
 def _without_replacement(batch, k, want_sets):
     """K = 2 closed form on the sorted prefixes; K ≥ 3 the branch and bound of
-    :mod:`otbound.token._search` (per row on the CPU; on the rows as sorted here for values, on the
+    :mod:`otbound.token._search` (on the CPU, rows in lockstep; on the rows as sorted here for values, on the
     rows as given for binding sets). Rows with a positive q below ``_wor.CLOCK_FLOOR`` go through
     the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
     torch = _torch()
