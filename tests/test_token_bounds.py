@@ -387,3 +387,101 @@ def test_key_sums_by_runs_equal_bincount():
     assert unsorted.starts is None
     np.testing.assert_array_equal(unsorted(w), np.bincount(shuffled, weights=w, minlength=61))
     np.testing.assert_array_equal(KeySums(np.zeros(0, dtype=np.int64), 5, True)(np.zeros(0)), np.zeros(6))
+
+
+def test_shared_run_moments_equal_the_per_k_sums():
+    """The run moments shared by the K of a ratio-sorted row (one pass at θ_c, rescaled, the tokens
+    between θ_c and θ added) equal the direct per-K moment sums, weighted as the power sums use them
+    (c_{jn} x0^n), to 1e-13 relative: reused at a larger and at a smaller θ ≥ θ_c, extended when the
+    cut grows, rebuilt when θ falls below θ_c."""
+    from otbound.token._search import RowRuns
+    from otbound.token._wor import _SERIES_SPAN, ClockMass, KeySums
+
+    rng = np.random.default_rng(23)
+    v = 3000
+    z = rng.standard_normal(v) * 3.0
+    q = np.exp(z) / np.exp(z).sum()
+    p = np.exp(z + rng.standard_normal(v))
+    p /= p.sum()
+    order = np.argsort(p / q, kind="stable")
+    p, q = p[order], q[order]
+    runs = RowRuns(p, q)
+    n_runs = runs.starts.size
+    shared = runs.moments
+    thetas = []
+    for k, t_end, n in ((3, 50.0, n_runs // 2), (4, 60.0, n_runs), (3, 20.0, n_runs // 3), (5, 2000.0, n_runs)):
+        ev = ClockMass(k, t_end)
+        sums = KeySums.from_runs(runs.starts[: n + 1], np.arange(min(n + 1, n_runs)), n, v)
+        direct = ev.bucket_features(q, sums, n)
+        got = ev.bucket_features(q, sums, n, moments=shared)
+        assert got.shape == direct.shape == (n, ev.order)
+        weight = ev.coef.max(0) * (_SERIES_SPAN / ev.j_max) ** np.arange(1, ev.order + 1)
+        err = np.abs(np.cumsum(got, 0) - np.cumsum(direct, 0)) @ weight
+        assert np.all(err <= 1e-13 * (1.0 + np.cumsum(direct, 0) @ weight)), (k, t_end, err.max())
+        assert (q > ev.theta).any() and ((q > shared.theta_c) & (q <= ev.theta)).any()  # both kinds of token
+        thetas.append(shared.theta_c)
+    assert thetas[0] == thetas[1] == thetas[2] != thetas[3]  # reused, then rebuilt below θ_c
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_rows_searched_in_lockstep_equal_rows_searched_alone(monkeypatch, k):
+    """The rows of a ratio-sorted batch are searched in lockstep (one evaluation per round for all
+    rows, the positions of rows whose grids have as many nodes stacked, each with its own nodes,
+    weights and t_end): equal to each row searched alone to 1e-13, on rows whose horizons differ by
+    orders of magnitude (peaked, near-deterministic, flat, LM-like, tied), and the stacked path runs."""
+    from otbound.token import _search, _wor
+
+    rng = np.random.default_rng(24)
+    v = 2000
+
+    def law(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    rows = []
+    for scale in (6.0, 6.0, 0.3, 0.3, 2.5, 2.5):
+        z = rng.standard_normal(v) * scale
+        rows.append((law(z + rng.standard_normal(v)), law(z)))
+    d = np.full(v, 1e-9)
+    d[0] = 1.0
+    rows.append((law(rng.standard_normal(v)), d / d.sum()))  # near-deterministic draft
+    tied = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows.append((law(tied[0]), law(tied[1])))
+    p, q = np.array([a for a, _ in rows]), np.array([b for _, b in rows])
+    order = np.argsort(p / q, axis=1, kind="stable")
+    ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
+    t_ends, stacked = [], []
+    make, stack = _wor.ClockMass.__init__, _wor._mass_stacked
+
+    def counted(self, num_drafts, t_end):
+        make(self, num_drafts, t_end)
+        t_ends.append(self.t_end)
+
+    def counted_stack(asks):
+        stacked.append(len(asks))
+        return stack(asks)
+
+    monkeypatch.setattr(_wor.ClockMass, "__init__", counted)
+    monkeypatch.setattr(_wor, "_mass_stacked", counted_stack)
+    together = _search.without_replacement_ratio_sorted(ps, qs, k)
+    assert stacked and max(stacked) >= 2
+    assert max(t_ends) / min(t_ends) > 100  # horizons orders of magnitude apart
+    alone = [_search.without_replacement_ratio_sorted(ps[i : i + 1], qs[i : i + 1], k)[0] for i in range(len(rows))]
+    np.testing.assert_allclose(together, alone, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(together, ob.optimal_acceptance(p, q, k, "without_replacement"), rtol=0, atol=1e-12)
+
+
+def test_largest_entries_by_group_maxima_equal_a_full_sort():
+    """The largest q's of a row (found among the groups with the largest maxima) are those of a full
+    sort, by decreasing q with equal q in index order, on random, tied and short rows."""
+    from otbound.token._search import _largest
+
+    rng = np.random.default_rng(25)
+    for trial in range(60):
+        v = int(rng.integers(10, 40_000))
+        n = min(int(rng.integers(1, 70)), v)
+        q = rng.random(v) if trial % 2 else np.round(rng.random(v) * 4) / 4  # many ties
+        got = _largest(q, n)
+        np.testing.assert_array_equal(q[got], np.sort(q)[::-1][:n])
+        assert np.unique(got).size == n
+        assert np.all(np.diff(got)[np.diff(q[got]) == 0] > 0)

@@ -452,11 +452,11 @@ def _with_replacement(batch, k, want_sets):
 
 def _without_replacement(batch, k, want_sets):
     """K = 2 closed form on the sorted prefixes; K ≥ 3 the branch and bound of
-    :mod:`otbound.token._search` (per row on the CPU; on the rows as sorted here for values, on the
+    :mod:`otbound.token._search` (on the CPU, rows in lockstep; on the rows as sorted here for values, on the
     rows as given for binding sets). Rows with a positive q below ``_wor.CLOCK_FLOOR`` go through
     the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
     torch = _torch()
-    tiny = ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1)
+    tiny = batch.memo("tiny_q", lambda: ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1))  # (B,), every K
     if k >= 3 or bool(tiny.any()):
         if want_sets:
             P, Q = batch.numpy_rows()
@@ -466,7 +466,7 @@ def _without_replacement(batch, k, want_sets):
         srt = batch.sorted
         rows = batch.memo("sorted_numpy", lambda: (srt.ps.cpu().numpy(), srt.qs.cpu().numpy()))
         if k >= 3:
-            runs = batch.memo("sorted_runs", lambda: _search.sorted_runs(*rows))  # shared by every K
+            runs = batch.memo("sorted_runs", lambda: _search.sorted_runs(*rows, tiny.cpu().numpy()))  # every K
             vals = _search.without_replacement_ratio_sorted(*rows, k, runs)
             return torch.as_tensor(vals, dtype=torch.float64, device=batch.p.device), None
         vals = _pair_closed_form(batch, want_sets)[0]

@@ -12,7 +12,11 @@ longer grid).
 
 The search asks Q(H) and its stretch bounds of a mass evaluator through the small
 :class:`MassEvaluator` protocol; :class:`otbound.token._wor.PairMass` (K = 2, closed form) and
-:class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it.
+:class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it. Each row's search
+is a generator that yields its requests; the rows of a batch sorted by ratio are searched in
+lockstep (:func:`_lockstep`), every round's requests of all rows answered by one
+:func:`otbound.token._wor.evaluate_many` call, and share their bucket moments across K
+(:class:`otbound.token._wor.RunMoments`, held by :class:`RowRuns`).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ class MassEvaluator(Protocol):
     def chain_features(self, base, q_tokens, tokens=None):
         """Moment features of the prefixes along a chain of tokens after the state ``base``."""
 
-    def bucket_features(self, q, keys, num_keys, work=None, keys_sorted=False):
-        """Moment features of the bucket-end prefixes of a row."""
+    def bucket_features(self, q, sums, num_keys, work=None, exact=None, moments=None):
+        """Moment features of the bucket-end prefixes of a row (``exact``: its exact tokens, if any;
+        ``moments``: the row's shared :class:`otbound.token._wor.RunMoments`, on rows sorted by ratio)."""
 
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """``(Q, d1, c2, c3)`` at the given prefixes: Q(H) and the coefficients of its stretch bound."""
@@ -102,7 +107,8 @@ class RowRuns:
         The row is not sorted by ratio.
     """
 
-    def __init__(self, p: np.ndarray, q: np.ndarray):
+    def __init__(self, p: np.ndarray, q: np.ndarray, tiny: bool = True):
+        self.tiny = tiny  # whether q may have positive entries below _wor.CLOCK_FLOOR (False: known not)
         v = p.size
         self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
         starts = np.flatnonzero(self.b[1:] != self.b[:-1])
@@ -113,9 +119,8 @@ class RowRuns:
             raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
         self.run_p, self.run_q = np.add.reduceat(p, self.starts), np.add.reduceat(q, self.starts)
         self.q_sum = float(q.sum())
-        n = min(v, _TOP)
-        top = np.argpartition(q, v - n)[v - n :]
-        self.top = top[np.argsort(-q[top], kind="stable")]
+        self.moments = _wor.RunMoments(q, self.starts)  # the clock integral's run moments, every K ≥ 3
+        self.top = _largest(q, min(v, _TOP))
 
     def clip(self, limit: float):
         """``(top, bp, bq, ids, chain)`` for the buckets below that of ``limit`` (the ones above
@@ -136,9 +141,31 @@ class RowRuns:
         return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
 
 
-def sorted_runs(P: np.ndarray, Q: np.ndarray) -> list:
-    """:class:`RowRuns` of every row of ``(P, Q)`` (B, V), rows sorted by ratio (shared by every K)."""
-    return [RowRuns(P[i], Q[i]) for i in range(P.shape[0])]
+_BLOCK = 64
+
+
+def _largest(q: np.ndarray, n: int) -> np.ndarray:
+    """Indices of n largest entries of q by decreasing q (equal q: lower index first), searched
+    among the groups of ``_BLOCK`` tokens (j, j + G, j + 2G, …) whose maxima are among the n largest
+    group maxima (each of the n largest entries is at least the n-th largest group maximum, so its
+    group is one of them): one pass over q instead of a partition of it."""
+    v = q.size
+    groups = v // _BLOCK
+    if groups <= 4 * n:
+        top = np.argpartition(q, v - n)[v - n :]
+    else:
+        peak = q[: groups * _BLOCK].reshape(_BLOCK, groups).max(axis=0)  # (G,): group j's maximum
+        held = np.flatnonzero(peak >= np.partition(peak, groups - n)[groups - n])
+        cand = np.concatenate([(held[None, :] + groups * np.arange(_BLOCK)[:, None]).ravel(),
+                               np.arange(groups * _BLOCK, v)])
+        top = cand[np.argpartition(q[cand], cand.size - n)[cand.size - n :]]
+    return top[np.lexsort((top, -q[top]))]
+
+
+def sorted_runs(P: np.ndarray, Q: np.ndarray, tiny=None) -> list:
+    """:class:`RowRuns` of every row of ``(P, Q)`` (B, V), rows sorted by ratio (shared by every K);
+    ``tiny`` (B,) bool: the rows that may hold a positive q below ``_wor.CLOCK_FLOOR`` (None: all)."""
+    return [RowRuns(P[i], Q[i], True if tiny is None else bool(tiny[i])) for i in range(P.shape[0])]
 
 
 def _bucket_floor(ids) -> np.ndarray:
@@ -179,18 +206,58 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
     n, v = P.shape
     values = np.ones(n)
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
-    work = {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
+    work = _work(v)
+    searches = []
     for i in range(n):
         row_q = Q[i]
-        q = _wor.clock_law(row_q, k)
+        q = _wor.clock_law(row_q, k) if runs is None or runs[i].tiny else row_q
         # a law changed by clock_law (dropped tiny tokens, renormalised) may no longer be in ratio order
         row_runs = None
         if ratio_sorted and q is row_q:
             row_runs = runs[i] if runs is not None else RowRuns(P[i], q)
-        values[i], h = _without_replacement_row(P[i], q, k, want_sets, work, row_runs)
-        if h is not None:
-            sets[i] = h
+        searches.append(_without_replacement_row(P[i], q, k, want_sets, work, row_runs))
+        if not ratio_sorted:  # one row at a time
+            values[i], h = _lockstep(searches)[0]
+            searches = []
+            if h is not None:
+                sets[i] = h
+        elif row_runs is None:  # in lockstep, this row's buckets stay in its scratch row
+            work = _work(v)
+    if searches:  # rows sorted by ratio: searched in lockstep, one evaluation per round for all
+        for i, (value, h) in enumerate(_lockstep(searches)):
+            values[i] = value
+            if h is not None:
+                sets[i] = h
     return values, sets
+
+
+def _work(v: int) -> dict:
+    """Scratch rows of the search for a row of V tokens (reused across rows)."""
+    return {"ratio": np.empty(v), "keys": np.empty(v, dtype=np.int64), "y": np.empty(v), "w": np.empty(v)}
+
+
+def _lockstep(searches: list) -> list:
+    """Run row searches (generators from :func:`_without_replacement_row`) in lockstep: each round
+    every live search asks Q and its stretch bounds at its positions (``(evaluator, arguments of
+    mass)``), all of them are answered by one :func:`otbound.token._wor.evaluate_many` call, and
+    each search resumes with its answer. Returns every search's (α*, H* or None), in order."""
+    results = [None] * len(searches)
+    asks = {}
+    for i, search in enumerate(searches):
+        try:
+            asks[i] = next(search)
+        except StopIteration as done:
+            results[i] = done.value
+    while asks:
+        answers = _wor.evaluate_many(list(asks.values()))
+        following = {}
+        for (i, _), answer in zip(asks.items(), answers):
+            try:
+                following[i] = searches[i].send(answer)
+            except StopIteration as done:
+                results[i] = done.value
+        asks = following
+    return results
 
 
 def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int, runs=None) -> np.ndarray:
@@ -204,7 +271,8 @@ def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int, runs=
 
 
 def _without_replacement_row(p, q, k, want_set, work, runs=None):
-    """One row of :func:`without_replacement`; returns (α*, H* or None). ``work``: scratch arrays;
+    """One row of :func:`without_replacement`, a generator (it yields its requests for Q, as
+    :func:`_lockstep` answers them) returning (α*, H* or None). ``work``: scratch arrays;
     ``runs``: the row's :class:`RowRuns` when it is sorted by ratio (bucket sums and features by
     runs, buckets as slices).
 
@@ -253,9 +321,11 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         key = np.full(top_id + 1, nb)
         key[ids] = np.arange(nb)
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None)
+    largest = top if runs is None else runs.top  # the largest q's, decreasing
+    moments = None if runs is None else runs.moments
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest, moments)
     if k == 2:
-        return _wor_search(row, _wor.PairMass(q), None, want_set, work)
+        return (yield from _wor_search(row, _wor.PairMass(q), None, want_set, work))
     t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
     horizon = t_ends
     if runs is not None:  # each bucket's last token is known: the grid every opened bucket needs, up front
@@ -265,7 +335,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         horizon = max(horizon, float(t_inside.max(initial=0.0)) * (1.0 + 1e-6))
     while True:
         try:
-            return _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work)
+            return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
         except _LongerGrid as need:
             horizon = need.t_end
 
@@ -284,25 +354,34 @@ class _LongerGrid(Exception):
 
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
-    """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev``."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted = row
+    """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
+    it yields ``(ev, arguments of ev.mass)`` and resumes with the answer)."""
+    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest, moments = row
     nb = ids.size
+    exact = None
+    if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
+        if largest.size == q.size or q[largest[-1]] <= ev.theta:
+            exact = np.sort(largest[q[largest] > ev.theta])
+        else:
+            exact = np.flatnonzero(q > ev.theta)
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, chain_sums, nb, work), axis=0, out=feats[1:])
-    states = None
+    np.cumsum(ev.bucket_features(q, chain_sums, nb, work, exact, moments), axis=0, out=feats[1:])
+    states = state_of = None
     if ev.has_exact:
-        exact = np.flatnonzero(q > ev.theta)
         exact_keys = chain_sums.key_of(exact)
         inside_cut = exact_keys < nb
         exact, exact_keys = exact[inside_cut], exact_keys[inside_cut]
         by_ratio = np.argsort(p[exact] / q[exact], kind="stable")
         exact, exact_keys = exact[by_ratio], exact_keys[by_ratio]
         through = np.searchsorted(exact_keys, np.arange(nb), side="right")
-        states = ev.run_exact(q[exact], ev.start(q[exact]), np.concatenate([[-1], through - 1]))
-    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states=states)
+        start = ev.start(q[exact])  # no exact tokens: ev.has_exact is now False, no states
+        if ev.has_exact:  # the states after 0..n of the exact tokens; chain position i has through[i − 1]
+            states = ev.run_exact(q[exact], start, np.arange(-1, exact.size))
+            state_of = np.concatenate([[0], through])
+    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states, state_of)
     # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
     ends = np.array([0, nb])
-    q_ends, *coef = ev.mass(feats[ends], out[ends], inside[ends], chain.exact(ends), out_next=out[[nb, nb]])
+    q_ends, *coef = yield ev, (feats[ends], out[ends], inside[ends], chain.exact(ends), out[[nb, nb]])
     chain.q[ends] = q_ends
     f_all = float(fp[nb] - chain.q[nb])
 
@@ -317,7 +396,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         return chain.tokens(i, toks, p, q)
 
     first = [c[:1] for c in coef]
-    best, where = _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
+    best, where = yield from _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -333,22 +412,22 @@ class _Chain:
 
     Arrays over positions: cumulative p (``fp``), evaluator features, q outside and inside, the
     smallest ratio of the step into each position (``r_step``), Q where evaluated (nan otherwise)
-    and exact-token states (given for all positions, or rebuilt on demand from a start state).
-    A token chain also records its bucket position and tokens.
+    and the index (``state_of``) of each position's exact-token state among ``states``, the states
+    after 0, 1, 2, … of the chain's exact tokens (few: positions share them, gathered only where
+    evaluated). A token chain also records its bucket position and tokens.
     """
 
-    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, exact_run=None, bucket=None, toks=None):
+    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None):
         self.ev, self.fp, self.feats, self.out, self.inside, self.r_step = ev, fp, feats, out, inside, r_step
-        self.states, self.exact_run, self.bucket, self.toks = states, exact_run, bucket, toks
+        self.states, self.state_of, self.bucket, self.toks = states, state_of, bucket, toks
         self.q = np.full(fp.size, np.nan)
 
     def exact(self, idx):
-        if self.exact_run is not None:
-            return self.exact_run(np.asarray(idx))
         if self.states is None:
             return None
+        si = self.state_of[np.asarray(idx)]
         sums, e, sx = self.states
-        return sums[idx], e[:, idx], sx[idx]
+        return sums[si], e[:, si], sx[si]
 
     def tokens(self, i, toks, p, q):
         """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i."""
@@ -358,18 +437,14 @@ class _Chain:
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
         out = self.out[i] + np.concatenate([np.cumsum(qt[::-1])[::-1], [0.0]])  # + q of the bucket's later tokens
         inside = self.inside[i - 1] + np.concatenate([[0.0], np.cumsum(qt)])
-        exact_run = None
-        if ev.has_exact:
+        states = state_of = None
+        if self.states is not None:
             is_exact = ev.is_exact(qt)
             exact_q = qt[is_exact]
-            last = np.concatenate([[-1], np.cumsum(is_exact) - 1])
-            start = self.exact([i - 1])
-
-            def exact_run(idx):
-                return ev.run_exact(exact_q, start, last[idx])
-
+            state_of = np.concatenate([[0], np.cumsum(is_exact)])  # exact tokens among the first j
+            states = ev.run_exact(exact_q, self.exact([i - 1]), np.arange(-1, exact_q.size))
         r_step = np.concatenate([[0.0], p[toks] / qt])
-        sub = _Chain(ev, fp, feats, out, inside, r_step, exact_run=exact_run, bucket=i, toks=toks)
+        sub = _Chain(ev, fp, feats, out, inside, r_step, states, state_of, bucket=i, toks=toks)
         sub.q[0], sub.q[n] = self.q[i - 1], self.q[i]
         return sub
 
@@ -383,8 +458,9 @@ def _search(root, best, where, open_bucket, first):
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
     the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
-    are evaluated in one call, and each consecutive pair of samples becomes a stretch of the next
-    round. Returns the best f and where it is ((chain, position), or the ``where`` given).
+    are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass)`` and resumes with
+    the answer), and each consecutive pair of samples becomes a stretch of the next round. Returns
+    the best f and where it is ((chain, position), or the ``where`` given).
     """
     ev = root.ev
     n = root.fp.size - 1
@@ -411,7 +487,7 @@ def _search(root, best, where, open_bucket, first):
                 parts.append((ch, np.concatenate(pts), np.concatenate(nxt)))
         if not parts:
             break
-        q_pts, d1, c2, c3 = _evaluate(ev, parts)
+        q_pts, d1, c2, c3 = yield ev, _mass_arguments(ev, parts)
         live = {}
         start = 0
         for ch, pts, nxt in parts:
@@ -449,14 +525,15 @@ def _samples(lo, hi, leaf):
     return np.arange(lo, hi, step)
 
 
-def _evaluate(ev, parts):
-    """Q and the stretch-bound coefficients at the positions of several chains, in one call."""
+def _mass_arguments(ev, parts):
+    """The arguments of ``ev.mass`` for Q and the stretch-bound coefficients at the positions of
+    several chains: (features, out, inside, exact states, out_next)."""
     feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
     out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
     inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
     out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts])
     exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
-    return ev.mass(feats, out, inside, exact, out_next=out_next)
+    return feats, out, inside, exact, out_next
 
 
 def _wor_horizons(q, k, b, ids, top, out, inside):

@@ -34,13 +34,29 @@ Fast path (:class:`PairMass`, :class:`ClockMass`; used by the branch and bound o
   t_end chosen by the caller so that every prefix it asks about has e^{−out·t_end} ≤ e^{−40} or
   P[N_H(t_end) < K] ≤ e^{−40}; the tail beyond t_end is then e^{−out·t_end} in closed form.
   K > ``MAX_FAST_DRAFTS`` uses the reference.
+* Shared and batched work. The exact tokens' law P[N_exact = b] = e^{−Σx} e_b is formed as
+  e'_b · e^{45 b − Σx} (products of normal floats while Σx ≤ 700, else through logarithms). On a
+  row sorted by ratio the bucket moments of every K come from one pass over the row
+  (:class:`RunMoments`: Σ (q/θ_c)^n per run at θ_c below every θ asked, rescaled by (θ_c/θ)^n, the
+  tokens between θ_c and θ added; positive terms only). Several rows' requests are answered by one
+  evaluation (:func:`evaluate_many`: positions of grids with as many nodes stacked, each with its
+  own nodes, weights and t_end); the moment-to-power-sum map is a BLAS product in row blocks small
+  enough for OpenBLAS to keep on the calling thread (:func:`_product`).
 
 Measured error of the fast path (experiments/bench_token_bounds.py): α* against brute force over
 all subsets (V ≤ 8, K ≤ 4) below 3e-15; α* against the reference at V = 2,000–3,000 (K ≤ 16) below
 2e-14 and at V = 151,936 (K ≤ 8) below 1e-13, adversarial laws (near-deterministic, disjoint
 supports, flat, zipf at T = 2) included; Q(H) against the reference at every prefix of random
 orders (V ≤ 3,000, K ≤ 16) below 2e-13 (the worst case: near-deterministic q, grid to t ≈ 1e7).
-Stated tolerance: 1e-12.
+The shared and batched work above changes α* by rounding only: against the values before it, at
+most 5.6e-16 on the six row families of experiments/bench_engine.py (16 rows each, V = 151,936,
+K = 3, 4) and on the random, peaked and adversarial rows of tests/test_engine.py (V ≤ 3,000,
+K = 3, 4, 5); against the reference DP on the adversarial families of
+experiments/bench_token_bounds.py at V = 2,000 at most 2.1e-15 (K = 3, 4, 5, 8) and 6.3e-15
+(K = 16), and on two rows of each of those six families at V = 151,936 (K = 3, 4) at most 5.8e-14
+(docs/results/performance.md). The shared run moments differ from the per-K sums only in extra
+truncated series terms (≤ 6e-16 on the power sums at V = 151,936; tests/test_token_bounds.py
+checks 1e-13 relative). Stated tolerance: 1e-12.
 """
 
 from __future__ import annotations
@@ -172,6 +188,7 @@ def wor_exclusion_mass(q: np.ndarray, num_drafts: int) -> np.ndarray:
 
 TAIL = 40.0  # tails neglected beyond e^{-40} = 4e-18
 _X_CAP = 45.0
+_EXP_SAFE = 700.0  # e^{-x} is a normal float64 (no gradual underflow) for x up to this
 _SERIES_SPAN = 4.0  # (K − 1) x0
 _SERIES_TOL = 1e-16  # truncation of each token's moment series, relative to its x = q t
 _FAST_PANEL_WIDTH = 1.8  # divided by K^0.25: the law of N sharpens in ln t as K grows
@@ -188,6 +205,26 @@ def _fast_grid(num_drafts: int, t_end: float) -> tuple[np.ndarray, np.ndarray, f
     x_hi = math.log(max(t_end, 2.0 * t_lo))
     t, w = _log_panels(math.log(t_lo), x_hi, _FAST_PANEL_WIDTH / num_drafts**_FAST_PANEL_POWER, _FAST_PANEL_NODES)
     return t, w, math.exp(x_hi)
+
+
+_ONE_THREAD_WORK = 1 << 19  # multiply-adds of a product below which OpenBLAS runs it on one thread
+
+
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b ((m, k) by (k, n)) by BLAS on the calling thread: in blocks of rows of fewer than
+    ``_ONE_THREAD_WORK`` multiply-adds each, which OpenBLAS computes without its worker threads (from
+    2 · 65536 · 4 multiply-adds it splits a product over threads, whose hand-offs and spinning cost
+    more than they gain at these sizes and stall on a busy machine). Four to six times faster than
+    ``np.einsum``'s loop at the search's sizes ((tens of positions, ≈ 33) by (33, ≈ 400))."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n))
+    step = max(1, (_ONE_THREAD_WORK - 1) // max(1, k * n))
+    if step >= m:
+        return np.dot(a, b, out=out)
+    for s in range(0, m, step):
+        np.dot(a[s : s + step], b, out=out[s : s + step])
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -315,7 +352,8 @@ class KeySums:
         if self.starts is None:
             return np.bincount(self.keys, weights=weights, minlength=self.length)
         out = np.zeros(self.length)
-        out[self.at] = np.add.reduceat(weights, self.starts)
+        if self.starts.size:
+            out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
     def spread(self, table: np.ndarray, out=None) -> np.ndarray:
@@ -325,8 +363,118 @@ class KeySums:
         return np.repeat(table[self.at], np.diff(self.starts, append=self.size))
 
     def subset(self, idx: np.ndarray) -> "KeySums":
-        """The same sums over the tokens ``idx`` (increasing) only."""
-        return KeySums(self.key_of(idx), self.length - 1, self.starts is not None)
+        """The same sums over the tokens ``idx`` (increasing) only (by runs: the runs' new starts, one
+        binary search per run, empty runs dropped)."""
+        if self.starts is None:
+            return KeySums(self.keys[idx], self.length - 1)
+        starts = np.searchsorted(idx, self.starts)  # tokens of idx before each run
+        held = np.diff(starts, append=idx.size) > 0
+        return KeySums.from_runs(starts[held], self.at[held], self.length - 1, idx.size)
+
+
+_PROBE_STRIDE = 64  # every 64th token probes whether most tokens still need more series terms
+
+
+def _mostly_above(y: np.ndarray, limit: float) -> bool:
+    """Whether a strided probe of y finds over 60% of it above ``limit`` (then dropping the tokens at
+    or below it would not halve the arrays: :meth:`ClockMass.bucket_features` keeps them one more
+    order, whose extra terms only add accuracy). Rows under 64 probes are checked in full."""
+    probe = y[::_PROBE_STRIDE]
+    return probe.size >= 64 and 5 * int(np.count_nonzero(probe > limit)) > 3 * probe.size
+
+
+def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, work=None) -> None:
+    """out[:, n − 1] = Σ y^n per key (``sums``), n = 1..out.shape[1], each token's series truncated
+    after order n once y ≤ limit[n] (it leaves the arrays when most tokens have; y may be a
+    scratch row). ``work``: optional scratch row "w" of y's size."""
+    order = out.shape[1]
+    out[:, 0] = sums(y)
+    if order == 1:
+        return
+    w = np.multiply(y, y, out=None if work is None else work["w"][: y.size])
+    for n in range(2, order + 1):
+        out[:, n - 1] = sums(w)
+        if n == order:
+            break
+        if n in limit and not _mostly_above(y, limit[n]):
+            keep = np.flatnonzero(y > limit[n])
+            if keep.size == 0:
+                break
+            if 2 * keep.size < y.size:
+                y, w, sums = y[keep], w[keep], sums.subset(keep)
+        w *= y
+
+
+class RunMoments:
+    """Moment sums of the runs of one row sorted by ratio, shared by the K ≥ 3 of the row.
+
+    For a reference θ_c: T[r, n] = Σ (q_i/θ_c)^n over the tokens of run r with q_i ≤ θ_c (n = 1..N,
+    N and the per-token truncation those of every K ≤ ``MAX_FAST_DRAFTS``), the tokens above θ_c
+    kept aside (few: at most 1/θ_c). A K whose θ ≥ θ_c reads its features from them,
+
+        Σ_{q_i ≤ θ} (q_i/θ)^n = (θ_c/θ)^n T[r, n] + Σ_{θ_c < q_i ≤ θ} (q_i/θ)^n,
+
+    sums of positive terms only (each term ≤ 1), so the row is passed over once for every K rather
+    than once per K. θ_c is a quarter of the first θ asked (the θ of K + 1 is typically 0.4–0.7 of
+    that of K); a smaller θ rebuilds the sums at a quarter of it. Runs are summed as far as asked
+    (the cut, hence the number of runs read, grows with K).
+    """
+
+    SPARE = 4.0  # θ_c = θ / SPARE at the first use
+
+    def __init__(self, q: np.ndarray, starts: np.ndarray):
+        self.q, self.starts = q, starts  # the row, its run starts (increasing from 0)
+        self.theta_c = None
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _series():
+        """(N, limits): the longest series and the strictest truncation over every fast K."""
+        setups = [_series_setup(j) for j in range(2, MAX_FAST_DRAFTS)]  # limits in units of θ (y = q/θ)
+        return max(s[1] for s in setups), {n: min(s[3][n] for s in setups) for n in setups[0][3]}
+
+    def _reset(self, theta_c: float):
+        order, _ = self._series()
+        self.theta_c, self.done = theta_c, 0
+        self.table = np.zeros((0, order))  # (runs done, N)
+        self.aside = np.zeros(0, dtype=np.int64)  # tokens with q > θ_c in the runs done, increasing
+        self.aside_run = np.zeros(0, dtype=np.int64)
+
+    def _extend(self, num_runs: int, work=None):
+        """Sum runs done..num_runs − 1 (those below the cut asked)."""
+        order, limit = self._series()
+        lo = int(self.starts[self.done])
+        hi = int(self.starts[num_runs]) if num_runs < self.starts.size else self.q.size
+        local = self.starts[self.done : num_runs] - lo
+        new = np.zeros((num_runs - self.done + 1, order))
+        if hi > lo:
+            q = self.q[lo:hi]
+            y = np.divide(q, self.theta_c, out=None if work is None else work["y"][: q.size])
+            big = np.flatnonzero(q > self.theta_c)
+            y[big] = 0.0
+            runs = KeySums.from_runs(local, np.arange(local.size), local.size, q.size)
+            _moment_sums(y, runs, limit, new, work)
+            self.aside = np.concatenate([self.aside, big + lo])
+            self.aside_run = np.concatenate([self.aside_run, np.searchsorted(local, big, side="right") - 1 + self.done])
+        self.table = np.concatenate([self.table, new[:-1]])
+        self.done = num_runs
+
+    def features(self, theta: float, order: int, num_runs: int, work=None) -> np.ndarray:
+        """(num_runs, order): Σ (q_i/θ)^n, n = 1..order, per run over its tokens with q_i ≤ θ."""
+        if self.theta_c is None or theta < self.theta_c:
+            self._reset(theta / self.SPARE)
+        if num_runs > self.done:
+            self._extend(num_runs, work)
+        if order > self.table.shape[1]:
+            raise AssertionError("a series longer than the shared run moments")
+        scale = (self.theta_c / theta) ** np.arange(1, order + 1)  # ≤ 1
+        out = self.table[:num_runs, :order] * scale
+        qa = self.q[self.aside]
+        sel = np.flatnonzero((qa <= theta) & (self.aside_run < num_runs))
+        if sel.size:  # the tokens between θ_c and θ, all their terms
+            powers = np.cumprod(np.repeat((qa[sel] / theta)[:, None], order, axis=1), axis=1)
+            np.add.at(out, self.aside_run[sel], powers)
+        return out
 
 
 class PairMass:
@@ -353,7 +501,8 @@ class PairMass:
         denom = np.where(tokens == self.big, self.rest_of_big, 1.0 - q_tokens)
         return base + np.concatenate([[0.0], np.cumsum(q_tokens / denom)])[:, None]
 
-    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None,
+                        moments=None) -> np.ndarray:
         """Σ u per key below ``num_keys`` (``sums``: the :class:`KeySums` of the row's keys)."""
         with np.errstate(divide="ignore"):
             u = q / (1.0 - q)
@@ -413,7 +562,7 @@ class ClockMass:
     (all nodes) × (exact tokens). With few exact tokens (``_BANDED_WORK``) they are simply exact at
     every node (fewer, larger array operations).
 
-    Stretch bound (derived): see :meth:`_stretch_bound`.
+    Stretch bound (derived): see :func:`_stretch_bound`.
     """
 
     leaf = 24  # stretches up to this many positions are evaluated whole
@@ -452,30 +601,48 @@ class ClockMass:
         y = np.where(self.is_exact(q_tokens), 0.0, q_tokens / self.theta)
         return _ChainSums(base, y, self.order, self.limit)
 
-    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None) -> np.ndarray:
+    def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None,
+                        moments=None) -> np.ndarray:
         """Σ (q_i/θ)^n, n = 1..N, per key over the small tokens (keys ≥ num_keys are ignored; ``sums``:
-        the :class:`KeySums` of the row's keys).
+        the :class:`KeySums` of the row's keys; ``exact``: the indices of q > θ, if known).
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
         the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
-        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows).
+        By runs (a row sorted by ratio), the tokens of keys ≥ num_keys, its last ones, are never read.
+        ``work``: optional scratch rows "y" and "w" of q's size (reused across rows). ``moments``: the
+        row's :class:`RunMoments` (keys: its runs), shared with the other K of the row.
         """
+        if moments is not None:
+            return moments.features(self.theta, self.order, num_keys, work)
         out = np.zeros((num_keys + 1, self.order))
-        y = np.divide(q, self.theta, out=None if work is None else work["y"])
-        y[np.flatnonzero(q > self.theta)] = 0.0  # exact tokens: no moments here
-        w = np.empty_like(y) if work is None else work["w"]
-        np.copyto(w, y)
-        for n in range(1, self.order + 1):
+        if sums.starts is not None and num_keys < sums.starts.size:  # runs: drop the tokens above the cut
+            size = int(sums.starts[num_keys])
+            q, sums = q[:size], KeySums.from_runs(sums.starts[:num_keys], sums.at[:num_keys], num_keys, size)
+        if q.size == 0:
+            return out[:num_keys]
+        y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
+        if exact is None:  # exact tokens: no moments here
+            np.copyto(y, 0.0, where=q > self.theta)
+        else:
+            y[exact[exact < q.size]] = 0.0
+        _moment_sums(y, sums, self.limit, out, work)
+        return out[:num_keys]
+        y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
+        if exact is None:  # exact tokens: no moments here
+            np.copyto(y, 0.0, where=q > self.theta)
+        else:
+            y[exact[exact < q.size]] = 0.0
+        out[:, 0] = sums(y)
+        w = np.multiply(y, y, out=None if work is None else work["w"][: q.size])
+        for n in range(2, self.order + 1):
             out[:, n - 1] = sums(w)
             if n == self.order:
                 break
-            if n in self.limit:
-                above = y > self.limit[n]
-                count = int(np.count_nonzero(above))
-                if count == 0:
+            if n in self.limit and not _mostly_above(y, self.limit[n]):
+                keep = np.flatnonzero(y > self.limit[n])
+                if keep.size == 0:
                     break
-                if 2 * count < y.size:
-                    keep = np.flatnonzero(above)
+                if 2 * keep.size < y.size:
                     y, w, sums = y[keep], w[keep], sums.subset(keep)
             w *= y
         return out[:num_keys]
@@ -484,7 +651,10 @@ class ClockMass:
     def start(self, q_exact: np.ndarray):
         """Exact-token state of the empty prefix, for the exact tokens ``q_exact`` of the row: moment
         sums Σ (y/2^c)^n of each class c that is small somewhere (c_lo..n_class−1), and over the grid
-        e'_b (b = 1..J) and Σ x of the tokens exact at each node."""
+        e'_b (b = 1..J) and Σ x of the tokens exact at each node. A row without exact tokens needs
+        no such states: ``has_exact`` becomes False (:meth:`mass` then takes ``exact=None``, the
+        same value: P[N_exact = 0] = 1)."""
+        self.has_exact = q_exact.size > 0
         cls = self._classes(q_exact)
         banded = q_exact.size * self.j_max >= _BANDED_WORK  # else: exact everywhere, fewer calls
         self.class_lo = int(cls.min()) if banded and cls.size else self.n_class
@@ -532,9 +702,14 @@ class ClockMass:
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """Q at positions (cumulative small-token moments, q outside, exact-token states); with
         ``out_next`` (q outside the stretch end) also the stretch bound coefficients (D1, C2, C3)."""
+        psum, lam = self._power_sums(features, exact)
+        return _integrals(psum, lam, exact, out, out_next, self.t[None, :], self.wt[None, :], self.t_end, self.t_lo)
+
+    def _power_sums(self, features, exact=None):
+        """P_j (j = 1..J) of the tokens in the series at every (position, node), (npos, J, T), and
+        λ = Σ x over them, (npos, T): small-token moments, plus the exact tokens where small."""
         npos, nt, jm = features.shape[0], self.t.size, self.j_max
-        # einsum, not matmul: OpenBLAS threads small products and stalls badly on busy machines
-        psum = np.einsum("pn,nq->pq", features, self.power_map).reshape(npos, jm, nt)
+        psum = _product(features, self.power_map).reshape(npos, jm, nt)
         lam = features[:, :1] * self.tt[None, :]
         if exact is not None and exact[0].shape[1]:  # exact tokens where they are small: classes ≤ c
             sums = exact[0]
@@ -544,57 +719,128 @@ class ClockMass:
                 acc += sums[:, c - self.class_lo]
                 if c in self.group_maps:
                     nodes, group_map = self.group_maps[c]
-                    psum[:, :, nodes] += np.einsum("pn,nq->pq", acc, group_map).reshape(npos, jm, nodes.size)
+                    psum[:, :, nodes] += _product(acc, group_map).reshape(npos, jm, nodes.size)
                     lam[:, nodes] += acc[:, :1] * (self.tt[nodes] * 2.0**c)[None, :]
-        g = np.exp(-lam)
-        e = [None]  # e_0 = 1
-        cum = [g]  # P[N_small ≤ c]
-        for a in range(1, jm + 1):  # Newton's identities
-            acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
-            for j in range(2, a + 1):
-                term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
-                acc = acc + term if j % 2 else acc - term
-            e.append(acc / a)
-            cum.append(cum[-1] + g * e[a])
-        if exact is None:
-            at_most = cum  # P[N ≤ m], m = 0..J
+        return psum, lam
+
+
+def evaluate_many(asks: list) -> list:
+    """Answers to several evaluators' requests ``(ev, (features, out, inside, exact, out_next))``, each
+    ``ev.mass(...)`` of its request, in order. The requests of :class:`ClockMass` evaluators of one K
+    with grids of as many nodes (whose exact tokens need no class sums) are answered by one
+    evaluation over all their positions, each position with its own grid's nodes, weights and
+    t_end (the same arithmetic per position: values equal to rounding in the node sums)."""
+    answers = [None] * len(asks)
+    groups: dict = {}
+    for i, (ev, args) in enumerate(asks):
+        exact = args[3]
+        if isinstance(ev, ClockMass) and args[4] is not None and (exact is None or not exact[0].shape[1]):
+            groups.setdefault((ev.j_max, ev.t.size), []).append(i)
         else:
-            _, e_ex, sx = exact
-            p_exact = [np.exp(-sx)]  # P[N_exact = b]
+            answers[i] = ev.mass(*args)
+    for idx in groups.values():
+        if len(idx) == 1:
+            ev, args = asks[idx[0]]
+            answers[idx[0]] = ev.mass(*args)
+            continue
+        for i, answer in zip(idx, _mass_stacked([asks[i] for i in idx])):
+            answers[i] = answer
+    return answers
+
+
+def _mass_stacked(asks: list) -> list:
+    """:meth:`ClockMass.mass` (with stretch bounds) of several evaluators of one K and one node count
+    at once (:func:`evaluate_many`): each position's own nodes, weights and t_end."""
+    sizes = [args[0].shape[0] for _, args in asks]
+    reps = np.array(sizes)
+    parts = [ev._power_sums(args[0]) for ev, args in asks]
+    psum = np.concatenate([ps for ps, _ in parts])  # (npos, J, T)
+    lam = np.concatenate([la for _, la in parts])  # (npos, T)
+    t = np.repeat(np.stack([ev.t for ev, _ in asks]), reps, axis=0)  # (npos, T)
+    wt = np.repeat(np.stack([ev.wt for ev, _ in asks]), reps, axis=0)  # (npos, T)
+    t_end = np.repeat([ev.t_end for ev, _ in asks], reps)  # (npos,)
+    exact = None
+    if any(args[3] is not None for _, args in asks):  # rows without exact tokens: P[N_exact = 0] = 1
+        jm, nt = psum.shape[1], psum.shape[2]
+        e_ex = np.concatenate([args[3][1] if args[3] is not None else np.zeros((jm, n, nt))
+                               for (_, args), n in zip(asks, sizes)], axis=1)  # (J, npos, T)
+        sx = np.concatenate([args[3][2] if args[3] is not None else np.zeros((n, nt))
+                             for (_, args), n in zip(asks, sizes)])  # (npos, T)
+        exact = (None, e_ex, sx)
+    out = np.concatenate([args[1] for _, args in asks])
+    out_next = np.concatenate([args[4] for _, args in asks])
+    res = _integrals(psum, lam, exact, out, out_next, t, wt, t_end, asks[0][0].t_lo)
+    bounds = np.cumsum([0] + sizes)
+    return [tuple(r[a:b] for r in res) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _integrals(psum, lam, exact, out, out_next, t, wt, t_end, t_lo):
+    """Q (and with ``out_next`` the stretch bound coefficients) from the power sums and λ of the
+    series tokens, the exact-token states (or None) and the grid: nodes t and weights wt ((1, T), or
+    (npos, T) per position), its end t_end (a float or (npos,)) and start t_lo."""
+    jm = psum.shape[1]
+    g = np.exp(-lam)
+    e = [None]  # e_0 = 1
+    cum = [g]  # P[N_small ≤ c]
+    for a in range(1, jm + 1):  # Newton's identities
+        acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
+        for j in range(2, a + 1):
+            term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
+            acc = acc + term if j % 2 else acc - term
+        e.append(acc / a)
+        cum.append(cum[-1] + g * e[a])
+    if exact is None:
+        at_most = cum  # P[N ≤ m], m = 0..J
+    else:
+        _, e_ex, sx = exact
+        p_exact = [np.exp(-sx)]  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
+        if float(sx.max(initial=0.0)) <= _EXP_SAFE:  # e^{−Σx} a normal float: products, no logarithms
+            p_exact += [e_ex[b - 1] * (p_exact[0] * math.exp(b * _X_CAP)) for b in range(1, jm + 1)]
+        else:
             with np.errstate(divide="ignore"):
                 p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
-            levels = range(jm + 1) if out_next is not None else (jm,)
-            at_most = {m: sum(p_exact[b] * cum[m - b] for b in range(m + 1)) for m in levels}
-        t, wt, t_end = self.t[None, :], self.wt[None, :], self.t_end
-        o = out[:, None]
-        q_mass = np.clip(((wt * o * np.exp(-o * t)) * (1.0 - at_most[jm])).sum(axis=1) + np.exp(-out * t_end), 0.0, 1.0)
-        if out_next is None:
-            return q_mass
-        return (q_mass,) + self._stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2])
+        levels = range(max(0, jm - 2), jm + 1) if out_next is not None else (jm,)  # those used below
+        at_most = {}
+        for m in levels:
+            acc = p_exact[0] * cum[m]
+            for b in range(1, m + 1):
+                acc += p_exact[b] * cum[m - b]
+            at_most[m] = acc
+    decay = np.exp(-out[:, None] * t)  # (npos, T)
+    decay *= wt
+    q_mass = np.clip(out * np.einsum("pt,pt->p", decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
+    if out_next is None:
+        return q_mass
+    bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo)
+    return (q_mass,) + bound
 
-    def _stretch_bound(self, out, out_next, below_k, below_k1, below_k2):
-        """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
-        Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
-        with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
-        (1 − out_e t) by 1)
-        D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
-        C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
-        (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
-        t, t_end, t_lo = self.t[None, :], self.t_end, self.t_lo
-        oe = out_next[:, None]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            decay = self.wt[None, :] * np.exp(-oe * t)
-            tail = np.exp(-out_next * t_end) * below_k[:, -1]
-            inv = 1.0 / out_next
-            tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
-            for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
-                tail_moment.append(np.float64(t_end) ** m * tail * inv + m * inv * tail_moment[-1])
-            a = (decay * (1.0 - oe * t) * below_k).sum(axis=1) + t_lo + tail_moment[0]
-            decay *= t
-            b = (decay * (below_k - below_k1)).sum(axis=1) + t_lo**2 / 2 + tail_moment[1]
-            decay *= t
-            c2 = (decay * (below_k1 - below_k2)).sum(axis=1) + t_lo**3 / 3 + tail_moment[2]
-            decay *= t
-            c3 = (decay * below_k2).sum(axis=1) + t_lo**4 / 4 + tail_moment[3]
-            finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
-            return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))
+
+def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_lo):
+    """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
+    Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
+    with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
+    (1 − out_e t) by 1)
+    D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
+    C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
+    (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
+    oe = out_next[:, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = oe * t  # (npos, T)
+        decay = np.exp(-x)
+        decay *= wt
+        tail = np.exp(-out_next * t_end) * below_k[:, -1]
+        inv = 1.0 / out_next
+        tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
+        for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
+            tail_moment.append(np.asarray(t_end, dtype=np.float64) ** m * tail * inv + m * inv * tail_moment[-1])
+        np.subtract(1.0, x, out=x)
+        x *= below_k
+        a = np.einsum("pt,pt->p", decay, x) + t_lo + tail_moment[0]
+        decay *= t
+        b = np.einsum("pt,pt->p", decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
+        decay *= t
+        c2 = np.einsum("pt,pt->p", decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
+        decay *= t
+        c3 = np.einsum("pt,pt->p", decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
+        finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
+        return tuple(np.where(finite & ~np.isnan(x), x, np.inf) for x in (a + out * b, out * c2, out * c3))
