@@ -6,6 +6,9 @@ back on the same device.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import numpy as np
 
 
@@ -114,3 +117,63 @@ def retain_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3
     return bool(mallopt(m_trim_threshold, 1 << 30)) and bool(mallopt(m_mmap_threshold, 32 << 20))
+
+
+@contextlib.contextmanager
+def one_cpu_thread():
+    """Run the enclosed torch work with one intra-op CPU thread, restoring the caller's setting after.
+
+    The batched kernel's torch operations act on rows of about 10⁵ float64 entries: too small for
+    intra-op threads to pay, and on a machine whose cores are busy the threads' hand-offs stall
+    (measured on 2 cores: ``measure_laws`` 10× slower with torch's default of 2 threads than with
+    one, a single-row ``optimal_acceptance`` 3–40×). The public entry points of the kernel
+    (:func:`otbound.optimal_acceptance`, :class:`otbound.token.LawBatch`, the verifiers'
+    ``acceptance`` and :func:`otbound.report.measure_laws`) run under it; a model's forward outside
+    keeps its threads. ``torch.set_num_threads`` is process-wide: another Python thread running torch
+    work meanwhile runs on one thread too. Without torch imported it does nothing.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound._backend import one_cpu_thread
+    >>> before = torch.get_num_threads()
+    >>> with one_cpu_thread():
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def on_one_cpu_thread(fn):
+    """``fn`` run under :func:`one_cpu_thread` (a decorator for the kernel's public entry points).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound._backend import on_one_cpu_thread
+    >>> on_one_cpu_thread(torch.get_num_threads)()
+    1
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with one_cpu_thread():
+            return fn(*args, **kwargs)
+
+    return wrapper

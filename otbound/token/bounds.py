@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse
 
-from otbound._backend import to_numpy
+from otbound._backend import on_one_cpu_thread, to_numpy
 from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, solve_lp
 from otbound._validation import InvalidInputError, as_law, as_pair, check_num_drafts
 from otbound.token._kernel import LawBatch
@@ -116,6 +116,7 @@ class LPDual:
 # dual / prefix form
 
 
+@on_one_cpu_thread
 def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement", *, return_certificate=False):
     """α*(p, Q) for the draft law ``sampling`` built from ``q`` with ``num_drafts`` drafts.
 
