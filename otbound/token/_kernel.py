@@ -238,23 +238,32 @@ def _ratio(p, q):
     return (p / q).masked_fill_(q == 0, math.inf).add_(0.0)
 
 
+_INF_BITS = np.float64(math.inf).view(np.uint64)  # the bit pattern of +inf: every larger pattern is NaN or negative
+
+
 def _index_bits(v: int) -> int:
     return max(1, (v - 1).bit_length())
 
 
 def _ratio_order(r):
-    """Per row of ``r`` (non-negative float64, numpy; overwritten: the result lives in its memory),
-    the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
+    """Per row of ``r`` (float64 ratios, numpy; overwritten: the result lives in its memory), the
+    indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
     ratio's bit pattern (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the
     index, so ratios closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order:
-    :func:`_near_tie_order`."""
-    low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
+    :func:`_near_tie_order`.
+
+    Returns ``(order (B, V) int64, odd (B,) bool)``: ``odd`` marks the rows holding a pattern above
+    +inf's (NaN from 0/0, or a sign bit: −0, −inf), which sort last whatever they are; such a row's
+    order is valid only for ratios made by :func:`_ratio` (the caller redoes those rows)."""
+    b = _index_bits(r.shape[1])
+    low = np.uint64((1 << b) - 1)
     key = r.view(np.uint64)
     key &= ~low
     key |= np.arange(r.shape[1], dtype=np.uint64)
     key.sort(axis=1)
+    odd = key[:, -1] > (_INF_BITS | low)  # (B,): the largest key of each row lies last
     key &= low
-    return key.view(np.int64)
+    return key.view(np.int64), odd
 
 
 def _near_tie_order(r_in_order):
@@ -266,23 +275,28 @@ def _near_tie_order(r_in_order):
     (run rank, low b bits of the ratio, position) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
     (ratio, index): equal ratios within a run already lie in index order, so position breaks their
     ties as the index would. One more unsigned-integer sort of the row (larger V: a stable sort of
-    the tied runs' positions by ratio)."""
+    the tied runs' positions by ratio). Work arrays are reused in place (one row, in cache)."""
     v = r_in_order.size
     b = _index_bits(v)
     bits = r_in_order.view(np.uint64)
-    run = bits >> np.uint64(b)
     if 3 * b > 64:
+        run = bits >> np.uint64(b)
         tied = np.flatnonzero(run[1:] == run[:-1])
         pos = np.union1d(tied, tied + 1)
         perm = np.arange(v)
         perm[pos] = pos[np.argsort(r_in_order[pos], kind="stable")]
         return perm
-    start = np.zeros(v, dtype=np.uint64)
-    np.not_equal(run[1:], run[:-1], out=start[1:], casting="unsafe")
-    rank = np.cumsum(start, out=start)  # < V: fits in b bits
+    sh = np.uint64(b)
+    run = np.right_shift(bits, sh)  # (V,) the truncated ratio
+    key = np.empty(v, dtype=np.uint64)  # (V,) run starts, then the rank, then the key
+    key[0] = 0
+    np.not_equal(run[1:], run[:-1], out=key[1:], casting="unsafe")
+    np.cumsum(key, out=key)  # the run's rank < V: fits in b bits
+    key <<= np.uint64(2 * b)
     low = np.uint64((1 << b) - 1)
-    key = rank << np.uint64(2 * b)
-    key |= (bits & low) << np.uint64(b)
+    np.bitwise_and(bits, low, out=run)
+    run <<= sh
+    key |= run
     key |= np.arange(v, dtype=np.uint64)
     key.sort()
     key &= low
@@ -295,27 +309,50 @@ class SortedRows:
     ratio in that order; ``pc``, ``qc`` (B, V + 1): prefix sums."""
 
     def __init__(self, p, q):
-        torch = _torch()
         if p.device.type == "cpu":
-            order = torch.from_numpy(_ratio_order(_ratio(p, q).numpy()))
+            self._sort_cpu(p, q)
         else:
-            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices
-        self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
-        self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
-        if p.device.type == "cpu" and p.shape[1] > 1:
-            rows = torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten()
-            for row in rows.tolist():  # local moves: permute the sorted rows in place, no new gather
-                perm = _near_tie_order(self.r[row].numpy())
-                for x in (order, self.ps, self.qs, self.r):
-                    x_row = x[row].numpy()
-                    x_row[:] = x_row[perm]
-        self.order = order
+            torch = _torch()
+            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices  # (B, V)
+            self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))  # (B, V) each
+            self.r = _ratio(self.ps, self.qs)  # (B, V): the same divisions, in sorted order
+            self.order = order
         self.v = p.shape[1]
         self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
         # suffix sums summed from the tail (exact in relative terms where they are tiny and get
         # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
         self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
         self.q_tot = self.qc[:, -1:]
+
+    def _sort_cpu(self, p, q):
+        """``order``, ``ps``, ``qs``, ``r`` on the CPU: one unsigned-integer sort per row
+        (:func:`_ratio_order`), the ratios a plain division (rows with q = 0 or −0 redone by
+        :func:`_ratio`), p and q gathered row by row (``index_select``, faster than a batched
+        ``gather``), rows with a near-tie descent repaired in place (:func:`_near_tie_order`)."""
+        torch = _torch()
+        order, odd = _ratio_order(torch.div(p, q).numpy())  # (B, V) int64, (B,) bool
+        order = torch.from_numpy(order)
+        odd_rows = np.flatnonzero(odd).tolist()
+        for row in odd_rows:
+            order[row] = torch.from_numpy(_ratio_order(_ratio(p[row : row + 1], q[row : row + 1]).numpy())[0][0])
+        ps, qs = torch.empty_like(p), torch.empty_like(q)  # (B, V) each
+        for row in range(p.shape[0]):
+            torch.index_select(p[row], 0, order[row], out=ps[row])
+            torch.index_select(q[row], 0, order[row], out=qs[row])
+        r = torch.div(ps, qs)  # (B, V): the same divisions, in sorted order
+        for row in odd_rows:
+            r[row] = _ratio(ps[row], qs[row])
+        if p.shape[1] > 1:
+            descent = torch.lt(r[:, 1:], r[:, :-1]).any(1)  # (B,)
+            for row in torch.nonzero(descent).flatten().tolist():  # local moves: permute each row in place
+                perm = _near_tie_order(r[row].numpy())  # (V,) local moves: a cache-friendly take
+                for x in (order, ps, qs):
+                    x_row = x[row].numpy()
+                    x_row[:] = np.take(x_row, perm)
+                torch.div(ps[row], qs[row], out=r[row])
+                if row in odd_rows:
+                    r[row] = _ratio(ps[row], qs[row])
+        self.order, self.ps, self.qs, self.r = order, ps, qs, r
 
     def row(self, i):
         """The same structure for row ``i`` alone (shape (1, V))."""
