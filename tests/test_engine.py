@@ -376,22 +376,30 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
 
 
 def test_first_draft_shortcut_equals_the_general_round():
-    """rrs_wor K = 2 at V = 151,936: the per-row shortcut for first drafts whose μ_3 crosses no ratio
-    against the general rejection round evaluated for every first draft."""
+    """rrs_wor K = 2 at V = 151,936: the summed shortcut for first drafts whose μ_3 crosses no ratio
+    (and the draft-by-draft sum of the rows where one does) against the general rejection round
+    evaluated for every first draft; peaked rows (a draft token of mass near 1) have such drafts."""
     rng = np.random.default_rng(8)
-    p, q = lm_rows(rng, 2, LM_VOCAB)
-    srt = LawBatch(p, q).sorted
-    mu1 = torch.zeros(2, 1, dtype=torch.float64)
-    mu2 = mu1 + srt.h(mu1)
-    h2 = srt.h(mu2)
-    n_mu2 = srt.count_below(mu2)
-    m = int(n_mu2.max())
-    qx = srt.qs[:, :m]
-    s2 = srt.qc[:, :m] + srt.qsuf_range(1, m + 1)
-    general = _reject(srt, mu2.expand(-1, m), h2.expand(-1, m), s2, qx)
-    for per_row in (True, False):  # the CPU's and the accelerator's way of treating the other drafts
-        fast = _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=per_row)
-        np.testing.assert_allclose(fast.numpy(), general.numpy(), rtol=0, atol=1e-12)
+    crossed = 0
+    for p, q in (lm_rows(rng, 2, LM_VOCAB), lm_rows(rng, 3, LM_VOCAB, scale=6.0)):
+        srt = LawBatch(p, q).sorted
+        mu1 = torch.zeros(p.shape[0], 1, dtype=torch.float64)
+        h1 = srt.h(mu1)
+        mu2 = mu1 + h1
+        h2 = srt.h(mu2)
+        n_mu2 = srt.count_below(mu2)
+        m = int(n_mu2.max())
+        qx = srt.qs[:, :m]
+        s2 = srt.qc[:, :m] + srt.qsuf_range(1, m + 1)
+        general = _reject(srt, mu2.expand(-1, m), h2.expand(-1, m), s2, qx)
+        w1 = (qx - srt.ps[:, :m] / h1).clamp_min(0.0)
+        fast = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+        assert fast.shape == (p.shape[0],)
+        np.testing.assert_allclose(fast.numpy(), (w1 * general).sum(1).numpy(), rtol=0, atol=1e-12)
+        base = srt.count_below(mu2 + h2)
+        r_next = torch.gather(srt.r, 1, base.clamp(max=LM_VOCAB - 1))
+        crossed += int(((h2 > (r_next - mu2) * s2) & (w1 > 0)).any(1).sum())
+    assert crossed  # the draft-by-draft rows were exercised
 
 
 WOR_TOL = 1e-12  # α* without replacement: the kernel (sorted rows) against the search on the rows as given

@@ -303,12 +303,22 @@ def _near_tie_order(r_in_order):
     return key.view(np.int64)
 
 
+def _odd_ratio(odd: bool, p, q, out):
+    """``out[:] = p/q`` (one row): :func:`_ratio` where the row holds 0/0 or −0, else a plain
+    division (the same values on such a row)."""
+    if odd:
+        out[:] = _ratio(p, q)
+    else:
+        _torch().div(p, q, out=out)
+
+
 class SortedRows:
     """Rows ``p``, ``q`` (B, V) sorted by ratio p/q (ties by index, q = 0 last) with prefix sums
     (module docstring). ``order`` (B, V): the sorted token ids; ``ps``, ``qs``, ``r``: p, q and the
     ratio in that order; ``pc``, ``qc`` (B, V + 1): prefix sums."""
 
     def __init__(self, p, q):
+        self.v = p.shape[1]
         if p.device.type == "cpu":
             self._sort_cpu(p, q)
         else:
@@ -317,42 +327,48 @@ class SortedRows:
             self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))  # (B, V) each
             self.r = _ratio(self.ps, self.qs)  # (B, V): the same divisions, in sorted order
             self.order = order
-        self.v = p.shape[1]
-        self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
-        # suffix sums summed from the tail (exact in relative terms where they are tiny and get
-        # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
-        self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
+            self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)  # (B, V + 1) each
+            # suffix sums summed from the tail (exact in relative terms where they are tiny and get
+            # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
+            self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
         self.q_tot = self.qc[:, -1:]
 
     def _sort_cpu(self, p, q):
-        """``order``, ``ps``, ``qs``, ``r`` on the CPU: one unsigned-integer sort per row
-        (:func:`_ratio_order`), the ratios a plain division (rows with q = 0 or −0 redone by
-        :func:`_ratio`), p and q gathered row by row (``index_select``, faster than a batched
-        ``gather``), rows with a near-tie descent repaired in place (:func:`_near_tie_order`)."""
+        """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
+        each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
+        not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
+        holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select``, the
+        ratios divided again in sorted order, a near-tie descent repaired in place
+        (:func:`_near_tie_order`), then the prefix and suffix sums. The same values as the batched
+        path of an accelerator, bit for bit."""
         torch = _torch()
-        order, odd = _ratio_order(torch.div(p, q).numpy())  # (B, V) int64, (B,) bool
-        order = torch.from_numpy(order)
-        odd_rows = np.flatnonzero(odd).tolist()
-        for row in odd_rows:
-            order[row] = torch.from_numpy(_ratio_order(_ratio(p[row : row + 1], q[row : row + 1]).numpy())[0][0])
-        ps, qs = torch.empty_like(p), torch.empty_like(q)  # (B, V) each
-        for row in range(p.shape[0]):
-            torch.index_select(p[row], 0, order[row], out=ps[row])
-            torch.index_select(q[row], 0, order[row], out=qs[row])
-        r = torch.div(ps, qs)  # (B, V): the same divisions, in sorted order
-        for row in odd_rows:
-            r[row] = _ratio(ps[row], qs[row])
-        if p.shape[1] > 1:
-            descent = torch.lt(r[:, 1:], r[:, :-1]).any(1)  # (B,)
-            for row in torch.nonzero(descent).flatten().tolist():  # local moves: permute each row in place
-                perm = _near_tie_order(r[row].numpy())  # (V,) local moves: a cache-friendly take
+        b, v = p.shape
+        order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
+        ps, qs, r = (torch.empty_like(p) for _ in range(3))  # (B, V) each
+        pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
+        for i in range(b):
+            key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
+            torch.div(p[i], q[i], out=torch.from_numpy(key))
+            odd = _ratio_order(key.reshape(1, v))[1][0]
+            if odd:
+                key[:] = _ratio(p[i], q[i]).numpy()
+                _ratio_order(key.reshape(1, v))
+            torch.index_select(p[i], 0, order[i], out=ps[i])
+            torch.index_select(q[i], 0, order[i], out=qs[i])
+            divide = functools.partial(_odd_ratio, odd)
+            divide(ps[i], qs[i], r[i])
+            if v > 1 and bool(torch.lt(r[i, 1:], r[i, :-1]).any()):
+                perm = _near_tie_order(r[i].numpy())  # (V,) local moves: a cache-friendly take
                 for x in (order, ps, qs):
-                    x_row = x[row].numpy()
+                    x_row = x[i].numpy()
                     x_row[:] = np.take(x_row, perm)
-                torch.div(ps[row], qs[row], out=r[row])
-                if row in odd_rows:
-                    r[row] = _ratio(ps[row], qs[row])
+                divide(ps[i], qs[i], r[i])
+            self._prefix(ps[i : i + 1], out=pc[i : i + 1])
+            self._prefix(qs[i : i + 1], out=qc[i : i + 1])
+            self._prefix(ps[i : i + 1].flip(1), out=prs[i : i + 1])
+            self._prefix(qs[i : i + 1].flip(1), out=qrs[i : i + 1])
         self.order, self.ps, self.qs, self.r = order, ps, qs, r
+        self.pc, self.qc, self._prs, self._qrs = pc, qc, prs, qrs
 
     def row(self, i):
         """The same structure for row ``i`` alone (shape (1, V))."""
@@ -362,14 +378,15 @@ class SortedRows:
         return view
 
     @staticmethod
-    def _prefix(x):
-        """``[0, x_0, x_0 + x_1, ...]`` per row, (B, V + 1), summed in blocks of ``_BLOCK``: within a
-        block sequentially, the block totals by their own cumulative sum, so the rounding error
-        grows with ``_BLOCK + V/_BLOCK`` terms instead of V (a sequential sum of 151,936 sorted
-        terms drifts by up to ~1e-12; blocked, ~1e-14)."""
+    def _prefix(x, out=None):
+        """``[0, x_0, x_0 + x_1, ...]`` per row, (B, V + 1) (written into ``out`` if given), summed in
+        blocks of ``_BLOCK``: within a block sequentially, the block totals by their own cumulative
+        sum, so the rounding error grows with ``_BLOCK + V/_BLOCK`` terms instead of V (a
+        sequential sum of 151,936 sorted terms drifts by up to ~1e-12; blocked, ~1e-14)."""
         torch = _torch()
         b, v = x.shape
-        out = torch.empty((b, v + 1), dtype=x.dtype, device=x.device)
+        if out is None:
+            out = torch.empty((b, v + 1), dtype=x.dtype, device=x.device)
         out[:, 0] = 0.0
         m = (v // _BLOCK) * _BLOCK
         if m <= _BLOCK:
