@@ -168,7 +168,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     values = {n: {k: [] for k in ks} for n in names}
     methods: dict = {n: {} for n in names}
     skipped: dict = {}
-    support = (q > 0).sum(-1)  # (positions,) tokens of positive draft mass per row
+    support = torch.count_nonzero(q, dim=-1)  # (positions,) tokens of positive draft mass per row (q ≥ 0)
     capped = {k: int((support < k).sum()) for k in ks}
     for c, start in enumerate(range(0, max(n_rows, 1), b)):
         rows = slice(start, start + b)

@@ -141,7 +141,7 @@ class LawBatch:
     @functools.cached_property
     def support(self) -> int:
         """The smallest number of tokens with q > 0 over the rows (V for an empty batch)."""
-        return int((self.q > 0).sum(1).min()) if self.rows else self.vocab
+        return int(_torch().count_nonzero(self.q, dim=1).min()) if self.rows else self.vocab  # q ≥ 0: one pass
 
     @functools.cached_property
     def generator(self):
@@ -500,8 +500,27 @@ def _with_replacement(batch, k, want_sets):
     srt = batch.sorted
     m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=batch.p.device))
     m = min(m, srt.pc.shape[1])
-    f = srt.pc[:, :m] - power(srt.qc[:, :m], k)  # column 0 is the empty set: f = 0
+    f = torch.sub(srt.pc[:, :m], _prefix_power(batch, k, m))  # column 0 is the empty set: f = 0
     return _prefix_minimum(srt, f, want_sets)
+
+
+def _prefix_power(batch, k: int, m: int):
+    """``Qc[:, :m]^k`` of the sorted rows, (B, m): a fresh array; Qc² cached on the batch (its
+    largest column count so far) so that K = 3 and 4 are one multiplication each (a power by
+    repeated squaring otherwise)."""
+    torch = _torch()
+    qc = batch.sorted.qc
+    if k == 1:
+        return qc[:, :m].clone()
+    if k not in (2, 3, 4):
+        return power(qc[:, :m], k)
+    sq = batch._memo.get("qc_squared")
+    if sq is None or sq.shape[1] < m:
+        sq = batch._memo["qc_squared"] = torch.mul(qc[:, :m], qc[:, :m])  # (B, m)
+    sq = sq[:, :m]
+    if k == 2:
+        return sq.clone()
+    return torch.mul(sq, qc[:, :m] if k == 3 else sq)
 
 
 def _without_replacement(batch, k, want_sets):
@@ -546,8 +565,8 @@ def _pair_closed_form(batch, want_sets):
     if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
         big = qs > 0.5
         rest = torch.where(big, srt.qc[:, : m - 1] + suffix, rest)
-    odds = torch.cumsum(rest.reciprocal_().mul_(qs), 1)
-    mass = torch.sub(srt.qc[:, 1:m], suffix.mul_(odds), out=odds).clamp_(0.0, 1.0)
+    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i<j} q_i/(1 − q_i)
+    mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
     f = torch.sub(srt.pc[:, 1:m], mass, out=mass)
     return _prefix_minimum(srt, f, want_sets, first=1)
 
@@ -583,12 +602,18 @@ def greedy_split_rows(batch: LawBatch, m: int):
     def build():
         torch = _torch()
         p, q = batch.p, batch.q
-        vals, idx = torch.topk(q, width, dim=1)  # (B, width) each
-        # ties cut at the edge of the top-m: take the lowest indices among the tied values
-        edge = vals[:, -1:]
-        tied = ((q == edge).sum(1) != (vals == edge).sum(1)) | (vals[:, 1:] == vals[:, :-1]).any(1)
-        for row in torch.nonzero(tied).flatten().tolist():
-            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
+        vals, idx = torch.topk(q, min(width + 1, batch.vocab), dim=1)  # (B, width + 1) each
+        # a tie cut at the edge of the top width (the next value equals the edge): the lowest indices
+        # among the tied values, from the row; ties inside it only: the lower index first
+        cut = vals[:, width] == vals[:, width - 1] if width < batch.vocab else torch.zeros_like(vals[:, 0]).bool()
+        vals, idx = vals[:, :width], idx[:, :width].contiguous()  # (B, width) each
+        inner = (vals[:, 1:] == vals[:, :-1]).any(1)
+        for row in torch.nonzero(cut | inner).flatten().tolist():
+            if bool(cut[row]):
+                idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
+            else:
+                v_row, i_row = vals[row].cpu().numpy(), idx[row].cpu().numpy()
+                idx[row] = torch.as_tensor(i_row[np.lexsort((i_row, -v_row))], device=q.device)
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
         in_g = qg.sum(1, keepdim=True)
         outside = q.sum(1, keepdim=True) - in_g
