@@ -144,30 +144,47 @@ class KSeqVerifier(SequentialVerifier):
 
 
 def _kseq_batch(srt, k):
+    """``1 − (1 − β(ρ*))^K`` per row (B,) on the batch's device, ρ* by the bisection of
+    :func:`kseq_rho` for every row at once.
+
+    ``β(ρ) = Pc[n(ρ)]/ρ + Qs[n(ρ)]`` needs ``n(ρ) = #{r < ρ}`` (a binary search of the sorted row)
+    only while a row's bracket holds a ratio: once ``n(lo) = n(hi)``, n is the same at every
+    midpoint, and the remaining halvings (most of the ≈ 52) are arithmetic on (B,) float64 arrays
+    (numpy, as :func:`kseq_rho`), with no search and no (B, V) access."""
     import torch
 
+    dev = srt.r.device
+
+    def terms(rho):
+        """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (B,) numpy, as (B,) numpy arrays."""
+        n = srt.count_below(torch.from_numpy(rho).to(dev).reshape(-1, 1))  # (B, 1)
+        return n[:, 0].cpu().numpy(), srt.at(srt.pc, n)[:, 0].cpu().numpy(), srt.qsuf(n)[:, 0].cpu().numpy()
+
+    def f(rho, pc, qs):
+        bt = pc / rho + qs
+        with np.errstate(divide="ignore"):
+            p_acc = np.where(bt < 1.0, -np.expm1(k * np.log1p(-np.minimum(bt, 1.0))), 1.0)
+        return p_acc - rho * bt
+
     b = srt.r.shape[0]
-    kt = torch.full((b, 1), float(k), dtype=torch.float64, device=srt.r.device)
-
-    def beta(rho):
-        n = srt.count_below(rho)
-        return srt.at(srt.pc, n) / rho + srt.qsuf(n)
-
-    def p_acc(bt):
-        return torch.where(bt < 1.0, -torch.expm1(kt * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))
-
-    def f(rho):
-        bt = beta(rho)
-        return p_acc(bt) - rho * bt
-
-    lo = torch.ones_like(kt)
-    hi = kt.clone()
-    done = f(lo) <= 0.0
-    hi = torch.where(done, lo, hi)
-    while not bool(done.all()):
+    lo, hi = np.ones(b), np.full(b, float(k))  # (B,) each
+    lo_terms, hi_terms = terms(lo), terms(hi)  # (n, Pc[n], Qs[n]) at each end
+    done = f(lo, *lo_terms[1:]) <= 0.0
+    hi = np.where(done, lo, hi)
+    hi_terms = tuple(np.where(done, a, c) for a, c in zip(lo_terms, hi_terms))
+    while not done.all():
         mid = 0.5 * (lo + hi)
         done = done | (mid <= lo) | (mid >= hi)
-        pos = f(mid) > 0.0
-        lo = torch.where(~done & pos, mid, lo)
-        hi = torch.where(~done & ~pos, mid, hi)
-    return p_acc(beta(hi))[:, 0]
+        fixed = lo_terms[0] == hi_terms[0]  # no ratio in [lo, hi): n(mid) = n(lo)
+        mid_terms = lo_terms if fixed[~done].all() else tuple(
+            np.where(fixed, a, c) for a, c in zip(lo_terms, terms(mid)))
+        pos = f(mid, *mid_terms[1:]) > 0.0
+        to_lo, to_hi = ~done & pos, ~done & ~pos
+        lo = np.where(to_lo, mid, lo)
+        hi = np.where(to_hi, mid, hi)
+        lo_terms = tuple(np.where(to_lo, a, c) for a, c in zip(mid_terms, lo_terms))
+        hi_terms = tuple(np.where(to_hi, a, c) for a, c in zip(mid_terms, hi_terms))
+    rho = torch.from_numpy(hi).to(dev).reshape(-1, 1)  # (B, 1)
+    n = srt.count_below(rho)
+    bt = srt.at(srt.pc, n) / rho + srt.qsuf(n)  # β(ρ*), (B, 1)
+    return torch.where(bt < 1.0, -torch.expm1(k * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))[:, 0]
