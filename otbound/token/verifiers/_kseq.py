@@ -160,10 +160,11 @@ def _kseq_batch(srt, k):
         n = srt.count_below(torch.from_numpy(rho).to(dev).reshape(-1, 1))  # (B, 1)
         return n[:, 0].cpu().numpy(), srt.at(srt.pc, n)[:, 0].cpu().numpy(), srt.qsuf(n)[:, 0].cpu().numpy()
 
+    below_one = np.nextafter(1.0, 0.0)  # min(β, this) = β wherever β < 1: no log1p(−1) to mask
+
     def f(rho, pc, qs):
         bt = pc / rho + qs
-        with np.errstate(divide="ignore"):
-            p_acc = np.where(bt < 1.0, -np.expm1(k * np.log1p(-np.minimum(bt, 1.0))), 1.0)
+        p_acc = np.where(bt < 1.0, -np.expm1(k * np.log1p(-np.minimum(bt, below_one))), 1.0)
         return p_acc - rho * bt
 
     b = srt.r.shape[0]
@@ -172,18 +173,24 @@ def _kseq_batch(srt, k):
     done = f(lo, *lo_terms[1:]) <= 0.0
     hi = np.where(done, lo, hi)
     hi_terms = tuple(np.where(done, a, c) for a, c in zip(lo_terms, hi_terms))
-    while not done.all():
+    while not done.all() and not (lo_terms[0] == hi_terms[0])[~done].all():  # some bracket holds a ratio
         mid = 0.5 * (lo + hi)
         done = done | (mid <= lo) | (mid >= hi)
         fixed = lo_terms[0] == hi_terms[0]  # no ratio in [lo, hi): n(mid) = n(lo)
-        mid_terms = lo_terms if fixed[~done].all() else tuple(
-            np.where(fixed, a, c) for a, c in zip(lo_terms, terms(mid)))
+        mid_terms = tuple(np.where(fixed, a, c) for a, c in zip(lo_terms, terms(mid)))
         pos = f(mid, *mid_terms[1:]) > 0.0
         to_lo, to_hi = ~done & pos, ~done & ~pos
         lo = np.where(to_lo, mid, lo)
         hi = np.where(to_hi, mid, hi)
         lo_terms = tuple(np.where(to_lo, a, c) for a, c in zip(mid_terms, lo_terms))
         hi_terms = tuple(np.where(to_hi, a, c) for a, c in zip(mid_terms, hi_terms))
+    pc, qs = lo_terms[1], lo_terms[2]  # every open bracket's Pc[n], Qs[n] from here on
+    while not done.all():
+        mid = 0.5 * (lo + hi)
+        done |= (mid <= lo) | (mid >= hi)
+        pos = f(mid, pc, qs) > 0.0
+        lo = np.where(~done & pos, mid, lo)
+        hi = np.where(~done & ~pos, mid, hi)
     rho = torch.from_numpy(hi).to(dev).reshape(-1, 1)  # (B, 1)
     n = srt.count_below(rho)
     bt = srt.at(srt.pc, n) / rho + srt.qsuf(n)  # β(ρ*), (B, 1)
