@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from otbound._backend import is_torch
+from otbound._backend import is_torch, positive_counts
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
 from otbound.token import _search, _wor
 
@@ -141,7 +141,7 @@ class LawBatch:
     @functools.cached_property
     def support(self) -> int:
         """The smallest number of tokens with q > 0 over the rows (V for an empty batch)."""
-        return int(_torch().count_nonzero(self.q, dim=1).min()) if self.rows else self.vocab  # q ≥ 0: one pass
+        return int(positive_counts(self.q).min()) if self.rows else self.vocab
 
     @functools.cached_property
     def generator(self):
@@ -505,13 +505,13 @@ def _with_replacement(batch, k, want_sets):
 
 
 def _prefix_power(batch, k: int, m: int):
-    """``Qc[:, :m]^k`` of the sorted rows, (B, m): a fresh array; Qc² cached on the batch (its
+    """``Qc[:, :m]^k`` of the sorted rows, (B, m) (read only: it may be cached); Qc² cached on the batch (its
     largest column count so far) so that K = 3 and 4 are one multiplication each (a power by
     repeated squaring otherwise)."""
     torch = _torch()
     qc = batch.sorted.qc
     if k == 1:
-        return qc[:, :m].clone()
+        return qc[:, :m]
     if k not in (2, 3, 4):
         return power(qc[:, :m], k)
     sq = batch._memo.get("qc_squared")
@@ -519,7 +519,7 @@ def _prefix_power(batch, k: int, m: int):
         sq = batch._memo["qc_squared"] = torch.mul(qc[:, :m], qc[:, :m])  # (B, m)
     sq = sq[:, :m]
     if k == 2:
-        return sq.clone()
+        return sq
     return torch.mul(sq, qc[:, :m] if k == 3 else sq)
 
 
