@@ -375,6 +375,33 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
             assert r["measure_laws_ms"] > 0 and r["wor_k34_ms"] > 0 and r["ratio_to_sort"] > 0
 
 
+def test_with_replacement_block_bounds_keep_the_minimum(monkeypatch):
+    """α* with replacement evaluated only in the column blocks whose lower bound can hold the
+    minimum: the same value and binding set, bit for bit, as every prefix evaluated, on LM-like,
+    peaked, flat and tied rows, K = 1..5."""
+    from otbound.token import _kernel
+
+    rng = np.random.default_rng(21)
+    tie = _softmax(np.round(rng.normal(size=(2, 20_000)) * 2.5))
+    parts = [lm_rows(rng, 3, 20_000), lm_rows(rng, 2, 20_000, scale=6.0), lm_rows(rng, 2, 20_000, scale=0.3),
+             (tie, np.roll(tie, 3, 1))]
+    full_calls = []
+    every_column = _kernel._prefix_minimum
+    monkeypatch.setattr(_kernel, "_prefix_minimum", lambda *a, **kw: full_calls.append(1) or every_column(*a, **kw))
+    blocked = 0
+    for p, q in parts:
+        batch = LawBatch(p, q)
+        srt = batch.sorted
+        for k in range(1, 6):
+            before = len(full_calls)
+            value, sets = _kernel._with_replacement(batch, k, True)
+            blocked += len(full_calls) == before
+            m = min(srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64)), srt.pc.shape[1])
+            full = every_column(srt, srt.pc[:, :m] - _kernel.power(srt.qc[:, :m], k), True)
+            assert torch.equal(value, full[0]) and torch.equal(sets, full[1])
+    assert blocked >= 10  # the block bounds served most of the cases
+
+
 def test_first_draft_shortcut_equals_the_general_round():
     """rrs_wor K = 2 at V = 151,936: the summed shortcut for first drafts whose μ_3 crosses no ratio
     (and the draft-by-draft sum of the rows where one does) against the general rejection round

@@ -486,41 +486,60 @@ def _deterministic(batch, k, want_sets):
 def _prefix_minimum(srt, f, want_sets, first: int = 0):
     """``1 + min(0, min_j f[:, j])`` over prefix columns (column j: the first ``first + j`` tokens;
     the empty prefix, f = 0, is always a candidate) and the binding prefixes as a token mask."""
-    torch = _torch()
     best, j = f.min(1)
+    return _prefix_result(srt, best, j + first, want_sets)
+
+
+def _prefix_result(srt, best, count, want_sets):
+    """``(1 + min(0, best)`` clamped to [0, 1], the first ``count`` sorted tokens as a token mask
+    where ``best < 0`` or None), ``best`` and ``count`` (B,)."""
+    torch = _torch()
     value = (1.0 + best.clamp(max=0.0)).clamp(0.0, 1.0)
     if not want_sets:
         return value, None
-    cols = torch.arange(srt.v, device=f.device).reshape(1, -1)
-    return value, srt.unsort((cols < (j + first).reshape(-1, 1)) & (best < 0).reshape(-1, 1))
+    cols = torch.arange(srt.v, device=best.device).reshape(1, -1)
+    return value, srt.unsort((cols < count.reshape(-1, 1)) & (best < 0).reshape(-1, 1))
+
+
+_BOUND_BLOCK = 64  # columns per block of the lower bounds of with-replacement α*
 
 
 def _with_replacement(batch, k, want_sets):
+    """``1 + min(0, min_j f_j)``, ``f_j = Pc[j] − Qc[j]^K``, over the m prefixes with ratio ≤ K,
+    f evaluated only in the blocks of ``_BOUND_BLOCK`` columns that can hold its minimum.
+
+    On a block of columns [a, e), ``Pc ≥ Pc[a]`` and ``Qc^K ≤ Qc[e − 1]^K``, in floating point too
+    (sums of non-negative terms and products of non-negative factors round monotonically), so
+    ``Pc[a] − Qc[e − 1]^K ≤ f`` there; a block whose bound exceeds the least ``f`` at the block
+    starts cannot hold the minimum, nor its first column. The other blocks (on LM rows a few per
+    cent) are evaluated row by row on the CPU; where they are many, and on an accelerator, every
+    column is."""
     torch = _torch()
     srt = batch.sorted
-    m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=batch.p.device))
+    dev = batch.p.device
+    m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=dev))
     m = min(m, srt.pc.shape[1])
-    f = torch.sub(srt.pc[:, :m], _prefix_power(batch, k, m))  # column 0 is the empty set: f = 0
-    return _prefix_minimum(srt, f, want_sets)
-
-
-def _prefix_power(batch, k: int, m: int):
-    """``Qc[:, :m]^k`` of the sorted rows, (B, m) (read only: it may be cached); Qc² cached on the batch (its
-    largest column count so far) so that K = 3 and 4 are one multiplication each (a power by
-    repeated squaring otherwise)."""
-    torch = _torch()
-    qc = batch.sorted.qc
-    if k == 1:
-        return qc[:, :m]
-    if k not in (2, 3, 4):
-        return power(qc[:, :m], k)
-    sq = batch._memo.get("qc_squared")
-    if sq is None or sq.shape[1] < m:
-        sq = batch._memo["qc_squared"] = torch.mul(qc[:, :m], qc[:, :m])  # (B, m)
-    sq = sq[:, :m]
-    if k == 2:
-        return sq
-    return torch.mul(sq, qc[:, :m] if k == 3 else sq)
+    pc, qc = srt.pc[:, :m], srt.qc[:, :m]  # (B, m) views; column 0 is the empty set: f = 0
+    width = _BOUND_BLOCK
+    if dev.type != "cpu" or m <= 4 * width:
+        return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
+    starts = torch.arange(0, m, width, device=dev)  # (nb,)
+    ends = (starts + width).clamp_(max=m) - 1  # (nb,)
+    p_start = pc.index_select(1, starts)  # (B, nb)
+    upper = (p_start - power(qc.index_select(1, starts), k)).amin(1, keepdim=True)  # (B, 1): f at block starts
+    open_ = (p_start - power(qc.index_select(1, ends), k)) <= upper  # (B, nb): blocks that may hold the minimum
+    if 4 * int(open_.sum()) > open_.numel():
+        return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
+    offsets = torch.arange(width, device=dev)  # (width,)
+    best = torch.empty(batch.rows, dtype=torch.float64, device=dev)  # (B,)
+    count = torch.empty(batch.rows, dtype=torch.int64, device=dev)  # (B,)
+    for i in range(batch.rows):
+        cols = (torch.nonzero(open_[i])[:, 0, None] * width + offsets).flatten()  # increasing column ids
+        cols = cols[cols < m]
+        f = torch.sub(pc[i].index_select(0, cols), power(qc[i].index_select(0, cols), k))
+        best[i], at = f.min(0)
+        count[i] = cols[at]
+    return _prefix_result(srt, best, count, want_sets)
 
 
 def _without_replacement(batch, k, want_sets):
