@@ -523,11 +523,12 @@ def _with_replacement(batch, k, want_sets):
     width = _BOUND_BLOCK
     if dev.type != "cpu" or m <= 4 * width:
         return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
-    starts = torch.arange(0, m, width, device=dev)  # (nb,)
-    ends = (starts + width).clamp_(max=m) - 1  # (nb,)
-    p_start = pc.index_select(1, starts)  # (B, nb)
-    upper = (p_start - power(qc.index_select(1, starts), k)).amin(1, keepdim=True)  # (B, 1): f at block starts
-    open_ = (p_start - power(qc.index_select(1, ends), k)) <= upper  # (B, nb): blocks that may hold the minimum
+    p_start = pc[:, ::width]  # (B, nb) strided views: the blocks' first columns
+    q_end = qc[:, width - 1 :: width]  # (B, nb or nb − 1): the full blocks' last columns
+    if q_end.shape[1] < p_start.shape[1]:  # a last, partial block ends at column m − 1
+        q_end = torch.cat([q_end, qc[:, m - 1 :]], 1)
+    upper = (p_start - power(qc[:, ::width], k)).amin(1, keepdim=True)  # (B, 1): f at block starts
+    open_ = (p_start - power(q_end, k)) <= upper  # (B, nb): blocks that may hold the minimum
     if 4 * int(open_.sum()) > open_.numel():
         return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
     offsets = torch.arange(width, device=dev)  # (width,)
