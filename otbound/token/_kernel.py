@@ -572,23 +572,61 @@ def _without_replacement(batch, k, want_sets):
 
 def _pair_closed_form(batch, want_sets):
     """K = 2: ``f_j = Pc[j] − (Qc[j] − Qs[j] Σ_{i<j} q_i/(1 − q_i))`` over the prefixes with ratio
-    ≤ 2/(1 − max q) (beyond, adding a token raises f), in place on (B, m) work arrays."""
+    ≤ 2/(1 − max q) (beyond, adding a token raises f), the odds summed over every column and f
+    evaluated only in the blocks of ``_BOUND_BLOCK`` prefixes that can hold its minimum.
+
+    On a block of prefixes [a, e) the mass ``Qc[j] − Qs[j] odds_j`` is at most
+    ``Qc[e − 1] − Qs[e − 1] odds_a`` (Qc and the odds grow, Qs shrinks, all rounding
+    monotonically), so ``Pc[a]`` minus that bounds f there from below; a block whose bound, less a
+    margin of 1e-12 for the rounding of a fused multiply-add, exceeds the least f at the block
+    starts cannot hold the minimum. Where a draft token holds q > 1/2 (its 1 − q is the other
+    tokens' mass summed directly), where many blocks stay open and on an accelerator, every prefix
+    is evaluated."""
     torch = _torch()
     srt = batch.sorted
     top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
     m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
     if m <= 1:
         return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
-    qs = srt.qs[:, : m - 1]
-    suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
-    rest = 1.0 - qs
-    if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
-        big = qs > 0.5
-        rest = torch.where(big, srt.qc[:, : m - 1] + suffix, rest)
-    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i<j} q_i/(1 − q_i)
-    mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
-    f = torch.sub(srt.pc[:, 1:m], mass, out=mass)
-    return _prefix_minimum(srt, f, want_sets, first=1)
+    qs = srt.qs[:, : m - 1]  # (B, m − 1): column c is the prefix of c + 1 tokens
+    width = _BOUND_BLOCK
+    if bool((top > 0.5).any()) or srt.r.device.type != "cpu" or m <= 4 * width:
+        suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
+        rest = 1.0 - qs
+        if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
+            rest = torch.where(qs > 0.5, srt.qc[:, : m - 1] + suffix, rest)
+        odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i ≤ c} q_i/(1 − q_i)
+        mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
+        return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
+    rest = torch.rsub(qs, 1.0)
+    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1)
+    n = m - 1
+    starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
+    ends = (starts + width).clamp_(max=n) - 1  # (nb,) last columns
+
+    def f_at(cols, rows=slice(None)):
+        """f at columns ``cols`` ((nb,) or (c,)) of the rows, as the full evaluation computes it."""
+        mass = torch.addcmul(srt.qc[rows, cols + 1], srt._qrs[rows, srt.v - cols - 1],
+                             odds[rows, cols], value=-1.0).clamp_(0.0, 1.0)
+        return torch.sub(srt.pc[rows, cols + 1], mass)
+
+    upper = f_at(starts).amin(1, keepdim=True)  # (B, 1): f at the block starts
+    mass_hi = torch.addcmul(srt.qc[:, ends + 1], srt._qrs[:, srt.v - ends - 1], odds[:, starts],
+                            value=-1.0).clamp_(0.0, 1.0)  # (B, nb): the largest mass a block can hold
+    open_ = (srt.pc[:, starts + 1] - mass_hi) - 1e-12 <= upper  # (B, nb)
+    if 4 * int(open_.sum()) > open_.numel():
+        suffix = srt.qsuf_range(1, m)
+        mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
+        return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
+    offsets = torch.arange(width)  # (width,)
+    best = torch.empty(batch.rows, dtype=torch.float64)  # (B,)
+    count = torch.empty(batch.rows, dtype=torch.int64)  # (B,)
+    for i in range(batch.rows):
+        cols = (torch.nonzero(open_[i])[:, 0, None] * width + offsets).flatten()  # increasing columns
+        f = f_at(cols[cols < n], i)
+        best[i], at = f.min(0)
+        count[i] = cols[at] + 1
+    return _prefix_result(srt, best, count, want_sets)
 
 
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
