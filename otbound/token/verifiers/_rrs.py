@@ -50,6 +50,7 @@ import math
 import numpy as np
 
 from otbound._validation import InvalidInputError
+from otbound.token._kernel import greedy_split_rows
 from otbound.token.verifiers._base import SequentialVerifier, ratio_min1, residual
 
 
@@ -242,22 +243,27 @@ def _rrs_wor_exact(batch, k):
     mu2 = mu1 + h1  # (B, 1)
     h2 = srt.h(mu2)  # (B, 1)
     n_mu2 = srt.count_below(mu2)  # (B, 1)
+    top = greedy_split_rows(batch, 1)[2]  # (B, 1): the largest q per row
     if srt.r.device.type != "cpu":
-        return 1.0 - _rejected_twice(srt, h1, mu2, h2, n_mu2)
+        return 1.0 - _rejected_twice(srt, h1, mu2, h2, n_mu2, top)
     return 1.0 - torch.cat([_rejected_twice(srt.row(i), h1[i : i + 1], mu2[i : i + 1], h2[i : i + 1],
-                                            n_mu2[i : i + 1]) for i in range(batch.rows)])
+                                            n_mu2[i : i + 1], top[i : i + 1]) for i in range(batch.rows)])
 
 
-def _rejected_twice(srt, h1, mu2, h2, n_mu2):
+def _rejected_twice(srt, h1, mu2, h2, n_mu2, top):
     """P(both drafts rejected) at K = 2, (B,): Σ over first drafts x_1 of their round-1 rejection
     weight ``(q − p/h_1)_+(x_1)`` times ρ_2 (:func:`_reject_first_drafts`); rows (B, ·) of ``srt``
-    and their μ_2, h_2 = h(μ_2), n(μ_2), h_1, each (B, 1)."""
+    and their μ_2, h_2 = h(μ_2), n(μ_2), h_1 and largest q, each (B, 1). ``S_2 = Σ_{x ≠ x_1} q``
+    is ``q_tot − q(x_1)`` where every q ≤ 1/2 (S_2 ≥ 1/2: one rounding), else the other tokens'
+    mass summed directly (exact in relative terms however small)."""
     torch = _torch()
     n1 = int(n_mu2.max()) if n_mu2.numel() else 0  # first drafts that can be rejected: r < μ_2
     qx = srt.qs[:, :n1]  # (B, n1), a view
-    w1 = torch.div(srt.ps[:, :n1], h1)
-    w1 = torch.sub(qx, w1, out=w1).clamp_min_(0.0)  # rejection weight of each first draft, (B, n1)
-    s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
+    w1 = torch.addcdiv(qx, srt.ps[:, :n1], h1, value=-1.0).clamp_min_(0.0)  # rejection weights, (B, n1)
+    if bool((top > 0.5).any()):
+        s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
+    else:
+        s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
     return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
 
 
@@ -305,9 +311,10 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2):
     [μ_2 + h_2, μ_3): then n(μ_3) is the row's n(μ_2 + h_2) and :func:`_reject` reduces to
     ``ρ_2 = 1 − Qs[n]/S_2 − D`` with Qs[n] and D per row, so the sum is two reductions,
     ``(1 − D) Σ w1 − Qs[n] Σ w1/S_2`` (the clamp of each ρ_2 to [0, 1] left out: it would move the
-    sum by rounding errors only). A row with a first draft whose μ_3 does cross a ratio (found from
-    the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2) sums ρ_2 draft by
-    draft, :func:`_reject` itself for those drafts.
+    sum by rounding errors only). In a row with first drafts whose μ_3 does cross a ratio (found
+    from the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2), those drafts'
+    terms are swapped for :func:`_reject` itself (where their S_2 ≥ 1/2, so that every term is at
+    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft).
     """
     torch = _torch()
     live = h2 > 0  # (B, 1)
@@ -324,11 +331,17 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2):
     if s2.shape[1]:  # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
         crossing = (h2 > gap * s2.amin(1, keepdim=True)) & live
         for row in torch.nonzero(crossing[:, 0]).flatten().tolist():
-            far = h2[row] > gap[row] * s2[row]  # (m,)
-            rho = torch.div(tail[row], s2[row]).neg_().add_(1.0).sub_(d[row]).clamp_(0.0, 1.0)  # (m,)
-            rho[far] = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s2[row : row + 1, far],
-                               qx[row : row + 1, far], n_mu2[row : row + 1])[0]
-            total[row] = (w1[row] * rho).sum()
+            far = torch.nonzero(h2[row] > gap[row] * s2[row])[:, 0]  # (f,) the drafts whose μ_3 crosses
+            s_far = s2[row, far]  # (f,)
+            general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
+                              qx[row : row + 1, far], n_mu2[row : row + 1])[0]  # (f,)
+            if bool((s_far >= 0.5).all()):  # swap their terms of the sums for ρ_2 itself (all terms ≤ 2 w1)
+                shortcut = torch.div(tail[row], s_far).neg_().add_(1.0).sub_(d[row])  # (f,) as summed above
+                total[row] += (w1[row, far] * general.sub_(shortcut)).sum()
+            else:  # a tiny S_2 (w1/S_2 large): the row summed draft by draft
+                rho = torch.div(tail[row], s2[row]).neg_().add_(1.0).sub_(d[row]).clamp_(0.0, 1.0)  # (m,)
+                rho[far] = general
+                total[row] = (w1[row] * rho).sum()
     return torch.where(live, total, torch.zeros_like(total))[:, 0]
 
 
