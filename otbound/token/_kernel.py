@@ -580,8 +580,8 @@ def _pair_closed_form(batch, want_sets):
     monotonically), so ``Pc[a]`` minus that bounds f there from below; a block whose bound, less a
     margin of 1e-12 for the rounding of a fused multiply-add, exceeds the least f at the block
     starts cannot hold the minimum. Where a draft token holds q > 1/2 (its 1 − q is the other
-    tokens' mass summed directly), where many blocks stay open and on an accelerator, every prefix
-    is evaluated."""
+    tokens' mass summed directly) and on an accelerator every prefix is evaluated, and in a row
+    where many blocks stay open, every prefix of the row."""
     torch = _torch()
     srt = batch.sorted
     top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
@@ -603,30 +603,34 @@ def _pair_closed_form(batch, want_sets):
     n = m - 1
     starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
     ends = (starts + width).clamp_(max=n) - 1  # (nb,) last columns
-
-    def f_at(cols, rows=slice(None)):
-        """f at columns ``cols`` ((nb,) or (c,)) of the rows, as the full evaluation computes it."""
-        mass = torch.addcmul(srt.qc[rows, cols + 1], srt._qrs[rows, srt.v - cols - 1],
-                             odds[rows, cols], value=-1.0).clamp_(0.0, 1.0)
-        return torch.sub(srt.pc[rows, cols + 1], mass)
-
-    upper = f_at(starts).amin(1, keepdim=True)  # (B, 1): f at the block starts
-    mass_hi = torch.addcmul(srt.qc[:, ends + 1], srt._qrs[:, srt.v - ends - 1], odds[:, starts],
-                            value=-1.0).clamp_(0.0, 1.0)  # (B, nb): the largest mass a block can hold
-    open_ = (srt.pc[:, starts + 1] - mass_hi) - 1e-12 <= upper  # (B, nb)
-    if 4 * int(open_.sum()) > open_.numel():
-        suffix = srt.qsuf_range(1, m)
-        mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
-        return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
     offsets = torch.arange(width)  # (width,)
     best = torch.empty(batch.rows, dtype=torch.float64)  # (B,)
     count = torch.empty(batch.rows, dtype=torch.int64)  # (B,)
-    for i in range(batch.rows):
-        cols = (torch.nonzero(open_[i])[:, 0, None] * width + offsets).flatten()  # increasing columns
-        f = f_at(cols[cols < n], i)
-        best[i], at = f.min(0)
+    for i in range(batch.rows):  # one row at a time: 1-D index_select is fast, a column gather of (B, ·) is not
+        pc, qc, qrs, od = srt.pc[i], srt.qc[i], srt._qrs[i], odds[i]  # (V + 1,) ×3, (n,)
+        f_at = functools.partial(_pair_f, srt.v, pc, qc, qrs, od)
+        p_start, od_start = pc[1 : n + 1 : width], od[::width]  # (nb,) strided views at the block starts
+        upper = f_at(starts).min()  # f at the block starts
+        mass_hi = torch.addcmul(qc.index_select(0, ends + 1), qrs.index_select(0, srt.v - 1 - ends),
+                                od_start, value=-1.0).clamp_(0.0, 1.0)  # (nb,)
+        open_ = (p_start - mass_hi) - 1e-12 <= upper  # (nb,) blocks that may hold the minimum
+        if 4 * int(open_.sum()) > open_.numel():
+            cols = torch.arange(n)
+        else:
+            cols = (torch.nonzero(open_)[:, 0, None] * width + offsets).flatten()  # increasing columns
+            cols = cols[cols < n]
+        best[i], at = f_at(cols).min(0)
         count[i] = cols[at] + 1
     return _prefix_result(srt, best, count, want_sets)
+
+
+def _pair_f(v, pc, qc, qrs, odds, cols):
+    """f of :func:`_pair_closed_form` at prefix columns ``cols`` of one row (its Pc, Qc, reversed
+    suffix sums and odds), as the full evaluation computes it."""
+    torch = _torch()
+    mass = torch.addcmul(qc.index_select(0, cols + 1), qrs.index_select(0, v - 1 - cols), odds.index_select(0, cols),
+                         value=-1.0).clamp_(0.0, 1.0)
+    return torch.sub(pc.index_select(0, cols + 1), mass)
 
 
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
