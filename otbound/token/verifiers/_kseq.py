@@ -150,15 +150,26 @@ def _kseq_batch(srt, k):
     ``β(ρ) = Pc[n(ρ)]/ρ + Qs[n(ρ)]`` needs ``n(ρ) = #{r < ρ}`` (a binary search of the sorted row)
     only while a row's bracket holds a ratio: once ``n(lo) = n(hi)``, n is the same at every
     midpoint, and the remaining halvings (most of the ≈ 52) are arithmetic on (B,) float64 arrays
-    (numpy, as :func:`kseq_rho`), with no search and no (B, V) access."""
+    (numpy, as :func:`kseq_rho`), with no search and no (B, V) access: Newton's method inside the
+    bracket (:func:`_root_in_segment`) to the float64 root, the same end with f ≤ 0 as the
+    halvings would give up to the rounding of f (a few ulps of ρ*, ~1e-16 in α)."""
     import torch
 
     dev = srt.r.device
 
-    def terms(rho):
-        """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (B,) numpy, as (B,) numpy arrays."""
-        n = srt.count_below(torch.from_numpy(rho).to(dev).reshape(-1, 1))  # (B, 1)
-        return n[:, 0].cpu().numpy(), srt.at(srt.pc, n)[:, 0].cpu().numpy(), srt.qsuf(n)[:, 0].cpu().numpy()
+    if dev.type == "cpu":  # the sorted rows read in place, one binary search per row
+        r, prefix, rsuffix = srt.r.numpy(), srt.pc.numpy(), srt._qrs.numpy()  # (B, V), (B, V + 1) ×2
+        rows = np.arange(r.shape[0])
+
+        def terms(rho):
+            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (B,) numpy, as (B,) numpy arrays."""
+            n = np.array([np.searchsorted(r[i], rho[i], "left") for i in rows], dtype=np.int64)
+            return n, prefix[rows, n], rsuffix[rows, srt.v - n]
+    else:
+        def terms(rho):
+            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (B,) numpy, as (B,) numpy arrays."""
+            n = srt.count_below(torch.from_numpy(rho).to(dev).reshape(-1, 1))  # (B, 1)
+            return n[:, 0].cpu().numpy(), srt.at(srt.pc, n)[:, 0].cpu().numpy(), srt.qsuf(n)[:, 0].cpu().numpy()
 
     below_one = np.nextafter(1.0, 0.0)  # min(β, this) = β wherever β < 1: no log1p(−1) to mask
 
@@ -185,13 +196,45 @@ def _kseq_batch(srt, k):
         lo_terms = tuple(np.where(to_lo, a, c) for a, c in zip(mid_terms, lo_terms))
         hi_terms = tuple(np.where(to_hi, a, c) for a, c in zip(mid_terms, hi_terms))
     pc, qs = lo_terms[1], lo_terms[2]  # every open bracket's Pc[n], Qs[n] from here on
-    while not done.all():
-        mid = 0.5 * (lo + hi)
-        done |= (mid <= lo) | (mid >= hi)
-        pos = f(mid, pc, qs) > 0.0
-        lo = np.where(~done & pos, mid, lo)
-        hi = np.where(~done & ~pos, mid, hi)
+    open_ = ~done
+    if open_.any():
+        hi[open_] = _root_in_segment(f, pc[open_], qs[open_], k, lo[open_], hi[open_])
     rho = torch.from_numpy(hi).to(dev).reshape(-1, 1)  # (B, 1)
     n = srt.count_below(rho)
     bt = srt.at(srt.pc, n) / rho + srt.qsuf(n)  # β(ρ*), (B, 1)
     return torch.where(bt < 1.0, -torch.expm1(k * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))[:, 0]
+
+
+def _root_in_segment(f, pc, qs, k, lo, hi):
+    """The float ρ in [lo, hi] (each (B,)) with computed ``f(ρ) ≤ 0 < f(ρ⁻)`` (ρ⁻ the float below),
+    where ``f(ρ) = p_acc(β) − ρ β``, ``β = pc/ρ + qs`` (fixed Pc[n], Qs[n] per row) has
+    ``f(lo) > 0 ≥ f(hi)``: safeguarded Newton steps (``f' = −K (1 − β)^(K−1) pc/ρ² − qs``; a
+    halving where a step leaves the bracket), then single-ulp moves to the sign change."""
+    lo, hi = lo.copy(), hi.copy()
+    x = 0.5 * (lo + hi)
+    for _ in range(60):
+        fx = f(x, pc, qs)
+        lo = np.where(fx > 0.0, x, lo)
+        hi = np.where(fx > 0.0, hi, x)
+        bt = pc / x + qs
+        slope = -k * np.maximum(1.0 - bt, 0.0) ** (k - 1) * pc / (x * x) - qs  # f'(x) ≤ 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(slope < 0.0, fx / slope, 0.0)
+        nxt = x - step
+        nxt = np.where((nxt > lo) & (nxt < hi), nxt, 0.5 * (lo + hi))
+        if np.all((np.abs(nxt - x) <= 4 * np.spacing(x)) | (hi <= np.nextafter(lo, np.inf))):
+            break
+        x = nxt
+    rho = np.clip(x, lo, hi)
+    for _ in range(64):  # up to the first float with f ≤ 0
+        up = f(rho, pc, qs) > 0.0
+        if not up.any():
+            break
+        rho = np.where(up, np.nextafter(rho, np.inf), rho)
+    for _ in range(64):  # down while the float below also has f ≤ 0
+        below = np.nextafter(rho, -np.inf)
+        down = f(below, pc, qs) <= 0.0
+        if not down.any():
+            break
+        rho = np.where(down, below, rho)
+    return rho
