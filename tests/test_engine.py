@@ -405,13 +405,14 @@ def test_with_replacement_block_bounds_keep_the_minimum(monkeypatch):
 def test_pair_closed_form_block_bounds_keep_the_minimum(monkeypatch):
     """α* without replacement at K = 2 with f evaluated only in the blocks of prefixes whose lower
     bound can hold the minimum: the value of every prefix evaluated (to 1e-15: a fused multiply-add
-    may round the mass differently) and the same binding set, on LM-like, flat and tied rows."""
+    may round the mass differently) and the same binding set, on LM-like, flat, tied and peaked rows."""
     from otbound.token import _kernel
 
     rng = np.random.default_rng(22)
     tie = _softmax(np.round(rng.normal(size=(2, 20_000)) * 2.5))
     parts = [lm_rows(rng, 3, 20_000), lm_rows(rng, 2, 20_000, scale=0.3), lm_rows(rng, 2, 20_000, noise=0.1),
-             (tie, np.roll(tie, 3, 1))]
+             (tie, np.roll(tie, 3, 1)), lm_rows(rng, 3, 20_000, scale=6.0)]
+    assert (parts[-1][1].max(1) > 0.5).any()  # a draft token of q > 1/2 (its 1 − q summed directly)
     full_calls = []
     every_column = _kernel._prefix_minimum
     monkeypatch.setattr(_kernel, "_prefix_minimum", lambda *a, **kw: full_calls.append(1) or every_column(*a, **kw))
@@ -424,13 +425,13 @@ def test_pair_closed_form_block_bounds_keep_the_minimum(monkeypatch):
         full_calls.clear()
         top = torch.from_numpy(q.max(1))
         m = min(srt.prefix_limit(2.0 / (1.0 - top)), srt.pc.shape[1])
-        qs = srt.qs[:, : m - 1]
-        odds = torch.cumsum(qs / (1.0 - qs), 1)
-        mass = (srt.qc[:, 1:m] - srt.qsuf_range(1, m) * odds).clamp(0.0, 1.0)
+        qs, suffix = srt.qs[:, : m - 1], srt.qsuf_range(1, m)
+        odds = torch.cumsum(qs / torch.where(qs > 0.5, srt.qc[:, : m - 1] + suffix, 1.0 - qs), 1)
+        mass = (srt.qc[:, 1:m] - suffix * odds).clamp(0.0, 1.0)
         ref_value, ref_sets = every_column(srt, srt.pc[:, 1:m] - mass, True, first=1)
         np.testing.assert_allclose(value.numpy(), ref_value.numpy(), rtol=0, atol=1e-15)
         assert torch.equal(sets, ref_sets)
-    assert blocked >= 3  # the block bounds served most of the batches
+    assert blocked >= 4  # the block bounds served most of the batches
 
 
 def test_first_draft_shortcut_equals_the_general_round():

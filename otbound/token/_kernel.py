@@ -27,7 +27,13 @@ tiny tails keep their relative accuracy). With ``n(μ) = #{r < μ}`` (a binary s
 
 Sorting: on the CPU one unsigned-integer sort of the ratio's bit pattern with the index in its low
 bits (:func:`_ratio_order`; ``torch.sort`` costs 16× ``np.sort`` for float64 on one core, numpy's
-``argsort`` 2.6×), near ties repaired exactly; on CUDA a stable ``torch.sort``.
+``argsort`` 2.6×), near ties repaired exactly, one row at a time from the division to the prefix
+sums (:meth:`SortedRows._sort_cpu`); on CUDA a stable ``torch.sort`` of the whole batch.
+
+Sparing the (B, V) passes: with-replacement α* and the K = 2 closed form evaluate their prefix
+function only in the column blocks whose lower bound can hold its minimum (:func:`_with_replacement`,
+:func:`_pair_closed_form`); one selection of the largest q per batch serves the greedy and
+deterministic laws.
 
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); the values agree
 with the per-row references of the tests to float64 summation error (≤ 1e-14 measured, 1e-12
@@ -579,9 +585,9 @@ def _pair_closed_form(batch, want_sets):
     ``Qc[e − 1] − Qs[e − 1] odds_a`` (Qc and the odds grow, Qs shrinks, all rounding
     monotonically), so ``Pc[a]`` minus that bounds f there from below; a block whose bound, less a
     margin of 1e-12 for the rounding of a fused multiply-add, exceeds the least f at the block
-    starts cannot hold the minimum. Where a draft token holds q > 1/2 (its 1 − q is the other
-    tokens' mass summed directly) and on an accelerator every prefix is evaluated, and in a row
-    where many blocks stay open, every prefix of the row."""
+    starts cannot hold the minimum. A draft token of q > 1/2 has its 1 − q as the other tokens'
+    mass summed directly. On an accelerator every prefix is evaluated, and in a row where many
+    blocks stay open, every prefix of the row."""
     torch = _torch()
     srt = batch.sorted
     top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
@@ -590,7 +596,7 @@ def _pair_closed_form(batch, want_sets):
         return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
     qs = srt.qs[:, : m - 1]  # (B, m − 1): column c is the prefix of c + 1 tokens
     width = _BOUND_BLOCK
-    if bool((top > 0.5).any()) or srt.r.device.type != "cpu" or m <= 4 * width:
+    if srt.r.device.type != "cpu" or m <= 4 * width:
         suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
         rest = 1.0 - qs
         if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
@@ -599,6 +605,9 @@ def _pair_closed_form(batch, want_sets):
         mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
         return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
     rest = torch.rsub(qs, 1.0)
+    for i in torch.nonzero(top > 0.5).flatten().tolist():  # its one token of q > 1/2: the others' mass summed directly
+        big = torch.nonzero(qs[i] > 0.5)[:, 0]
+        rest[i, big] = srt.qc[i, big] + srt._qrs[i, srt.v - 1 - big]
     odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1)
     n = m - 1
     starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
