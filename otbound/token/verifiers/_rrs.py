@@ -262,9 +262,10 @@ def _rejected_twice(srt, h1, mu2, h2, n_mu2, top):
     w1 = torch.addcdiv(qx, srt.ps[:, :n1], h1, value=-1.0).clamp_min_(0.0)  # rejection weights, (B, n1)
     if bool((top > 0.5).any()):
         s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
-    else:
-        s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
-    return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+    s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
+    floor = srt.q_tot - top  # (B, 1) ≤ q_tot − q(x_1) for every x_1, as rounded (q(x_1) ≤ top)
+    return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor)
 
 
 def _rrs_wor_paths(batch, horizon, mc_samples):
@@ -303,7 +304,7 @@ def _rrs_wor_paths(batch, horizon, mc_samples):
     return out
 
 
-def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2):
+def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None):
     """``Σ_{x_1} w1(x_1) ρ_2(x_1)`` per row, (B,): ρ_2 of every first draft x_1 (states (B, m):
     S_2 = s2, q(x_1) = qx, weights w1; μ_2, h_2 and n(μ_2) per row, (B, 1)).
 
@@ -314,7 +315,8 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2):
     sum by rounding errors only). In a row with first drafts whose μ_3 does cross a ratio (found
     from the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2), those drafts'
     terms are swapped for :func:`_reject` itself (where their S_2 ≥ 1/2, so that every term is at
-    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft).
+    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft). ``s2_floor``
+    (B, 1): a lower bound of each row's S_2 known to the caller (default: their minimum).
     """
     torch = _torch()
     live = h2 > 0  # (B, 1)
@@ -329,7 +331,8 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2):
     r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)  # (B, 1)
     gap = r_next - mu2  # (B, 1)
     if s2.shape[1]:  # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
-        crossing = (h2 > gap * s2.amin(1, keepdim=True)) & live
+        floor = s2.amin(1, keepdim=True) if s2_floor is None else s2_floor  # (B, 1): ≤ every S_2 of the row
+        crossing = (h2 > gap * floor) & live
         for row in torch.nonzero(crossing[:, 0]).flatten().tolist():
             far = torch.nonzero(h2[row] > gap[row] * s2[row])[:, 0]  # (f,) the drafts whose μ_3 crosses
             s_far = s2[row, far]  # (f,)
