@@ -143,33 +143,38 @@ class KSeqVerifier(SequentialVerifier):
         return batch.memo(("kseq", num_drafts), lambda: _kseq_batch(batch.sorted, num_drafts))
 
 
+_PROBES = 64  # bracket points evaluated at once per row and round of the search for ρ*
+
+
 def _kseq_batch(srt, k):
-    """``1 − (1 − β(ρ*))^K`` per row (B,) on the batch's device, ρ* by the bisection of
-    :func:`kseq_rho` for every row at once.
+    """``1 − (1 − β(ρ*))^K`` per row (B,) on the batch's device, ρ* the root of
+    ``f(ρ) = p_acc(β(ρ)) − ρ β(ρ)`` on [1, K] at float64 resolution, the end with f ≤ 0 (as
+    :func:`kseq_rho`), for every row at once.
 
     ``β(ρ) = Pc[n(ρ)]/ρ + Qs[n(ρ)]`` needs ``n(ρ) = #{r < ρ}`` (a binary search of the sorted row)
-    only while a row's bracket holds a ratio: once ``n(lo) = n(hi)``, n is the same at every
-    midpoint, and the remaining halvings (most of the ≈ 52) are arithmetic on (B,) float64 arrays
-    (numpy, as :func:`kseq_rho`), with no search and no (B, V) access: Newton's method inside the
-    bracket (:func:`_root_in_segment`) to the float64 root, the same end with f ≤ 0 as the
-    halvings would give up to the rounding of f (a few ulps of ρ*, ~1e-16 in α)."""
+    only while a row's bracket holds a ratio: each round evaluates f at ``_PROBES`` − 1 points of
+    every open bracket and keeps the sub-interval where f changes sign (6 bits per round instead
+    of a halving's 1), until ``n(lo) = n(hi)``; inside that one ratio gap, where n is fixed, Newton's
+    method on (B,) float64 arrays (:func:`_root_in_segment`) gives the float with computed
+    ``f ≤ 0`` next to the sign change, the end :func:`kseq_rho`'s halvings keep up to the rounding
+    of f (a few ulps of ρ*, ~1e-16 in α)."""
     import torch
 
     dev = srt.r.device
-
     if dev.type == "cpu":  # the sorted rows read in place, one binary search per row
         r, prefix, rsuffix = srt.r.numpy(), srt.pc.numpy(), srt._qrs.numpy()  # (B, V), (B, V + 1) ×2
-        rows = np.arange(r.shape[0])
 
-        def terms(rho):
-            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (B,) numpy, as (B,) numpy arrays."""
-            n = np.array([np.searchsorted(r[i], rho[i], "left") for i in rows], dtype=np.int64)
-            return n, prefix[rows, n], rsuffix[rows, srt.v - n]
+        def terms(rows, rho):
+            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (len(rows), m) numpy at the given rows, each (len(rows), m)."""
+            n = np.stack([np.searchsorted(r[i], x, "left") for i, x in zip(rows, rho)])
+            return n, prefix[rows[:, None], n], rsuffix[rows[:, None], srt.v - n]
     else:
-        def terms(rho):
-            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (B,) numpy, as (B,) numpy arrays."""
-            n = srt.count_below(torch.from_numpy(rho).to(dev).reshape(-1, 1))  # (B, 1)
-            return n[:, 0].cpu().numpy(), srt.at(srt.pc, n)[:, 0].cpu().numpy(), srt.qsuf(n)[:, 0].cpu().numpy()
+        def terms(rows, rho):
+            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (len(rows), m) numpy at the given rows, each (len(rows), m)."""
+            sel = torch.as_tensor(rows, device=dev)
+            n = torch.searchsorted(srt.r[sel], torch.from_numpy(rho).to(dev).contiguous(), side="left")
+            return (n.cpu().numpy(), torch.gather(srt.pc[sel], 1, n).cpu().numpy(),
+                    torch.gather(srt._qrs[sel], 1, srt.v - n).cpu().numpy())
 
     below_one = np.nextafter(1.0, 0.0)  # min(β, this) = β wherever β < 1: no log1p(−1) to mask
 
@@ -179,26 +184,31 @@ def _kseq_batch(srt, k):
         return p_acc - rho * bt
 
     b = srt.r.shape[0]
+    every = np.arange(b)
     lo, hi = np.ones(b), np.full(b, float(k))  # (B,) each
-    lo_terms, hi_terms = terms(lo), terms(hi)  # (n, Pc[n], Qs[n]) at each end
-    done = f(lo, *lo_terms[1:]) <= 0.0
+    (n_lo, pc_lo, qs_lo), (n_hi, _, _) = (tuple(x[:, 0] for x in terms(every, end[:, None])) for end in (lo, hi))
+    done = f(lo, pc_lo, qs_lo) <= 0.0  # ρ* = 1
     hi = np.where(done, lo, hi)
-    hi_terms = tuple(np.where(done, a, c) for a, c in zip(lo_terms, hi_terms))
-    while not done.all() and not (lo_terms[0] == hi_terms[0])[~done].all():  # some bracket holds a ratio
-        mid = 0.5 * (lo + hi)
-        done = done | (mid <= lo) | (mid >= hi)
-        fixed = lo_terms[0] == hi_terms[0]  # no ratio in [lo, hi): n(mid) = n(lo)
-        mid_terms = tuple(np.where(fixed, a, c) for a, c in zip(lo_terms, terms(mid)))
-        pos = f(mid, *mid_terms[1:]) > 0.0
-        to_lo, to_hi = ~done & pos, ~done & ~pos
-        lo = np.where(to_lo, mid, lo)
-        hi = np.where(to_hi, mid, hi)
-        lo_terms = tuple(np.where(to_lo, a, c) for a, c in zip(mid_terms, lo_terms))
-        hi_terms = tuple(np.where(to_hi, a, c) for a, c in zip(mid_terms, hi_terms))
-    pc, qs = lo_terms[1], lo_terms[2]  # every open bracket's Pc[n], Qs[n] from here on
-    open_ = ~done
-    if open_.any():
-        hi[open_] = _root_in_segment(f, pc[open_], qs[open_], k, lo[open_], hi[open_])
+    steps = np.arange(1, _PROBES) / _PROBES  # (P − 1,)
+    while True:
+        rows = np.flatnonzero(~done & (n_lo != n_hi) & (hi > np.nextafter(lo, np.inf)))  # brackets holding a ratio
+        if not rows.size:
+            break
+        x = lo[rows, None] + (hi - lo)[rows, None] * steps  # (o, P − 1), non-decreasing
+        x = np.clip(x, lo[rows, None], hi[rows, None])
+        n, pc, qs = terms(rows, x)
+        nonpos = f(x, pc, qs) <= 0.0  # (o, P − 1)
+        j = np.where(nonpos.any(1), nonpos.argmax(1), _PROBES - 1)  # the first probe with f ≤ 0 (P − 1: hi)
+        below = j > 0  # the probe before it has f > 0: the new lo
+        at = np.maximum(j - 1, 0)
+        sub = rows[below]
+        lo[sub], n_lo[sub], pc_lo[sub], qs_lo[sub] = (a[below, at[below]] for a in (x, n, pc, qs))
+        inside = j < _PROBES - 1  # the probe with f ≤ 0: the new hi
+        sub = rows[inside]
+        hi[sub], n_hi[sub] = x[inside, j[inside]], n[inside, j[inside]]
+    open_ = ~done & (hi > np.nextafter(lo, np.inf))
+    if open_.any():  # one ratio gap each: n fixed at n(lo)
+        hi[open_] = _root_in_segment(f, pc_lo[open_], qs_lo[open_], k, lo[open_], hi[open_])
     rho = torch.from_numpy(hi).to(dev).reshape(-1, 1)  # (B, 1)
     n = srt.count_below(rho)
     bt = srt.at(srt.pc, n) / rho + srt.qsuf(n)  # β(ρ*), (B, 1)
