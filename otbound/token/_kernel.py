@@ -688,9 +688,8 @@ def greedy_split_rows(batch: LawBatch, m: int):
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
         in_g = qg.sum(1, keepdim=True)
         outside = q.sum(1, keepdim=True) - in_g
-        direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
-        if direct.numel():
-            outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
+        for row in torch.nonzero(in_g[:, 0] > 0.5).flatten().tolist():  # one row at a time: no (·, V) gather
+            outside[row] = q[row].scatter(0, idx[row], 0.0).sum()
         rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # (B, width)
         return idx, pg, qg, outside, rest
 

@@ -254,18 +254,32 @@ def _rejected_twice(srt, h1, mu2, h2, n_mu2, top):
     """P(both drafts rejected) at K = 2, (B,): Σ over first drafts x_1 of their round-1 rejection
     weight ``(q − p/h_1)_+(x_1)`` times ρ_2 (:func:`_reject_first_drafts`); rows (B, ·) of ``srt``
     and their μ_2, h_2 = h(μ_2), n(μ_2), h_1 and largest q, each (B, 1). ``S_2 = Σ_{x ≠ x_1} q``
-    is ``q_tot − q(x_1)`` where every q ≤ 1/2 (S_2 ≥ 1/2: one rounding), else the other tokens'
-    mass summed directly (exact in relative terms however small)."""
+    is ``q_tot − q(x_1)`` wherever ``q(x_1) ≤ 1/2`` (then S_2 ≥ 1/2: one rounding); a token of
+    q > 1/2 (one per row at most) has its S_2 as the other tokens' mass summed directly (exact in
+    relative terms however small) and its term by the general round (:func:`_reject`)."""
     torch = _torch()
     n1 = int(n_mu2.max()) if n_mu2.numel() else 0  # first drafts that can be rejected: r < μ_2
     qx = srt.qs[:, :n1]  # (B, n1), a view
     w1 = torch.addcdiv(qx, srt.ps[:, :n1], h1, value=-1.0).clamp_min_(0.0)  # rejection weights, (B, n1)
-    if bool((top > 0.5).any()):
+    s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
+    if not bool((top > 0.5).any()):
+        floor = srt.q_tot - top  # (B, 1) ≤ q_tot − q(x_1) for every x_1, as rounded (q(x_1) ≤ top)
+        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor)
+    if w1.shape[0] > 1:  # an accelerator's batch: S_2 of every first draft summed directly
         s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
         return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
-    s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
-    floor = srt.q_tot - top  # (B, 1) ≤ q_tot − q(x_1) for every x_1, as rounded (q(x_1) ≤ top)
-    return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor)
+    # one row whose token of q > 1/2 (at most one) is taken out of the sums: every other S_2 > 1/2;
+    # its own S_2 summed directly and its ρ_2 by the general round
+    big = torch.nonzero(qx[0] > 0.5)[:, 0]  # (0 or 1,)
+    w_big = w1[0, big].clone()
+    w1[0, big] = 0.0
+    s2[0, big] = 1.0  # no term, no crossing
+    rest = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+    if not big.numel():
+        return rest
+    s_big = srt.qc[0, big] + srt._qrs[0, srt.v - 1 - big]  # Σ_{x ≠ big} q, summed directly
+    rho = _reject(srt, mu2, h2, s_big[None], qx[:, big], n_mu2)[0]
+    return rest + (w_big * rho).sum()
 
 
 def _rrs_wor_paths(batch, horizon, mc_samples):
