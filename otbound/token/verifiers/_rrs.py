@@ -349,9 +349,15 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None):
         crossing = (h2 > gap * floor) & live
         for row in torch.nonzero(crossing[:, 0]).flatten().tolist():
             far = torch.nonzero(h2[row] > gap[row] * s2[row])[:, 0]  # (f,) the drafts whose μ_3 crosses
+            if not far.numel():  # the floor of S_2 is a bound: no draft crosses after all
+                continue
             s_far = s2[row, far]  # (f,)
+            mu3 = mu2[row] + h2[row] / s_far  # (f,) as _reject forms μ + h/S
+            lo = int(n_mu2[row, 0])  # n(μ_3) lies in [n(μ_2), n(max μ_3)]: searched in that window only
+            hi = int(torch.searchsorted(srt.r[row], mu3.max().reshape(1), side="left")[0])
+            n3 = torch.searchsorted(srt.r[row, lo:hi], mu3, side="left") + lo  # (f,)
             general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
-                              qx[row : row + 1, far], n_mu2[row : row + 1])[0]  # (f,)
+                              qx[row : row + 1, far], n_mu2[row : row + 1], n3[None])[0]  # (f,)
             if bool((s_far >= 0.5).all()):  # swap their terms of the sums for ρ_2 itself (all terms ≤ 2 w1)
                 shortcut = torch.div(tail[row], s_far).neg_().add_(1.0).sub_(d[row])  # (f,) as summed above
                 total[row] += (w1[row, far] * general.sub_(shortcut)).sum()
