@@ -375,23 +375,90 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
             assert r["measure_laws_ms"] > 0 and r["wor_k34_ms"] > 0 and r["ratio_to_sort"] > 0
 
 
+def test_with_replacement_block_bounds_keep_the_minimum(monkeypatch):
+    """α* with replacement evaluated only in the column blocks whose lower bound can hold the
+    minimum: the same value and binding set, bit for bit, as every prefix evaluated, on LM-like,
+    peaked, flat and tied rows, K = 1..5."""
+    from otbound.token import _kernel
+
+    rng = np.random.default_rng(21)
+    tie = _softmax(np.round(rng.normal(size=(2, 20_000)) * 2.5))
+    parts = [lm_rows(rng, 3, 20_000), lm_rows(rng, 2, 20_000, scale=6.0), lm_rows(rng, 2, 20_000, scale=0.3),
+             (tie, np.roll(tie, 3, 1))]
+    full_calls = []
+    every_column = _kernel._prefix_minimum
+    monkeypatch.setattr(_kernel, "_prefix_minimum", lambda *a, **kw: full_calls.append(1) or every_column(*a, **kw))
+    blocked = 0
+    for p, q in parts:
+        batch = LawBatch(p, q)
+        srt = batch.sorted
+        for k in range(1, 6):
+            before = len(full_calls)
+            value, sets = _kernel._with_replacement(batch, k, True)
+            blocked += len(full_calls) == before
+            m = min(srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64)), srt.pc.shape[1])
+            full = every_column(srt, srt.pc[:, :m] - _kernel.power(srt.qc[:, :m], k), True)
+            assert torch.equal(value, full[0]) and torch.equal(sets, full[1])
+    assert blocked >= 10  # the block bounds served most of the cases
+
+
+def test_pair_closed_form_block_bounds_keep_the_minimum(monkeypatch):
+    """α* without replacement at K = 2 with f evaluated only in the blocks of prefixes whose lower
+    bound can hold the minimum: the value of every prefix evaluated (to 1e-15: a fused multiply-add
+    may round the mass differently) and the same binding set, on LM-like, flat, tied and peaked rows."""
+    from otbound.token import _kernel
+
+    rng = np.random.default_rng(22)
+    tie = _softmax(np.round(rng.normal(size=(2, 20_000)) * 2.5))
+    parts = [lm_rows(rng, 3, 20_000), lm_rows(rng, 2, 20_000, scale=0.3), lm_rows(rng, 2, 20_000, noise=0.1),
+             (tie, np.roll(tie, 3, 1)), lm_rows(rng, 3, 20_000, scale=6.0)]
+    assert (parts[-1][1].max(1) > 0.5).any()  # a draft token of q > 1/2 (its 1 − q summed directly)
+    full_calls = []
+    every_column = _kernel._prefix_minimum
+    monkeypatch.setattr(_kernel, "_prefix_minimum", lambda *a, **kw: full_calls.append(1) or every_column(*a, **kw))
+    blocked = 0
+    for p, q in parts:
+        batch = LawBatch(p, q)
+        srt = batch.sorted
+        value, sets = _kernel._pair_closed_form(batch, True)
+        blocked += not full_calls
+        full_calls.clear()
+        top = torch.from_numpy(q.max(1))
+        m = min(srt.prefix_limit(2.0 / (1.0 - top)), srt.pc.shape[1])
+        qs, suffix = srt.qs[:, : m - 1], srt.qsuf_range(1, m)
+        odds = torch.cumsum(qs / torch.where(qs > 0.5, srt.qc[:, : m - 1] + suffix, 1.0 - qs), 1)
+        mass = (srt.qc[:, 1:m] - suffix * odds).clamp(0.0, 1.0)
+        ref_value, ref_sets = every_column(srt, srt.pc[:, 1:m] - mass, True, first=1)
+        np.testing.assert_allclose(value.numpy(), ref_value.numpy(), rtol=0, atol=1e-15)
+        assert torch.equal(sets, ref_sets)
+    assert blocked >= 4  # the block bounds served most of the batches
+
+
 def test_first_draft_shortcut_equals_the_general_round():
-    """rrs_wor K = 2 at V = 151,936: the per-row shortcut for first drafts whose μ_3 crosses no ratio
-    against the general rejection round evaluated for every first draft."""
+    """rrs_wor K = 2 at V = 151,936: the summed shortcut for first drafts whose μ_3 crosses no ratio
+    (and the draft-by-draft sum of the rows where one does) against the general rejection round
+    evaluated for every first draft; peaked rows (a draft token of mass near 1) have such drafts."""
     rng = np.random.default_rng(8)
-    p, q = lm_rows(rng, 2, LM_VOCAB)
-    srt = LawBatch(p, q).sorted
-    mu1 = torch.zeros(2, 1, dtype=torch.float64)
-    mu2 = mu1 + srt.h(mu1)
-    h2 = srt.h(mu2)
-    n_mu2 = srt.count_below(mu2)
-    m = int(n_mu2.max())
-    qx = srt.qs[:, :m]
-    s2 = srt.qc[:, :m] + srt.qsuf_range(1, m + 1)
-    general = _reject(srt, mu2.expand(-1, m), h2.expand(-1, m), s2, qx)
-    for per_row in (True, False):  # the CPU's and the accelerator's way of treating the other drafts
-        fast = _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=per_row)
-        np.testing.assert_allclose(fast.numpy(), general.numpy(), rtol=0, atol=1e-12)
+    crossed = 0
+    for p, q in (lm_rows(rng, 2, LM_VOCAB), lm_rows(rng, 3, LM_VOCAB, scale=6.0)):
+        srt = LawBatch(p, q).sorted
+        mu1 = torch.zeros(p.shape[0], 1, dtype=torch.float64)
+        h1 = srt.h(mu1)
+        mu2 = mu1 + h1
+        h2 = srt.h(mu2)
+        n_mu2 = srt.count_below(mu2)
+        m = int(n_mu2.max())
+        qx = srt.qs[:, :m]
+        s2 = srt.qc[:, :m] + srt.qsuf_range(1, m + 1)
+        general = _reject(srt, mu2.expand(-1, m), h2.expand(-1, m), s2, qx)
+        w1 = (qx - srt.ps[:, :m] / h1).clamp_min(0.0)
+        fast = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+        assert fast.shape == (p.shape[0],)
+        np.testing.assert_allclose(fast.numpy(), (w1 * general).sum(1).numpy(), rtol=0, atol=1e-12)
+        base = srt.count_below(mu2 + h2)
+        r_next = torch.gather(srt.r, 1, base.clamp(max=LM_VOCAB - 1))
+        crossed += int(((h2 > (r_next - mu2) * s2) & (w1 > 0)).any(1).sum())
+    assert crossed  # the draft-by-draft rows were exercised
 
 
 WOR_TOL = 1e-12  # α* without replacement: the kernel (sorted rows) against the search on the rows as given

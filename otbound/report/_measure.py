@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import scipy.stats
 
+from otbound._backend import positive_counts
 from otbound._io import safe_name, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
 from otbound.token import SamplingParams
@@ -168,7 +169,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     values = {n: {k: [] for k in ks} for n in names}
     methods: dict = {n: {} for n in names}
     skipped: dict = {}
-    support = (q > 0).sum(-1)  # (positions,) tokens of positive draft mass per row
+    support = positive_counts(q)  # (positions,) tokens of positive draft mass per row
     capped = {k: int((support < k).sum()) for k in ks}
     for c, start in enumerate(range(0, max(n_rows, 1), b)):
         rows = slice(start, start + b)

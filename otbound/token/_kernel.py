@@ -27,7 +27,13 @@ tiny tails keep their relative accuracy). With ``n(μ) = #{r < μ}`` (a binary s
 
 Sorting: on the CPU one unsigned-integer sort of the ratio's bit pattern with the index in its low
 bits (:func:`_ratio_order`; ``torch.sort`` costs 16× ``np.sort`` for float64 on one core, numpy's
-``argsort`` 2.6×), near ties repaired exactly; on CUDA a stable ``torch.sort``.
+``argsort`` 2.6×), near ties repaired exactly, one row at a time from the division to the prefix
+sums (:meth:`SortedRows._sort_cpu`); on CUDA a stable ``torch.sort`` of the whole batch.
+
+Sparing the (B, V) passes: with-replacement α* and the K = 2 closed form evaluate their prefix
+function only in the column blocks whose lower bound can hold its minimum (:func:`_with_replacement`,
+:func:`_pair_closed_form`); one selection of the largest q per batch serves the greedy and
+deterministic laws.
 
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); the values agree
 with the per-row references of the tests to float64 summation error (≤ 1e-14 measured, 1e-12
@@ -42,7 +48,7 @@ import math
 
 import numpy as np
 
-from otbound._backend import is_torch
+from otbound._backend import is_torch, positive_counts
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
 from otbound.token import _search, _wor
 
@@ -141,7 +147,7 @@ class LawBatch:
     @functools.cached_property
     def support(self) -> int:
         """The smallest number of tokens with q > 0 over the rows (V for an empty batch)."""
-        return int((self.q > 0).sum(1).min()) if self.rows else self.vocab
+        return int(positive_counts(self.q).min()) if self.rows else self.vocab
 
     @functools.cached_property
     def generator(self):
@@ -238,23 +244,32 @@ def _ratio(p, q):
     return (p / q).masked_fill_(q == 0, math.inf).add_(0.0)
 
 
+_INF_BITS = np.float64(math.inf).view(np.uint64)  # the bit pattern of +inf: every larger pattern is NaN or negative
+
+
 def _index_bits(v: int) -> int:
     return max(1, (v - 1).bit_length())
 
 
 def _ratio_order(r):
-    """Per row of ``r`` (non-negative float64, numpy; overwritten: the result lives in its memory),
-    the indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
+    """Per row of ``r`` (float64 ratios, numpy; overwritten: the result lives in its memory), the
+    indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
     ratio's bit pattern (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the
     index, so ratios closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order:
-    :func:`_near_tie_order`."""
-    low = np.uint64((1 << _index_bits(r.shape[1])) - 1)
+    :func:`_near_tie_order`.
+
+    Returns ``(order (B, V) int64, odd (B,) bool)``: ``odd`` marks the rows holding a pattern above
+    +inf's (NaN from 0/0, or a sign bit: −0, −inf), which sort last whatever they are; such a row's
+    order is valid only for ratios made by :func:`_ratio` (the caller redoes those rows)."""
+    b = _index_bits(r.shape[1])
+    low = np.uint64((1 << b) - 1)
     key = r.view(np.uint64)
     key &= ~low
     key |= np.arange(r.shape[1], dtype=np.uint64)
     key.sort(axis=1)
+    odd = key[:, -1] > (_INF_BITS | low)  # (B,): the largest key of each row lies last
     key &= low
-    return key.view(np.int64)
+    return key.view(np.int64), odd
 
 
 def _near_tie_order(r_in_order):
@@ -266,27 +281,41 @@ def _near_tie_order(r_in_order):
     (run rank, low b bits of the ratio, position) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
     (ratio, index): equal ratios within a run already lie in index order, so position breaks their
     ties as the index would. One more unsigned-integer sort of the row (larger V: a stable sort of
-    the tied runs' positions by ratio)."""
+    the tied runs' positions by ratio). Work arrays are reused in place (one row, in cache)."""
     v = r_in_order.size
     b = _index_bits(v)
     bits = r_in_order.view(np.uint64)
-    run = bits >> np.uint64(b)
     if 3 * b > 64:
+        run = bits >> np.uint64(b)
         tied = np.flatnonzero(run[1:] == run[:-1])
         pos = np.union1d(tied, tied + 1)
         perm = np.arange(v)
         perm[pos] = pos[np.argsort(r_in_order[pos], kind="stable")]
         return perm
-    start = np.zeros(v, dtype=np.uint64)
-    np.not_equal(run[1:], run[:-1], out=start[1:], casting="unsafe")
-    rank = np.cumsum(start, out=start)  # < V: fits in b bits
+    sh = np.uint64(b)
+    run = np.right_shift(bits, sh)  # (V,) the truncated ratio
+    key = np.empty(v, dtype=np.uint64)  # (V,) run starts, then the rank, then the key
+    key[0] = 0
+    np.not_equal(run[1:], run[:-1], out=key[1:], casting="unsafe")
+    np.cumsum(key, out=key)  # the run's rank < V: fits in b bits
+    key <<= np.uint64(2 * b)
     low = np.uint64((1 << b) - 1)
-    key = rank << np.uint64(2 * b)
-    key |= (bits & low) << np.uint64(b)
+    np.bitwise_and(bits, low, out=run)
+    run <<= sh
+    key |= run
     key |= np.arange(v, dtype=np.uint64)
     key.sort()
     key &= low
     return key.view(np.int64)
+
+
+def _odd_ratio(odd: bool, p, q, out):
+    """``out[:] = p/q`` (one row): :func:`_ratio` where the row holds 0/0 or −0, else a plain
+    division (the same values on such a row)."""
+    if odd:
+        out[:] = _ratio(p, q)
+    else:
+        _torch().div(p, q, out=out)
 
 
 class SortedRows:
@@ -295,27 +324,57 @@ class SortedRows:
     ratio in that order; ``pc``, ``qc`` (B, V + 1): prefix sums."""
 
     def __init__(self, p, q):
-        torch = _torch()
-        if p.device.type == "cpu":
-            order = torch.from_numpy(_ratio_order(_ratio(p, q).numpy()))
-        else:
-            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices
-        self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))
-        self.r = _ratio(self.ps, self.qs)  # the same divisions, in sorted order
-        if p.device.type == "cpu" and p.shape[1] > 1:
-            rows = torch.nonzero((self.r[:, 1:] < self.r[:, :-1]).any(1)).flatten()
-            for row in rows.tolist():  # local moves: permute the sorted rows in place, no new gather
-                perm = _near_tie_order(self.r[row].numpy())
-                for x in (order, self.ps, self.qs, self.r):
-                    x_row = x[row].numpy()
-                    x_row[:] = x_row[perm]
-        self.order = order
         self.v = p.shape[1]
-        self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)
-        # suffix sums summed from the tail (exact in relative terms where they are tiny and get
-        # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
-        self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
+        if p.device.type == "cpu":
+            self._sort_cpu(p, q)
+        else:
+            torch = _torch()
+            order = torch.sort(_ratio(p, q), dim=1, stable=True).indices  # (B, V)
+            self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))  # (B, V) each
+            self.r = _ratio(self.ps, self.qs)  # (B, V): the same divisions, in sorted order
+            self.order = order
+            self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)  # (B, V + 1) each
+            # suffix sums summed from the tail (exact in relative terms where they are tiny and get
+            # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
+            self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
         self.q_tot = self.qc[:, -1:]
+
+    def _sort_cpu(self, p, q):
+        """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
+        each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
+        not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
+        holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select``, the
+        ratios divided again in sorted order, a near-tie descent repaired in place
+        (:func:`_near_tie_order`), then the prefix and suffix sums. The same values as the batched
+        path of an accelerator, bit for bit."""
+        torch = _torch()
+        b, v = p.shape
+        order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
+        ps, qs, r = (torch.empty_like(p) for _ in range(3))  # (B, V) each
+        pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
+        for i in range(b):
+            key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
+            torch.div(p[i], q[i], out=torch.from_numpy(key))
+            odd = _ratio_order(key.reshape(1, v))[1][0]
+            if odd:
+                key[:] = _ratio(p[i], q[i]).numpy()
+                _ratio_order(key.reshape(1, v))
+            torch.index_select(p[i], 0, order[i], out=ps[i])
+            torch.index_select(q[i], 0, order[i], out=qs[i])
+            divide = functools.partial(_odd_ratio, odd)
+            divide(ps[i], qs[i], r[i])
+            if v > 1 and bool(torch.lt(r[i, 1:], r[i, :-1]).any()):
+                perm = _near_tie_order(r[i].numpy())  # (V,) local moves: a cache-friendly take
+                for x in (order, ps, qs):
+                    x_row = x[i].numpy()
+                    x_row[:] = np.take(x_row, perm)
+                divide(ps[i], qs[i], r[i])
+            self._prefix(ps[i : i + 1], out=pc[i : i + 1])
+            self._prefix(qs[i : i + 1], out=qc[i : i + 1])
+            self._prefix(ps[i : i + 1].flip(1), out=prs[i : i + 1])
+            self._prefix(qs[i : i + 1].flip(1), out=qrs[i : i + 1])
+        self.order, self.ps, self.qs, self.r = order, ps, qs, r
+        self.pc, self.qc, self._prs, self._qrs = pc, qc, prs, qrs
 
     def row(self, i):
         """The same structure for row ``i`` alone (shape (1, V))."""
@@ -325,14 +384,15 @@ class SortedRows:
         return view
 
     @staticmethod
-    def _prefix(x):
-        """``[0, x_0, x_0 + x_1, ...]`` per row, (B, V + 1), summed in blocks of ``_BLOCK``: within a
-        block sequentially, the block totals by their own cumulative sum, so the rounding error
-        grows with ``_BLOCK + V/_BLOCK`` terms instead of V (a sequential sum of 151,936 sorted
-        terms drifts by up to ~1e-12; blocked, ~1e-14)."""
+    def _prefix(x, out=None):
+        """``[0, x_0, x_0 + x_1, ...]`` per row, (B, V + 1) (written into ``out`` if given), summed in
+        blocks of ``_BLOCK``: within a block sequentially, the block totals by their own cumulative
+        sum, so the rounding error grows with ``_BLOCK + V/_BLOCK`` terms instead of V (a
+        sequential sum of 151,936 sorted terms drifts by up to ~1e-12; blocked, ~1e-14)."""
         torch = _torch()
         b, v = x.shape
-        out = torch.empty((b, v + 1), dtype=x.dtype, device=x.device)
+        if out is None:
+            out = torch.empty((b, v + 1), dtype=x.dtype, device=x.device)
         out[:, 0] = 0.0
         m = (v // _BLOCK) * _BLOCK
         if m <= _BLOCK:
@@ -432,22 +492,61 @@ def _deterministic(batch, k, want_sets):
 def _prefix_minimum(srt, f, want_sets, first: int = 0):
     """``1 + min(0, min_j f[:, j])`` over prefix columns (column j: the first ``first + j`` tokens;
     the empty prefix, f = 0, is always a candidate) and the binding prefixes as a token mask."""
-    torch = _torch()
     best, j = f.min(1)
+    return _prefix_result(srt, best, j + first, want_sets)
+
+
+def _prefix_result(srt, best, count, want_sets):
+    """``(1 + min(0, best)`` clamped to [0, 1], the first ``count`` sorted tokens as a token mask
+    where ``best < 0`` or None), ``best`` and ``count`` (B,)."""
+    torch = _torch()
     value = (1.0 + best.clamp(max=0.0)).clamp(0.0, 1.0)
     if not want_sets:
         return value, None
-    cols = torch.arange(srt.v, device=f.device).reshape(1, -1)
-    return value, srt.unsort((cols < (j + first).reshape(-1, 1)) & (best < 0).reshape(-1, 1))
+    cols = torch.arange(srt.v, device=best.device).reshape(1, -1)
+    return value, srt.unsort((cols < count.reshape(-1, 1)) & (best < 0).reshape(-1, 1))
+
+
+_BOUND_BLOCK = 64  # columns per block of the lower bounds of with-replacement α*
 
 
 def _with_replacement(batch, k, want_sets):
+    """``1 + min(0, min_j f_j)``, ``f_j = Pc[j] − Qc[j]^K``, over the m prefixes with ratio ≤ K,
+    f evaluated only in the blocks of ``_BOUND_BLOCK`` columns that can hold its minimum.
+
+    On a block of columns [a, e), ``Pc ≥ Pc[a]`` and ``Qc^K ≤ Qc[e − 1]^K``, in floating point too
+    (sums of non-negative terms and products of non-negative factors round monotonically), so
+    ``Pc[a] − Qc[e − 1]^K ≤ f`` there; a block whose bound exceeds the least ``f`` at the block
+    starts cannot hold the minimum, nor its first column. The other blocks (on LM rows a few per
+    cent) are evaluated row by row on the CPU; where they are many, and on an accelerator, every
+    column is."""
     torch = _torch()
     srt = batch.sorted
-    m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=batch.p.device))
+    dev = batch.p.device
+    m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=dev))
     m = min(m, srt.pc.shape[1])
-    f = srt.pc[:, :m] - power(srt.qc[:, :m], k)  # column 0 is the empty set: f = 0
-    return _prefix_minimum(srt, f, want_sets)
+    pc, qc = srt.pc[:, :m], srt.qc[:, :m]  # (B, m) views; column 0 is the empty set: f = 0
+    width = _BOUND_BLOCK
+    if dev.type != "cpu" or m <= 4 * width:
+        return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
+    p_start = pc[:, ::width]  # (B, nb) strided views: the blocks' first columns
+    q_end = qc[:, width - 1 :: width]  # (B, nb or nb − 1): the full blocks' last columns
+    if q_end.shape[1] < p_start.shape[1]:  # a last, partial block ends at column m − 1
+        q_end = torch.cat([q_end, qc[:, m - 1 :]], 1)
+    upper = (p_start - power(qc[:, ::width], k)).amin(1, keepdim=True)  # (B, 1): f at block starts
+    open_ = (p_start - power(q_end, k)) <= upper  # (B, nb): blocks that may hold the minimum
+    if 4 * int(open_.sum()) > open_.numel():
+        return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
+    offsets = torch.arange(width, device=dev)  # (width,)
+    best = torch.empty(batch.rows, dtype=torch.float64, device=dev)  # (B,)
+    count = torch.empty(batch.rows, dtype=torch.int64, device=dev)  # (B,)
+    for i in range(batch.rows):
+        cols = (torch.nonzero(open_[i])[:, 0, None] * width + offsets).flatten()  # increasing column ids
+        cols = cols[cols < m]
+        f = torch.sub(pc[i].index_select(0, cols), power(qc[i].index_select(0, cols), k))
+        best[i], at = f.min(0)
+        count[i] = cols[at]
+    return _prefix_result(srt, best, count, want_sets)
 
 
 def _without_replacement(batch, k, want_sets):
@@ -479,23 +578,68 @@ def _without_replacement(batch, k, want_sets):
 
 def _pair_closed_form(batch, want_sets):
     """K = 2: ``f_j = Pc[j] − (Qc[j] − Qs[j] Σ_{i<j} q_i/(1 − q_i))`` over the prefixes with ratio
-    ≤ 2/(1 − max q) (beyond, adding a token raises f), in place on (B, m) work arrays."""
+    ≤ 2/(1 − max q) (beyond, adding a token raises f), the odds summed over every column and f
+    evaluated only in the blocks of ``_BOUND_BLOCK`` prefixes that can hold its minimum.
+
+    On a block of prefixes [a, e) the mass ``Qc[j] − Qs[j] odds_j`` is at most
+    ``Qc[e − 1] − Qs[e − 1] odds_a`` (Qc and the odds grow, Qs shrinks, all rounding
+    monotonically), so ``Pc[a]`` minus that bounds f there from below; a block whose bound, less a
+    margin of 1e-12 for the rounding of a fused multiply-add, exceeds the least f at the block
+    starts cannot hold the minimum. A draft token of q > 1/2 has its 1 − q as the other tokens'
+    mass summed directly. On an accelerator every prefix is evaluated, and in a row where many
+    blocks stay open, every prefix of the row."""
     torch = _torch()
     srt = batch.sorted
     top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
     m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
     if m <= 1:
         return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
-    qs = srt.qs[:, : m - 1]
-    suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
-    rest = 1.0 - qs
-    if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
-        big = qs > 0.5
-        rest = torch.where(big, srt.qc[:, : m - 1] + suffix, rest)
-    odds = torch.cumsum(rest.reciprocal_().mul_(qs), 1)
-    mass = torch.sub(srt.qc[:, 1:m], suffix.mul_(odds), out=odds).clamp_(0.0, 1.0)
-    f = torch.sub(srt.pc[:, 1:m], mass, out=mass)
-    return _prefix_minimum(srt, f, want_sets, first=1)
+    qs = srt.qs[:, : m - 1]  # (B, m − 1): column c is the prefix of c + 1 tokens
+    width = _BOUND_BLOCK
+    if srt.r.device.type != "cpu" or m <= 4 * width:
+        suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
+        rest = 1.0 - qs
+        if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
+            rest = torch.where(qs > 0.5, srt.qc[:, : m - 1] + suffix, rest)
+        odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i ≤ c} q_i/(1 − q_i)
+        mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
+        return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
+    rest = torch.rsub(qs, 1.0)
+    for i in torch.nonzero(top > 0.5).flatten().tolist():  # its one token of q > 1/2: the others' mass summed directly
+        big = torch.nonzero(qs[i] > 0.5)[:, 0]
+        rest[i, big] = srt.qc[i, big] + srt._qrs[i, srt.v - 1 - big]
+    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1)
+    n = m - 1
+    starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
+    ends = (starts + width).clamp_(max=n) - 1  # (nb,) last columns
+    offsets = torch.arange(width)  # (width,)
+    best = torch.empty(batch.rows, dtype=torch.float64)  # (B,)
+    count = torch.empty(batch.rows, dtype=torch.int64)  # (B,)
+    for i in range(batch.rows):  # one row at a time: 1-D index_select is fast, a column gather of (B, ·) is not
+        pc, qc, qrs, od = srt.pc[i], srt.qc[i], srt._qrs[i], odds[i]  # (V + 1,) ×3, (n,)
+        f_at = functools.partial(_pair_f, srt.v, pc, qc, qrs, od)
+        p_start, od_start = pc[1 : n + 1 : width], od[::width]  # (nb,) strided views at the block starts
+        upper = f_at(starts).min()  # f at the block starts
+        mass_hi = torch.addcmul(qc.index_select(0, ends + 1), qrs.index_select(0, srt.v - 1 - ends),
+                                od_start, value=-1.0).clamp_(0.0, 1.0)  # (nb,)
+        open_ = (p_start - mass_hi) - 1e-12 <= upper  # (nb,) blocks that may hold the minimum
+        if 4 * int(open_.sum()) > open_.numel():
+            cols = torch.arange(n)
+        else:
+            cols = (torch.nonzero(open_)[:, 0, None] * width + offsets).flatten()  # increasing columns
+            cols = cols[cols < n]
+        best[i], at = f_at(cols).min(0)
+        count[i] = cols[at] + 1
+    return _prefix_result(srt, best, count, want_sets)
+
+
+def _pair_f(v, pc, qc, qrs, odds, cols):
+    """f of :func:`_pair_closed_form` at prefix columns ``cols`` of one row (its Pc, Qc, reversed
+    suffix sums and odds), as the full evaluation computes it."""
+    torch = _torch()
+    mass = torch.addcmul(qc.index_select(0, cols + 1), qrs.index_select(0, v - 1 - cols), odds.index_select(0, cols),
+                         value=-1.0).clamp_(0.0, 1.0)
+    return torch.sub(pc.index_select(0, cols + 1), mass)
 
 
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
@@ -529,18 +673,23 @@ def greedy_split_rows(batch: LawBatch, m: int):
     def build():
         torch = _torch()
         p, q = batch.p, batch.q
-        vals, idx = torch.topk(q, width, dim=1)  # (B, width) each
-        # ties cut at the edge of the top-m: take the lowest indices among the tied values
-        edge = vals[:, -1:]
-        tied = ((q == edge).sum(1) != (vals == edge).sum(1)) | (vals[:, 1:] == vals[:, :-1]).any(1)
-        for row in torch.nonzero(tied).flatten().tolist():
-            idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
+        vals, idx = torch.topk(q, min(width + 1, batch.vocab), dim=1)  # (B, width + 1) each
+        # a tie cut at the edge of the top width (the next value equals the edge): the lowest indices
+        # among the tied values, from the row; ties inside it only: the lower index first
+        cut = vals[:, width] == vals[:, width - 1] if width < batch.vocab else torch.zeros_like(vals[:, 0]).bool()
+        vals, idx = vals[:, :width], idx[:, :width].contiguous()  # (B, width) each
+        inner = (vals[:, 1:] == vals[:, :-1]).any(1)
+        for row in torch.nonzero(cut | inner).flatten().tolist():
+            if bool(cut[row]):
+                idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
+            else:
+                v_row, i_row = vals[row].cpu().numpy(), idx[row].cpu().numpy()
+                idx[row] = torch.as_tensor(i_row[np.lexsort((i_row, -v_row))], device=q.device)
         pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
         in_g = qg.sum(1, keepdim=True)
         outside = q.sum(1, keepdim=True) - in_g
-        direct = torch.nonzero(in_g[:, 0] > 0.5).flatten()
-        if direct.numel():
-            outside[direct] = q[direct].scatter(1, idx[direct], 0.0).sum(1, keepdim=True)
+        for row in torch.nonzero(in_g[:, 0] > 0.5).flatten().tolist():  # one row at a time: no (·, V) gather
+            outside[row] = q[row].scatter(0, idx[row], 0.0).sum()
         rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # (B, width)
         return idx, pg, qg, outside, rest
 

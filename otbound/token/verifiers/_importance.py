@@ -84,14 +84,14 @@ def selected_law(p: np.ndarray, q: np.ndarray, num_drafts: int) -> np.ndarray:
     [0.2, 0.3, 0.5]
     """
     k = int(num_drafts)
-    w = _weights(p, q)
-    supp = np.flatnonzero(q > 0)
-    n_atoms = supp.size ** (k - 1)
-    if n_atoms * supp.size > MAX_SELECTION_CELLS:
+    size = int(np.count_nonzero(q > 0))  # |supp q|, checked before any other work
+    if size ** k > MAX_SELECTION_CELLS:
         raise InvalidInputError(
-            f"khisti_is needs the exact selected-token law: |supp q|^K = {supp.size}^{k} exceeds "
+            f"khisti_is needs the exact selected-token law: |supp q|^K = {size}^{k} exceeds "
             f"{MAX_SELECTION_CELLS:.0e}"
         )
+    w = _weights(p, q)
+    supp = np.flatnonzero(q > 0)
     vals, probs = np.zeros(1), np.ones(1)
     for _ in range(k - 1):
         vals = (vals[:, None] + w[supp][None, :]).ravel()

@@ -143,31 +143,108 @@ class KSeqVerifier(SequentialVerifier):
         return batch.memo(("kseq", num_drafts), lambda: _kseq_batch(batch.sorted, num_drafts))
 
 
+_PROBES = 64  # bracket points evaluated at once per row and round of the search for ρ*
+
+
 def _kseq_batch(srt, k):
+    """``1 − (1 − β(ρ*))^K`` per row (B,) on the batch's device, ρ* the root of
+    ``f(ρ) = p_acc(β(ρ)) − ρ β(ρ)`` on [1, K] at float64 resolution, the end with f ≤ 0 (as
+    :func:`kseq_rho`), for every row at once.
+
+    ``β(ρ) = Pc[n(ρ)]/ρ + Qs[n(ρ)]`` needs ``n(ρ) = #{r < ρ}`` (a binary search of the sorted row)
+    only while a row's bracket holds a ratio: each round evaluates f at ``_PROBES`` − 1 points of
+    every open bracket and keeps the sub-interval where f changes sign (6 bits per round instead
+    of a halving's 1), until ``n(lo) = n(hi)``; inside that one ratio gap, where n is fixed, Newton's
+    method on (B,) float64 arrays (:func:`_root_in_segment`) gives the float with computed
+    ``f ≤ 0`` next to the sign change, the end :func:`kseq_rho`'s halvings keep up to the rounding
+    of f (a few ulps of ρ*, ~1e-16 in α)."""
     import torch
 
+    dev = srt.r.device
+    if dev.type == "cpu":  # the sorted rows read in place, one binary search per row
+        r, prefix, rsuffix = srt.r.numpy(), srt.pc.numpy(), srt._qrs.numpy()  # (B, V), (B, V + 1) ×2
+
+        def terms(rows, rho):
+            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (len(rows), m) numpy at the given rows, each (len(rows), m)."""
+            n = np.stack([np.searchsorted(r[i], x, "left") for i, x in zip(rows, rho)])
+            return n, prefix[rows[:, None], n], rsuffix[rows[:, None], srt.v - n]
+    else:
+        def terms(rows, rho):
+            """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (len(rows), m) numpy at the given rows, each (len(rows), m)."""
+            sel = torch.as_tensor(rows, device=dev)
+            n = torch.searchsorted(srt.r[sel], torch.from_numpy(rho).to(dev).contiguous(), side="left")
+            return (n.cpu().numpy(), torch.gather(srt.pc[sel], 1, n).cpu().numpy(),
+                    torch.gather(srt._qrs[sel], 1, srt.v - n).cpu().numpy())
+
+    below_one = np.nextafter(1.0, 0.0)  # min(β, this) = β wherever β < 1: no log1p(−1) to mask
+
+    def f(rho, pc, qs):
+        bt = pc / rho + qs
+        p_acc = np.where(bt < 1.0, -np.expm1(k * np.log1p(-np.minimum(bt, below_one))), 1.0)
+        return p_acc - rho * bt
+
     b = srt.r.shape[0]
-    kt = torch.full((b, 1), float(k), dtype=torch.float64, device=srt.r.device)
+    every = np.arange(b)
+    lo, hi = np.ones(b), np.full(b, float(k))  # (B,) each
+    (n_lo, pc_lo, qs_lo), (n_hi, _, _) = (tuple(x[:, 0] for x in terms(every, end[:, None])) for end in (lo, hi))
+    done = f(lo, pc_lo, qs_lo) <= 0.0  # ρ* = 1
+    hi = np.where(done, lo, hi)
+    steps = np.arange(1, _PROBES) / _PROBES  # (P − 1,)
+    while True:
+        rows = np.flatnonzero(~done & (n_lo != n_hi) & (hi > np.nextafter(lo, np.inf)))  # brackets holding a ratio
+        if not rows.size:
+            break
+        x = lo[rows, None] + (hi - lo)[rows, None] * steps  # (o, P − 1), non-decreasing
+        x = np.clip(x, lo[rows, None], hi[rows, None])
+        n, pc, qs = terms(rows, x)
+        nonpos = f(x, pc, qs) <= 0.0  # (o, P − 1)
+        j = np.where(nonpos.any(1), nonpos.argmax(1), _PROBES - 1)  # the first probe with f ≤ 0 (P − 1: hi)
+        below = j > 0  # the probe before it has f > 0: the new lo
+        at = np.maximum(j - 1, 0)
+        sub = rows[below]
+        lo[sub], n_lo[sub], pc_lo[sub], qs_lo[sub] = (a[below, at[below]] for a in (x, n, pc, qs))
+        inside = j < _PROBES - 1  # the probe with f ≤ 0: the new hi
+        sub = rows[inside]
+        hi[sub], n_hi[sub] = x[inside, j[inside]], n[inside, j[inside]]
+    open_ = ~done & (hi > np.nextafter(lo, np.inf))
+    if open_.any():  # one ratio gap each: n fixed at n(lo)
+        hi[open_] = _root_in_segment(f, pc_lo[open_], qs_lo[open_], k, lo[open_], hi[open_])
+    rho = torch.from_numpy(hi).to(dev).reshape(-1, 1)  # (B, 1)
+    n = srt.count_below(rho)
+    bt = srt.at(srt.pc, n) / rho + srt.qsuf(n)  # β(ρ*), (B, 1)
+    return torch.where(bt < 1.0, -torch.expm1(k * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))[:, 0]
 
-    def beta(rho):
-        n = srt.count_below(rho)
-        return srt.at(srt.pc, n) / rho + srt.qsuf(n)
 
-    def p_acc(bt):
-        return torch.where(bt < 1.0, -torch.expm1(kt * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))
-
-    def f(rho):
-        bt = beta(rho)
-        return p_acc(bt) - rho * bt
-
-    lo = torch.ones_like(kt)
-    hi = kt.clone()
-    done = f(lo) <= 0.0
-    hi = torch.where(done, lo, hi)
-    while not bool(done.all()):
-        mid = 0.5 * (lo + hi)
-        done = done | (mid <= lo) | (mid >= hi)
-        pos = f(mid) > 0.0
-        lo = torch.where(~done & pos, mid, lo)
-        hi = torch.where(~done & ~pos, mid, hi)
-    return p_acc(beta(hi))[:, 0]
+def _root_in_segment(f, pc, qs, k, lo, hi):
+    """The float ρ in [lo, hi] (each (B,)) with computed ``f(ρ) ≤ 0 < f(ρ⁻)`` (ρ⁻ the float below),
+    where ``f(ρ) = p_acc(β) − ρ β``, ``β = pc/ρ + qs`` (fixed Pc[n], Qs[n] per row) has
+    ``f(lo) > 0 ≥ f(hi)``: safeguarded Newton steps (``f' = −K (1 − β)^(K−1) pc/ρ² − qs``; a
+    halving where a step leaves the bracket), then single-ulp moves to the sign change."""
+    lo, hi = lo.copy(), hi.copy()
+    x = 0.5 * (lo + hi)
+    for _ in range(60):
+        fx = f(x, pc, qs)
+        lo = np.where(fx > 0.0, x, lo)
+        hi = np.where(fx > 0.0, hi, x)
+        bt = pc / x + qs
+        slope = -k * np.maximum(1.0 - bt, 0.0) ** (k - 1) * pc / (x * x) - qs  # f'(x) ≤ 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(slope < 0.0, fx / slope, 0.0)
+        nxt = x - step
+        nxt = np.where((nxt > lo) & (nxt < hi), nxt, 0.5 * (lo + hi))
+        if np.all((np.abs(nxt - x) <= 4 * np.spacing(x)) | (hi <= np.nextafter(lo, np.inf))):
+            break
+        x = nxt
+    rho = np.clip(x, lo, hi)
+    for _ in range(64):  # up to the first float with f ≤ 0
+        up = f(rho, pc, qs) > 0.0
+        if not up.any():
+            break
+        rho = np.where(up, np.nextafter(rho, np.inf), rho)
+    for _ in range(64):  # down while the float below also has f ≤ 0
+        below = np.nextafter(rho, -np.inf)
+        down = f(below, pc, qs) <= 0.0
+        if not down.any():
+            break
+        rho = np.where(down, below, rho)
+    return rho

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._validation import check_sampling
-from otbound.token._kernel import power
 from otbound.token.draft_laws import inclusion_probabilities
 from otbound.token.verifiers._base import Verifier, draw
 
@@ -69,7 +68,7 @@ class NaiveVerifier(Verifier):
 
     def batch_acceptance(self, batch, num_drafts):
         """``α = Σ_t p(t) P(t ∈ x̄)``: for i.i.d. drafts ``Σ_t p(t)(1 − (1 − q(t))^K)`` for every row
-        at once (``p (1 − q)^K`` cached per K, each from K − 1); for the other laws row by row from
+        at once (the sums for K = 1..4 from one pass over each row); for the other laws row by row from
         :func:`otbound.token.draft_laws.inclusion_probabilities`.
 
         Examples
@@ -83,17 +82,34 @@ class NaiveVerifier(Verifier):
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)
-        return 1.0 - _missed_mass(batch, num_drafts).sum(1)
+        return 1.0 - _missed_mass(batch, num_drafts)
+
+
+_SHARED_K = 4  # the sums for K = 1..4 come from one pass over each row
 
 
 def _missed_mass(batch, k):
-    """``p (1 − q)^k`` (B, V) of the batch, cached: each K one multiplication from K − 1 when cached
-    (else by repeated squaring of ``1 − q``)."""
-    if ("nss_missed", k - 1) in batch._memo:
-        return batch.memo(("nss_missed", k), lambda: batch._memo[("nss_missed", k - 1)] * _miss(batch))
-    return batch.memo(("nss_missed", k), lambda: batch.p * power(_miss(batch), k))
+    """``Σ_t p(t) (1 − q(t))^k`` per row, (B,), cached for every K up to ``max(k, 4)`` at once: the
+    running product ``p (1 − q)^j`` one multiplication per K, each summed (one row at a time on the
+    CPU, where the row's ``1 − q`` and product stay in cache; the whole batch on an accelerator)."""
+    if ("nss_missed", k) not in batch._memo:
+        torch = _torch()
+        top = max(k, _SHARED_K)
+        sums = torch.empty((top, batch.rows), dtype=torch.float64, device=batch.p.device)  # (top, B)
+        parts = [slice(i, i + 1) for i in range(batch.rows)] if batch.p.device.type == "cpu" else [slice(None)]
+        for rows in parts:
+            miss = torch.rsub(batch.q[rows], 1.0)  # (b, V): 1 − q
+            missed = torch.mul(batch.p[rows], miss)  # (b, V): p (1 − q)^j, j = 1, 2, ...
+            for j in range(top):
+                if j:
+                    missed.mul_(miss)
+                sums[j, rows] = missed.sum(1)
+        for j in range(top):
+            batch._memo[("nss_missed", j + 1)] = sums[j]
+    return batch._memo[("nss_missed", k)]
 
 
-def _miss(batch):
-    """``1 − q`` (B, V), cached."""
-    return batch.memo("nss_miss", lambda: 1.0 - batch.q)
+def _torch():
+    import torch
+
+    return torch

@@ -50,6 +50,7 @@ import math
 import numpy as np
 
 from otbound._validation import InvalidInputError
+from otbound.token._kernel import greedy_split_rows
 from otbound.token.verifiers._base import SequentialVerifier, ratio_min1, residual
 
 
@@ -231,21 +232,54 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
 
 
 def _rrs_wor_exact(batch, k):
-    """α of RRS without replacement for K = 1, 2 (module docstring), (B,)."""
+    """α of RRS without replacement for K = 1, 2 (module docstring), (B,). K = 2 goes one row at a
+    time on the CPU (a row's first-draft arrays stay in cache), the whole batch at once on an
+    accelerator."""
     torch = _torch()
     srt = batch.sorted
     mu1, h1 = rrs_thresholds(batch, 1)
     if k == 1:
         return 1.0 - _reject(srt, mu1, h1, torch.ones_like(mu1), torch.zeros_like(mu1))[:, 0]
-    mu2 = mu1 + h1
-    h2 = srt.h(mu2)
-    n_mu2 = srt.count_below(mu2)
-    n1 = int(n_mu2.max())  # first drafts that can be rejected: r < μ_2
+    mu2 = mu1 + h1  # (B, 1)
+    h2 = srt.h(mu2)  # (B, 1)
+    n_mu2 = srt.count_below(mu2)  # (B, 1)
+    top = greedy_split_rows(batch, 1)[2]  # (B, 1): the largest q per row
+    if srt.r.device.type != "cpu":
+        return 1.0 - _rejected_twice(srt, h1, mu2, h2, n_mu2, top)
+    return 1.0 - torch.cat([_rejected_twice(srt.row(i), h1[i : i + 1], mu2[i : i + 1], h2[i : i + 1],
+                                            n_mu2[i : i + 1], top[i : i + 1]) for i in range(batch.rows)])
+
+
+def _rejected_twice(srt, h1, mu2, h2, n_mu2, top):
+    """P(both drafts rejected) at K = 2, (B,): Σ over first drafts x_1 of their round-1 rejection
+    weight ``(q − p/h_1)_+(x_1)`` times ρ_2 (:func:`_reject_first_drafts`); rows (B, ·) of ``srt``
+    and their μ_2, h_2 = h(μ_2), n(μ_2), h_1 and largest q, each (B, 1). ``S_2 = Σ_{x ≠ x_1} q``
+    is ``q_tot − q(x_1)`` wherever ``q(x_1) ≤ 1/2`` (then S_2 ≥ 1/2: one rounding); a token of
+    q > 1/2 (one per row at most) has its S_2 as the other tokens' mass summed directly (exact in
+    relative terms however small) and its term by the general round (:func:`_reject`)."""
+    torch = _torch()
+    n1 = int(n_mu2.max()) if n_mu2.numel() else 0  # first drafts that can be rejected: r < μ_2
     qx = srt.qs[:, :n1]  # (B, n1), a view
-    w1 = torch.div(srt.ps[:, :n1], h1)
-    w1 = torch.sub(qx, w1, out=w1).clamp_min_(0.0)  # rejection weight of each first draft, (B, n1)
-    s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
-    return 1.0 - w1.mul_(_reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2)).sum(1)
+    w1 = torch.addcdiv(qx, srt.ps[:, :n1], h1, value=-1.0).clamp_min_(0.0)  # rejection weights, (B, n1)
+    s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
+    if not bool((top > 0.5).any()):
+        floor = srt.q_tot - top  # (B, 1) ≤ q_tot − q(x_1) for every x_1, as rounded (q(x_1) ≤ top)
+        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor)
+    if w1.shape[0] > 1:  # an accelerator's batch: S_2 of every first draft summed directly
+        s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
+        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+    # one row whose token of q > 1/2 (at most one) is taken out of the sums: every other S_2 > 1/2;
+    # its own S_2 summed directly and its ρ_2 by the general round
+    big = torch.nonzero(qx[0] > 0.5)[:, 0]  # (0 or 1,)
+    w_big = w1[0, big].clone()
+    w1[0, big] = 0.0
+    s2[0, big] = 1.0  # no term, no crossing
+    rest = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+    if not big.numel():
+        return rest
+    s_big = srt.qc[0, big] + srt._qrs[0, srt.v - 1 - big]  # Σ_{x ≠ big} q, summed directly
+    rho = _reject(srt, mu2, h2, s_big[None], qx[:, big], n_mu2)[0]
+    return rest + (w_big * rho).sum()
 
 
 def _rrs_wor_paths(batch, horizon, mc_samples):
@@ -284,36 +318,54 @@ def _rrs_wor_paths(batch, horizon, mc_samples):
     return out
 
 
-def _reject_first_drafts(srt, mu2, h2, s2, qx, n_mu2, per_row=None):
-    """ρ_2 of every first draft x_1 (states (B, m): S_2 = s2, q(x_1) = qx; μ_2, h_2 and n(μ_2) per row).
+def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None):
+    """``Σ_{x_1} w1(x_1) ρ_2(x_1)`` per row, (B,): ρ_2 of every first draft x_1 (states (B, m):
+    S_2 = s2, q(x_1) = qx, weights w1; μ_2, h_2 and n(μ_2) per row, (B, 1)).
 
     μ_3 = μ_2 + h_2/S_2 ≥ μ_2 + h_2, and for most first drafts (q(x_1) tiny, S_2 ≈ 1) no ratio lies in
     [μ_2 + h_2, μ_3): then n(μ_3) is the row's n(μ_2 + h_2) and :func:`_reject` reduces to
-    ``(Qc[n] − q(x_1))/S_2 − D`` with D per row. The others take :func:`_reject` itself: row by row
-    (``per_row``, default on the CPU) or all at once (default on an accelerator).
+    ``ρ_2 = 1 − Qs[n]/S_2 − D`` with Qs[n] and D per row, so the sum is two reductions,
+    ``(1 − D) Σ w1 − Qs[n] Σ w1/S_2`` (the clamp of each ρ_2 to [0, 1] left out: it would move the
+    sum by rounding errors only). In a row with first drafts whose μ_3 does cross a ratio (found
+    from the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2), those drafts'
+    terms are swapped for :func:`_reject` itself (where their S_2 ≥ 1/2, so that every term is at
+    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft). ``s2_floor``
+    (B, 1): a lower bound of each row's S_2 known to the caller (default: their minimum).
     """
     torch = _torch()
-    live = h2 > 0
+    live = h2 > 0  # (B, 1)
     safe_h = torch.where(live, h2, torch.ones_like(h2))
-    base = srt.count_below(mu2 + h2)
+    base = srt.count_below(mu2 + h2)  # (B, 1)
     q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
-    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h
+    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h  # (B, 1)
     # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
-    rho = torch.div(srt.qsuf(base), s2).neg_().add_(1.0).sub_(d).clamp_(0.0, 1.0)  # 1 − Qs[n]/S_2 − D, (B, m)
+    tail = srt.qsuf(base)  # (B, 1)
+    total = w1.sum(1, keepdim=True) * (1.0 - d) - tail * torch.div(w1, s2).sum(1, keepdim=True)  # (B, 1)
     v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
-    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)
-    # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
-    far = (h2 > (r_next - mu2) * s2) & live
-    if per_row is None:
-        per_row = s2.device.type == "cpu"
-    if per_row:
-        for row in torch.nonzero(far.any(1)).flatten().tolist():
-            sel = far[row]
-            rho[row, sel] = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s2[row : row + 1, sel],
-                                    qx[row : row + 1, sel], n_mu2[row : row + 1])[0]
-    else:  # on an accelerator one general round over every first draft beats a per-row loop
-        rho = torch.where(far, _reject(srt, mu2.expand_as(s2), h2.expand_as(s2), s2, qx, n_mu2), rho)
-    return rho if bool(live.all()) else torch.where(live, rho, torch.zeros_like(rho))
+    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)  # (B, 1)
+    gap = r_next - mu2  # (B, 1)
+    if s2.shape[1]:  # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
+        floor = s2.amin(1, keepdim=True) if s2_floor is None else s2_floor  # (B, 1): ≤ every S_2 of the row
+        crossing = (h2 > gap * floor) & live
+        for row in torch.nonzero(crossing[:, 0]).flatten().tolist():
+            far = torch.nonzero(h2[row] > gap[row] * s2[row])[:, 0]  # (f,) the drafts whose μ_3 crosses
+            if not far.numel():  # the floor of S_2 is a bound: no draft crosses after all
+                continue
+            s_far = s2[row, far]  # (f,)
+            mu3 = mu2[row] + h2[row] / s_far  # (f,) as _reject forms μ + h/S
+            lo = int(n_mu2[row, 0])  # n(μ_3) lies in [n(μ_2), n(max μ_3)]: searched in that window only
+            hi = int(torch.searchsorted(srt.r[row], mu3.max().reshape(1), side="left")[0])
+            n3 = torch.searchsorted(srt.r[row, lo:hi], mu3, side="left") + lo  # (f,)
+            general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
+                              qx[row : row + 1, far], n_mu2[row : row + 1], n3[None])[0]  # (f,)
+            if bool((s_far >= 0.5).all()):  # swap their terms of the sums for ρ_2 itself (all terms ≤ 2 w1)
+                shortcut = torch.div(tail[row], s_far).neg_().add_(1.0).sub_(d[row])  # (f,) as summed above
+                total[row] += (w1[row, far] * general.sub_(shortcut)).sum()
+            else:  # a tiny S_2 (w1/S_2 large): the row summed draft by draft
+                rho = torch.div(tail[row], s2[row]).neg_().add_(1.0).sub_(d[row]).clamp_(0.0, 1.0)  # (m,)
+                rho[far] = general
+                total[row] = (w1[row] * rho).sum()
+    return torch.where(live, total, torch.zeros_like(total))[:, 0]
 
 
 def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
