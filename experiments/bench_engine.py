@@ -17,7 +17,7 @@ Per family it prints the median time per position of the public call, that of on
 row of ratios, their ratio, and the share of α* without replacement at K = 3, 4 (the branch and
 bound per row, timed alone on a fresh :class:`otbound.token.LawBatch` of the same rows). The
 process calls :func:`otbound.retain_freed_memory` first, as ``python -m otbound.compare``
-does.
+does. torch's intra-op threads are left as a user's process has them (``--threads`` to set them).
 
     python experiments/bench_engine.py                 # ~2 min on 2 busy cores
     python experiments/bench_engine.py --quick         # tiny, for the tests
@@ -90,7 +90,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's own, as a user's process has them)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     import torch
@@ -100,10 +101,11 @@ def main(argv=None):
     from otbound.token import LawBatch
 
     retain_freed_memory()
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     vocab, repeats, n = (LM_VOCAB, args.repeats, args.rows) if not args.quick else (2_000, 2, 4)
     out = {"date": datetime.date.today().isoformat(), "vocab": vocab, "rows": n, "repeats": repeats,
-           "device": args.device, "threads": args.threads, "torch": torch.__version__, "families": {}}
+           "device": args.device, "threads": torch.get_num_threads(), "torch": torch.__version__, "families": {}}
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     for fam in args.families:
         p, q = rows(fam, n, vocab)

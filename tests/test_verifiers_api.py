@@ -256,3 +256,37 @@ def test_lossless_error_agrees_with_every_declared_flag():
     assert FirstDraft().lossless_error(P, Q, 2) == pytest.approx(0.3, abs=1e-15)  # max |q − p| = 0.3
     with pytest.raises(InvalidInputError, match="lossless error enumerates"):
         VERIFIERS["rrs"].lossless_error(np.full(1000, 1e-3), np.full(1000, 1e-3), 3)
+
+
+def test_kernel_entry_points_run_on_one_cpu_thread_and_restore_the_callers(monkeypatch):
+    """optimal_acceptance, a verifier's acceptance, LawBatch and measure_laws sort on one intra-op
+    thread (torch's default threads made them 3–10× slower) and leave the caller's setting as it was."""
+    from otbound.report import measure_laws
+    from otbound.token import LawBatch, _kernel
+
+    seen = []
+    original = _kernel.SortedRows.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_kernel.SortedRows, "__init__", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        r = np.random.default_rng(1)
+        p, q = r.dirichlet(np.ones(50), size=3), r.dirichlet(np.ones(50), size=3)
+        calls = [
+            lambda: optimal_acceptance(p, q, 2),
+            lambda: VERIFIERS["rrs"].acceptance(p, q, 2),
+            lambda: LawBatch(p, q).optimal_acceptance(3),
+            lambda: VERIFIERS["kseq"].batch_acceptance(LawBatch(p, q), 2),
+            lambda: measure_laws(p, q, (2,), verifiers=["nss"]),
+        ]
+        for call in calls:
+            call()
+            assert torch.get_num_threads() == 2
+        assert seen == [1] * len(calls)
+    finally:
+        torch.set_num_threads(before)

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import scipy.stats
 
-from otbound._backend import positive_counts
+from otbound._backend import on_one_cpu_thread, positive_counts
 from otbound._io import safe_name, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
 from otbound.token import SamplingParams
@@ -56,6 +56,7 @@ def _default_batch_size(vocab: int, device) -> int:
     return max(1, budget // (_BYTES_PER_CELL * max(vocab, 1)))
 
 
+@on_one_cpu_thread
 def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
                  seed=0, device=None, batch_size: int | None = None) -> dict:
     """Per-position measurements of laws ``p``, ``q`` (positions × V): α* for every draft law in
@@ -73,6 +74,9 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     ``batch_size`` but not on the device), the others ``mc_samples`` verified draft tuples
     (standard error ≤ 0.5/√mc_samples). A verifier that refuses the input (K above its
     ``max_drafts``, V too large for an LP-based one) is skipped with its reason.
+    The torch work runs on one intra-op CPU thread, the caller's setting restored after
+    (:func:`otbound._backend.one_cpu_thread`: rows of 10⁵ entries are too small for intra-op
+    threads, whose hand-offs made the call 10× slower on two busy cores).
 
     **Rows with fewer than K draft tokens.** A truncated draft law (top-k, top-p, min-p) can keep
     fewer tokens of positive mass than K. The K drafts of the laws of distinct tokens (without

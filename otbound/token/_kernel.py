@@ -48,7 +48,7 @@ import math
 
 import numpy as np
 
-from otbound._backend import is_torch, positive_counts
+from otbound._backend import is_torch, on_one_cpu_thread, one_cpu_thread, positive_counts
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
 from otbound.token import _search, _wor
 
@@ -134,15 +134,18 @@ class LawBatch:
         return float(arr) if arr.ndim == 0 else arr
 
     def memo(self, key, build):
-        """The value cached under ``key``, else ``build()`` cached."""
+        """The value cached under ``key``, else ``build()`` cached (built on one intra-op CPU thread:
+        :func:`otbound._backend.one_cpu_thread`)."""
         if key not in self._memo:
-            self._memo[key] = build()
+            with one_cpu_thread():
+                self._memo[key] = build()
         return self._memo[key]
 
     @functools.cached_property
     def sorted(self) -> SortedRows:
         """The rows sorted by ratio with their prefix and suffix sums (:class:`SortedRows`)."""
-        return SortedRows(self.p, self.q)
+        with one_cpu_thread():
+            return SortedRows(self.p, self.q)
 
     @functools.cached_property
     def support(self) -> int:
@@ -168,6 +171,7 @@ class LawBatch:
                 f"the {sampling} law needs K distinct tokens of positive draft mass")
         return k
 
+    @on_one_cpu_thread
     def optimal_acceptance(self, num_drafts: int, sampling: str = "with_replacement"):
         """α* per row, a (B,) float64 tensor on the batch's device, in [0, 1] (module docstring).
 

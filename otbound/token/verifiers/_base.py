@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound._backend import is_torch, to_numpy
+from otbound._backend import is_torch, on_one_cpu_thread, to_numpy
 from otbound._validation import InvalidInputError, as_pair, check_num_drafts
 from otbound.token._kernel import LawBatch
 from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
@@ -255,6 +255,7 @@ class Verifier(ABC):
         laws = self._chunked_laws(p, q, aux, drafts)
         return laws[0] if single else laws
 
+    @on_one_cpu_thread
     def acceptance(self, p, q, num_drafts: int):
         """Exact acceptance P(Y ∈ x̄) under this verifier's draft law, or None if not computable.
 
@@ -328,6 +329,7 @@ class Verifier(ABC):
             out[i] = min(1.0, max(0.0, value))  # as the per-row acceptance always clipped (NaN → 0)
         return torch.as_tensor(out, device=batch.p.device)
 
+    @on_one_cpu_thread
     def batch_estimate(self, batch: LawBatch, num_drafts, mc_samples: int = 64, rng=None) -> dict:
         """Per K in ``num_drafts``: ``(values, method)`` with the exact :meth:`batch_acceptance`
         (``"exact"``) where computable, else a Monte Carlo estimate per row (``"monte_carlo"``:
@@ -424,6 +426,7 @@ class Verifier(ABC):
             out += weights[sl] @ self._laws(p, q, aux, tuples[sl])
         return float(np.abs(out - p).max())
 
+    @on_one_cpu_thread
     def acceptance_or_estimate(self, p, q, num_drafts: int, mc_samples: int, rng) -> tuple[float, str]:
         """``(acceptance, method)``: the exact :meth:`acceptance` (``"exact"``) where it is
         computable, else the accepted fraction of ``mc_samples`` draft tuples drawn from the draft law
