@@ -703,18 +703,26 @@ def greedy_split_rows(batch: LawBatch, m: int):
     return idx[:, :m], pg[:, :m], qg[:, :m], rest[:, m : m + 1], rest[:, :m]
 
 
+def _min_sum(batch, c):
+    """Σ min(p, c q) per row, c of shape (B, 1): from the sorted rows' prefix sums when the batch has
+    sorted them already (a measurement of many quantities), else one pass over the rows (a single
+    greedy α* needs no sort)."""
+    if "sorted" in batch.__dict__:
+        return batch.sorted.min_sum(c)[:, 0]
+    return _torch().minimum(batch.p, _scaled(c, batch.q)).sum(1)  # (B,)
+
+
 def _greedy(batch, k, want_sets):
     """α*_greedy (module docstring); H* = G ∪ {x ∉ G: p(x) < q'(x)} where α* < 1."""
     torch = _torch()
-    srt = batch.sorted
     if k == 1:
         c = torch.ones(batch.rows, 1, dtype=torch.float64, device=batch.p.device)
-        value = srt.min_sum(c)[:, 0].clamp(0.0, 1.0)
+        value = _min_sum(batch, c).clamp(0.0, 1.0)
         return value, ((batch.p < batch.q) & (value < 1.0).reshape(-1, 1)) if want_sets else None
     idx, pg, qg, outside, rest = greedy_split_rows(batch, k - 1)
     c = 1.0 / rest[:, k - 1 : k] if k - 1 < idx.shape[1] else 1.0 / outside
     g_p, g_q = pg[:, : k - 1], qg[:, : k - 1]
-    value = (g_p.sum(1) + srt.min_sum(c)[:, 0] - torch.minimum(g_p, _scaled(c, g_q)).sum(1)).clamp(0.0, 1.0)
+    value = (g_p.sum(1) + _min_sum(batch, c) - torch.minimum(g_p, _scaled(c, g_q)).sum(1)).clamp(0.0, 1.0)
     # a mass q(V∖G) so small (denormal) that 1/q(V∖G) overflows or nearly: q' by direct division there
     for i in torch.nonzero(~torch.isfinite(c[:, 0]) | (c[:, 0] > 1e290)).flatten().tolist():
         qp = batch.q[i].scatter(0, idx[i, : k - 1], 0.0)
