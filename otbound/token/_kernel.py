@@ -709,7 +709,20 @@ def _min_sum(batch, c):
     greedy α* needs no sort)."""
     if "sorted" in batch.__dict__:
         return batch.sorted.min_sum(c)[:, 0]
-    return _torch().minimum(batch.p, _scaled(c, batch.q)).sum(1)  # (B,)
+    torch = _torch()
+    p, q = batch.p, batch.q  # (B, V) each
+    if p.device.type != "cpu":
+        return torch.minimum(p, _scaled(c, q)).sum(1)  # (B,)
+    # on the CPU a row at a time: one (V,) buffer stays in cache (a (B, V) product is a fresh mapping)
+    out = torch.empty(batch.rows, dtype=torch.float64)  # (B,)
+    buf = torch.empty(batch.vocab, dtype=torch.float64)  # (V,)
+    for i, ci in enumerate(c[:, 0].tolist()):
+        if math.isfinite(ci):
+            torch.minimum(p[i], torch.mul(q[i], ci, out=buf), out=buf)  # c q = 0 where q = 0
+        else:  # min(p, c q) = p where q > 0
+            torch.where(q[i] > 0, p[i], 0.0, out=buf)
+        out[i] = buf.sum()
+    return out
 
 
 def _greedy(batch, k, want_sets):
