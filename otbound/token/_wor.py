@@ -627,25 +627,6 @@ class ClockMass:
             y[exact[exact < q.size]] = 0.0
         _moment_sums(y, sums, self.limit, out, work)
         return out[:num_keys]
-        y = np.divide(q, self.theta, out=None if work is None else work["y"][: q.size])
-        if exact is None:  # exact tokens: no moments here
-            np.copyto(y, 0.0, where=q > self.theta)
-        else:
-            y[exact[exact < q.size]] = 0.0
-        out[:, 0] = sums(y)
-        w = np.multiply(y, y, out=None if work is None else work["w"][: q.size])
-        for n in range(2, self.order + 1):
-            out[:, n - 1] = sums(w)
-            if n == self.order:
-                break
-            if n in self.limit and not _mostly_above(y, self.limit[n]):
-                keep = np.flatnonzero(y > self.limit[n])
-                if keep.size == 0:
-                    break
-                if 2 * keep.size < y.size:
-                    y, w, sums = y[keep], w[keep], sums.subset(keep)
-            w *= y
-        return out[:num_keys]
 
     # -- exact tokens
     def start(self, q_exact: np.ndarray):
