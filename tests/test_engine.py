@@ -659,7 +659,9 @@ def test_greedy_alpha_without_the_sort_equals_it_from_the_sorted_rows(k):
     """A lone greedy α* sums min(p, c q) in one pass (no ratio sort); after the batch has sorted its
     rows it reads the prefix sums: the two agree to 1e-12, at V = 151,936 and on adversarial rows."""
     rng = np.random.default_rng(11)
-    cases = [lm_rows(rng, 3, LM_VOCAB), adversarial_rows(6), adversarial_rows(12)]
+    denormal = np.array([[0.5, 0.5, 5e-324, 0.0], [0.25, 0.25, 0.5, 0.0]])  # q off the top 2: 1/5e-324 = inf
+    cases = [lm_rows(rng, 3, LM_VOCAB), adversarial_rows(6), adversarial_rows(12),
+             (np.array([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]]), denormal)]
     for p, q in cases:
         keep = (q > 0).sum(1) >= k  # rows with K distinct draft tokens
         p, q = p[keep], q[keep]

@@ -720,7 +720,7 @@ def _min_sum(batch, c):
         if math.isfinite(ci):
             torch.minimum(p[i], torch.mul(q[i], ci, out=buf), out=buf)  # c q = 0 where q = 0
         else:  # min(p, c q) = p where q > 0
-            torch.where(q[i] > 0, p[i], 0.0, out=buf)
+            torch.where(q[i] > 0, p[i], p.new_zeros(()), out=buf)
         out[i] = buf.sum()
     return out
 
