@@ -32,25 +32,15 @@ in float32 (K = 4, L = 4: 21.9 MB for V = 151,936).
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from otbound._io import progress_bar, safe_name
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward, prefix_cache
-from otbound.lm._traces import (
-    TRACE_FORMAT,
-    LogitLaws,
-    _check_config,
-    _files,
-    load_traces,
-    record_settings,
-    settings_dir,
-)
+from otbound.lm._traces import LogitLaws, _files, collect_at_positions, record_settings
 from otbound.token import SamplingParams
 from otbound.token.draft_laws import sample_drafts
 from otbound.token.logits import laws_from_logits
@@ -364,49 +354,23 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     block_length = check_positive_int(block_length, "block_length")
     if logits_dtype not in _store.STORE_DTYPES:
         raise InvalidInputError(f"logits_dtype must be one of {_store.STORE_DTYPES}, got {logits_dtype!r}")
-    files = list(_files(traces, TRACE_FORMAT))
-    targets = []
-    for f in files:
-        meta = _store.read_meta(f)
-        sp, sq = record_settings(meta, meta["temperature"])
-        cell = Path(out) / safe_name(meta["dataset"]) / settings_dir(meta["temperature"], sp, sq)
-        targets.append(cell / f.name)
     config = {"num_drafts": k, "block_length": block_length, "positions_per_trace": int(positions_per_trace),
               "seed": int(seed), "logits_dtype": logits_dtype}
-    for o in targets:
-        if o.exists():
-            _check_config(o, config)
-    todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
-    if todo and callable(pair):
-        pair = pair()
-    bar = progress_bar(len(todo), "block traces", progress)
-    for f, o in todo:
-        (record,) = load_traces(f)
-        m = min(positions_per_trace, record.positions)
-        key = f"{record.dataset}|{record.prompt_id}|{record.temperature!r}"
-        rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
-        ts = np.sort(rng.choice(record.positions, size=m, replace=False))
-        upto = record.prompt_length + int(ts[-1])  # the caches need tokens[:prompt_length + t - 1]
-        layers_d = prefix_cache(pair.draft, record.tokens[:upto])
-        layers_t = prefix_cache(pair.target, record.tokens[:upto])
+
+    def measure(pair, record, ts, rng, layers_d, layers_t):
         drafts, dl, tl = [], [], []
         for t in ts:
             d, q_logits = _draw_blocks(pair, record, int(t), layers_d, k, block_length, logits_dtype, rng)
             drafts.append(d)
             dl.append(q_logits)
             tl.append(_target_along(pair, record, int(t), layers_t, d, logits_dtype))
-        meta = {key: record.meta[key] for key in ("pair", "sources", "model_dtype", "prompt_id", "dataset",
-                                                  "temperature", "prompt_length", "vocab_size")}
-        sp, sq = record.sampling_params()
-        meta.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict())
-        meta.update(config, format=BLOCKS_FORMAT, trace=f.name)
-        _store.write_atomic(o, {
-            "tokens": record.tokens.astype(np.int32), "positions": ts.astype(np.int32),
-            "drafts": np.stack(drafts).astype(np.int32), "target_logits": np.stack(tl), "draft_logits": np.stack(dl),
-        }, meta)
-        bar.update(1)
-    bar.close()
-    return targets
+        arrays = {"drafts": np.stack(drafts).astype(np.int32), "target_logits": np.stack(tl),
+                  "draft_logits": np.stack(dl)}
+        return arrays, {}
+
+    return collect_at_positions(pair, traces, out, config=config, fmt=BLOCKS_FORMAT, label="block traces",
+                                positions_per_trace=positions_per_trace, seed=seed, progress=progress,
+                                measure=measure)
 
 
 def load_block_traces(path, *, target_settings=None):

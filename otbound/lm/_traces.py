@@ -53,7 +53,7 @@ from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import _store
-from otbound.lm._decode import sample_continuations, stop_token_ids, teacher_forced_logits
+from otbound.lm._decode import prefix_cache, sample_continuations, stop_token_ids, teacher_forced_logits
 from otbound.lm._prompts import encode_prompt
 from otbound.token import SamplingParams, settings_at
 from otbound.token.logits import laws_from_logits
@@ -513,3 +513,55 @@ def _files(path, fmt: str):
             yield f
         elif path.is_file():
             raise InvalidInputError(f"{f} is not an {fmt} file (format {meta.get('format')!r})")
+
+
+def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: str, positions_per_trace: int,
+                         seed: int, progress: bool, measure, check_meta=None) -> list[Path]:
+    """The per-trace driver of :func:`otbound.lm.collect_block_traces` and
+    :func:`otbound.lm.collect_draft_trees`: one output file per trace under ``out`` (the trace's
+    dataset and settings folders, its file name), resumable (files present are checked against
+    ``config`` and kept; ``pair`` may be a callable, called only if a file is missing).
+
+    Per missing file: ``positions_per_trace`` positions t drawn uniformly without replacement by
+    ``rng = default_rng([seed, crc32("dataset|prompt_id|temperature")])`` (the same positions for
+    both collectors at the same seed), the two models' prefix caches up to the last of them, and
+    ``measure(pair, record, ts, rng, layers_d, layers_t) -> (arrays, meta)`` whose arrays are
+    stored beside the tokens and positions, its meta beside the trace's (pair, prompt, both
+    sampling settings), ``config``, ``format=fmt`` and the trace's name. ``check_meta(meta)``
+    vets each trace's metadata before anything runs.
+    """
+    files = list(_files(traces, TRACE_FORMAT))
+    targets = []
+    for f in files:
+        meta = _store.read_meta(f)
+        if check_meta is not None:
+            check_meta(meta)
+        sp, sq = record_settings(meta, meta["temperature"])
+        targets.append(Path(out) / safe_name(meta["dataset"]) / settings_dir(meta["temperature"], sp, sq) / f.name)
+    for o in targets:
+        if o.exists():
+            _check_config(o, config)
+    todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
+    if todo and callable(pair):
+        pair = pair()
+    bar = progress_bar(len(todo), label, progress)
+    for f, o in todo:
+        (record,) = load_traces(f)
+        m = min(positions_per_trace, record.positions)
+        key = f"{record.dataset}|{record.prompt_id}|{record.temperature!r}"
+        rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
+        ts = np.sort(rng.choice(record.positions, size=m, replace=False))
+        upto = record.prompt_length + int(ts[-1])  # the caches need tokens[:prompt_length + t - 1]
+        layers_d = prefix_cache(pair.draft, record.tokens[:upto])
+        layers_t = prefix_cache(pair.target, record.tokens[:upto])
+        arrays, extra = measure(pair, record, ts, rng, layers_d, layers_t)
+        meta = {k: record.meta[k] for k in ("pair", "sources", "model_dtype", "prompt_id", "dataset", "temperature",
+                                            "prompt_length", "vocab_size")}
+        sp, sq = record.sampling_params()
+        meta.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict(), **extra)
+        meta.update(config, format=fmt, trace=f.name)
+        _store.write_atomic(o, {"tokens": record.tokens.astype(np.int32), "positions": ts.astype(np.int32), **arrays},
+                            meta)
+        bar.update(1)
+    bar.close()
+    return targets

@@ -46,19 +46,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from otbound._io import progress_bar, safe_name
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.block import StaticTreeBound, merged_bound_bracket
 from otbound.block.law_bounds import merged_tuple_law_bracket
 from otbound.lm import _store
-from otbound.lm._decode import cache_prefix, forward, prefix_cache
-from otbound.lm._traces import TRACE_FORMAT, _check_config, _files, load_traces, record_settings, settings_dir
+from otbound.lm._decode import cache_prefix, forward
+from otbound.lm._traces import _files, collect_at_positions, record_settings
 from otbound.token import SamplingParams
 from otbound.token.logits import laws_from_logits
 
@@ -451,48 +449,24 @@ def collect_draft_trees(pair, traces, out, *, width: int = 3, depth: int = 4, po
     variants = list(variants)
     if not variants:
         raise InvalidInputError("variants needs at least one entry ({} is the trace's own settings)")
-    files = list(_files(traces, TRACE_FORMAT))
-    targets, cells = [], []
-    for f in files:
-        meta = _store.read_meta(f)
+
+    def check_meta(meta):
         if width > int(meta["vocab_size"]):
             raise InvalidInputError(f"width {width} exceeds the vocabulary ({meta['vocab_size']} tokens)")
-        sp, sq = record_settings(meta, meta["temperature"])
-        cells.append(_variant_settings(sp, sq, variants))
-        targets.append(Path(out) / safe_name(meta["dataset"]) / settings_dir(meta["temperature"], sp, sq) / f.name)
+
     config = {"width": width, "depth": depth, "positions_per_trace": positions_per_trace, "seed": int(seed),
               "variants": [dict(sorted(v.items())) for v in variants]}
-    for o in targets:
-        if o.exists():
-            _check_config(o, config)
-    todo = [(f, o, s) for f, o, s in zip(files, targets, cells) if not o.exists()]
-    if todo and callable(pair):
-        pair = pair()
-    bar = progress_bar(len(todo), "draft trees", progress)
-    for f, o, settings in todo:
-        (record,) = load_traces(f)
-        m = min(positions_per_trace, record.positions)
-        key = f"{record.dataset}|{record.prompt_id}|{record.temperature!r}"
-        rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
-        ts = np.sort(rng.choice(record.positions, size=m, replace=False))
-        upto = record.prompt_length + int(ts[-1])
-        layers_d = prefix_cache(pair.draft, record.tokens[:upto])
-        layers_t = prefix_cache(pair.target, record.tokens[:upto])
+
+    def measure(pair, record, ts, rng, layers_d, layers_t):
+        settings = _variant_settings(*record_settings(record.meta, record.meta["temperature"]), variants)
         got = [_tree_at(pair, record, int(t), layers_d, layers_t, width, depth, settings) for t in ts]
-        meta = {k: record.meta[k] for k in ("pair", "sources", "model_dtype", "prompt_id", "dataset", "temperature",
-                                            "prompt_length", "vocab_size")}
-        sp, sq = record.sampling_params()
-        meta.update(target_sampling=sp.as_dict(), draft_sampling=sq.as_dict(),
-                    variant_settings=[[a.as_dict(), b.as_dict()] for a, b in settings])
-        meta.update(config, format=TREES_FORMAT, trace=f.name)
-        _store.write_atomic(o, {
-            "tokens": record.tokens.astype(np.int32), "positions": ts.astype(np.int32),
-            "children": np.stack([g[0] for g in got]).astype(np.int32),
-            "target": np.stack([g[1] for g in got]), "draft": np.stack([g[2] for g in got]),
-        }, meta)
-        bar.update(1)
-    bar.close()
-    return targets
+        arrays = {"children": np.stack([g[0] for g in got]).astype(np.int32),
+                  "target": np.stack([g[1] for g in got]), "draft": np.stack([g[2] for g in got])}
+        return arrays, {"variant_settings": [[a.as_dict(), b.as_dict()] for a, b in settings]}
+
+    return collect_at_positions(pair, traces, out, config=config, fmt=TREES_FORMAT, label="draft trees",
+                                positions_per_trace=positions_per_trace, seed=seed, progress=progress,
+                                measure=measure, check_meta=check_meta)
 
 
 def load_draft_trees(path):
