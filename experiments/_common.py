@@ -55,6 +55,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
+
+def add_from_run(ap: argparse.ArgumentParser, what: str) -> None:
+    """``--from-run`` (a finished run folder: ``what`` it holds) and the ``--wall-time-s`` it needs."""
+    ap.add_argument("--from-run", default=None, help=f"measure or store this finished run folder ({what})")
+    ap.add_argument("--wall-time-s", type=float, default=None, help="the run's wall time in seconds (--from-run)")
+
+
+def check_from_run(ap: argparse.ArgumentParser, args) -> None:
+    """Refuse ``--from-run`` without ``--wall-time-s`` (exit 2 with one line)."""
+    if args.from_run and args.wall_time_s is None:
+        ap.error("--from-run needs --wall-time-s (the run's wall time in seconds)")
+
 def results_dir(args) -> Path:
     if args.results:
         return Path(args.results)

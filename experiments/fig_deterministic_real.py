@@ -266,11 +266,9 @@ def draw(results, out, formats) -> list:
 
 def main(argv=None) -> list:
     ap = _common.parser(__doc__.splitlines()[0])
-    ap.add_argument("--from-run", default=None, help="measure this finished run folder (traces with stored logits)")
-    ap.add_argument("--wall-time-s", type=float, default=None, help="the collection run's wall time in seconds")
+    _common.add_from_run(ap, "traces with stored logits")
     args = ap.parse_args(argv)
-    if args.from_run and args.wall_time_s is None:
-        ap.error("--from-run needs --wall-time-s (the collection run's wall time in seconds)")
+    _common.check_from_run(ap, args)
     results = load(args)
     return _common.finish(NAME, results, args, draw, tables)
 

@@ -258,14 +258,12 @@ def draw(results, out, formats) -> list:
 
 def main(argv=None) -> list:
     ap = _common.parser(__doc__.splitlines()[0])
-    ap.add_argument("--from-run", default=None, help="store this finished run folder (rows.json, paired.json)")
-    ap.add_argument("--wall-time-s", type=float, default=None, help="the run's wall time in seconds (--from-run)")
+    _common.add_from_run(ap, "rows.json, paired.json")
     ap.add_argument("--run-dir", default=None,
                     help="run folder of --recompute (default: <otbound cache>/runs/fig_real_full; quick: next to "
                          "the results)")
     args = ap.parse_args(argv)
-    if args.from_run and args.wall_time_s is None:
-        ap.error("--from-run needs --wall-time-s (the run's wall time in seconds)")
+    _common.check_from_run(ap, args)
     results = load(args)
     return _common.finish(NAME, results, args, draw, tables)
 
