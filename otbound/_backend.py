@@ -179,7 +179,7 @@ def on_one_cpu_thread(fn):
     return wrapper
 
 
-def positive_counts(q):
+def positive_counts(q, minimum=None):
     """The number of entries q > 0 along the last axis of a tensor ``q`` ≥ 0, shape ``q.shape[:-1]``:
     V where a row's smallest entry is positive (one fast reduction), counted where it is not.
 
@@ -187,6 +187,8 @@ def positive_counts(q):
     ----------
     q : torch.Tensor, shape (..., V)
         Non-negative entries (a negative or NaN entry is not checked here).
+    minimum : torch.Tensor, shape ``q.shape[:-1]``, optional
+        The rows' smallest entries if the caller has them (``q.amin(-1)``), else computed here.
 
     Returns
     -------
@@ -205,7 +207,7 @@ def positive_counts(q):
     counts = torch.full(q.shape[:-1], q.shape[-1], dtype=torch.int64, device=q.device)
     if q.shape[-1] == 0 or not q.numel():
         return counts.fill_(0) if q.shape[-1] == 0 else counts
-    zero = q.amin(-1) <= 0  # rows holding a zero (or a bad entry, refused elsewhere)
+    zero = (q.amin(-1) if minimum is None else minimum) <= 0  # rows holding a zero (or a bad entry, refused elsewhere)
     if bool(zero.any()):
         counts[zero] = torch.count_nonzero(q[zero], dim=-1)
     return counts

@@ -671,3 +671,95 @@ def test_greedy_alpha_without_the_sort_equals_it_from_the_sorted_rows(k):
         shared = LawBatch(p, q)
         _ = shared.sorted
         np.testing.assert_allclose(direct.numpy(), shared.optimal_acceptance(k, "greedy").numpy(), rtol=0, atol=TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurement's shared passes: near-tie repair, tiny-q rows, greedy split at a tied edge
+
+
+def _stable_ratio_order(p, q):
+    """torch's stable sort of p/q (q = 0 last as +inf, −0 as +0): the order SortedRows must give."""
+    return torch.sort(torch.where(q > 0, p / torch.where(q > 0, q, 1.0), torch.inf) + 0.0, dim=1,
+                      stable=True).indices
+
+
+@pytest.mark.parametrize("v", [5000, 70_000])
+def test_near_tie_repair_both_paths_give_the_stable_order(v):
+    """The near-tie repair of SortedRows on rows holding few runs of near ties (the runs gathered and
+    sorted alone) and on rows of a few distinct ratios each broken into near ties by rounding (the
+    whole row re-keyed), with exact ties, zeros of p and q and −0: the order, sorted rows and ratios
+    equal torch's stable sort of p/q exactly; each path is taken by some row."""
+    from otbound.token._kernel import _near_tie_order, _ratio_order
+
+    rng = np.random.default_rng(41)
+    rows_p, rows_q = [], []
+    q = rng.random(v) + 0.1
+    p = q * (rng.random(v) + 0.5)  # distinct ratios ...
+    near = rng.choice(v, 40, replace=False)
+    p[near] = q[near] * 0.75 * (1 + rng.integers(0, 4, 40) * 2.0**-44)  # ... and 40 near ties of 0.75
+    rows_p.append(p), rows_q.append(q)
+    z_p, z_q = np.round(rng.standard_normal((2, v)) * 2.5)  # rounded logits: few ratios, near ties
+    rows_p.append(_softmax(z_p)), rows_q.append(_softmax(z_q))
+    p, q = _softmax(z_p), _softmax(z_q)
+    q[rng.random(v) < 0.2] = 0.0
+    p[rng.random(v) < 0.2] = 0.0
+    p[::7] = -0.0
+    rows_p.append(p), rows_q.append(q)
+    p, q = np.array(rows_p), np.array(rows_q)
+    p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+    pt, qt = torch.from_numpy(p), torch.from_numpy(q)
+    srt = SortedRows(pt, qt)
+    want = _stable_ratio_order(pt, qt)
+    assert torch.equal(srt.order, want)
+    assert torch.equal(srt.ps, torch.gather(pt, 1, want)) and torch.equal(srt.qs, torch.gather(qt, 1, want))
+    assert torch.equal(srt.r, torch.gather(torch.where(qt > 0, pt / torch.where(qt > 0, qt, 1.0), torch.inf) + 0.0,
+                                           1, want))
+    paths = set()
+    for i in range(p.shape[0]):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(q[i] > 0, p[i] / q[i], np.inf) + 0.0
+        order = _ratio_order(key.reshape(1, v))[0][0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(q[i, order] > 0, p[i, order] / q[i, order], np.inf) + 0.0
+        descents = np.flatnonzero(r[1:] < r[:-1])
+        if descents.size:
+            paths.add(_near_tie_order(r, descents)[0] is None)
+    assert paths == {True, False}
+
+
+def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():
+    """The rows holding 0 < q < CLOCK_FLOOR found from the rows' minima equal the full test, on rows
+    with zeros only, a denormal q, a q just above the floor and none."""
+    from otbound.token import _wor
+    from otbound.token._kernel import _tiny_q_rows
+
+    q = np.full((5, 6), 1 / 6)
+    q[1, :2] = 0.0  # zeros only
+    q[2, 0], q[2, 1] = 0.0, 5e-324  # a zero and a denormal
+    q[3, 0] = 2 * _wor.CLOCK_FLOOR  # above the floor
+    q[4, 5] = 0.5 * _wor.CLOCK_FLOOR  # below it, no zero
+    q /= q.sum(1, keepdims=True)
+    batch = LawBatch(np.full((5, 6), 1 / 6), q)
+    want = ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1)
+    assert want.tolist() == [False, False, True, False, True]
+    assert torch.equal(_tiny_q_rows(batch), want)
+
+
+def test_greedy_split_at_a_tied_edge_takes_the_lowest_indices():
+    """A row whose q is tied across the edge of the top 8 (the 8th and 9th largest equal), at
+    V = 151,936: the batched split's tokens are those of top_tokens (decreasing q, ties to the lower
+    index), at m = 3 and m = 8."""
+    from otbound.token._kernel import greedy_split_rows, top_tokens
+
+    rng = np.random.default_rng(43)
+    p, q = lm_rows(rng, 3, LM_VOCAB)
+    q[0, rng.choice(LM_VOCAB, 30, replace=False)] = 0.01  # 30 tokens tied at the 8th largest value
+    q[1, [5, 70_000, 9]] = q[1].max()  # ties above the edge only
+    q /= q.sum(1, keepdims=True)
+    batch = LawBatch(p, q)
+    top9 = torch.topk(batch.q, 9, dim=1).values
+    assert bool(top9[0, 8] == top9[0, 7]) and not bool(top9[1, 8] == top9[1, 7])  # row 0 is cut at the edge
+    idx = greedy_split_rows(batch, 3)[0]
+    for i in range(3):
+        assert idx[i].tolist() == top_tokens(batch.q[i].numpy(), 8)[:3].tolist()
+    assert greedy_split_rows(batch, 8)[0].tolist() == [top_tokens(batch.q[i].numpy(), 8).tolist() for i in range(3)]

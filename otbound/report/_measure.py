@@ -188,6 +188,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
         for (cap, idx), gseed in zip(groups, group_seeds):
             sub = (slice(start, start + n) if len(groups) == 1 else idx + start)
             batch = LawBatch(p[sub].to(device), q[sub].to(device), seed=gseed)
+            if {"with_replacement", "without_replacement"} & set(needed):
+                _ = batch.sorted  # sorted first, as these laws need it: the greedy α* then reads its prefix sums too
             for s in needed:
                 for k in ks:
                     opt_batch[s][k][idx] = batch.optimal_acceptance(_capped_k(k, cap, s), s).cpu()

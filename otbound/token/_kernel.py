@@ -148,9 +148,15 @@ class LawBatch:
             return SortedRows(self.p, self.q)
 
     @functools.cached_property
+    def q_min(self):
+        """The smallest q of each row, (B,) float64: one reduction serving the support and the test
+        for positive q below ``_wor.CLOCK_FLOOR`` (:func:`_tiny_q_rows`)."""
+        return self.q.amin(1)
+
+    @functools.cached_property
     def support(self) -> int:
         """The smallest number of tokens with q > 0 over the rows (V for an empty batch)."""
-        return int(positive_counts(self.q).min()) if self.rows else self.vocab
+        return int(positive_counts(self.q, self.q_min).min()) if self.rows else self.vocab
 
     @functools.cached_property
     def generator(self):
@@ -276,27 +282,37 @@ def _ratio_order(r):
     return key.view(np.int64), odd
 
 
-def _near_tie_order(r_in_order):
-    """The permutation of positions that sorts one row, ordered by :func:`_ratio_order`, exactly by
-    (ratio, index): only runs of equal truncated ratio, where a descent can lie, move.
-    ``r_in_order``: the row's ratios in the given order.
+def _near_tie_order(r_in_order, descents):
+    """The moves that sort one row, ordered by :func:`_ratio_order`, exactly by (ratio, index): only
+    runs of equal truncated ratio (the ratio's bits above the low b = ⌈log2 V⌉) can hold a descent,
+    and only the runs that do move. ``r_in_order``: the row's ratios in the given order (non-negative
+    floats, no NaN: their bit patterns are monotone); ``descents``: the positions j with
+    ``r[j + 1] < r[j]`` (at least one).
 
-    Within a run the ratios share all but their low b = ⌈log2 V⌉ bits, so the key
-    (run rank, low b bits of the ratio, position) — 3b ≤ 64 bits for V ≤ 2^21 — orders the row by
-    (ratio, index): equal ratios within a run already lie in index order, so position breaks their
-    ties as the index would. One more unsigned-integer sort of the row (larger V: a stable sort of
-    the tied runs' positions by ratio). Work arrays are reused in place (one row, in cache)."""
+    Returns ``(pos, src)``: ``x[pos] = x[src]`` reorders any array of the row (``pos`` None: the whole
+    row, ``x[:] = x[src]``). Within a run the ratios lie in index order where they are equal (the
+    first sort broke the truncated ties by index), so a stable sort of each run by ratio gives
+    (ratio, index):
+
+    * few tokens in such runs (at most V/4, or V > 2^21): the runs, found by binary search on the
+      truncated ratio (nondecreasing along the row), gathered and sorted stably by ratio;
+    * many (e.g. a row of few distinct ratios, each run a mix of near ties): one unsigned-integer sort
+      of the key (run rank, low b bits of the ratio, position), 3b ≤ 64 bits (equal ratios within a
+      run already lie in index order, so position breaks their ties as the index would). Work arrays
+      are reused in place (one row, in cache)."""
     v = r_in_order.size
     b = _index_bits(v)
     bits = r_in_order.view(np.uint64)
-    if 3 * b > 64:
-        run = bits >> np.uint64(b)
-        tied = np.flatnonzero(run[1:] == run[:-1])
-        pos = np.union1d(tied, tied + 1)
-        perm = np.arange(v)
-        perm[pos] = pos[np.argsort(r_in_order[pos], kind="stable")]
-        return perm
     sh = np.uint64(b)
+    run = bits[descents] >> sh  # (d,) the truncated ratios of the runs holding a descent
+    lo = np.searchsorted(bits, run << sh, side="left")  # (d,) the runs' bounds
+    hi = np.searchsorted(bits, (run + np.uint64(1)) << sh, side="left")
+    lo, first = np.unique(lo, return_index=True)  # (m,) one entry per run
+    lens = hi[first] - lo  # (m,)
+    size = int(lens.sum())
+    if 4 * size <= v or 3 * b > 64:
+        pos = np.arange(size) + np.repeat(lo - (np.cumsum(lens) - lens), lens)  # (size,) increasing
+        return pos, pos[np.argsort(r_in_order[pos], kind="stable")]
     run = np.right_shift(bits, sh)  # (V,) the truncated ratio
     key = np.empty(v, dtype=np.uint64)  # (V,) run starts, then the rank, then the key
     key[0] = 0
@@ -310,7 +326,7 @@ def _near_tie_order(r_in_order):
     key |= np.arange(v, dtype=np.uint64)
     key.sort()
     key &= low
-    return key.view(np.int64)
+    return None, key.view(np.int64)
 
 
 def _odd_ratio(odd: bool, p, q, out):
@@ -356,6 +372,7 @@ class SortedRows:
         order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
         ps, qs, r = (torch.empty_like(p) for _ in range(3))  # (B, V) each
         pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
+        descent = np.empty(max(v - 1, 0), dtype=bool)  # (V − 1,) r[j + 1] < r[j] of the row
         for i in range(b):
             key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
             torch.div(p[i], q[i], out=torch.from_numpy(key))
@@ -365,14 +382,16 @@ class SortedRows:
                 _ratio_order(key.reshape(1, v))
             torch.index_select(p[i], 0, order[i], out=ps[i])
             torch.index_select(q[i], 0, order[i], out=qs[i])
-            divide = functools.partial(_odd_ratio, odd)
-            divide(ps[i], qs[i], r[i])
-            if v > 1 and bool(torch.lt(r[i, 1:], r[i, :-1]).any()):
-                perm = _near_tie_order(r[i].numpy())  # (V,) local moves: a cache-friendly take
-                for x in (order, ps, qs):
+            _odd_ratio(odd, ps[i], qs[i], r[i])
+            r_row = r[i].numpy()
+            if v > 1 and np.less(r_row[1:], r_row[:-1], out=descent).any():
+                pos, src = _near_tie_order(r_row, np.flatnonzero(descent))  # local moves: cache-friendly
+                for x in (order, ps, qs, r):  # r too: the same divisions, moved
                     x_row = x[i].numpy()
-                    x_row[:] = np.take(x_row, perm)
-                divide(ps[i], qs[i], r[i])
+                    if pos is None:
+                        x_row[:] = np.take(x_row, src)
+                    else:
+                        x_row[pos] = x_row[src]
             self._prefix(ps[i : i + 1], out=pc[i : i + 1])
             self._prefix(qs[i : i + 1], out=qc[i : i + 1])
             self._prefix(ps[i : i + 1].flip(1), out=prs[i : i + 1])
@@ -559,7 +578,7 @@ def _without_replacement(batch, k, want_sets):
     rows as given for binding sets). Rows with a positive q below ``_wor.CLOCK_FLOOR`` go through
     the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
     torch = _torch()
-    tiny = batch.memo("tiny_q", lambda: ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1))  # (B,), every K
+    tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch))  # (B,), every K
     if k >= 3 or bool(tiny.any()):
         if want_sets:
             P, Q = batch.numpy_rows()
@@ -578,6 +597,18 @@ def _without_replacement(batch, k, want_sets):
                                                                 False)[0][0], 0.0, 1.0))
         return vals, None
     return _pair_closed_form(batch, want_sets)
+
+
+def _tiny_q_rows(batch):
+    """Whether each row holds a q with ``0 < q < _wor.CLOCK_FLOOR``, (B,) bool: only the rows whose
+    smallest q (:attr:`LawBatch.q_min`) lies below the floor can, and only those are scanned."""
+    torch = _torch()
+    low = batch.q_min < _wor.CLOCK_FLOOR  # (B,)
+    tiny = torch.zeros_like(low)
+    if bool(low.any()):
+        q = batch.q[low]  # (b, V): the few rows holding a zero or a tiny q
+        tiny[low] = ((q > 0) & (q < _wor.CLOCK_FLOOR)).any(1)
+    return tiny
 
 
 def _pair_closed_form(batch, want_sets):
@@ -660,6 +691,19 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     return part[np.lexsort((part, -q[part]))].astype(np.int64)
 
 
+def _top_at_edge(q_row, edge, m: int):
+    """The m largest entries of a 1-D tensor ``q_row`` (by decreasing q, ties to the lower index,
+    as :func:`top_tokens`) given ``edge``, the m-th largest value: the tokens of q ≥ edge (a few
+    more than m where the edge is tied), sorted stably by decreasing q. One pass over the row."""
+    torch = _torch()
+    if q_row.device.type == "cpu":
+        qn = q_row.numpy()
+        cand = np.flatnonzero(qn >= float(edge))  # (c,) increasing indices
+        return torch.from_numpy(cand[np.argsort(-qn[cand], kind="stable")[:m]])
+    cand = torch.nonzero(q_row >= edge)[:, 0]  # (c,) increasing indices
+    return cand[torch.sort(q_row[cand], descending=True, stable=True).indices[:m]]
+
+
 _TOP_Q = 8  # the largest q's selected at once per batch: every greedy (K − 1) and deterministic (K) split up to 8
 
 
@@ -685,7 +729,7 @@ def greedy_split_rows(batch: LawBatch, m: int):
         inner = (vals[:, 1:] == vals[:, :-1]).any(1)
         for row in torch.nonzero(cut | inner).flatten().tolist():
             if bool(cut[row]):
-                idx[row] = torch.as_tensor(top_tokens(q[row].cpu().numpy(), width), device=q.device)
+                idx[row] = _top_at_edge(q[row], vals[row, width - 1], width)
             else:
                 v_row, i_row = vals[row].cpu().numpy(), idx[row].cpu().numpy()
                 idx[row] = torch.as_tensor(i_row[np.lexsort((i_row, -v_row))], device=q.device)
