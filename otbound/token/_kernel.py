@@ -237,7 +237,7 @@ def _check_torch(p, q, device):
             idx = tuple(np.unravel_index(row, tuple(err.shape[:-1]))) if x.ndim > 1 else ()
             raise InvalidInputError(f"{name} does not sum to 1 (row {idx} sums to {float(s.reshape(-1)[row]):.9g}; "
                                     f"tolerance {LAW_ATOL:g})")
-        out.append(torch.div(x, s, out=_cpu_empty(x.shape)) if x.device.type == "cpu" else x / s)
+        out.append(x / s)
     if out[0].shape != out[1].shape:
         raise InvalidInputError(
             f"p and q must have the same shape, got {tuple(out[0].shape)} and {tuple(out[1].shape)}")
@@ -338,13 +338,6 @@ def _odd_ratio(odd: bool, p, q, out):
         _torch().div(p, q, out=out)
 
 
-def _cpu_empty(shape, dtype=np.float64):
-    """An uninitialised CPU tensor allocated by numpy: its allocator (plain malloc, large arrays
-    advised to huge pages) reuses freed heap memory where ``torch.empty``'s aligned allocations of
-    the same (B, V) sizes measured thousands of fresh page faults per call."""
-    return _torch().from_numpy(np.empty(shape, dtype=dtype))
-
-
 class SortedRows:
     """Rows ``p``, ``q`` (B, V) sorted by ratio p/q (ties by index, q = 0 last) with prefix sums
     (module docstring). ``order`` (B, V): the sorted token ids; ``ps``, ``qs``, ``r``: p, q and the
@@ -376,9 +369,9 @@ class SortedRows:
         path of an accelerator, bit for bit."""
         torch = _torch()
         b, v = p.shape
-        order = _cpu_empty((b, v), np.int64)  # (B, V)
-        ps, qs, r = (_cpu_empty((b, v)) for _ in range(3))  # (B, V) each
-        pc, qc, prs, qrs = (_cpu_empty((b, v + 1)) for _ in range(4))  # (B, V + 1) each
+        order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
+        ps, qs, r = (torch.empty_like(p) for _ in range(3))  # (B, V) each
+        pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
         descent = np.empty(max(v - 1, 0), dtype=bool)  # (V − 1,) r[j + 1] < r[j] of the row
         for i in range(b):
             key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
@@ -646,11 +639,11 @@ def _pair_closed_form(batch, want_sets):
         odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i ≤ c} q_i/(1 − q_i)
         mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
         return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
-    rest = torch.neg(qs, out=_cpu_empty(qs.shape)).add_(1.0)  # (B, m − 1): 1 − q
+    rest = torch.rsub(qs, 1.0)
     for i in torch.nonzero(top > 0.5).flatten().tolist():  # its one token of q > 1/2: the others' mass summed directly
         big = torch.nonzero(qs[i] > 0.5)[:, 0]
         rest[i, big] = srt.qc[i, big] + srt._qrs[i, srt.v - 1 - big]
-    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1, out=_cpu_empty(qs.shape))  # (B, m − 1)
+    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1)
     n = m - 1
     starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
     ends = (starts + width).clamp_(max=n) - 1  # (nb,) last columns
