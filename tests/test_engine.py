@@ -684,13 +684,29 @@ def _stable_ratio_order(p, q):
 
 
 @pytest.mark.parametrize("v", [5000, 70_000])
-def test_near_tie_repair_both_paths_give_the_stable_order(v):
+def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     """The near-tie repair of SortedRows on rows holding few runs of near ties (the runs gathered and
-    sorted alone) and on rows of a few distinct ratios each broken into near ties by rounding (the
-    whole row re-keyed), with exact ties, zeros of p and q and −0: the order, sorted rows and ratios
-    equal torch's stable sort of p/q exactly; each path is taken by some row."""
-    from otbound.token._kernel import _near_tie_order, _ratio_order
+    sorted alone), on rows of a few distinct ratios each broken into near ties by rounding (the
+    counting sort by offset within the run) and on rows of a few ratios each perturbed by thousands
+    of units of the last place (the key sort), with exact ties, zeros of p and q and −0: the order,
+    sorted rows and ratios equal torch's stable sort of p/q exactly; each path is taken by some row."""
+    from otbound.token import _kernel
 
+    whole, counted = [], []  # per repaired row: whether the whole row moved; per counting sort: if it applied
+    order_fn, buckets_fn = _kernel._near_tie_order, _kernel._near_tie_buckets
+
+    def near_tie_order(r, descents):
+        pos, src = order_fn(r, descents)
+        whole.append(pos is None)
+        return pos, src
+
+    def near_tie_buckets(bits, starts):
+        perm = buckets_fn(bits, starts)
+        counted.append(perm is not None)
+        return perm
+
+    monkeypatch.setattr(_kernel, "_near_tie_order", near_tie_order)
+    monkeypatch.setattr(_kernel, "_near_tie_buckets", near_tie_buckets)
     rng = np.random.default_rng(41)
     rows_p, rows_q = [], []
     q = rng.random(v) + 0.1
@@ -705,6 +721,9 @@ def test_near_tie_repair_both_paths_give_the_stable_order(v):
     p[rng.random(v) < 0.2] = 0.0
     p[::7] = -0.0
     rows_p.append(p), rows_q.append(q)
+    q = rng.random(v) + 0.1
+    p = q * rng.integers(1, 6, v) * (1 + rng.integers(0, 4, v) * 2.0**-40)  # 5 ratios, spread ~2^12 ulps
+    rows_p.append(p), rows_q.append(q)
     p, q = np.array(rows_p), np.array(rows_q)
     p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
     pt, qt = torch.from_numpy(p), torch.from_numpy(q)
@@ -714,17 +733,8 @@ def test_near_tie_repair_both_paths_give_the_stable_order(v):
     assert torch.equal(srt.ps, torch.gather(pt, 1, want)) and torch.equal(srt.qs, torch.gather(qt, 1, want))
     assert torch.equal(srt.r, torch.gather(torch.where(qt > 0, pt / torch.where(qt > 0, qt, 1.0), torch.inf) + 0.0,
                                            1, want))
-    paths = set()
-    for i in range(p.shape[0]):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            key = np.where(q[i] > 0, p[i] / q[i], np.inf) + 0.0
-        order = _ratio_order(key.reshape(1, v))[0][0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(q[i, order] > 0, p[i, order] / q[i, order], np.inf) + 0.0
-        descents = np.flatnonzero(r[1:] < r[:-1])
-        if descents.size:
-            paths.add(_near_tie_order(r, descents)[0] is None)
-    assert paths == {True, False}
+    assert not all(whole) and any(counted)  # the local repair and the counting sort
+    assert sum(whole) > sum(counted)  # and the key sort
 
 
 def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():

@@ -296,27 +296,35 @@ def _near_tie_order(r_in_order, descents):
 
     * few tokens in such runs (at most V/4, or V > 2^21): the runs, found by binary search on the
       truncated ratio (nondecreasing along the row), gathered and sorted stably by ratio;
-    * many (e.g. a row of few distinct ratios, each run a mix of near ties): one unsigned-integer sort
-      of the key (run rank, low b bits of the ratio, position), 3b ≤ 64 bits (equal ratios within a
-      run already lie in index order, so position breaks their ties as the index would). Work arrays
-      are reused in place (one row, in cache)."""
+    * many, in few runs whose ratios span at most ``_NEAR_SPREAD`` units of the last place (a row of
+      few distinct ratios, each broken into near ties by rounding): a stable counting sort by
+      (run, offset of the ratio's bits from the run's least), :func:`_near_tie_buckets`;
+    * else one unsigned-integer sort of the key (run rank, low b bits of the ratio, position),
+      3b ≤ 64 bits (equal ratios within a run already lie in index order, so position breaks their
+      ties as the index would). Work arrays are reused in place (one row, in cache)."""
     v = r_in_order.size
     b = _index_bits(v)
     bits = r_in_order.view(np.uint64)
     sh = np.uint64(b)
-    run = bits[descents] >> sh  # (d,) the truncated ratios of the runs holding a descent
-    lo = np.searchsorted(bits, run << sh, side="left")  # (d,) the runs' bounds
-    hi = np.searchsorted(bits, (run + np.uint64(1)) << sh, side="left")
-    lo, first = np.unique(lo, return_index=True)  # (m,) one entry per run
-    lens = hi[first] - lo  # (m,)
+    run = bits[descents] >> sh  # (d,) the truncated ratios at the descents: nondecreasing
+    new = np.empty(run.size, dtype=bool)  # (d,) the first descent of each run
+    new[0] = True
+    np.not_equal(run[1:], run[:-1], out=new[1:])
+    run = run[new]  # (m,) one per run holding a descent
+    lo = np.searchsorted(bits, run << sh, side="left")  # (m,) the runs' bounds
+    lens = np.searchsorted(bits, (run + np.uint64(1)) << sh, side="left") - lo  # (m,)
     size = int(lens.sum())
     if 4 * size <= v or 3 * b > 64:
         pos = np.arange(size) + np.repeat(lo - (np.cumsum(lens) - lens), lens)  # (size,) increasing
         return pos, pos[np.argsort(r_in_order[pos], kind="stable")]
     run = np.right_shift(bits, sh)  # (V,) the truncated ratio
-    key = np.empty(v, dtype=np.uint64)  # (V,) run starts, then the rank, then the key
-    key[0] = 0
-    np.not_equal(run[1:], run[:-1], out=key[1:], casting="unsafe")
+    starts = np.flatnonzero(run[1:] != run[:-1]) + 1  # (R − 1,) the runs' first positions but the first
+    if starts.size < v // 64:
+        perm = _near_tie_buckets(bits, np.concatenate(([0], starts)))
+        if perm is not None:
+            return None, perm
+    key = np.zeros(v, dtype=np.uint64)  # (V,) run starts, then the rank, then the key
+    key[starts] = 1
     np.cumsum(key, out=key)  # the run's rank < V: fits in b bits
     key <<= np.uint64(2 * b)
     low = np.uint64((1 << b) - 1)
@@ -327,6 +335,37 @@ def _near_tie_order(r_in_order, descents):
     key.sort()
     key &= low
     return None, key.view(np.int64)
+
+
+_NEAR_SPREAD = 8  # the widest run (units of the last place) the counting sort of near ties takes
+
+
+def _near_tie_buckets(bits, starts):
+    """The permutation sorting a row's ratios (bit patterns ``bits`` (V,), in runs of equal truncated
+    ratio beginning at ``starts`` (R,), equal ratios of a run in index order) stably by ratio, by
+    counting: within a run a ratio's bits exceed the run's least by an offset o, and where every
+    offset is below ``_NEAR_SPREAD`` the order is (run, o, position). One pass per offset value
+    gathers its positions (increasing) and scatters them after the run's smaller offsets. None where
+    an offset is larger (the caller sorts keys instead)."""
+    v = bits.size
+    lens = np.diff(starts, append=v)  # (R,)
+    off = bits - np.repeat(np.minimum.reduceat(bits, starts), lens)  # (V,) offsets within the runs
+    spread = int(off.max()) + 1
+    if spread > _NEAR_SPREAD:
+        return None
+    off = off.astype(np.uint8)
+    perm = np.empty(v, dtype=np.int64)  # (V,)
+    fill = starts.copy()  # (R,) the next free place of each run
+    bounds = np.append(starts, v)  # (R + 1,)
+    mask = np.empty(v, dtype=bool)  # (V,)
+    for o in range(spread):
+        idx = np.flatnonzero(np.equal(off, o, out=mask))  # (n,) increasing positions of offset o
+        if not idx.size:
+            continue
+        count = np.diff(np.searchsorted(idx, bounds))  # (R,) of them per run
+        perm[np.repeat(fill - (np.cumsum(count) - count), count) + np.arange(idx.size)] = idx
+        fill += count
+    return perm
 
 
 def _odd_ratio(odd: bool, p, q, out):
