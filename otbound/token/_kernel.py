@@ -678,19 +678,22 @@ def _pair_closed_form(batch, want_sets):
         odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i ≤ c} q_i/(1 − q_i)
         mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
         return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
-    rest = torch.rsub(qs, 1.0)
-    for i in torch.nonzero(top > 0.5).flatten().tolist():  # its one token of q > 1/2: the others' mass summed directly
-        big = torch.nonzero(qs[i] > 0.5)[:, 0]
-        rest[i, big] = srt.qc[i, big] + srt._qrs[i, srt.v - 1 - big]
-    odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1)
     n = m - 1
     starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
     ends = (starts + width).clamp_(max=n) - 1  # (nb,) last columns
     offsets = torch.arange(width)  # (width,)
     best = torch.empty(batch.rows, dtype=torch.float64)  # (B,)
     count = torch.empty(batch.rows, dtype=torch.int64)  # (B,)
+    big_rows = set(torch.nonzero(top > 0.5).flatten().tolist())  # rows holding a token of q > 1/2
+    terms = torch.empty(n, dtype=torch.float64)  # (n,) a row's 1 − q, then q/(1 − q)
+    od = torch.empty(n, dtype=torch.float64)  # (n,) a row's odds Σ_{i ≤ c} q_i/(1 − q_i)
     for i in range(batch.rows):  # one row at a time: 1-D index_select is fast, a column gather of (B, ·) is not
-        pc, qc, qrs, od = srt.pc[i], srt.qc[i], srt._qrs[i], odds[i]  # (V + 1,) ×3, (n,)
+        pc, qc, qrs = srt.pc[i], srt.qc[i], srt._qrs[i]  # (V + 1,) each
+        torch.neg(qs[i], out=terms).add_(1.0)  # −q + 1 = 1 − q, one rounding
+        if i in big_rows:  # its one token of q > 1/2: the others' mass summed directly
+            big = torch.nonzero(qs[i] > 0.5)[:, 0]
+            terms[big] = qc[big] + qrs[srt.v - 1 - big]
+        torch.cumsum(torch.div(qs[i], terms, out=terms), 0, out=od)
         f_at = functools.partial(_pair_f, srt.v, pc, qc, qrs, od)
         p_start, od_start = pc[1 : n + 1 : width], od[::width]  # (nb,) strided views at the block starts
         upper = f_at(starts).min()  # f at the block starts
