@@ -739,7 +739,8 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
 
 def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():
     """The rows holding 0 < q < CLOCK_FLOOR found from the rows' minima equal the full test, on rows
-    with zeros only, a denormal q, a q just above the floor and none."""
+    with zeros only, a denormal q, a q just above the floor and none, numpy and torch input (whose
+    minima come from the check: equal to those of the renormalised rows)."""
     from otbound.token import _wor
     from otbound.token._kernel import _tiny_q_rows
 
@@ -749,10 +750,12 @@ def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():
     q[3, 0] = 2 * _wor.CLOCK_FLOOR  # above the floor
     q[4, 5] = 0.5 * _wor.CLOCK_FLOOR  # below it, no zero
     q /= q.sum(1, keepdims=True)
-    batch = LawBatch(np.full((5, 6), 1 / 6), q)
-    want = ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1)
-    assert want.tolist() == [False, False, True, False, True]
-    assert torch.equal(_tiny_q_rows(batch), want)
+    q[0] *= 1 + 3e-7  # renormalised by the check
+    for batch in (LawBatch(np.full((5, 6), 1 / 6), q), LawBatch(torch.full((5, 6), 1 / 6), torch.from_numpy(q))):
+        assert torch.equal(batch.q_min, batch.q.amin(1))  # torch input: the minima of the check's pass
+        want = ((batch.q > 0) & (batch.q < _wor.CLOCK_FLOOR)).any(1)
+        assert want.tolist() == [False, False, True, False, True]
+        assert torch.equal(_tiny_q_rows(batch), want)
 
 
 def test_greedy_split_at_a_tied_edge_takes_the_lowest_indices():

@@ -105,7 +105,8 @@ class LawBatch:
         torch = _torch()
         if is_torch(p) or is_torch(q):
             self.device = (p if is_torch(p) else q).device
-            p, q = _check_torch(p, q, self.device)
+            p, q, q_min = _check_torch(p, q, self.device)
+            self.q_min = q_min.reshape(-1)  # (B,): from the check's pass (the cached property otherwise)
         else:
             self.device = None
             p, q = as_pair(p, q)
@@ -212,10 +213,12 @@ class LawBatch:
 
 
 def _check_torch(p, q, device):
-    """``(p, q)`` as checked, renormalised float64 tensors on ``device`` (the rules and messages of
-    :func:`otbound._validation.as_law`)."""
+    """``(p, q, q_min)``: the laws as checked, renormalised float64 tensors on ``device`` (the rules
+    and messages of :func:`otbound._validation.as_law`) and the smallest renormalised q of each row
+    (..., shape ``q.shape[:-1]``), from the check's own minima: ``min_j fl(q_j/s) = fl(min_j q_j / s)``
+    (division by a positive s rounds monotonically)."""
     torch = _torch()
-    out = []
+    out, mins = [], []
     for name, x in (("p", p), ("q", q)):
         x = torch.as_tensor(x, device=device).to(torch.float64)
         if x.ndim == 0:
@@ -223,8 +226,9 @@ def _check_torch(p, q, device):
         if x.shape[-1] == 0:
             raise InvalidInputError(f"{name} has an empty vocabulary axis (shape {tuple(x.shape)})")
         s = x.sum(dim=-1, keepdim=True)
+        lows = x.amin(-1, keepdim=True) if x.numel() else s  # (..., 1) the rows' smallest entries
         # one pass each for the common case: a finite non-negative row has a finite sum and min ≥ 0
-        if x.numel() and not (bool(torch.isfinite(s).all()) and float(x.amin()) >= 0.0):
+        if x.numel() and not (bool(torch.isfinite(s).all()) and float(lows.amin()) >= 0.0):
             if not bool(torch.isfinite(x).all()):
                 bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
                 raise InvalidInputError(f"{name} has a NaN or infinite entry at index {tuple(bad)}")
@@ -238,10 +242,11 @@ def _check_torch(p, q, device):
             raise InvalidInputError(f"{name} does not sum to 1 (row {idx} sums to {float(s.reshape(-1)[row]):.9g}; "
                                     f"tolerance {LAW_ATOL:g})")
         out.append(x / s)
+        mins.append((lows / s)[..., 0])
     if out[0].shape != out[1].shape:
         raise InvalidInputError(
             f"p and q must have the same shape, got {tuple(out[0].shape)} and {tuple(out[1].shape)}")
-    return out[0], out[1]
+    return out[0], out[1], mins[1]
 
 
 # ---------------------------------------------------------------------------------------------
