@@ -266,12 +266,14 @@ def _index_bits(v: int) -> int:
     return max(1, (v - 1).bit_length())
 
 
-def _ratio_order(r):
+def _ratio_order(r, index=None):
     """Per row of ``r`` (float64 ratios, numpy; overwritten: the result lives in its memory), the
     indices sorting it by (ratio, index) up to near ties: one unsigned-integer sort. A key is the
     ratio's bit pattern (monotone for non-negative floats) with its low ⌈log2 V⌉ bits replaced by the
     index, so ratios closer than a relative 2^(⌈log2 V⌉ − 52) may come out of order:
     :func:`_near_tie_order`.
+
+    ``index``: ``np.arange(V, dtype=np.uint64)`` if the caller keeps one for many rows.
 
     Returns ``(order (B, V) int64, odd (B,) bool)``: ``odd`` marks the rows holding a pattern above
     +inf's (NaN from 0/0, or a sign bit: −0, −inf), which sort last whatever they are; such a row's
@@ -280,7 +282,7 @@ def _ratio_order(r):
     low = np.uint64((1 << b) - 1)
     key = r.view(np.uint64)
     key &= ~low
-    key |= np.arange(r.shape[1], dtype=np.uint64)
+    key |= np.arange(r.shape[1], dtype=np.uint64) if index is None else index
     key.sort(axis=1)
     odd = key[:, -1] > (_INF_BITS | low)  # (B,): the largest key of each row lies last
     key &= low
@@ -417,13 +419,14 @@ class SortedRows:
         ps, qs, r = (torch.empty_like(p) for _ in range(3))  # (B, V) each
         pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
         descent = np.empty(max(v - 1, 0), dtype=bool)  # (V − 1,) r[j + 1] < r[j] of the row
+        index = np.arange(v, dtype=np.uint64)  # (V,) the token ids of every row's sort keys
         for i in range(b):
             key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
             torch.div(p[i], q[i], out=torch.from_numpy(key))
-            odd = _ratio_order(key.reshape(1, v))[1][0]
+            odd = _ratio_order(key.reshape(1, v), index)[1][0]
             if odd:
                 key[:] = _ratio(p[i], q[i]).numpy()
-                _ratio_order(key.reshape(1, v))
+                _ratio_order(key.reshape(1, v), index)
             torch.index_select(p[i], 0, order[i], out=ps[i])
             torch.index_select(q[i], 0, order[i], out=qs[i])
             _odd_ratio(odd, ps[i], qs[i], r[i])
