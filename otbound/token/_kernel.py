@@ -447,11 +447,15 @@ class SortedRows:
         self.pc, self.qc, self._prs, self._qrs = pc, qc, prs, qrs
 
     def row(self, i):
-        """The same structure for row ``i`` alone (shape (1, V))."""
-        view = copy.copy(self)
-        for name in ("r", "ps", "qs", "pc", "qc", "_prs", "_qrs", "q_tot", "order"):
-            setattr(view, name, getattr(self, name)[i : i + 1])
-        return view
+        """The same structure for row ``i`` alone (shape (1, V)), made once per row (views)."""
+        rows = self.__dict__.setdefault("_rows", {})
+        if i not in rows:
+            view = copy.copy(self)
+            view._rows = {}
+            for name in ("r", "ps", "qs", "pc", "qc", "_prs", "_qrs", "q_tot", "order"):
+                setattr(view, name, getattr(self, name)[i : i + 1])
+            rows[i] = view
+        return rows[i]
 
     @staticmethod
     def _prefix(x, out=None):

@@ -246,17 +246,20 @@ def _rrs_wor_exact(batch, k):
     top = greedy_split_rows(batch, 1)[2]  # (B, 1): the largest q per row
     if srt.r.device.type != "cpu":
         return 1.0 - _rejected_twice(srt, h1, mu2, h2, n_mu2, top)
+    scalars = _first_draft_scalars(srt, mu2, h2, n_mu2)  # every row's at once; the sums row by row
     return 1.0 - torch.cat([_rejected_twice(srt.row(i), h1[i : i + 1], mu2[i : i + 1], h2[i : i + 1],
-                                            n_mu2[i : i + 1], top[i : i + 1]) for i in range(batch.rows)])
+                                            n_mu2[i : i + 1], top[i : i + 1], tuple(x[i : i + 1] for x in scalars))
+                            for i in range(batch.rows)])
 
 
-def _rejected_twice(srt, h1, mu2, h2, n_mu2, top):
+def _rejected_twice(srt, h1, mu2, h2, n_mu2, top, scalars=None):
     """P(both drafts rejected) at K = 2, (B,): Σ over first drafts x_1 of their round-1 rejection
     weight ``(q − p/h_1)_+(x_1)`` times ρ_2 (:func:`_reject_first_drafts`); rows (B, ·) of ``srt``
     and their μ_2, h_2 = h(μ_2), n(μ_2), h_1 and largest q, each (B, 1). ``S_2 = Σ_{x ≠ x_1} q``
     is ``q_tot − q(x_1)`` wherever ``q(x_1) ≤ 1/2`` (then S_2 ≥ 1/2: one rounding); a token of
     q > 1/2 (one per row at most) has its S_2 as the other tokens' mass summed directly (exact in
-    relative terms however small) and its term by the general round (:func:`_reject`)."""
+    relative terms however small) and its term by the general round (:func:`_reject`). ``scalars``:
+    the rows' :func:`_first_draft_scalars` if the caller has them."""
     torch = _torch()
     n1 = int(n_mu2.max()) if n_mu2.numel() else 0  # first drafts that can be rejected: r < μ_2
     qx = srt.qs[:, :n1]  # (B, n1), a view
@@ -264,17 +267,17 @@ def _rejected_twice(srt, h1, mu2, h2, n_mu2, top):
     s2 = torch.rsub(qx, srt.q_tot)  # (B, n1)
     if not bool((top > 0.5).any()):
         floor = srt.q_tot - top  # (B, 1) ≤ q_tot − q(x_1) for every x_1, as rounded (q(x_1) ≤ top)
-        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor)
+        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor, scalars)
     if w1.shape[0] > 1:  # an accelerator's batch: S_2 of every first draft summed directly
         s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
-        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+        return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, scalars=scalars)
     # one row whose token of q > 1/2 (at most one) is taken out of the sums: every other S_2 > 1/2;
     # its own S_2 summed directly and its ρ_2 by the general round
     big = torch.nonzero(qx[0] > 0.5)[:, 0]  # (0 or 1,)
     w_big = w1[0, big].clone()
     w1[0, big] = 0.0
     s2[0, big] = 1.0  # no term, no crossing
-    rest = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2)
+    rest = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, scalars=scalars)
     if not big.numel():
         return rest
     s_big = srt.qc[0, big] + srt._qrs[0, srt.v - 1 - big]  # Σ_{x ≠ big} q, summed directly
@@ -318,7 +321,24 @@ def _rrs_wor_paths(batch, horizon, mc_samples):
     return out
 
 
-def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None):
+def _first_draft_scalars(srt, mu2, h2, n_mu2):
+    """``(live, d, tail, gap)`` per row, each (B, 1), of :func:`_reject_first_drafts`: h_2 > 0, the
+    band term D = Σ_{μ_2 ≤ r < μ_2 + h_2} (p − μ_2 q)/h_2, Qs[n(μ_2 + h_2)] and r_next − μ_2 (r_next
+    the first ratio at or above μ_2 + h_2, inf past the last)."""
+    torch = _torch()
+    live = h2 > 0  # (B, 1)
+    safe_h = torch.where(live, h2, torch.ones_like(h2))
+    base = srt.count_below(mu2 + h2)  # (B, 1)
+    q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
+    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h  # (B, 1)
+    # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
+    tail = srt.qsuf(base)  # (B, 1)
+    v = srt.r.shape[1]
+    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)  # (B, 1)
+    return live, d, tail, r_next - mu2
+
+
+def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars=None):
     """``Σ_{x_1} w1(x_1) ρ_2(x_1)`` per row, (B,): ρ_2 of every first draft x_1 (states (B, m):
     S_2 = s2, q(x_1) = qx, weights w1; μ_2, h_2 and n(μ_2) per row, (B, 1)).
 
@@ -330,20 +350,12 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None):
     from the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2), those drafts'
     terms are swapped for :func:`_reject` itself (where their S_2 ≥ 1/2, so that every term is at
     most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft). ``s2_floor``
-    (B, 1): a lower bound of each row's S_2 known to the caller (default: their minimum).
+    (B, 1): a lower bound of each row's S_2 known to the caller (default: their minimum);
+    ``scalars``: the rows' :func:`_first_draft_scalars` if the caller has them.
     """
     torch = _torch()
-    live = h2 > 0  # (B, 1)
-    safe_h = torch.where(live, h2, torch.ones_like(h2))
-    base = srt.count_below(mu2 + h2)  # (B, 1)
-    q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
-    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h  # (B, 1)
-    # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
-    tail = srt.qsuf(base)  # (B, 1)
+    live, d, tail, gap = _first_draft_scalars(srt, mu2, h2, n_mu2) if scalars is None else scalars  # (B, 1) each
     total = w1.sum(1, keepdim=True) * (1.0 - d) - tail * torch.div(w1, s2).sum(1, keepdim=True)  # (B, 1)
-    v = srt.r.shape[1]  # the ratio after the first n(μ_2 + h_2) tokens (inf past the last)
-    r_next = torch.gather(srt.r, 1, base.clamp(max=v - 1)).masked_fill_(base >= v, math.inf)  # (B, 1)
-    gap = r_next - mu2  # (B, 1)
     if s2.shape[1]:  # μ_3 > r_next ⟺ h_2/S_2 > r_next − μ_2 (S_2 > 0 for every drawable first draft)
         floor = s2.amin(1, keepdim=True) if s2_floor is None else s2_floor  # (B, 1): ≤ every S_2 of the row
         crossing = (h2 > gap * floor) & live
