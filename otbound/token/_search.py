@@ -300,7 +300,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     else:
         top = runs.top[:n_top]
     m = q[top[: k - 1]].sum()
-    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
+    rest = _sum_without(q, top[: k - 1]) if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
     limit = min(cut, 2.0**1000)
     if runs is None:
@@ -338,6 +338,14 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
         except _LongerGrid as need:
             horizon = need.t_end
+
+
+def _sum_without(q: np.ndarray, idx: np.ndarray) -> float:
+    """Σ q over the tokens not in ``idx`` (distinct indices), summed directly: the slices between
+    them, without the copy of ``np.delete``."""
+    cuts = np.sort(idx)
+    edges = np.concatenate([[-1], cuts, [q.size]])
+    return float(sum(q[a + 1 : b].sum() for a, b in zip(edges[:-1].tolist(), edges[1:].tolist())))
 
 
 def _total(q, runs):
