@@ -457,7 +457,7 @@ class _Chain:
         return sub
 
 
-_FANOUT = 24  # a long stretch is sampled at about this many positions
+_FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
 
 
 def _search(root, best, where, open_bucket, first):

@@ -565,7 +565,7 @@ class ClockMass:
     Stretch bound (derived): see :func:`_stretch_bound`.
     """
 
-    leaf = 24  # stretches up to this many positions are evaluated whole
+    leaf = 16  # stretches up to this many positions are evaluated whole
     has_exact = True
 
     def __init__(self, num_drafts: int, t_end: float):
