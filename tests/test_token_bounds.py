@@ -485,3 +485,51 @@ def test_largest_entries_by_group_maxima_equal_a_full_sort():
         np.testing.assert_array_equal(q[got], np.sort(q)[::-1][:n])
         assert np.unique(got).size == n
         assert np.all(np.diff(got)[np.diff(q[got]) == 0] > 0)
+
+
+def test_sampled_run_starts_equal_the_full_pass():
+    """The runs of equal bucket id of a ratio-sorted row, found from every 16th position's id and the
+    gaps where it changes, equal those of the ids of every position (:func:`_ratio_buckets`), on rows
+    with many tied ratios, zeros in q (ratio inf, 0/0 last), one run per position, a single run,
+    runs ending on and beside the sampled positions, and lengths 1 to 40,000; a row out of ratio
+    order is refused, and each run's tokens are its positions."""
+    from otbound.token._search import RowRuns, _ratio_buckets, _run_starts, _run_tokens
+
+    rng = np.random.default_rng(26)
+    cases = []
+    for trial in range(40):
+        v = int(rng.integers(1, 40_000)) if trial > 3 else (1, 2, 16, 17)[trial]
+        q = rng.random(v) + 0.01
+        kind = trial % 5
+        if kind == 0:
+            p = q * np.exp(rng.standard_normal(v) * 3.0)
+        elif kind == 1:  # few distinct ratios: long tied runs
+            p = q * rng.integers(1, 4, v)
+        elif kind == 2:  # zeros in q: inf and 0/0 ratios
+            p = rng.random(v)
+            q[rng.random(v) < 0.3] = 0.0
+            p[rng.random(v) < 0.1] = 0.0
+        elif kind == 3:  # ratios 2^(j/32 + 1/64): one bucket per position
+            p = q * 2.0 ** ((np.arange(v) + 0.5) / 32.0 - 20.0)
+        else:  # one ratio
+            p = 3.0 * q
+        cases.append((p, q))
+    steps = np.repeat(np.arange(40), np.tile([15, 16, 17, 1], 10))  # runs ending at, before, after samples
+    q = np.full(steps.size, 0.5)
+    cases.append((q * 2.0 ** (steps / 32.0 + 1.0 / 64.0), q))
+    for p, q in cases:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            order = np.argsort(np.where(q > 0, p / q, np.inf), kind="stable")
+        p, q = p[order], q[order]
+        b, _ = _ratio_buckets(p, q, np.inf)
+        full = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
+        starts, at = _run_starts(p, q)
+        np.testing.assert_array_equal(starts, full)
+        np.testing.assert_array_equal(at, b[full])
+        runs = RowRuns(p, q)
+        np.testing.assert_array_equal(runs.b, b)
+        for r in (0, starts.size // 2, starts.size - 1):
+            np.testing.assert_array_equal(_run_tokens(runs, r, p, q), np.flatnonzero(b == at[r]))
+    p, q = cases[5]
+    with pytest.raises(ob.InvalidInputError, match="sorted by ratio"):
+        _run_starts(p, q)  # not sorted

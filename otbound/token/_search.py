@@ -96,31 +96,38 @@ _TOP = 2 * _wor.MAX_FAST_DRAFTS + 30
 
 class RowRuns:
     """What the search needs of one row sorted by ratio p/q (ascending, q = 0 last) whatever K: the
-    bucket id of every position (:func:`_ratio_buckets` unclipped), the runs of equal id (their
-    starts, ids and p and q sums; the ids increase strictly along a sorted row), q's total and the
-    positions of its ``_TOP`` largest entries by decreasing q. Built once per row and clipped per K
+    runs of equal bucket id (:func:`_ratio_buckets` unclipped; their starts, ids and p and q sums;
+    the ids increase strictly along a sorted row, :func:`_run_starts`), q's total and the positions
+    of its ``_TOP`` largest entries by decreasing q. Built once per row and clipped per K
     (:meth:`clip`): the bucket sums of every K are sums of run sums.
 
     Raises
     ------
     InvalidInputError
-        The row is not sorted by ratio.
+        The row is not sorted by ratio (as far as its sampled bucket ids tell: :func:`_run_starts`).
     """
 
     def __init__(self, p: np.ndarray, q: np.ndarray, tiny: bool = True):
         self.tiny = tiny  # whether q may have positive entries below _wor.CLOCK_FLOOR (False: known not)
-        v = p.size
-        self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
-        starts = np.flatnonzero(self.b[1:] != self.b[:-1])
-        starts += 1
-        self.starts = np.concatenate([[0], starts])
-        self.at = self.b[self.starts]
-        if not bool((self.at[1:] > self.at[:-1]).all()):  # the bucket ids of a ratio-sorted row never decrease
-            raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+        v = self.size = p.size
+        self.starts, self.at = _run_starts(p, q)
         self.run_p, self.run_q = np.add.reduceat(p, self.starts), np.add.reduceat(q, self.starts)
-        self.q_sum = float(q.sum())
+        self.q_sum = float(self.run_q.sum())
         self.moments = _wor.RunMoments(q, self.starts)  # the clock integral's run moments, every K ≥ 3
         self.top = _largest(q, min(v, _TOP))
+
+    @property
+    def b(self) -> np.ndarray:
+        """The bucket id of every position, (V,) (built on demand: the binding set's tokens)."""
+        return np.repeat(self.at, np.diff(self.starts, append=self.size))
+
+    def run_of(self, idx: np.ndarray) -> np.ndarray:
+        """The run holding each position ``idx``."""
+        return np.searchsorted(self.starts, idx, side="right") - 1
+
+    def run_tokens(self, r: int) -> np.ndarray:
+        """The positions of run r, in order."""
+        return np.arange(self.starts[r], self.starts[r + 1] if r + 1 < self.starts.size else self.size)
 
     def clip(self, limit: float):
         """``(top, bp, bq, ids, chain)`` for the buckets below that of ``limit`` (the ones above
@@ -139,6 +146,37 @@ class RowRuns:
         starts = self.starts[: n_lo + 1] if merged else self.starts
         at = np.arange(n_lo + 1) if merged else np.arange(n_lo)
         return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
+
+
+_STRIDE = 16  # _run_starts reads the bucket id of every 16th position, then the gaps where it changes
+
+
+def _run_starts(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, at)``: the runs of equal bucket id (:func:`_ratio_buckets` unclipped) of a row sorted
+    by ratio (their first positions and ids), from the ids of every ``_STRIDE``-th position and of
+    the positions inside the gaps whose two ends differ: along a sorted row the id never decreases,
+    so a gap with equal ends is one id (about V/16 + 16 × runs divisions instead of V).
+
+    Raises
+    ------
+    InvalidInputError
+        An id read is below the one read before it: the row is not sorted by ratio.
+    """
+    v = p.size
+    coarse = np.append(np.arange(0, v - 1, _STRIDE), v - 1)  # (C,) sampled positions, both ends included
+    cid, _ = _ratio_buckets(p[coarse], q[coarse], np.inf)  # (C,)
+    lo = np.flatnonzero(cid[1:] != cid[:-1])  # the gaps coarse[j] → coarse[j + 1] holding a change
+    size = coarse[lo + 1] - coarse[lo]  # positions coarse[j] + 1 .. coarse[j + 1] of each gap
+    first = np.cumsum(size) - size  # (G,) where each gap's positions begin in fine
+    fine = np.arange(int(size.sum())) + np.repeat(coarse[lo] + 1 - first, size)  # (F,) positions
+    fid, _ = _ratio_buckets(p[fine], q[fine], np.inf)  # (F,)
+    prev = np.empty_like(fid)  # the id of the position before each fine one
+    prev[1:] = fid[:-1]
+    prev[first] = cid[lo]
+    if bool((fid < prev).any()) or bool((cid[1:] < cid[:-1]).any()):
+        raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+    new = fid != prev
+    return np.concatenate([[0], fine[new]]), np.concatenate([cid[:1], fid[new]])
 
 
 _BLOCK = 64
@@ -173,19 +211,25 @@ def _bucket_floor(ids) -> np.ndarray:
     return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
 
 
-def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, ratio_sorted=False) -> np.ndarray:
-    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first).
-    ``ratio_sorted``: the row is sorted by ratio, so a bucket's tokens are a run of ``b`` (found by
-    binary search; sorting the run again costs one pass)."""
-    if ratio_sorted and len(ids) == 1:
-        sel = np.arange(np.searchsorted(b, ids[0], "left"), np.searchsorted(b, ids[0], "right"))
-    elif len(ids) == 1:
+def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first)."""
+    if len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
         table = np.zeros(int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
     return sel[np.argsort(p[sel] / q[sel], kind="stable")]
+
+
+def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The tokens of run r of a row sorted by ratio (:class:`RowRuns`): its positions, which a row
+    sorted by (ratio, index) already holds in that order (checked; else sorted stably by ratio)."""
+    sel = runs.run_tokens(r)
+    ratio = p[sel] / q[sel]
+    if sel.size > 1 and bool((ratio[1:] < ratio[:-1]).any()):
+        sel = sel[np.argsort(ratio, kind="stable")]
+    return sel
 
 
 def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
@@ -306,7 +350,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     if runs is None:
         b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, limit, out=work["ratio"])
     else:
-        b = runs.b
+        b = None  # by runs: runs.b when a binding set needs it
         top_id, bp, bq, ids, chain_sums = runs.clip(limit)
     nb = ids.size
     if nb == 0:
@@ -323,10 +367,11 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
     largest = top if runs is None else runs.top  # the largest q's, decreasing
     moments = None if runs is None else runs.moments
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest, moments)
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments)
     if k == 2:
         return (yield from _wor_search(row, _wor.PairMass(q), None, want_set, work))
-    t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
+    top_pos = np.searchsorted(ids, b[top]) if runs is None else np.minimum(runs.run_of(top), nb)
+    t_ends, t_cut_before = _wor_horizons(q, k, top_pos, ids, top, out, inside)
     horizon = t_ends
     if runs is not None:  # each bucket's last token is known: the grid every opened bucket needs, up front
         ends = np.append(runs.starts, v)[1 : nb + 1]
@@ -364,7 +409,7 @@ class _LongerGrid(Exception):
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
     it yields ``(ev, arguments of ev.mass)`` and resumes with the answer)."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest, moments = row
+    p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments = row
     nb = ids.size
     exact = None
     if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
@@ -394,7 +439,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     f_all = float(fp[nb] - chain.q[nb])
 
     def open_bucket(i):  # chain position i ends bucket i − 1
-        toks = _bucket_tokens(b, ids[i - 1 : i], p, q, ratio_sorted)
+        toks = _bucket_tokens(b, ids[i - 1 : i], p, q) if runs is None else _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
             return None
         if t_cut_before is not None:  # prefixes inside keep at least the last token out
@@ -408,6 +453,8 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
+    if runs is not None:
+        b = runs.b
     if ch is chain:
         return 1.0 + best, b <= ids[j - 1]
     h = b < ids[ch.bucket - 1]
@@ -544,13 +591,13 @@ def _mass_arguments(ev, parts):
     return feats, out, inside, exact, out_next
 
 
-def _wor_horizons(q, k, b, ids, top, out, inside):
+def _wor_horizons(q, k, pos, ids, top, out, inside):
     """Grid end for the bucket ends and, per bucket m, the cut-off t_cut(H_{m−1}) for the prefixes
     inside it.
 
     A prefix H needs the clock integral up to min(40/out(H), t_cut(H)): beyond, the tail is ≤ e^{−40}
     or P[N_H(t) < K] ≤ e^{−40} (:mod:`otbound.token._wor`); ``out``, ``inside``: q outside and inside each
-    bucket-chain position.
+    bucket-chain position; ``pos``: the bucket position of each ``top`` token (nb: above the cut).
     t_cut(H) is the smaller of two sufficient times, both monotone in H (so that of H_{m−1} serves
     every prefix inside bucket m):
 
@@ -563,7 +610,6 @@ def _wor_horizons(q, k, b, ids, top, out, inside):
     Ends with out = 0 need no grid (Q = 1).
     """
     nb = ids.size
-    pos = np.searchsorted(ids, b[top])  # bucket position of each top token (nb: not a candidate)
     through = pos[:, None] <= np.arange(nb)[None, :]  # top token in H_m (after bucket m)
     rank = np.cumsum(through, axis=0)
     has_k = rank[-1] >= k
