@@ -222,14 +222,16 @@ def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray) -> np.ndarr
     return sel[np.argsort(p[sel] / q[sel], kind="stable")]
 
 
-def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """The tokens of run r of a row sorted by ratio (:class:`RowRuns`): its positions, which a row
-    sorted by (ratio, index) already holds in that order (checked; else sorted stably by ratio)."""
+def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of run r of a row sorted by ratio (:class:`RowRuns`) and their ratios p/q: its
+    positions, which a row sorted by (ratio, index) already holds in that order (checked; else
+    sorted stably by ratio)."""
     sel = runs.run_tokens(r)
     ratio = p[sel] / q[sel]
     if sel.size > 1 and bool((ratio[1:] < ratio[:-1]).any()):
-        sel = sel[np.argsort(ratio, kind="stable")]
-    return sel
+        by_ratio = np.argsort(ratio, kind="stable")
+        sel, ratio = sel[by_ratio], ratio[by_ratio]
+    return sel, ratio
 
 
 def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
@@ -439,14 +441,17 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     f_all = float(fp[nb] - chain.q[nb])
 
     def open_bucket(i):  # chain position i ends bucket i − 1
-        toks = _bucket_tokens(b, ids[i - 1 : i], p, q) if runs is None else _run_tokens(runs, i - 1, p, q)
+        if runs is None:
+            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None
+        else:
+            toks, ratio = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
             return None
         if t_cut_before is not None:  # prefixes inside keep at least the last token out
             t_inside = min(_wor.TAIL / (out[i] + q[toks[-1]]), t_cut_before[i - 1])
             if t_inside > ev.t_end * (1.0 + 1e-9):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
-        return chain.tokens(i, toks, p, q)
+        return chain.tokens(i, toks, p, q, ratio)
 
     first = [c[:1] for c in coef]
     best, where = yield from _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
@@ -484,21 +489,33 @@ class _Chain:
         sums, e, sx = self.states
         return sums[si], e[:, si], sx[si]
 
-    def tokens(self, i, toks, p, q):
-        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i."""
-        ev, qt = self.ev, q[toks]
+    def tokens(self, i, toks, p, q, ratio=None):
+        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i
+        (``ratio``: their p/q, if known)."""
+        ev, qt, pt = self.ev, q[toks], p[toks]
         n = toks.size
-        fp = self.fp[i - 1] + np.concatenate([[0.0], np.cumsum(p[toks])])
+        sums = np.zeros((2, n + 1))  # (2, n + 1): p and q of the first j tokens
+        np.cumsum(np.stack([pt, qt]), axis=1, out=sums[:, 1:])
+        fp = sums[0] + self.fp[i - 1]
+        inside = sums[1] + self.inside[i - 1]
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
-        out = self.out[i] + np.concatenate([np.cumsum(qt[::-1])[::-1], [0.0]])  # + q of the bucket's later tokens
-        inside = self.inside[i - 1] + np.concatenate([[0.0], np.cumsum(qt)])
+        out = np.zeros(n + 1)  # q of the bucket's tokens from j on, summed from the end, + q after the bucket
+        np.cumsum(qt[::-1], out=out[n - 1 :: -1])
+        out += self.out[i]
         states = state_of = None
         if self.states is not None:
             is_exact = ev.is_exact(qt)
             exact_q = qt[is_exact]
-            state_of = np.concatenate([[0], np.cumsum(is_exact)])  # exact tokens among the first j
-            states = ev.run_exact(exact_q, self.exact([i - 1]), np.arange(-1, exact_q.size))
-        r_step = np.concatenate([[0.0], p[toks] / qt])
+            state_of = np.zeros(n + 1, dtype=np.int64)  # exact tokens among the first j
+            np.cumsum(is_exact, out=state_of[1:])
+            start = self.exact([i - 1])
+            states = ev.run_exact(exact_q, start, np.arange(-1, exact_q.size)) if exact_q.size else start
+        r_step = np.empty(n + 1)
+        r_step[0] = 0.0
+        if ratio is None:
+            np.divide(pt, qt, out=r_step[1:])
+        else:
+            r_step[1:] = ratio
         sub = _Chain(ev, fp, feats, out, inside, r_step, states, state_of, bucket=i, toks=toks)
         sub.q[0], sub.q[n] = self.q[i - 1], self.q[i]
         return sub
