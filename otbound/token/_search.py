@@ -434,11 +434,6 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
             states = ev.run_exact(q[exact], start, np.arange(-1, exact.size))
             state_of = np.concatenate([[0], through])
     chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states, state_of)
-    # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
-    ends = np.array([0, nb])
-    q_ends, *coef = yield ev, (feats[ends], out[ends], inside[ends], chain.exact(ends), out[[nb, nb]])
-    chain.q[ends] = q_ends
-    f_all = float(fp[nb] - chain.q[nb])
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
@@ -453,8 +448,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
         return chain.tokens(i, toks, p, q, ratio)
 
-    first = [c[:1] for c in coef]
-    best, where = yield from _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
+    best, where = yield from _search(chain, open_bucket)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -524,21 +518,38 @@ class _Chain:
 _FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
 
 
-def _search(root, best, where, open_bucket, first):
-    """Branch and bound over the positions strictly inside ``root`` (Q known at both ends;
-    ``first``: the stretch-bound coefficients ``(d1, c2, c3)`` at its start toward its end).
+def _search(root, open_bucket):
+    """Branch and bound over the positions of ``root`` (the empty prefix first, f = 0 there).
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
     the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
     are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass)`` and resumes with
-    the answer), and each consecutive pair of samples becomes a stretch of the next round. Returns
-    the best f and where it is ((chain, position), or the ``where`` given).
+    the answer), and each consecutive pair of samples becomes a stretch of the next round. The
+    first round samples the whole root and evaluates its end with them (Q at the end, f of the
+    whole chain). Returns the best f (≤ 0) and where it is ((chain, position), or None for 0).
     """
     ev = root.ev
     n = root.fp.size - 1
-    _, bound = _bounds(root, np.array([0]), np.array([n]), root.q[:1], *first)
-    live = {root: [(0, n, float(bound[0]))]}
-    while live:
+    s = _samples(0, n, ev.leaf)
+    # the end's own entry (n → n) bounds nothing: it is kept out of the stretches below (nxt > pts)
+    parts = [(root, np.append(s, n), np.append(s[1:], [n, n]))]
+    best, where = 0.0, None
+    live = {}
+    while parts:
+        q_pts, d1, c2, c3 = yield ev, _mass_arguments(ev, parts)
+        live = {}
+        start = 0
+        for ch, pts, nxt in parts:
+            sl = slice(start, start + pts.size)
+            start += pts.size
+            ch.q[pts] = q_pts[sl]
+            f, bound = _bounds(ch, pts, nxt, q_pts[sl], d1[sl], c2[sl], c3[sl])
+            j = int(np.argmin(f))
+            if f[j] < best:
+                best, where = float(f[j]), (ch, int(pts[j]))
+            keep = np.flatnonzero((bound < best) & ((nxt - pts > 1) | ((ch is root) & (nxt > pts))))
+            if keep.size:
+                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[keep].tolist()))
         parts = []
         for ch, stretches in live.items():
             pts, nxt = [], []
@@ -557,22 +568,6 @@ def _search(root, best, where, open_bucket, first):
                 nxt.append(np.append(s[1:], hi))
             if pts:
                 parts.append((ch, np.concatenate(pts), np.concatenate(nxt)))
-        if not parts:
-            break
-        q_pts, d1, c2, c3 = yield ev, _mass_arguments(ev, parts)
-        live = {}
-        start = 0
-        for ch, pts, nxt in parts:
-            sl = slice(start, start + pts.size)
-            start += pts.size
-            ch.q[pts] = q_pts[sl]
-            f, bound = _bounds(ch, pts, nxt, q_pts[sl], d1[sl], c2[sl], c3[sl])
-            j = int(np.argmin(f))
-            if f[j] < best:
-                best, where = float(f[j]), (ch, int(pts[j]))
-            keep = np.flatnonzero((bound < best) & ((nxt - pts > 1) | (ch is root)))
-            if keep.size:
-                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[keep].tolist()))
     return best, where
 
 
@@ -587,7 +582,8 @@ def _bounds(ch, pts, nxt, q_pts, d1, c2, c3):
         curv = c2 + c3 * mass / 3.0  # x ≤ mass: the cubic term folded into the quadratic
         x_c = 2.0 * rise / (d1 + np.sqrt(d1 * d1 + 2.0 * curv * rise))
     x_c = np.clip(np.where(np.isfinite(x_c), x_c, 0.0), 0.0, mass)
-    return f, np.minimum(f, ch.fp[pts] + ch.r_step[pts + 1] * x_c - q_e)
+    r_lo = ch.r_step[np.minimum(pts + 1, ch.r_step.size - 1)]  # at the chain's end (x_c = 0): its own step
+    return f, np.minimum(f, ch.fp[pts] + r_lo * x_c - q_e)
 
 
 def _samples(lo, hi, leaf):
