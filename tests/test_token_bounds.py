@@ -536,3 +536,64 @@ def test_sampled_run_starts_equal_the_full_pass():
     p, q = cases[5]
     with pytest.raises(ob.InvalidInputError, match="sorted by ratio"):
         _run_starts(p, q)  # not sorted
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_stretch_bounds_never_exceed_f_inside_the_stretch(monkeypatch, k):
+    """Every stretch bound of the search (p bounded by both lines, from the stretch's start and from
+    its end, Q by the quadratic and by Q at the end) is at most f = p(H) − Q(H) at every prefix H
+    of the stretch, Q(H) by the reference DP at every prefix of the ratio order (to 1e-12), on
+    ratio-sorted rows: LM-like, peaked, flat, tied ratios, zeros in q, a near-deterministic draft;
+    and the search's α* equals the reference's."""
+    from otbound.token import _search
+    from otbound.token._wor import wor_prefix_mass
+
+    rng = np.random.default_rng(27)
+    v = 2000
+
+    def law(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    rows = []
+    for scale in (2.5, 6.0, 0.3):
+        z = rng.standard_normal(v) * scale
+        rows.append((law(z + rng.standard_normal(v)), law(z)))
+    tied = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows.append((law(tied[0]), law(tied[1])))
+    z = rng.standard_normal(v) * 2.5
+    q = law(z)
+    q[rng.random(v) < 0.2] = 0.0
+    rows.append((law(z + rng.standard_normal(v)), q / q.sum()))
+    d = np.full(v, 1e-9)
+    d[0] = 1.0
+    rows.append((law(rng.standard_normal(v)), d / d.sum()))
+    bounds = _search._bounds
+    checked = 0
+    for p, q in rows:
+        with np.errstate(divide="ignore"):
+            order = np.argsort(np.where(q > 0, p / q, np.inf), kind="stable")
+        p, q = p[order], q[order]
+        f_ref = np.concatenate([[0.0], np.cumsum(p) - wor_prefix_mass(q, np.arange(v), k)])  # (V + 1,) by length
+        starts = np.append(_search.RowRuns(p, q).starts, v)
+        seen = []
+
+        def recorded(parts_of_rows, answers, seen=seen):
+            found = bounds(parts_of_rows, answers)
+            seen.append((parts_of_rows, found))
+            return found
+
+        monkeypatch.setattr(_search, "_bounds", recorded)
+        value = _search.without_replacement_ratio_sorted(p[None], q[None], k)[0]
+        monkeypatch.setattr(_search, "_bounds", bounds)
+        np.testing.assert_allclose(value, 1.0 + min(0.0, f_ref.min()), rtol=0, atol=1e-12)
+        for (parts,), ((_, bound),) in seen:
+            start = 0
+            for ch, pts, nxt in parts:
+                lengths = starts[:nxt.max() + 1] if ch.toks is None else ch.toks[0] + np.arange(ch.fp.size)
+                for lo, hi, b in zip(pts, nxt, bound[start : start + pts.size]):
+                    if hi > lo:
+                        assert b <= f_ref[lengths[lo] : lengths[hi] + 1].min() + 1e-12, (k, lo, hi)
+                        checked += 1
+                start += pts.size
+    assert checked > 200

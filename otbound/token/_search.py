@@ -15,7 +15,8 @@ The search asks Q(H) and its stretch bounds of a mass evaluator through the smal
 :class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it. Each row's search
 is a generator that yields its requests; the rows of a batch sorted by ratio are searched in
 lockstep (:func:`_lockstep`), every round's requests of all rows answered by one
-:func:`otbound.token._wor.evaluate_many` call, and share their bucket moments across K
+:func:`otbound.token._wor.evaluate_many` call and their stretch bounds by one :func:`_bounds`
+call, and share their bucket moments across K
 (:class:`otbound.token._wor.RunMoments`, held by :class:`RowRuns`).
 """
 
@@ -284,9 +285,11 @@ def _work(v: int) -> dict:
 
 def _lockstep(searches: list) -> list:
     """Run row searches (generators from :func:`_without_replacement_row`) in lockstep: each round
-    every live search asks Q and its stretch bounds at its positions (``(evaluator, arguments of
-    mass)``), all of them are answered by one :func:`otbound.token._wor.evaluate_many` call, and
-    each search resumes with its answer. Returns every search's (α*, H* or None), in order."""
+    every live search asks Q and its stretch bounds at positions of its chains (``(evaluator,
+    arguments of mass, parts)``, parts: ``(chain, positions, stretch ends)``), all of them are
+    answered by one :func:`otbound.token._wor.evaluate_many` call and their f and stretch bounds
+    found by one :func:`_bounds` call, and each search resumes with its (f, bounds). Returns every
+    search's (α*, H* or None), in order."""
     results = [None] * len(searches)
     asks = {}
     for i, search in enumerate(searches):
@@ -295,9 +298,10 @@ def _lockstep(searches: list) -> list:
         except StopIteration as done:
             results[i] = done.value
     while asks:
-        answers = _wor.evaluate_many(list(asks.values()))
+        answers = _wor.evaluate_many([(ev, args) for ev, args, _ in asks.values()])
+        found = _bounds([parts for _, _, parts in asks.values()], answers)
         following = {}
-        for (i, _), answer in zip(asks.items(), answers):
+        for i, answer in zip(asks, found):
             try:
                 following[i] = searches[i].send(answer)
             except StopIteration as done:
@@ -326,10 +330,10 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
     tokens sorted by ratio. A stretch of a chain between evaluated positions s and e is dropped
     when its lower bound is no better than the best value found: every prefix H in it adds q-mass
-    x ≤ q(e) − q(s) and p-mass ≥ r_lo x (r_lo: smallest ratio in the stretch) to H_s, while
-    Q(H) ≤ min(Q_e, Q_s + D1 x + C2 x²/2) (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), so
-    f(H) ≥ min(f_s, p_s + r_lo x_c − Q_e) with x_c where the quadratic reaches Q_e (the bound is
-    concave below x_c and increasing above). Long stretches are sampled at about ``_FANOUT``
+    x ≤ X = q(e) − q(s) to H_s and p(H) ≥ max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the
+    smallest and largest ratio in the stretch), while Q(H) ≤ min(Q_e, Q_s + D1 x + C2 x²/2)
+    (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), which bound f over the stretch
+    (:func:`_bounds`). Long stretches are sampled at about ``_FANOUT``
     positions and the pieces bounded the same way; a bucket (one step of the bucket chain) is opened
     into its tokens. All stretches alive in a round are evaluated in one call.
 
@@ -410,7 +414,7 @@ class _LongerGrid(Exception):
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
-    it yields ``(ev, arguments of ev.mass)`` and resumes with the answer)."""
+    it yields ``(ev, arguments of ev.mass, parts)`` and resumes with f and the stretch bounds)."""
     p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments = row
     nb = ids.size
     exact = None
@@ -433,7 +437,10 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         if ev.has_exact:  # the states after 0..n of the exact tokens; chain position i has through[i − 1]
             states = ev.run_exact(q[exact], start, np.arange(-1, exact.size))
             state_of = np.concatenate([[0], through])
-    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states, state_of)
+    with np.errstate(over="ignore"):  # a bucket's ratios lie in [floor(id), floor(id + 1))
+        floors = _bucket_floor(np.append(ids, ids[-1] + 1))
+    chain = _Chain(ev, fp, feats, out, inside, np.append(0.0, floors[:-1]), states, state_of,
+                   r_top=np.append(0.0, floors[1:]))
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
@@ -471,8 +478,10 @@ class _Chain:
     evaluated). A token chain also records its bucket position and tokens.
     """
 
-    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None):
+    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None,
+                 r_top=None):
         self.ev, self.fp, self.feats, self.out, self.inside, self.r_step = ev, fp, feats, out, inside, r_step
+        self.r_top = r_step if r_top is None else r_top
         self.states, self.state_of, self.bucket, self.toks = states, state_of, bucket, toks
         self.q = np.full(fp.size, np.nan)
 
@@ -523,8 +532,9 @@ def _search(root, open_bucket):
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
     the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
-    are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass)`` and resumes with
-    the answer), and each consecutive pair of samples becomes a stretch of the next round. The
+    are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass, parts)`` and
+    resumes with f and the stretch bounds at the positions of the parts, :func:`_lockstep`), and
+    each consecutive pair of samples becomes a stretch of the next round. The
     first round samples the whole root and evaluates its end with them (Q at the end, f of the
     whole chain). Returns the best f (≤ 0) and where it is ((chain, position), or None for 0).
     """
@@ -536,20 +546,23 @@ def _search(root, open_bucket):
     best, where = 0.0, None
     live = {}
     while parts:
-        q_pts, d1, c2, c3 = yield ev, _mass_arguments(ev, parts)
+        f, bound = yield ev, _mass_arguments(ev, parts), parts
+        j = int(np.argmin(f))
+        f_min = f[j]
+        if f_min < best:  # the part holding position j of the round
+            for ch, pts, _ in parts:
+                if j < pts.size:
+                    best, where = float(f_min), (ch, int(pts[j]))
+                    break
+                j -= pts.size
         live = {}
         start = 0
         for ch, pts, nxt in parts:
             sl = slice(start, start + pts.size)
-            start += pts.size
-            ch.q[pts] = q_pts[sl]
-            f, bound = _bounds(ch, pts, nxt, q_pts[sl], d1[sl], c2[sl], c3[sl])
-            j = int(np.argmin(f))
-            if f[j] < best:
-                best, where = float(f[j]), (ch, int(pts[j]))
-            keep = np.flatnonzero((bound < best) & ((nxt - pts > 1) | ((ch is root) & (nxt > pts))))
+            start = sl.stop
+            keep = np.flatnonzero((bound[sl] < best) & ((nxt - pts > 1) | ((ch is root) & (nxt > pts))))
             if keep.size:
-                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[keep].tolist()))
+                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[sl][keep].tolist()))
         parts = []
         for ch, stretches in live.items():
             pts, nxt = [], []
@@ -571,19 +584,46 @@ def _search(root, open_bucket):
     return best, where
 
 
-def _bounds(ch, pts, nxt, q_pts, d1, c2, c3):
-    """f at ``pts`` and the lower bound of f over each stretch pts → nxt (Q known at nxt):
-    f ≥ min(f_s, p_s + r_lo x_c − Q_e), x_c where Q_s + D1 x + C x²/2 reaches Q_e."""
-    f = ch.fp[pts] - q_pts
-    q_e = ch.q[nxt]
-    mass = ch.inside[nxt] - ch.inside[pts]
-    rise = np.maximum(q_e - q_pts, 0.0)
+def _bounds(rows: list, answers: list) -> list:
+    """f at the evaluated positions of every row and the lower bound of f over each stretch
+    s = pts → e = nxt (``rows``: each row's parts ``(chain, pts, nxt)``; ``answers``: each row's
+    ``(Q, D1, C2, C3)`` at its positions, which are recorded in the chains first: Q at e is then known).
+
+    A prefix H of the stretch adds q-mass x ∈ [0, X] to H_s (X = q(H_e) − q(H_s)), so
+    p(H) ≥ L(x) = max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the smallest and largest ratio
+    of the stretch's steps) and Q(H) ≤ min(Q_e, Q_s + D1 x + C x²/2) (C: the cubic term folded in,
+    x ≤ X). With x_c where the quadratic reaches Q_e and x_m where the two lines of L cross:
+    beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
+    [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
+    Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
+    cols = [[] for _ in range(7)]  # p_s, p_e, inside_s, inside_e, r_lo, r_hi, Q_e: one array per part
+    for parts, answer in zip(rows, answers):
+        start = 0
+        for ch, pts, nxt in parts:
+            ch.q[pts] = answer[0][start : start + pts.size]
+            start += pts.size
+            r_lo = ch.r_step[np.minimum(pts + 1, ch.r_step.size - 1)]  # at the chain's end (x = 0): its own step
+            for col, x in zip(cols, (ch.fp[pts], ch.fp[nxt], ch.inside[pts], ch.inside[nxt], r_lo,
+                                     ch.r_top[nxt], ch.q[nxt])):
+                col.append(x)
+    p_s, p_e, in_s, in_e, r_lo, r_hi, q_e = (np.concatenate(col) for col in cols)  # (npos,) each
+    q_s, d1, c2, c3 = (np.concatenate([a[i] for a in answers]) for i in range(4))  # (npos,) each
+    f = p_s - q_s
+    mass = in_e - in_s
+    rise = np.maximum(q_e - q_s, 0.0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         curv = c2 + c3 * mass / 3.0  # x ≤ mass: the cubic term folded into the quadratic
         x_c = 2.0 * rise / (d1 + np.sqrt(d1 * d1 + 2.0 * curv * rise))
-    x_c = np.clip(np.where(np.isfinite(x_c), x_c, 0.0), 0.0, mass)
-    r_lo = ch.r_step[np.minimum(pts + 1, ch.r_step.size - 1)]  # at the chain's end (x_c = 0): its own step
-    return f, np.minimum(f, ch.fp[pts] + r_lo * x_c - q_e)
+        x_c = np.clip(np.where(np.isfinite(x_c), x_c, 0.0), 0.0, mass)
+        low = p_s + r_lo * x_c - q_e  # the bound with p's lower line only
+        at_c = np.maximum(p_s + r_lo * x_c, p_e - r_hi * (mass - x_c)) - q_e
+        x_m = (r_hi * mass - (p_e - p_s)) / (r_hi - r_lo)
+        at_m = p_s + r_lo * x_m - np.minimum(q_e, q_s + d1 * x_m + 0.5 * curv * x_m * x_m)
+    bound = np.minimum(f, np.where(np.isnan(at_c), low, at_c))
+    inner = (x_m > 0.0) & (x_m < x_c) & ~np.isnan(at_m)
+    bound = np.where(inner, np.minimum(bound, at_m), bound)
+    ends = np.cumsum([0] + [a[0].size for a in answers])
+    return [(f[a:b], bound[a:b]) for a, b in zip(ends[:-1], ends[1:])]
 
 
 def _samples(lo, hi, leaf):
