@@ -597,3 +597,29 @@ def test_stretch_bounds_never_exceed_f_inside_the_stretch(monkeypatch, k):
                         checked += 1
                 start += pts.size
     assert checked > 200
+
+
+def test_kth_largest_top_q_inside_each_prefix():
+    """The k-th largest q of the top tokens inside each bucket-chain prefix H_m (for the clock
+    integral's cut-off times), by a binary search over the prefixes' k-th smallest bucket
+    positions, equals a direct count and sort per prefix, with tied positions, tokens above the
+    cut (position nb), fewer top tokens than k, and k = 2..6."""
+    from otbound.token._search import _kth_inside
+
+    rng = np.random.default_rng(28)
+    for trial in range(80):
+        nb = int(rng.integers(1, 300))
+        n_top = int(rng.integers(1, 70))
+        k = int(rng.integers(2, 7))
+        pos = rng.integers(0, nb + 1, n_top)  # nb: above the cut
+        if trial % 3 == 0:
+            pos = np.sort(pos)[::-1].copy()
+        q_top = np.sort(rng.random(n_top))[::-1]
+        if trial % 4 == 0:
+            q_top = np.round(q_top * 4) / 4  # ties in q
+        has_k, kth = _kth_inside(pos, q_top, k, nb)
+        for m in range(nb):
+            inside = np.sort(q_top[pos <= m])[::-1]
+            assert has_k[m] == (inside.size >= k)
+            if inside.size >= k:
+                assert kth[m] == inside[k - 1]

@@ -644,6 +644,20 @@ def _mass_arguments(ev, parts):
     return feats, out, inside, exact, out_next
 
 
+def _kth_inside(pos: np.ndarray, q_top: np.ndarray, k: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """For m = 0..nb − 1, whether H_m (after bucket m) holds k of the top tokens (``q_top``, by
+    decreasing q; ``pos``: the bucket position of each) and the k-th largest q among them.
+
+    That q is the one of the first J whose pos_0..pos_J hold k values ≤ m, i.e. whose k-th
+    smallest c_J ≤ m; c_J does not increase with J, so J = #{J : c_J > m} (a binary search)."""
+    n_top = pos.size
+    never = np.iinfo(np.int64).max
+    prefix = np.where(np.tri(n_top, dtype=bool), pos[None, :], never)  # (T, T): row J holds pos_0..pos_J
+    c = np.partition(prefix, k - 1, axis=1)[:, k - 1] if n_top >= k else np.full(n_top, never)  # (T,)
+    first = np.searchsorted(-c, -np.arange(nb), side="left")  # (nb,)
+    return first < n_top, q_top[np.minimum(first, n_top - 1)]
+
+
 def _wor_horizons(q, k, pos, ids, top, out, inside):
     """Grid end for the bucket ends and, per bucket m, the cut-off t_cut(H_{m−1}) for the prefixes
     inside it.
@@ -664,9 +678,7 @@ def _wor_horizons(q, k, pos, ids, top, out, inside):
     """
     nb = ids.size
     through = pos[:, None] <= np.arange(nb)[None, :]  # top token in H_m (after bucket m)
-    rank = np.cumsum(through, axis=0)
-    has_k = rank[-1] >= k
-    kth = q[top][np.argmax(rank >= k, axis=0)]
+    has_k, kth = _kth_inside(pos, q[top], k, nb)
     s_rest = np.maximum(inside[1:] - q[top] @ through, 0.0)  # mass of H_m outside top
     q_cap = float(q[top[-1]]) if top.size < q.size else 0.0
     t = 2.0 ** (np.arange(-4, 100) / 2.0)
