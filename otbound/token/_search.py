@@ -131,22 +131,20 @@ class RowRuns:
         return np.arange(self.starts[r], self.starts[r + 1] if r + 1 < self.starts.size else self.size)
 
     def clip(self, limit: float):
-        """``(top, bp, bq, ids, chain)`` for the buckets below that of ``limit`` (the ones above
-        merged into bucket ``top``, as :func:`_bucket_sums`): ``chain``, the
-        :class:`otbound.token._wor.KeySums` of the positions' index in ``ids`` (``ids.size`` for the
-        merged bucket), by runs."""
+        """``(ids, bucket_p, bucket_q, rest_q, chain)`` for the buckets below that of ``limit`` (the
+        ones above merged, as :func:`_bucket_sums`): their ids, p and q sums (the runs below the
+        cut), q above the cut, and ``chain``, the :class:`otbound.token._wor.KeySums` of the
+        positions' index in ``ids`` (``ids.size`` above the cut), by runs."""
         top = (int(np.float64(limit).view(np.uint64)) >> _SHIFT) + 1
         n_lo = int(np.searchsorted(self.at, top))
-        bp, bq = np.zeros(top + 1), np.zeros(top + 1)
-        bp[self.at[:n_lo]], bq[self.at[:n_lo]] = self.run_p[:n_lo], self.run_q[:n_lo]
-        bp[top], bq[top] = self.run_p[n_lo:].sum(), self.run_q[n_lo:].sum()
-        ids = np.flatnonzero(bq[:top] > 0)
-        if ids.size != n_lo:  # a bucket below top holds only tokens with q > 0, so q mass: never here
+        bucket_q = self.run_q[:n_lo]
+        if not bool((bucket_q > 0).all()):  # a bucket below top holds only tokens with q > 0: never here
             raise AssertionError("a ratio bucket below the cut without q mass")
         merged = n_lo < self.starts.size
         starts = self.starts[: n_lo + 1] if merged else self.starts
         at = np.arange(n_lo + 1) if merged else np.arange(n_lo)
-        return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
+        return (self.at[:n_lo], self.run_p[:n_lo], bucket_q, self.run_q[n_lo:].sum(),
+                _wor.KeySums.from_runs(starts, at, n_lo, self.size))
 
 
 _STRIDE = 16  # _run_starts reads the bucket id of every 16th position, then the gaps where it changes
@@ -355,22 +353,27 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     limit = min(cut, 2.0**1000)
     if runs is None:
         b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, limit, out=work["ratio"])
-    else:
-        b = None  # by runs: runs.b when a binding set needs it
-        top_id, bp, bq, ids, chain_sums = runs.clip(limit)
-    nb = ids.size
-    if nb == 0:
-        return 1.0, None
-    # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
-    held = np.flatnonzero(bq)
-    tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
-    out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
-    inside = np.concatenate([[0.0], np.cumsum(bq[ids])])
-    fp = np.concatenate([[0.0], np.cumsum(bp[ids])])
-    if runs is None:  # every token's index in ids (nb: above the cut)
-        key = np.full(top_id + 1, nb)
+        nb = ids.size
+        if nb == 0:
+            return 1.0, None
+        # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
+        held = np.flatnonzero(bq)
+        tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
+        out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
+        bucket_p, bucket_q = bp[ids], bq[ids]
+        key = np.full(top_id + 1, nb)  # every token's index in ids (nb: above the cut)
         key[ids] = np.arange(nb)
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
+    else:
+        b = None  # by runs: runs.b when a binding set needs it
+        ids, bucket_p, bucket_q, rest_q, chain_sums = runs.clip(limit)
+        nb = ids.size
+        if nb == 0:
+            return 1.0, None
+        # q after i buckets, summed from the top as above (the same sums: the buckets are the runs)
+        out = np.cumsum(np.append(bucket_q, rest_q)[::-1])[::-1]
+    inside = np.concatenate([[0.0], np.cumsum(bucket_q)])
+    fp = np.concatenate([[0.0], np.cumsum(bucket_p)])
     largest = top if runs is None else runs.top  # the largest q's, decreasing
     moments = None if runs is None else runs.moments
     row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments)
