@@ -580,11 +580,17 @@ class ClockMass:
         self.tt = self.t * self.theta  # ≤ x0
         self.coef = coef
         self.power_map = self._map(coef, self.tt)
-        node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
-        self.n_class = int(node_class[0]) + 1
-        cuts = np.flatnonzero(np.diff(node_class)) + 1
-        self.groups = [(int(node_class[s]), np.arange(s, e)) for s, e in zip(np.r_[0, cuts], np.r_[cuts, self.t.size])]
+        self.node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
+        self.n_class = int(self.node_class[0]) + 1
         self.halving = 0.5 ** np.arange(1, self.order + 1)
+
+    @functools.cached_property
+    def groups(self) -> list:
+        """The node groups ``(c, nodes)`` of c(t) = ⌊log2(t_end / t)⌋, in order (needed by rows with
+        banded exact tokens only)."""
+        cuts = (np.flatnonzero(np.diff(self.node_class)) + 1).tolist()
+        edges = [0, *cuts, self.t.size]
+        return [(int(self.node_class[s]), np.arange(s, e)) for s, e in zip(edges[:-1], edges[1:])]
 
     @staticmethod
     def _map(coef, scaled_t):
@@ -640,7 +646,7 @@ class ClockMass:
         banded = q_exact.size * self.j_max >= _BANDED_WORK  # else: exact everywhere, fewer calls
         self.class_lo = int(cls.min()) if banded and cls.size else self.n_class
         self.recursion_groups = self.groups if banded else [(-1, np.arange(self.t.size))]
-        self.group_maps = {
+        self.group_maps = {} if self.class_lo >= self.n_class else {
             c: (nodes, self._map(self.coef, self.tt[nodes] * 2.0**c)) for c, nodes in self.groups if c >= self.class_lo
         }
         width = max(0, self.n_class - self.class_lo)
