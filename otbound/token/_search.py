@@ -639,6 +639,9 @@ def _samples(lo, hi, leaf):
 def _mass_arguments(ev, parts):
     """The arguments of ``ev.mass`` for Q and the stretch-bound coefficients at the positions of
     several chains: (features, out, inside, exact states, out_next)."""
+    if len(parts) == 1:  # one chain: its gathers as they are
+        ch, pts, nxt = parts[0]
+        return ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None, ch.out[nxt]
     feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
     out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
     inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
