@@ -368,7 +368,10 @@ class KeySums:
         if self.starts is None:
             return KeySums(self.keys[idx], self.length - 1)
         starts = np.searchsorted(idx, self.starts)  # tokens of idx before each run
-        held = np.diff(starts, append=idx.size) > 0
+        ends = np.empty_like(starts)  # ... and before the next run
+        ends[:-1] = starts[1:]
+        ends[-1:] = idx.size
+        held = ends > starts
         return KeySums.from_runs(starts[held], self.at[held], self.length - 1, idx.size)
 
 
