@@ -623,3 +623,33 @@ def test_kth_largest_top_q_inside_each_prefix():
             assert has_k[m] == (inside.size >= k)
             if inside.size >= k:
                 assert kth[m] == inside[k - 1]
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_binding_sets_of_ratio_sorted_rows_are_prefixes_attaining_the_value(k):
+    """On rows sorted by ratio, searched by runs, the binding set is a prefix of the row (bucket
+    ends and tokens inside a bucket) whose p(H) − Q(H), Q by the reference DP, is α* − 1 (to 1e-12),
+    on LM-like, tied and peaked rows."""
+    from otbound.token._search import without_replacement
+    from otbound.token._wor import wor_prefix_mass
+
+    rng = np.random.default_rng(29)
+    v = 2000
+    rows = []
+    for scale in (2.5, 6.0):
+        z = rng.standard_normal(v) * scale
+        rows.append((np.exp(z + rng.standard_normal(v)), np.exp(z)))
+    tied = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows.append((np.exp(tied[0]), np.exp(tied[1])))
+    p, q = np.array([a for a, _ in rows]), np.array([b for _, b in rows])
+    p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+    order = np.argsort(p / q, axis=1, kind="stable")
+    ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
+    values, sets = without_replacement(ps, qs, k, True, ratio_sorted=True)
+    for i in range(len(rows)):
+        n = int(sets[i].sum())
+        assert n > 0 and sets[i, :n].all()  # a prefix of the sorted row
+        f = ps[i, :n].sum() - wor_prefix_mass(qs[i], np.arange(n), k)[-1]
+        np.testing.assert_allclose(f, values[i] - 1.0, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(values[i], ob.optimal_acceptance(p[i], q[i], k, "without_replacement"),
+                                   rtol=0, atol=1e-12)
