@@ -475,7 +475,8 @@ class _Chain:
     """Nested prefixes along one stretch of the ratio order (index 0: the prefix before it).
 
     Arrays over positions: cumulative p (``fp``), evaluator features, q outside and inside, the
-    smallest ratio of the step into each position (``r_step``), Q where evaluated (nan otherwise)
+    smallest and largest ratio of the step into each position (``r_step``, ``r_top``: a bucket's
+    floor and the next bucket's; one token's ratio twice), Q where evaluated (nan otherwise)
     and the index (``state_of``) of each position's exact-token state among ``states``, the states
     after 0, 1, 2, … of the chain's exact tokens (few: positions share them, gathered only where
     evaluated). A token chain also records its bucket position and tokens.
