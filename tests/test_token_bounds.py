@@ -653,3 +653,26 @@ def test_binding_sets_of_ratio_sorted_rows_are_prefixes_attaining_the_value(k):
         np.testing.assert_allclose(f, values[i] - 1.0, rtol=0, atol=1e-12)
         np.testing.assert_allclose(values[i], ob.optimal_acceptance(p[i], q[i], k, "without_replacement"),
                                    rtol=0, atol=1e-12)
+
+
+def test_chain_moment_sums_by_blocks_equal_running_sums():
+    """The moment sums along a token chain (low orders by blocks of tokens on long chains, by
+    running sums on short ones; high orders over the few large tokens) equal base + the running
+    sums of y^1..y^N at every position, to 1e-13 relative (sums of positive terms), on chains of
+    1 to 5,000 tokens around the block and length thresholds, with zeros (exact tokens) and large y."""
+    from otbound.token._wor import ClockMass, _ChainSums
+
+    rng = np.random.default_rng(30)
+    ev = ClockMass(3, 1e4)
+    for n in (1, 2, 31, 32, 33, 2047, 2048, 2049, 2100, 5000):
+        y = rng.random(n) ** 3 * 0.5
+        y[rng.random(n) < 0.1] = 0.0  # exact tokens: no moments
+        y[rng.random(n) < 0.05] = 1.0  # large y: every order
+        base = rng.random(ev.order)
+        sums = _ChainSums(base, y, ev.order, ev.limit)
+        assert sums.block == (1 if n <= _ChainSums.SHORT else _ChainSums.BLOCK)
+        full = base + np.concatenate([np.zeros((1, ev.order)), np.cumsum(y[:, None] ** np.arange(1, ev.order + 1), 0)])
+        idx = np.arange(n + 1)
+        got = sums[idx]
+        np.testing.assert_allclose(got, full, rtol=1e-13, atol=0)
+        np.testing.assert_allclose(sums[idx[::-7]], full[::-7], rtol=1e-13, atol=0)  # any order of positions
