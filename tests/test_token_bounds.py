@@ -660,7 +660,7 @@ def test_chain_moment_sums_by_blocks_equal_running_sums():
     running sums on short ones; high orders over the few large tokens) equal base + the running
     sums of y^1..y^N at every position, to 1e-13 relative (sums of positive terms), on chains of
     1 to 5,000 tokens around the block and length thresholds, with zeros (exact tokens) and large y."""
-    from otbound.token._wor import ClockMass, _ChainSums
+    from otbound.token._wor import BlockSums, ClockMass, _ChainSums
 
     rng = np.random.default_rng(30)
     ev = ClockMass(3, 1e4)
@@ -670,7 +670,7 @@ def test_chain_moment_sums_by_blocks_equal_running_sums():
         y[rng.random(n) < 0.05] = 1.0  # large y: every order
         base = rng.random(ev.order)
         sums = _ChainSums(base, y, ev.order, ev.limit)
-        assert sums.block == (1 if n <= _ChainSums.SHORT else _ChainSums.BLOCK)
+        assert sums.low_sums.block == (1 if n <= BlockSums.SHORT else BlockSums.BLOCK)
         full = base + np.concatenate([np.zeros((1, ev.order)), np.cumsum(y[:, None] ** np.arange(1, ev.order + 1), 0)])
         idx = np.arange(n + 1)
         got = sums[idx]

@@ -524,33 +524,55 @@ class PairMass:
         return q_mass, 1.0 + features[:, 0] - out, np.full(out.size, 2.0), np.zeros(out.size)
 
 
+class BlockSums:
+    """Running sums Σ_{l<j} w_l of rows w (c, n), read at asked positions j = 0..n: kept whole for
+    n ≤ ``SHORT``; longer rows are summed by blocks of ``BLOCK`` entries (one pass, no running sum
+    over the row: a search reads a few dozen of a chain's positions), a position adding its block's
+    entries before it when asked (sums of the same terms, grouped by block)."""
+
+    SHORT = 2048
+    BLOCK = 32
+
+    def __init__(self, w: np.ndarray):
+        self.w = w  # (c, n)
+        n = w.shape[1]
+        self.size = n + 1  # positions
+        self.block = block = 1 if n <= self.SHORT else self.BLOCK
+        self.head = np.zeros((w.shape[0], -(-n // block) + 1))  # (c, blocks + 1): the sums of the blocks before
+        if n:
+            np.cumsum(w if block == 1 else np.add.reduceat(w, np.arange(0, n, block), axis=1), axis=1,
+                      out=self.head[:, 1:])
+
+    def at(self, idx: np.ndarray) -> np.ndarray:
+        """(c, len(idx)): the sums before the positions ``idx``."""
+        idx = np.asarray(idx)
+        if self.block == 1:
+            return self.head[:, idx]
+        block = idx // self.block
+        window = block[:, None] * self.block + np.arange(self.block)[None, :]  # (len(idx), block)
+        before = self.w[:, np.minimum(window, self.w.shape[1] - 1)]  # (c, len(idx), block)
+        before *= window < idx[:, None]  # the block's entries before each position
+        return self.head[:, block] + before.sum(axis=2)
+
+
 class _ChainSums:
     """Running moment sums over the tokens of a chain: row j = base + Σ_{l<j} (y_l^1..y_l^N).
 
-    Most tokens need few orders (``limit``): the first ``low`` orders are summed for every token,
-    the rest only over the few tokens with y above limit[low] (found by position at lookup). The
-    low orders of a chain longer than ``SHORT`` are summed by blocks of ``BLOCK`` tokens (one pass
-    per order, no running sum over the chain: a search reads a few dozen of its positions), a
-    position adding the tokens of its block before it when asked; a shorter chain's blocks are
-    its tokens (running sums).
+    Most tokens need few orders (``limit``): the first ``low`` orders are summed for every token
+    (:class:`BlockSums`), the rest only over the few tokens with y above limit[low] (found by
+    position at lookup).
     """
 
     LOW = 6
-    BLOCK = 32
-    SHORT = 2048
 
     def __init__(self, base, y, order, limit):
         low = min(self.LOW, order)
         self.base, self.low = base, low
-        self.powers = np.empty((low, y.size))  # (low, n): y^1..y^low, order-major
-        self.powers[0] = y
+        powers = np.empty((low, y.size))  # (low, n): y^1..y^low, order-major
+        powers[0] = y
         for n in range(1, low):
-            np.multiply(self.powers[n - 1], y, out=self.powers[n])
-        self.block = block = 1 if y.size <= self.SHORT else self.BLOCK
-        self.head = np.zeros((low, -(-y.size // block) + 1))  # (low, blocks + 1): the sums over the blocks before each
-        if y.size:
-            sums = self.powers if block == 1 else np.add.reduceat(self.powers, np.arange(0, y.size, block), axis=1)
-            np.cumsum(sums, axis=1, out=self.head[:, 1:])
+            np.multiply(powers[n - 1], y, out=powers[n])
+        self.low_sums = BlockSums(powers)
         self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
         yh = y[self.high]
         powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
@@ -561,14 +583,7 @@ class _ChainSums:
         idx = np.asarray(idx)
         out = np.empty((idx.size, self.base.size))
         out[:] = self.base
-        if self.block == 1:
-            out[:, : self.low] += self.head[:, idx].T
-        else:
-            block = idx // self.block
-            window = block[:, None] * self.block + np.arange(self.block)[None, :]  # (len(idx), block)
-            before = self.powers[:, np.minimum(window, self.powers.shape[1] - 1)]  # (low, len(idx), block)
-            before *= window < idx[:, None]  # the block's tokens before each position
-            out[:, : self.low] += (self.head[:, block] + before.sum(axis=2)).T
+        out[:, : self.low] += self.low_sums.at(idx).T
         out[:, self.low :] += self.high_sums[np.searchsorted(self.high, idx, side="left")]
         return out
 
