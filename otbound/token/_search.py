@@ -502,7 +502,8 @@ class _Chain:
         ev, qt, pt = self.ev, q[toks], p[toks]
         n = toks.size
         sums = np.zeros((2, n + 1))  # (2, n + 1): p and q of the first j tokens
-        np.cumsum(np.stack([pt, qt]), axis=1, out=sums[:, 1:])
+        np.cumsum(pt, out=sums[0, 1:])
+        np.cumsum(qt, out=sums[1, 1:])
         fp = sums[0] + self.fp[i - 1]
         inside = sums[1] + self.inside[i - 1]
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
