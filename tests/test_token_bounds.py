@@ -485,3 +485,194 @@ def test_largest_entries_by_group_maxima_equal_a_full_sort():
         np.testing.assert_array_equal(q[got], np.sort(q)[::-1][:n])
         assert np.unique(got).size == n
         assert np.all(np.diff(got)[np.diff(q[got]) == 0] > 0)
+
+
+def test_sampled_run_starts_equal_the_full_pass():
+    """The runs of equal bucket id of a ratio-sorted row, found from every 16th position's id and the
+    gaps where it changes, equal those of the ids of every position (:func:`_ratio_buckets`), on rows
+    with many tied ratios, zeros in q (ratio inf, 0/0 last), one run per position, a single run,
+    runs ending on and beside the sampled positions, and lengths 1 to 40,000; a row out of ratio
+    order is refused, and each run's tokens are its positions."""
+    from otbound.token._search import RowRuns, _ratio_buckets, _run_starts, _run_tokens
+
+    rng = np.random.default_rng(26)
+    cases = []
+    for trial in range(40):
+        v = int(rng.integers(1, 40_000)) if trial > 3 else (1, 2, 16, 17)[trial]
+        q = rng.random(v) + 0.01
+        kind = trial % 5
+        if kind == 0:
+            p = q * np.exp(rng.standard_normal(v) * 3.0)
+        elif kind == 1:  # few distinct ratios: long tied runs
+            p = q * rng.integers(1, 4, v)
+        elif kind == 2:  # zeros in q: inf and 0/0 ratios
+            p = rng.random(v)
+            q[rng.random(v) < 0.3] = 0.0
+            p[rng.random(v) < 0.1] = 0.0
+        elif kind == 3:  # ratios 2^(j/32 + 1/64): one bucket per position
+            p = q * 2.0 ** ((np.arange(v) + 0.5) / 32.0 - 20.0)
+        else:  # one ratio
+            p = 3.0 * q
+        cases.append((p, q))
+    steps = np.repeat(np.arange(40), np.tile([15, 16, 17, 1], 10))  # runs ending at, before, after samples
+    q = np.full(steps.size, 0.5)
+    cases.append((q * 2.0 ** (steps / 32.0 + 1.0 / 64.0), q))
+    for p, q in cases:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            order = np.argsort(np.where(q > 0, p / q, np.inf), kind="stable")
+        p, q = p[order], q[order]
+        b, _ = _ratio_buckets(p, q, np.inf)
+        full = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
+        starts, at = _run_starts(p, q)
+        np.testing.assert_array_equal(starts, full)
+        np.testing.assert_array_equal(at, b[full])
+        runs = RowRuns(p, q)
+        np.testing.assert_array_equal(runs.b, b)
+        for r in (0, starts.size // 2, starts.size - 1):
+            with np.errstate(divide="ignore", invalid="ignore"):  # the last run may hold q = 0 (never opened)
+                toks, ratio = _run_tokens(runs, r, p, q)
+                np.testing.assert_array_equal(ratio, p[toks] / q[toks])
+            np.testing.assert_array_equal(toks, np.flatnonzero(b == at[r]))
+    p, q = cases[5]
+    with pytest.raises(ob.InvalidInputError, match="sorted by ratio"):
+        _run_starts(p, q)  # not sorted
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_stretch_bounds_never_exceed_f_inside_the_stretch(monkeypatch, k):
+    """Every stretch bound of the search (p bounded by both lines, from the stretch's start and from
+    its end, Q by the quadratic and by Q at the end) is at most f = p(H) − Q(H) at every prefix H
+    of the stretch, Q(H) by the reference DP at every prefix of the ratio order (to 1e-12), on
+    ratio-sorted rows: LM-like, peaked, flat, tied ratios, zeros in q, a near-deterministic draft;
+    and the search's α* equals the reference's."""
+    from otbound.token import _search
+    from otbound.token._wor import wor_prefix_mass
+
+    rng = np.random.default_rng(27)
+    v = 2000
+
+    def law(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    rows = []
+    for scale in (2.5, 6.0, 0.3):
+        z = rng.standard_normal(v) * scale
+        rows.append((law(z + rng.standard_normal(v)), law(z)))
+    tied = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows.append((law(tied[0]), law(tied[1])))
+    z = rng.standard_normal(v) * 2.5
+    q = law(z)
+    q[rng.random(v) < 0.2] = 0.0
+    rows.append((law(z + rng.standard_normal(v)), q / q.sum()))
+    d = np.full(v, 1e-9)
+    d[0] = 1.0
+    rows.append((law(rng.standard_normal(v)), d / d.sum()))
+    bounds = _search._bounds
+    checked = 0
+    for p, q in rows:
+        with np.errstate(divide="ignore"):
+            order = np.argsort(np.where(q > 0, p / q, np.inf), kind="stable")
+        p, q = p[order], q[order]
+        f_ref = np.concatenate([[0.0], np.cumsum(p) - wor_prefix_mass(q, np.arange(v), k)])  # (V + 1,) by length
+        starts = np.append(_search.RowRuns(p, q).starts, v)
+        seen = []
+
+        def recorded(parts_of_rows, answers, seen=seen):
+            found = bounds(parts_of_rows, answers)
+            seen.append((parts_of_rows, found))
+            return found
+
+        monkeypatch.setattr(_search, "_bounds", recorded)
+        value = _search.without_replacement_ratio_sorted(p[None], q[None], k)[0]
+        monkeypatch.setattr(_search, "_bounds", bounds)
+        np.testing.assert_allclose(value, 1.0 + min(0.0, f_ref.min()), rtol=0, atol=1e-12)
+        for (parts,), ((_, bound),) in seen:
+            start = 0
+            for ch, pts, nxt in parts:
+                lengths = starts[:nxt.max() + 1] if ch.toks is None else ch.toks[0] + np.arange(ch.fp.size)
+                for lo, hi, b in zip(pts, nxt, bound[start : start + pts.size]):
+                    if hi > lo:
+                        assert b <= f_ref[lengths[lo] : lengths[hi] + 1].min() + 1e-12, (k, lo, hi)
+                        checked += 1
+                start += pts.size
+    assert checked > 200
+
+
+def test_kth_largest_top_q_inside_each_prefix():
+    """The k-th largest q of the top tokens inside each bucket-chain prefix H_m (for the clock
+    integral's cut-off times), by a binary search over the prefixes' k-th smallest bucket
+    positions, equals a direct count and sort per prefix, with tied positions, tokens above the
+    cut (position nb), fewer top tokens than k, and k = 2..6."""
+    from otbound.token._search import _kth_inside
+
+    rng = np.random.default_rng(28)
+    for trial in range(80):
+        nb = int(rng.integers(1, 300))
+        n_top = int(rng.integers(1, 70))
+        k = int(rng.integers(2, 7))
+        pos = rng.integers(0, nb + 1, n_top)  # nb: above the cut
+        if trial % 3 == 0:
+            pos = np.sort(pos)[::-1].copy()
+        q_top = np.sort(rng.random(n_top))[::-1]
+        if trial % 4 == 0:
+            q_top = np.round(q_top * 4) / 4  # ties in q
+        has_k, kth = _kth_inside(pos, q_top, k, nb)
+        for m in range(nb):
+            inside = np.sort(q_top[pos <= m])[::-1]
+            assert has_k[m] == (inside.size >= k)
+            if inside.size >= k:
+                assert kth[m] == inside[k - 1]
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_binding_sets_of_ratio_sorted_rows_are_prefixes_attaining_the_value(k):
+    """On rows sorted by ratio, searched by runs, the binding set is a prefix of the row (bucket
+    ends and tokens inside a bucket) whose p(H) − Q(H), Q by the reference DP, is α* − 1 (to 1e-12),
+    on LM-like, tied and peaked rows."""
+    from otbound.token._search import without_replacement
+    from otbound.token._wor import wor_prefix_mass
+
+    rng = np.random.default_rng(29)
+    v = 2000
+    rows = []
+    for scale in (2.5, 6.0):
+        z = rng.standard_normal(v) * scale
+        rows.append((np.exp(z + rng.standard_normal(v)), np.exp(z)))
+    tied = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows.append((np.exp(tied[0]), np.exp(tied[1])))
+    p, q = np.array([a for a, _ in rows]), np.array([b for _, b in rows])
+    p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+    order = np.argsort(p / q, axis=1, kind="stable")
+    ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
+    values, sets = without_replacement(ps, qs, k, True, ratio_sorted=True)
+    for i in range(len(rows)):
+        n = int(sets[i].sum())
+        assert n > 0 and sets[i, :n].all()  # a prefix of the sorted row
+        f = ps[i, :n].sum() - wor_prefix_mass(qs[i], np.arange(n), k)[-1]
+        np.testing.assert_allclose(f, values[i] - 1.0, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(values[i], ob.optimal_acceptance(p[i], q[i], k, "without_replacement"),
+                                   rtol=0, atol=1e-12)
+
+
+def test_chain_moment_sums_by_blocks_equal_running_sums():
+    """The moment sums along a token chain (low orders by blocks of tokens on long chains, by
+    running sums on short ones; high orders over the few large tokens) equal base + the running
+    sums of y^1..y^N at every position, to 1e-13 relative (sums of positive terms), on chains of
+    1 to 5,000 tokens around the block and length thresholds, with zeros (exact tokens) and large y."""
+    from otbound.token._wor import BlockSums, ClockMass, _ChainSums
+
+    rng = np.random.default_rng(30)
+    ev = ClockMass(3, 1e4)
+    for n in (1, 2, 31, 32, 33, 2047, 2048, 2049, 2100, 5000):
+        y = rng.random(n) ** 3 * 0.5
+        y[rng.random(n) < 0.1] = 0.0  # exact tokens: no moments
+        y[rng.random(n) < 0.05] = 1.0  # large y: every order
+        base = rng.random(ev.order)
+        sums = _ChainSums(base, y, ev.order, ev.limit)
+        assert sums.low_sums.block == (1 if n <= BlockSums.SHORT else BlockSums.BLOCK)
+        full = base + np.concatenate([np.zeros((1, ev.order)), np.cumsum(y[:, None] ** np.arange(1, ev.order + 1), 0)])
+        idx = np.arange(n + 1)
+        got = sums[idx]
+        np.testing.assert_allclose(got, full, rtol=1e-13, atol=0)
+        np.testing.assert_allclose(sums[idx[::-7]], full[::-7], rtol=1e-13, atol=0)  # any order of positions

@@ -15,7 +15,8 @@ The search asks Q(H) and its stretch bounds of a mass evaluator through the smal
 :class:`otbound.token._wor.ClockMass` (K ≥ 3, the clock integral) implement it. Each row's search
 is a generator that yields its requests; the rows of a batch sorted by ratio are searched in
 lockstep (:func:`_lockstep`), every round's requests of all rows answered by one
-:func:`otbound.token._wor.evaluate_many` call, and share their bucket moments across K
+:func:`otbound.token._wor.evaluate_many` call and their stretch bounds by one :func:`_bounds`
+call, and share their bucket moments across K
 (:class:`otbound.token._wor.RunMoments`, held by :class:`RowRuns`).
 """
 
@@ -96,49 +97,85 @@ _TOP = 2 * _wor.MAX_FAST_DRAFTS + 30
 
 class RowRuns:
     """What the search needs of one row sorted by ratio p/q (ascending, q = 0 last) whatever K: the
-    bucket id of every position (:func:`_ratio_buckets` unclipped), the runs of equal id (their
-    starts, ids and p and q sums; the ids increase strictly along a sorted row), q's total and the
-    positions of its ``_TOP`` largest entries by decreasing q. Built once per row and clipped per K
+    runs of equal bucket id (:func:`_ratio_buckets` unclipped; their starts, ids and p and q sums;
+    the ids increase strictly along a sorted row, :func:`_run_starts`), q's total and the positions
+    of its ``_TOP`` largest entries by decreasing q. Built once per row and clipped per K
     (:meth:`clip`): the bucket sums of every K are sums of run sums.
 
     Raises
     ------
     InvalidInputError
-        The row is not sorted by ratio.
+        The row is not sorted by ratio (as far as its sampled bucket ids tell: :func:`_run_starts`).
     """
 
     def __init__(self, p: np.ndarray, q: np.ndarray, tiny: bool = True):
         self.tiny = tiny  # whether q may have positive entries below _wor.CLOCK_FLOOR (False: known not)
-        v = p.size
-        self.b, _ = _ratio_buckets(p, q, np.inf, out=np.empty(v))  # q = 0 lies above every finite limit
-        starts = np.flatnonzero(self.b[1:] != self.b[:-1])
-        starts += 1
-        self.starts = np.concatenate([[0], starts])
-        self.at = self.b[self.starts]
-        if not bool((self.at[1:] > self.at[:-1]).all()):  # the bucket ids of a ratio-sorted row never decrease
-            raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+        v = self.size = p.size
+        self.starts, self.at = _run_starts(p, q)
         self.run_p, self.run_q = np.add.reduceat(p, self.starts), np.add.reduceat(q, self.starts)
-        self.q_sum = float(q.sum())
+        self.q_sum = float(self.run_q.sum())
         self.moments = _wor.RunMoments(q, self.starts)  # the clock integral's run moments, every K ≥ 3
         self.top = _largest(q, min(v, _TOP))
 
+    @property
+    def b(self) -> np.ndarray:
+        """The bucket id of every position, (V,) (built on demand: the binding set's tokens)."""
+        return np.repeat(self.at, np.diff(self.starts, append=self.size))
+
+    def run_of(self, idx: np.ndarray) -> np.ndarray:
+        """The run holding each position ``idx``."""
+        return np.searchsorted(self.starts, idx, side="right") - 1
+
+    def run_tokens(self, r: int) -> np.ndarray:
+        """The positions of run r, in order."""
+        return np.arange(self.starts[r], self.starts[r + 1] if r + 1 < self.starts.size else self.size)
+
     def clip(self, limit: float):
-        """``(top, bp, bq, ids, chain)`` for the buckets below that of ``limit`` (the ones above
-        merged into bucket ``top``, as :func:`_bucket_sums`): ``chain``, the
-        :class:`otbound.token._wor.KeySums` of the positions' index in ``ids`` (``ids.size`` for the
-        merged bucket), by runs."""
+        """``(ids, bucket_p, bucket_q, rest_q, chain)`` for the buckets below that of ``limit`` (the
+        ones above merged, as :func:`_bucket_sums`): their ids, p and q sums (the runs below the
+        cut), q above the cut, and ``chain``, the :class:`otbound.token._wor.KeySums` of the
+        positions' index in ``ids`` (``ids.size`` above the cut), by runs."""
         top = (int(np.float64(limit).view(np.uint64)) >> _SHIFT) + 1
         n_lo = int(np.searchsorted(self.at, top))
-        bp, bq = np.zeros(top + 1), np.zeros(top + 1)
-        bp[self.at[:n_lo]], bq[self.at[:n_lo]] = self.run_p[:n_lo], self.run_q[:n_lo]
-        bp[top], bq[top] = self.run_p[n_lo:].sum(), self.run_q[n_lo:].sum()
-        ids = np.flatnonzero(bq[:top] > 0)
-        if ids.size != n_lo:  # a bucket below top holds only tokens with q > 0, so q mass: never here
+        bucket_q = self.run_q[:n_lo]
+        if not bool((bucket_q > 0).all()):  # a bucket below top holds only tokens with q > 0: never here
             raise AssertionError("a ratio bucket below the cut without q mass")
         merged = n_lo < self.starts.size
         starts = self.starts[: n_lo + 1] if merged else self.starts
         at = np.arange(n_lo + 1) if merged else np.arange(n_lo)
-        return top, bp, bq, ids, _wor.KeySums.from_runs(starts, at, n_lo, self.b.size)
+        return (self.at[:n_lo], self.run_p[:n_lo], bucket_q, self.run_q[n_lo:].sum(),
+                _wor.KeySums.from_runs(starts, at, n_lo, self.size))
+
+
+_STRIDE = 16  # _run_starts reads the bucket id of every 16th position, then the gaps where it changes
+
+
+def _run_starts(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, at)``: the runs of equal bucket id (:func:`_ratio_buckets` unclipped) of a row sorted
+    by ratio (their first positions and ids), from the ids of every ``_STRIDE``-th position and of
+    the positions inside the gaps whose two ends differ: along a sorted row the id never decreases,
+    so a gap with equal ends is one id (about V/16 + 16 × runs divisions instead of V).
+
+    Raises
+    ------
+    InvalidInputError
+        An id read is below the one read before it: the row is not sorted by ratio.
+    """
+    v = p.size
+    coarse = np.append(np.arange(0, v - 1, _STRIDE), v - 1)  # (C,) sampled positions, both ends included
+    cid, _ = _ratio_buckets(p[coarse], q[coarse], np.inf)  # (C,)
+    lo = np.flatnonzero(cid[1:] != cid[:-1])  # the gaps coarse[j] → coarse[j + 1] holding a change
+    size = coarse[lo + 1] - coarse[lo]  # positions coarse[j] + 1 .. coarse[j + 1] of each gap
+    first = np.cumsum(size) - size  # (G,) where each gap's positions begin in fine
+    fine = np.arange(int(size.sum())) + np.repeat(coarse[lo] + 1 - first, size)  # (F,) positions
+    fid, _ = _ratio_buckets(p[fine], q[fine], np.inf)  # (F,)
+    prev = np.empty_like(fid)  # the id of the position before each fine one
+    prev[1:] = fid[:-1]
+    prev[first] = cid[lo]
+    if bool((fid < prev).any()) or bool((cid[1:] < cid[:-1]).any()):
+        raise InvalidInputError("a row given as sorted by ratio p/q (ascending, q = 0 last) is not")
+    new = fid != prev
+    return np.concatenate([[0], fine[new]]), np.concatenate([cid[:1], fid[new]])
 
 
 _BLOCK = 64
@@ -173,19 +210,27 @@ def _bucket_floor(ids) -> np.ndarray:
     return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
 
 
-def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, ratio_sorted=False) -> np.ndarray:
-    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first).
-    ``ratio_sorted``: the row is sorted by ratio, so a bucket's tokens are a run of ``b`` (found by
-    binary search; sorting the run again costs one pass)."""
-    if ratio_sorted and len(ids) == 1:
-        sel = np.arange(np.searchsorted(b, ids[0], "left"), np.searchsorted(b, ids[0], "right"))
-    elif len(ids) == 1:
+def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first)."""
+    if len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
         table = np.zeros(int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
     return sel[np.argsort(p[sel] / q[sel], kind="stable")]
+
+
+def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of run r of a row sorted by ratio (:class:`RowRuns`) and their ratios p/q: its
+    positions, which a row sorted by (ratio, index) already holds in that order (checked; else
+    sorted stably by ratio)."""
+    sel = runs.run_tokens(r)
+    ratio = p[sel] / q[sel]
+    if sel.size > 1 and bool((ratio[1:] < ratio[:-1]).any()):
+        by_ratio = np.argsort(ratio, kind="stable")
+        sel, ratio = sel[by_ratio], ratio[by_ratio]
+    return sel, ratio
 
 
 def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
@@ -238,9 +283,11 @@ def _work(v: int) -> dict:
 
 def _lockstep(searches: list) -> list:
     """Run row searches (generators from :func:`_without_replacement_row`) in lockstep: each round
-    every live search asks Q and its stretch bounds at its positions (``(evaluator, arguments of
-    mass)``), all of them are answered by one :func:`otbound.token._wor.evaluate_many` call, and
-    each search resumes with its answer. Returns every search's (α*, H* or None), in order."""
+    every live search asks Q and its stretch bounds at positions of its chains (``(evaluator,
+    arguments of mass, parts)``, parts: ``(chain, positions, stretch ends)``), all of them are
+    answered by one :func:`otbound.token._wor.evaluate_many` call and their f and stretch bounds
+    found by one :func:`_bounds` call, and each search resumes with its (f, bounds). Returns every
+    search's (α*, H* or None), in order."""
     results = [None] * len(searches)
     asks = {}
     for i, search in enumerate(searches):
@@ -249,9 +296,10 @@ def _lockstep(searches: list) -> list:
         except StopIteration as done:
             results[i] = done.value
     while asks:
-        answers = _wor.evaluate_many(list(asks.values()))
+        answers = _wor.evaluate_many([(ev, args) for ev, args, _ in asks.values()])
+        found = _bounds([parts for _, _, parts in asks.values()], answers)
         following = {}
-        for (i, _), answer in zip(asks.items(), answers):
+        for i, answer in zip(asks, found):
             try:
                 following[i] = searches[i].send(answer)
             except StopIteration as done:
@@ -280,10 +328,10 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
     tokens sorted by ratio. A stretch of a chain between evaluated positions s and e is dropped
     when its lower bound is no better than the best value found: every prefix H in it adds q-mass
-    x ≤ q(e) − q(s) and p-mass ≥ r_lo x (r_lo: smallest ratio in the stretch) to H_s, while
-    Q(H) ≤ min(Q_e, Q_s + D1 x + C2 x²/2) (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), so
-    f(H) ≥ min(f_s, p_s + r_lo x_c − Q_e) with x_c where the quadratic reaches Q_e (the bound is
-    concave below x_c and increasing above). Long stretches are sampled at about ``_FANOUT``
+    x ≤ X = q(e) − q(s) to H_s and p(H) ≥ max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the
+    smallest and largest ratio in the stretch), while Q(H) ≤ min(Q_e, Q_s + D1 x + C2 x²/2)
+    (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), which bound f over the stretch
+    (:func:`_bounds`). Long stretches are sampled at about ``_FANOUT``
     positions and the pieces bounded the same way; a bucket (one step of the bucket chain) is opened
     into its tokens. All stretches alive in a round are evaluated in one call.
 
@@ -300,33 +348,39 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     else:
         top = runs.top[:n_top]
     m = q[top[: k - 1]].sum()
-    rest = np.delete(q, top[: k - 1]).sum() if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
+    rest = _sum_without(q, top[: k - 1]) if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
     limit = min(cut, 2.0**1000)
     if runs is None:
         b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, limit, out=work["ratio"])
-    else:
-        b = runs.b
-        top_id, bp, bq, ids, chain_sums = runs.clip(limit)
-    nb = ids.size
-    if nb == 0:
-        return 1.0, None
-    # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
-    held = np.flatnonzero(bq)
-    tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
-    out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
-    inside = np.concatenate([[0.0], np.cumsum(bq[ids])])
-    fp = np.concatenate([[0.0], np.cumsum(bp[ids])])
-    if runs is None:  # every token's index in ids (nb: above the cut)
-        key = np.full(top_id + 1, nb)
+        nb = ids.size
+        if nb == 0:
+            return 1.0, None
+        # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
+        held = np.flatnonzero(bq)
+        tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
+        out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
+        bucket_p, bucket_q = bp[ids], bq[ids]
+        key = np.full(top_id + 1, nb)  # every token's index in ids (nb: above the cut)
         key[ids] = np.arange(nb)
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
+    else:
+        b = None  # by runs: runs.b when a binding set needs it
+        ids, bucket_p, bucket_q, rest_q, chain_sums = runs.clip(limit)
+        nb = ids.size
+        if nb == 0:
+            return 1.0, None
+        # q after i buckets, summed from the top as above (the same sums: the buckets are the runs)
+        out = np.cumsum(np.append(bucket_q, rest_q)[::-1])[::-1]
+    inside = np.concatenate([[0.0], np.cumsum(bucket_q)])
+    fp = np.concatenate([[0.0], np.cumsum(bucket_p)])
     largest = top if runs is None else runs.top  # the largest q's, decreasing
     moments = None if runs is None else runs.moments
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs is not None, largest, moments)
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments)
     if k == 2:
         return (yield from _wor_search(row, _wor.PairMass(q), None, want_set, work))
-    t_ends, t_cut_before = _wor_horizons(q, k, b, ids, top, out, inside)
+    top_pos = np.searchsorted(ids, b[top]) if runs is None else np.minimum(runs.run_of(top), nb)
+    t_ends, t_cut_before = _wor_horizons(q, k, top_pos, ids, top, out, inside)
     horizon = t_ends
     if runs is not None:  # each bucket's last token is known: the grid every opened bucket needs, up front
         ends = np.append(runs.starts, v)[1 : nb + 1]
@@ -338,6 +392,14 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
         except _LongerGrid as need:
             horizon = need.t_end
+
+
+def _sum_without(q: np.ndarray, idx: np.ndarray) -> float:
+    """Σ q over the tokens not in ``idx`` (distinct indices), summed directly: the slices between
+    them, without the copy of ``np.delete``."""
+    cuts = np.sort(idx)
+    edges = np.concatenate([[-1], cuts, [q.size]])
+    return float(sum(q[a + 1 : b].sum() for a, b in zip(edges[:-1].tolist(), edges[1:].tolist())))
 
 
 def _total(q, runs):
@@ -355,8 +417,8 @@ class _LongerGrid(Exception):
 
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
-    it yields ``(ev, arguments of ev.mass)`` and resumes with the answer)."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, ratio_sorted, largest, moments = row
+    it yields ``(ev, arguments of ev.mass, parts)`` and resumes with f and the stretch bounds)."""
+    p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments = row
     nb = ids.size
     exact = None
     if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
@@ -378,28 +440,30 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         if ev.has_exact:  # the states after 0..n of the exact tokens; chain position i has through[i − 1]
             states = ev.run_exact(q[exact], start, np.arange(-1, exact.size))
             state_of = np.concatenate([[0], through])
-    chain = _Chain(ev, fp, feats, out, inside, np.concatenate([[0.0], _bucket_floor(ids)]), states, state_of)
-    # Q at both ends, and at the start the coefficients of the bound over the whole chain (one call)
-    ends = np.array([0, nb])
-    q_ends, *coef = yield ev, (feats[ends], out[ends], inside[ends], chain.exact(ends), out[[nb, nb]])
-    chain.q[ends] = q_ends
-    f_all = float(fp[nb] - chain.q[nb])
+    with np.errstate(over="ignore"):  # a bucket's ratios lie in [floor(id), floor(id + 1))
+        floors = _bucket_floor(np.append(ids, ids[-1] + 1))
+    chain = _Chain(ev, fp, feats, out, inside, np.append(0.0, floors[:-1]), states, state_of,
+                   r_top=np.append(0.0, floors[1:]))
 
     def open_bucket(i):  # chain position i ends bucket i − 1
-        toks = _bucket_tokens(b, ids[i - 1 : i], p, q, ratio_sorted)
+        if runs is None:
+            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None
+        else:
+            toks, ratio = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
             return None
         if t_cut_before is not None:  # prefixes inside keep at least the last token out
             t_inside = min(_wor.TAIL / (out[i] + q[toks[-1]]), t_cut_before[i - 1])
             if t_inside > ev.t_end * (1.0 + 1e-9):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
-        return chain.tokens(i, toks, p, q)
+        return chain.tokens(i, toks, p, q, ratio)
 
-    first = [c[:1] for c in coef]
-    best, where = yield from _search(chain, min(0.0, f_all), (chain, nb) if f_all < 0 else None, open_bucket, first)
+    best, where = yield from _search(chain, open_bucket)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
+    if runs is not None:
+        b = runs.b
     if ch is chain:
         return 1.0 + best, b <= ids[j - 1]
     h = b < ids[ch.bucket - 1]
@@ -411,14 +475,17 @@ class _Chain:
     """Nested prefixes along one stretch of the ratio order (index 0: the prefix before it).
 
     Arrays over positions: cumulative p (``fp``), evaluator features, q outside and inside, the
-    smallest ratio of the step into each position (``r_step``), Q where evaluated (nan otherwise)
+    smallest and largest ratio of the step into each position (``r_step``, ``r_top``: a bucket's
+    floor and the next bucket's; one token's ratio twice), Q where evaluated (nan otherwise)
     and the index (``state_of``) of each position's exact-token state among ``states``, the states
     after 0, 1, 2, … of the chain's exact tokens (few: positions share them, gathered only where
     evaluated). A token chain also records its bucket position and tokens.
     """
 
-    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None):
+    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None,
+                 r_top=None):
         self.ev, self.fp, self.feats, self.out, self.inside, self.r_step = ev, fp, feats, out, inside, r_step
+        self.r_top = r_step if r_top is None else r_top
         self.states, self.state_of, self.bucket, self.toks = states, state_of, bucket, toks
         self.q = np.full(fp.size, np.nan)
 
@@ -429,44 +496,78 @@ class _Chain:
         sums, e, sx = self.states
         return sums[si], e[:, si], sx[si]
 
-    def tokens(self, i, toks, p, q):
-        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i."""
-        ev, qt = self.ev, q[toks]
+    def tokens(self, i, toks, p, q, ratio=None):
+        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i
+        (``ratio``: their p/q, if known)."""
+        ev, qt, pt = self.ev, q[toks], p[toks]
         n = toks.size
-        fp = self.fp[i - 1] + np.concatenate([[0.0], np.cumsum(p[toks])])
+        sums = np.zeros((2, n + 1))  # (2, n + 1): p and q of the first j tokens
+        np.cumsum(pt, out=sums[0, 1:])
+        np.cumsum(qt, out=sums[1, 1:])
+        fp = sums[0] + self.fp[i - 1]
+        inside = sums[1] + self.inside[i - 1]
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
-        out = self.out[i] + np.concatenate([np.cumsum(qt[::-1])[::-1], [0.0]])  # + q of the bucket's later tokens
-        inside = self.inside[i - 1] + np.concatenate([[0.0], np.cumsum(qt)])
+        out = np.zeros(n + 1)  # q of the bucket's tokens from j on, summed from the end, + q after the bucket
+        np.cumsum(qt[::-1], out=out[n - 1 :: -1])
+        out += self.out[i]
         states = state_of = None
         if self.states is not None:
             is_exact = ev.is_exact(qt)
             exact_q = qt[is_exact]
-            state_of = np.concatenate([[0], np.cumsum(is_exact)])  # exact tokens among the first j
-            states = ev.run_exact(exact_q, self.exact([i - 1]), np.arange(-1, exact_q.size))
-        r_step = np.concatenate([[0.0], p[toks] / qt])
+            state_of = np.zeros(n + 1, dtype=np.int64)  # exact tokens among the first j
+            np.cumsum(is_exact, out=state_of[1:])
+            start = self.exact([i - 1])
+            states = ev.run_exact(exact_q, start, np.arange(-1, exact_q.size)) if exact_q.size else start
+        r_step = np.empty(n + 1)
+        r_step[0] = 0.0
+        if ratio is None:
+            np.divide(pt, qt, out=r_step[1:])
+        else:
+            r_step[1:] = ratio
         sub = _Chain(ev, fp, feats, out, inside, r_step, states, state_of, bucket=i, toks=toks)
         sub.q[0], sub.q[n] = self.q[i - 1], self.q[i]
         return sub
 
 
-_FANOUT = 24  # a long stretch is sampled at about this many positions
+_FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
 
 
-def _search(root, best, where, open_bucket, first):
-    """Branch and bound over the positions strictly inside ``root`` (Q known at both ends;
-    ``first``: the stretch-bound coefficients ``(d1, c2, c3)`` at its start toward its end).
+def _search(root, open_bucket):
+    """Branch and bound over the positions of ``root`` (the empty prefix first, f = 0 there).
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
     the bucket chain, opened into its token chain by ``open_bucket``); the samples of all chains
-    are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass)`` and resumes with
-    the answer), and each consecutive pair of samples becomes a stretch of the next round. Returns
-    the best f and where it is ((chain, position), or the ``where`` given).
+    are evaluated in one call (a generator: it yields ``(ev, arguments of ev.mass, parts)`` and
+    resumes with f and the stretch bounds at the positions of the parts, :func:`_lockstep`), and
+    each consecutive pair of samples becomes a stretch of the next round. The
+    first round samples the whole root and evaluates its end with them (Q at the end, f of the
+    whole chain). Returns the best f (≤ 0) and where it is ((chain, position), or None for 0).
     """
     ev = root.ev
     n = root.fp.size - 1
-    _, bound = _bounds(root, np.array([0]), np.array([n]), root.q[:1], *first)
-    live = {root: [(0, n, float(bound[0]))]}
-    while live:
+    s = _samples(0, n, ev.leaf)
+    # the end's own entry (n → n) bounds nothing: it is kept out of the stretches below (nxt > pts)
+    parts = [(root, np.append(s, n), np.append(s[1:], [n, n]))]
+    best, where = 0.0, None
+    live = {}
+    while parts:
+        f, bound = yield ev, _mass_arguments(ev, parts), parts
+        j = int(np.argmin(f))
+        f_min = f[j]
+        if f_min < best:  # the part holding position j of the round
+            for ch, pts, _ in parts:
+                if j < pts.size:
+                    best, where = float(f_min), (ch, int(pts[j]))
+                    break
+                j -= pts.size
+        live = {}
+        start = 0
+        for ch, pts, nxt in parts:
+            sl = slice(start, start + pts.size)
+            start = sl.stop
+            keep = np.flatnonzero((bound[sl] < best) & ((nxt - pts > 1) | ((ch is root) & (nxt > pts))))
+            if keep.size:
+                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[sl][keep].tolist()))
         parts = []
         for ch, stretches in live.items():
             pts, nxt = [], []
@@ -485,37 +586,49 @@ def _search(root, best, where, open_bucket, first):
                 nxt.append(np.append(s[1:], hi))
             if pts:
                 parts.append((ch, np.concatenate(pts), np.concatenate(nxt)))
-        if not parts:
-            break
-        q_pts, d1, c2, c3 = yield ev, _mass_arguments(ev, parts)
-        live = {}
-        start = 0
-        for ch, pts, nxt in parts:
-            sl = slice(start, start + pts.size)
-            start += pts.size
-            ch.q[pts] = q_pts[sl]
-            f, bound = _bounds(ch, pts, nxt, q_pts[sl], d1[sl], c2[sl], c3[sl])
-            j = int(np.argmin(f))
-            if f[j] < best:
-                best, where = float(f[j]), (ch, int(pts[j]))
-            keep = np.flatnonzero((bound < best) & ((nxt - pts > 1) | (ch is root)))
-            if keep.size:
-                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[keep].tolist()))
     return best, where
 
 
-def _bounds(ch, pts, nxt, q_pts, d1, c2, c3):
-    """f at ``pts`` and the lower bound of f over each stretch pts → nxt (Q known at nxt):
-    f ≥ min(f_s, p_s + r_lo x_c − Q_e), x_c where Q_s + D1 x + C x²/2 reaches Q_e."""
-    f = ch.fp[pts] - q_pts
-    q_e = ch.q[nxt]
-    mass = ch.inside[nxt] - ch.inside[pts]
-    rise = np.maximum(q_e - q_pts, 0.0)
+def _bounds(rows: list, answers: list) -> list:
+    """f at the evaluated positions of every row and the lower bound of f over each stretch
+    s = pts → e = nxt (``rows``: each row's parts ``(chain, pts, nxt)``; ``answers``: each row's
+    ``(Q, D1, C2, C3)`` at its positions, which are recorded in the chains first: Q at e is then known).
+
+    A prefix H of the stretch adds q-mass x ∈ [0, X] to H_s (X = q(H_e) − q(H_s)), so
+    p(H) ≥ L(x) = max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the smallest and largest ratio
+    of the stretch's steps) and Q(H) ≤ min(Q_e, Q_s + D1 x + C x²/2) (C: the cubic term folded in,
+    x ≤ X). With x_c where the quadratic reaches Q_e and x_m where the two lines of L cross:
+    beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
+    [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
+    Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
+    cols = [[] for _ in range(7)]  # p_s, p_e, inside_s, inside_e, r_lo, r_hi, Q_e: one array per part
+    for parts, answer in zip(rows, answers):
+        start = 0
+        for ch, pts, nxt in parts:
+            ch.q[pts] = answer[0][start : start + pts.size]
+            start += pts.size
+            r_lo = ch.r_step[np.minimum(pts + 1, ch.r_step.size - 1)]  # at the chain's end (x = 0): its own step
+            for col, x in zip(cols, (ch.fp[pts], ch.fp[nxt], ch.inside[pts], ch.inside[nxt], r_lo,
+                                     ch.r_top[nxt], ch.q[nxt])):
+                col.append(x)
+    p_s, p_e, in_s, in_e, r_lo, r_hi, q_e = (np.concatenate(col) for col in cols)  # (npos,) each
+    q_s, d1, c2, c3 = (np.concatenate([a[i] for a in answers]) for i in range(4))  # (npos,) each
+    f = p_s - q_s
+    mass = in_e - in_s
+    rise = np.maximum(q_e - q_s, 0.0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         curv = c2 + c3 * mass / 3.0  # x ≤ mass: the cubic term folded into the quadratic
         x_c = 2.0 * rise / (d1 + np.sqrt(d1 * d1 + 2.0 * curv * rise))
-    x_c = np.clip(np.where(np.isfinite(x_c), x_c, 0.0), 0.0, mass)
-    return f, np.minimum(f, ch.fp[pts] + ch.r_step[pts + 1] * x_c - q_e)
+        x_c = np.clip(np.where(np.isfinite(x_c), x_c, 0.0), 0.0, mass)
+        low = p_s + r_lo * x_c - q_e  # the bound with p's lower line only
+        at_c = np.maximum(p_s + r_lo * x_c, p_e - r_hi * (mass - x_c)) - q_e
+        x_m = (r_hi * mass - (p_e - p_s)) / (r_hi - r_lo)
+        at_m = p_s + r_lo * x_m - np.minimum(q_e, q_s + d1 * x_m + 0.5 * curv * x_m * x_m)
+    bound = np.minimum(f, np.where(np.isnan(at_c), low, at_c))
+    inner = (x_m > 0.0) & (x_m < x_c) & ~np.isnan(at_m)
+    bound = np.where(inner, np.minimum(bound, at_m), bound)
+    ends = np.cumsum([0] + [a[0].size for a in answers])
+    return [(f[a:b], bound[a:b]) for a, b in zip(ends[:-1], ends[1:])]
 
 
 def _samples(lo, hi, leaf):
@@ -528,6 +641,9 @@ def _samples(lo, hi, leaf):
 def _mass_arguments(ev, parts):
     """The arguments of ``ev.mass`` for Q and the stretch-bound coefficients at the positions of
     several chains: (features, out, inside, exact states, out_next)."""
+    if len(parts) == 1:  # one chain: its gathers as they are
+        ch, pts, nxt = parts[0]
+        return ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None, ch.out[nxt]
     feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
     out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
     inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
@@ -536,13 +652,27 @@ def _mass_arguments(ev, parts):
     return feats, out, inside, exact, out_next
 
 
-def _wor_horizons(q, k, b, ids, top, out, inside):
+def _kth_inside(pos: np.ndarray, q_top: np.ndarray, k: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """For m = 0..nb − 1, whether H_m (after bucket m) holds k of the top tokens (``q_top``, by
+    decreasing q; ``pos``: the bucket position of each) and the k-th largest q among them.
+
+    That q is the one of the first J whose pos_0..pos_J hold k values ≤ m, i.e. whose k-th
+    smallest c_J ≤ m; c_J does not increase with J, so J = #{J : c_J > m} (a binary search)."""
+    n_top = pos.size
+    never = np.iinfo(np.int64).max
+    prefix = np.where(np.tri(n_top, dtype=bool), pos[None, :], never)  # (T, T): row J holds pos_0..pos_J
+    c = np.partition(prefix, k - 1, axis=1)[:, k - 1] if n_top >= k else np.full(n_top, never)  # (T,)
+    first = np.searchsorted(-c, -np.arange(nb), side="left")  # (nb,)
+    return first < n_top, q_top[np.minimum(first, n_top - 1)]
+
+
+def _wor_horizons(q, k, pos, ids, top, out, inside):
     """Grid end for the bucket ends and, per bucket m, the cut-off t_cut(H_{m−1}) for the prefixes
     inside it.
 
     A prefix H needs the clock integral up to min(40/out(H), t_cut(H)): beyond, the tail is ≤ e^{−40}
     or P[N_H(t) < K] ≤ e^{−40} (:mod:`otbound.token._wor`); ``out``, ``inside``: q outside and inside each
-    bucket-chain position.
+    bucket-chain position; ``pos``: the bucket position of each ``top`` token (nb: above the cut).
     t_cut(H) is the smaller of two sufficient times, both monotone in H (so that of H_{m−1} serves
     every prefix inside bucket m):
 
@@ -555,11 +685,8 @@ def _wor_horizons(q, k, b, ids, top, out, inside):
     Ends with out = 0 need no grid (Q = 1).
     """
     nb = ids.size
-    pos = np.searchsorted(ids, b[top])  # bucket position of each top token (nb: not a candidate)
     through = pos[:, None] <= np.arange(nb)[None, :]  # top token in H_m (after bucket m)
-    rank = np.cumsum(through, axis=0)
-    has_k = rank[-1] >= k
-    kth = q[top][np.argmax(rank >= k, axis=0)]
+    has_k, kth = _kth_inside(pos, q[top], k, nb)
     s_rest = np.maximum(inside[1:] - q[top] @ through, 0.0)  # mass of H_m outside top
     q_cap = float(q[top[-1]]) if top.size < q.size else 0.0
     t = 2.0 ** (np.arange(-4, 100) / 2.0)

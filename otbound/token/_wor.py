@@ -54,7 +54,10 @@ K = 3, 4) and on the random, peaked and adversarial rows of tests/test_engine.py
 K = 3, 4, 5); against the reference DP on the adversarial families of
 experiments/bench_token_bounds.py at V = 2,000 at most 2.1e-15 (K = 3, 4, 5, 8) and 6.3e-15
 (K = 16), and on two rows of each of those six families at V = 151,936 (K = 3, 4) at most 5.8e-14
-(docs/results/performance.md). The shared run moments differ from the per-K sums only in extra
+(docs/results/performance.md; re-measured with the search's later sampling, bounds and run
+finding, which choose the positions evaluated but not how Q is computed: 2.3e-15, 6.2e-15 and
+6.1e-14, the same figures as the code before them, whose α* they move by at most 1.1e-16 on the
+six families). The shared run moments differ from the per-K sums only in extra
 truncated series terms (≤ 6e-16 on the power sums at V = 151,936; tests/test_token_bounds.py
 checks 1e-13 relative). Stated tolerance: 1e-12.
 """
@@ -368,7 +371,10 @@ class KeySums:
         if self.starts is None:
             return KeySums(self.keys[idx], self.length - 1)
         starts = np.searchsorted(idx, self.starts)  # tokens of idx before each run
-        held = np.diff(starts, append=idx.size) > 0
+        ends = np.empty_like(starts)  # ... and before the next run
+        ends[:-1] = starts[1:]
+        ends[-1:] = idx.size
+        held = ends > starts
         return KeySums.from_runs(starts[held], self.at[held], self.length - 1, idx.size)
 
 
@@ -518,11 +524,43 @@ class PairMass:
         return q_mass, 1.0 + features[:, 0] - out, np.full(out.size, 2.0), np.zeros(out.size)
 
 
+class BlockSums:
+    """Running sums Σ_{l<j} w_l of rows w (c, n), read at asked positions j = 0..n: kept whole for
+    n ≤ ``SHORT``; longer rows are summed by blocks of ``BLOCK`` entries (one pass, no running sum
+    over the row: a search reads a few dozen of a chain's positions), a position adding its block's
+    entries before it when asked (sums of the same terms, grouped by block)."""
+
+    SHORT = 2048
+    BLOCK = 32
+
+    def __init__(self, w: np.ndarray):
+        self.w = w  # (c, n)
+        n = w.shape[1]
+        self.size = n + 1  # positions
+        self.block = block = 1 if n <= self.SHORT else self.BLOCK
+        self.head = np.zeros((w.shape[0], -(-n // block) + 1))  # (c, blocks + 1): the sums of the blocks before
+        if n:
+            np.cumsum(w if block == 1 else np.add.reduceat(w, np.arange(0, n, block), axis=1), axis=1,
+                      out=self.head[:, 1:])
+
+    def at(self, idx: np.ndarray) -> np.ndarray:
+        """(c, len(idx)): the sums before the positions ``idx``."""
+        idx = np.asarray(idx)
+        if self.block == 1:
+            return self.head[:, idx]
+        block = idx // self.block
+        window = block[:, None] * self.block + np.arange(self.block)[None, :]  # (len(idx), block)
+        before = self.w[:, np.minimum(window, self.w.shape[1] - 1)]  # (c, len(idx), block)
+        before *= window < idx[:, None]  # the block's entries before each position
+        return self.head[:, block] + before.sum(axis=2)
+
+
 class _ChainSums:
     """Running moment sums over the tokens of a chain: row j = base + Σ_{l<j} (y_l^1..y_l^N).
 
-    Most tokens need few orders (``limit``): the first ``low`` orders are summed for every token,
-    the rest only over the few tokens with y above limit[low] (found by position at lookup).
+    Most tokens need few orders (``limit``): the first ``low`` orders are summed for every token
+    (:class:`BlockSums`), the rest only over the few tokens with y above limit[low] (found by
+    position at lookup).
     """
 
     LOW = 6
@@ -530,12 +568,11 @@ class _ChainSums:
     def __init__(self, base, y, order, limit):
         low = min(self.LOW, order)
         self.base, self.low = base, low
-        self.low_sums = np.zeros((low, y.size + 1))  # order-major: each order one contiguous running sum
-        w = y.copy()
-        for n in range(low):
-            if n:
-                w *= y
-            np.cumsum(w, out=self.low_sums[n, 1:])
+        powers = np.empty((low, y.size))  # (low, n): y^1..y^low, order-major
+        powers[0] = y
+        for n in range(1, low):
+            np.multiply(powers[n - 1], y, out=powers[n])
+        self.low_sums = BlockSums(powers)
         self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
         yh = y[self.high]
         powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
@@ -546,7 +583,7 @@ class _ChainSums:
         idx = np.asarray(idx)
         out = np.empty((idx.size, self.base.size))
         out[:] = self.base
-        out[:, : self.low] += self.low_sums[:, idx].T
+        out[:, : self.low] += self.low_sums.at(idx).T
         out[:, self.low :] += self.high_sums[np.searchsorted(self.high, idx, side="left")]
         return out
 
@@ -565,7 +602,7 @@ class ClockMass:
     Stretch bound (derived): see :func:`_stretch_bound`.
     """
 
-    leaf = 24  # stretches up to this many positions are evaluated whole
+    leaf = 16  # stretches up to this many positions are evaluated whole
     has_exact = True
 
     def __init__(self, num_drafts: int, t_end: float):
@@ -580,11 +617,17 @@ class ClockMass:
         self.tt = self.t * self.theta  # ≤ x0
         self.coef = coef
         self.power_map = self._map(coef, self.tt)
-        node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
-        self.n_class = int(node_class[0]) + 1
-        cuts = np.flatnonzero(np.diff(node_class)) + 1
-        self.groups = [(int(node_class[s]), np.arange(s, e)) for s, e in zip(np.r_[0, cuts], np.r_[cuts, self.t.size])]
+        self.node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
+        self.n_class = int(self.node_class[0]) + 1
         self.halving = 0.5 ** np.arange(1, self.order + 1)
+
+    @functools.cached_property
+    def groups(self) -> list:
+        """The node groups ``(c, nodes)`` of c(t) = ⌊log2(t_end / t)⌋, in order (needed by rows with
+        banded exact tokens only)."""
+        cuts = (np.flatnonzero(np.diff(self.node_class)) + 1).tolist()
+        edges = [0, *cuts, self.t.size]
+        return [(int(self.node_class[s]), np.arange(s, e)) for s, e in zip(edges[:-1], edges[1:])]
 
     @staticmethod
     def _map(coef, scaled_t):
@@ -640,7 +683,7 @@ class ClockMass:
         banded = q_exact.size * self.j_max >= _BANDED_WORK  # else: exact everywhere, fewer calls
         self.class_lo = int(cls.min()) if banded and cls.size else self.n_class
         self.recursion_groups = self.groups if banded else [(-1, np.arange(self.t.size))]
-        self.group_maps = {
+        self.group_maps = {} if self.class_lo >= self.n_class else {
             c: (nodes, self._map(self.coef, self.tt[nodes] * 2.0**c)) for c, nodes in self.groups if c >= self.class_lo
         }
         width = max(0, self.n_class - self.class_lo)
