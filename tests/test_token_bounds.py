@@ -14,6 +14,12 @@ LAWS = ("with_replacement", "without_replacement", "greedy")
 AGREE = 1e-9  # dual vs LP vs brute force (HiGHS tolerances 1e-10; quadrature < 1e-12)
 
 
+def _softmax(z):
+    """The law softmax(z) of a 1-D logit vector."""
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
 def _law(draw, v, kind):
     if kind == "dirichlet":
         alpha = draw(st.sampled_from([0.05, 0.3, 1.0, 10.0]))
@@ -434,19 +440,15 @@ def test_rows_searched_in_lockstep_equal_rows_searched_alone(monkeypatch, k):
     rng = np.random.default_rng(24)
     v = 2000
 
-    def law(z):
-        e = np.exp(z - z.max())
-        return e / e.sum()
-
     rows = []
     for scale in (6.0, 6.0, 0.3, 0.3, 2.5, 2.5):
         z = rng.standard_normal(v) * scale
-        rows.append((law(z + rng.standard_normal(v)), law(z)))
+        rows.append((_softmax(z + rng.standard_normal(v)), _softmax(z)))
     d = np.full(v, 1e-9)
     d[0] = 1.0
-    rows.append((law(rng.standard_normal(v)), d / d.sum()))  # near-deterministic draft
+    rows.append((_softmax(rng.standard_normal(v)), d / d.sum()))  # near-deterministic draft
     tied = np.round(rng.standard_normal((2, v)) * 2.5)
-    rows.append((law(tied[0]), law(tied[1])))
+    rows.append((_softmax(tied[0]), _softmax(tied[1])))
     p, q = np.array([a for a, _ in rows]), np.array([b for _, b in rows])
     order = np.argsort(p / q, axis=1, kind="stable")
     ps, qs = np.take_along_axis(p, order, 1), np.take_along_axis(q, order, 1)
@@ -551,23 +553,19 @@ def test_stretch_bounds_never_exceed_f_inside_the_stretch(monkeypatch, k):
     rng = np.random.default_rng(27)
     v = 2000
 
-    def law(z):
-        e = np.exp(z - z.max())
-        return e / e.sum()
-
     rows = []
     for scale in (2.5, 6.0, 0.3):
         z = rng.standard_normal(v) * scale
-        rows.append((law(z + rng.standard_normal(v)), law(z)))
+        rows.append((_softmax(z + rng.standard_normal(v)), _softmax(z)))
     tied = np.round(rng.standard_normal((2, v)) * 2.5)
-    rows.append((law(tied[0]), law(tied[1])))
+    rows.append((_softmax(tied[0]), _softmax(tied[1])))
     z = rng.standard_normal(v) * 2.5
-    q = law(z)
+    q = _softmax(z)
     q[rng.random(v) < 0.2] = 0.0
-    rows.append((law(z + rng.standard_normal(v)), q / q.sum()))
+    rows.append((_softmax(z + rng.standard_normal(v)), q / q.sum()))
     d = np.full(v, 1e-9)
     d[0] = 1.0
-    rows.append((law(rng.standard_normal(v)), d / d.sum()))
+    rows.append((_softmax(rng.standard_normal(v)), d / d.sum()))
     bounds = _search._bounds
     checked = 0
     for p, q in rows:
