@@ -801,69 +801,105 @@ def _mass_stacked(asks: list) -> list:
 def _integrals(psum, lam, exact, out, out_next, t, wt, t_end, t_lo):
     """Q (and with ``out_next`` the stretch bound coefficients) from the power sums and λ of the
     series tokens, the exact-token states (or None) and the grid: nodes t and weights wt ((1, T), or
-    (npos, T) per position), its end t_end (a float or (npos,)) and start t_lo."""
+    (npos, T) per position), its end t_end (a float or (npos,)) and start t_lo.
+
+    Newton's identities a e_a = Σ_{j=1..a} (−1)^{j−1} e_{a−j} P_j (e_0 = 1), P[N_small = a] = e^{−λ} e_a,
+    and P[N ≤ m] = Σ_b P[N_exact = b] P[N_small ≤ m − b]; in-place ufuncs on (npos, T) arrays (the
+    same operations on the same operands as the plain expressions, so the same values)."""
     jm = psum.shape[1]
-    g = np.exp(-lam)
-    e = [None]  # e_0 = 1
-    cum = [g]  # P[N_small ≤ c]
-    for a in range(1, jm + 1):  # Newton's identities
-        acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
+    g = np.negative(lam)  # (npos, T)
+    np.exp(g, out=g)
+    e = [None, psum[:, 0]]  # e_0 = 1, e_1 = P_1
+    cum = [g, np.multiply(g, psum[:, 0])]  # P[N_small ≤ c]
+    cum[1] += g
+    for a in range(2, jm + 1):  # Newton's identities
+        acc = e[a - 1] * psum[:, 0]
+        term = np.empty_like(acc)
         for j in range(2, a + 1):
-            term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
-            acc = acc + term if j % 2 else acc - term
-        e.append(acc / a)
-        cum.append(cum[-1] + g * e[a])
+            if j == a:
+                np.copyto(term, psum[:, j - 1])
+            else:
+                np.multiply(e[a - j], psum[:, j - 1], out=term)
+            if j % 2:
+                acc += term
+            else:
+                acc -= term
+        acc /= a
+        e.append(acc)
+        np.multiply(g, acc, out=term)
+        term += cum[-1]
+        cum.append(term)
     if exact is None:
         at_most = cum  # P[N ≤ m], m = 0..J
     else:
         _, e_ex, sx = exact
-        p_exact = [np.exp(-sx)]  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
+        p0 = np.negative(sx)  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
+        np.exp(p0, out=p0)
+        p_exact = [p0]
         if float(sx.max(initial=0.0)) <= _EXP_SAFE:  # e^{−Σx} a normal float: products, no logarithms
-            p_exact += [e_ex[b - 1] * (p_exact[0] * math.exp(b * _X_CAP)) for b in range(1, jm + 1)]
+            for b in range(1, jm + 1):
+                pb = np.multiply(p0, math.exp(b * _X_CAP))
+                pb *= e_ex[b - 1]
+                p_exact.append(pb)
         else:
             with np.errstate(divide="ignore"):
                 p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
         levels = range(max(0, jm - 2), jm + 1) if out_next is not None else (jm,)  # those used below
         at_most = {}
+        term = np.empty_like(p0)
         for m in levels:
-            acc = p_exact[0] * cum[m]
+            acc = p0 * cum[m]
             for b in range(1, m + 1):
-                acc += p_exact[b] * cum[m - b]
+                np.multiply(p_exact[b], cum[m - b], out=term)
+                acc += term
             at_most[m] = acc
-    decay = np.exp(-out[:, None] * t)  # (npos, T)
+    decay = np.multiply(out[:, None], t)  # (npos, T)
+    np.negative(decay, out=decay)
+    np.exp(decay, out=decay)
     decay *= wt
-    q_mass = np.clip(out * np.einsum("pt,pt->p", decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
+    rest = np.subtract(1.0, at_most[jm])  # (npos, T)
+    q_mass = np.einsum("pt,pt->p", decay, rest)
+    q_mass *= out
+    q_mass += np.exp(-out * t_end)
+    np.clip(q_mass, 0.0, 1.0, out=q_mass)
     if out_next is None:
         return q_mass
-    bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo)
+    bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo,
+                           work=(decay, rest))
     return (q_mass,) + bound
 
 
-def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_lo):
+def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_lo, work=None):
     """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
     Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
     with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
     (1 − out_e t) by 1)
     D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
     C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
-    (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
+    (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added). ``work``: two scratch arrays of P's shape
+    (npos, T), overwritten."""
     oe = out_next[:, None]
+    decay, diff = work if work is not None else (np.empty(below_k.shape), np.empty(below_k.shape))  # (npos, T)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         x = oe * t  # (npos, T)
-        decay = np.exp(-x)
+        np.negative(x, out=decay)
+        np.exp(decay, out=decay)
         decay *= wt
         tail = np.exp(-out_next * t_end) * below_k[:, -1]
         inv = 1.0 / out_next
         tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
-        for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
-            tail_moment.append(np.asarray(t_end, dtype=np.float64) ** m * tail * inv + m * inv * tail_moment[-1])
+        t_end_power = np.asarray(t_end, dtype=np.float64)  # t_end^m: inf (not OverflowError) on very long grids
+        for m in range(1, 4):
+            tail_moment.append(t_end_power**m * tail * inv + m * inv * tail_moment[-1])
         np.subtract(1.0, x, out=x)
         x *= below_k
         a = np.einsum("pt,pt->p", decay, x) + t_lo + tail_moment[0]
         decay *= t
-        b = np.einsum("pt,pt->p", decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
+        np.subtract(below_k, below_k1, out=diff)
+        b = np.einsum("pt,pt->p", decay, diff) + t_lo**2 / 2 + tail_moment[1]
         decay *= t
-        c2 = np.einsum("pt,pt->p", decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
+        np.subtract(below_k1, below_k2, out=diff)
+        c2 = np.einsum("pt,pt->p", decay, diff) + t_lo**3 / 3 + tail_moment[2]
         decay *= t
         c3 = np.einsum("pt,pt->p", decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
         finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
