@@ -623,11 +623,11 @@ class ClockMass:
 
     @functools.cached_property
     def groups(self) -> list:
-        """The node groups ``(c, nodes)`` of c(t) = ⌊log2(t_end / t)⌋, in order (needed by rows with
-        banded exact tokens only)."""
+        """The node groups ``(c, nodes)`` of c(t) = ⌊log2(t_end / t)⌋, in order, ``nodes`` a slice of
+        the grid (contiguous: c does not increase along t; needed by rows with banded exact tokens only)."""
         cuts = (np.flatnonzero(np.diff(self.node_class)) + 1).tolist()
         edges = [0, *cuts, self.t.size]
-        return [(int(self.node_class[s]), np.arange(s, e)) for s, e in zip(edges[:-1], edges[1:])]
+        return [(int(self.node_class[s]), slice(s, e)) for s, e in zip(edges[:-1], edges[1:])]
 
     @staticmethod
     def _map(coef, scaled_t):
@@ -682,7 +682,7 @@ class ClockMass:
         cls = self._classes(q_exact)
         banded = q_exact.size * self.j_max >= _BANDED_WORK  # else: exact everywhere, fewer calls
         self.class_lo = int(cls.min()) if banded and cls.size else self.n_class
-        self.recursion_groups = self.groups if banded else [(-1, np.arange(self.t.size))]
+        self.recursion_groups = self.groups if banded else [(-1, slice(0, self.t.size))]
         self.group_maps = {} if self.class_lo >= self.n_class else {
             c: (nodes, self._map(self.coef, self.tt[nodes] * 2.0**c)) for c, nodes in self.groups if c >= self.class_lo
         }
@@ -700,7 +700,11 @@ class ClockMass:
     def run_exact(self, q_exact: np.ndarray, start, keep: np.ndarray):
         """States after the exact tokens ``keep`` (indices into q_exact, −1: the start), in order."""
         keep = np.asarray(keep, dtype=np.int64)
-        sums, e, sx = (np.repeat(s, keep.size, axis=1 if i == 1 else 0) for i, s in enumerate(start))
+        sums = np.repeat(start[0], keep.size, axis=0)
+        if q_exact.size and len(self.recursion_groups) == 1:  # exact at every node: the recursion gives e, sx whole
+            e = sx = None
+        else:
+            e, sx = np.repeat(start[1], keep.size, axis=1), np.repeat(start[2], keep.size, axis=0)
         if q_exact.size == 0:
             return sums, e, sx
         y = q_exact / self.theta
@@ -717,9 +721,13 @@ class ClockMass:
             if idx.size:
                 last = np.searchsorted(idx, keep, side="right") - 1
                 e_start, sx_start = start[1][:, 0, nodes], start[2][0, nodes]
-                e[:, :, nodes], sx[:, nodes] = _recursion(
-                    self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max
-                )
+                e_nodes, sx_nodes = _recursion(self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max)
+                if e is None:  # the one group: every node (and every exact token, all of class ≥ 1)
+                    e, sx = e_nodes, sx_nodes
+                else:
+                    e[:, :, nodes], sx[:, nodes] = e_nodes, sx_nodes
+        if e is None:  # (no token of class ≥ 1: not reached, exact tokens have q > θ)
+            e, sx = np.repeat(start[1], keep.size, axis=1), np.repeat(start[2], keep.size, axis=0)
         return sums, e, sx
 
     # -- the integrals
@@ -743,7 +751,7 @@ class ClockMass:
                 acc += sums[:, c - self.class_lo]
                 if c in self.group_maps:
                     nodes, group_map = self.group_maps[c]
-                    psum[:, :, nodes] += _product(acc, group_map).reshape(npos, jm, nodes.size)
+                    psum[:, :, nodes] += _product(acc, group_map).reshape(npos, jm, -1)
                     lam[:, nodes] += acc[:, :1] * (self.tt[nodes] * 2.0**c)[None, :]
         return psum, lam
 
