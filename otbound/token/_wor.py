@@ -213,15 +213,17 @@ def _fast_grid(num_drafts: int, t_end: float) -> tuple[np.ndarray, np.ndarray, f
 _ONE_THREAD_WORK = 1 << 19  # multiply-adds of a product below which OpenBLAS runs it on one thread
 
 
-def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _product(a: np.ndarray, b: np.ndarray, out=None) -> np.ndarray:
     """a @ b ((m, k) by (k, n)) by BLAS on the calling thread: in blocks of rows of fewer than
     ``_ONE_THREAD_WORK`` multiply-adds each, which OpenBLAS computes without its worker threads (from
     2 · 65536 · 4 multiply-adds it splits a product over threads, whose hand-offs and spinning cost
     more than they gain at these sizes and stall on a busy machine). Four to six times faster than
-    ``np.einsum``'s loop at the search's sizes ((tens of positions, ≈ 33) by (33, ≈ 400))."""
+    ``np.einsum``'s loop at the search's sizes ((tens of positions, ≈ 33) by (33, ≈ 400)). ``out``:
+    a C-contiguous (m, n) array to write into."""
     m, k = a.shape
     n = b.shape[1]
-    out = np.empty((m, n))
+    if out is None:
+        out = np.empty((m, n))
     step = max(1, (_ONE_THREAD_WORK - 1) // max(1, k * n))
     if step >= m:
         return np.dot(a, b, out=out)
@@ -737,12 +739,15 @@ class ClockMass:
         psum, lam = self._power_sums(features, exact)
         return _integrals(psum, lam, exact, out, out_next, self.t[None, :], self.wt[None, :], self.t_end, self.t_lo)
 
-    def _power_sums(self, features, exact=None):
+    def _power_sums(self, features, exact=None, out=None):
         """P_j (j = 1..J) of the tokens in the series at every (position, node), (npos, J, T), and
-        λ = Σ x over them, (npos, T): small-token moments, plus the exact tokens where small."""
+        λ = Σ x over them, (npos, T): small-token moments, plus the exact tokens where small.
+        ``out``: optional C-contiguous arrays ((npos, J, T), (npos, T)) to write them into."""
         npos, nt, jm = features.shape[0], self.t.size, self.j_max
-        psum = _product(features, self.power_map).reshape(npos, jm, nt)
-        lam = features[:, :1] * self.tt[None, :]
+        psum_out, lam_out = (None, None) if out is None else out
+        psum = _product(features, self.power_map,
+                        out=None if psum_out is None else psum_out.reshape(npos, jm * nt)).reshape(npos, jm, nt)
+        lam = np.multiply(features[:, :1], self.tt[None, :], out=lam_out)
         if exact is not None and exact[0].shape[1]:  # exact tokens where they are small: classes ≤ c
             sums = exact[0]
             acc = np.zeros((npos, self.order))
@@ -785,15 +790,16 @@ def _mass_stacked(asks: list) -> list:
     at once (:func:`evaluate_many`): each position's own nodes, weights and t_end."""
     sizes = [args[0].shape[0] for _, args in asks]
     reps = np.array(sizes)
-    parts = [ev._power_sums(args[0]) for ev, args in asks]
-    psum = np.concatenate([ps for ps, _ in parts])  # (npos, J, T)
-    lam = np.concatenate([la for _, la in parts])  # (npos, T)
+    bounds = np.cumsum([0] + sizes).tolist()
+    jm, nt = asks[0][0].j_max, asks[0][0].t.size
+    psum, lam = np.empty((bounds[-1], jm, nt)), np.empty((bounds[-1], nt))  # (npos, J, T), (npos, T)
+    for (ev, args), a, b in zip(asks, bounds[:-1], bounds[1:]):
+        ev._power_sums(args[0], out=(psum[a:b], lam[a:b]))
     t = np.repeat(np.stack([ev.t for ev, _ in asks]), reps, axis=0)  # (npos, T)
     wt = np.repeat(np.stack([ev.wt for ev, _ in asks]), reps, axis=0)  # (npos, T)
     t_end = np.repeat([ev.t_end for ev, _ in asks], reps)  # (npos,)
     exact = None
     if any(args[3] is not None for _, args in asks):  # rows without exact tokens: P[N_exact = 0] = 1
-        jm, nt = psum.shape[1], psum.shape[2]
         e_ex = np.concatenate([args[3][1] if args[3] is not None else np.zeros((jm, n, nt))
                                for (_, args), n in zip(asks, sizes)], axis=1)  # (J, npos, T)
         sx = np.concatenate([args[3][2] if args[3] is not None else np.zeros((n, nt))
@@ -802,7 +808,6 @@ def _mass_stacked(asks: list) -> list:
     out = np.concatenate([args[1] for _, args in asks])
     out_next = np.concatenate([args[4] for _, args in asks])
     res = _integrals(psum, lam, exact, out, out_next, t, wt, t_end, asks[0][0].t_lo)
-    bounds = np.cumsum([0] + sizes)
     return [tuple(r[a:b] for r in res) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
