@@ -354,10 +354,14 @@ class KeySums:
         return self.at[np.searchsorted(self.starts, idx, side="right") - 1]
 
     def __call__(self, weights: np.ndarray) -> np.ndarray:
+        return self.into(weights, np.zeros(self.length))
+
+    def into(self, weights: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The sums written into ``out`` (a zero (num_keys + 1,) array, or view: the keys without
+        tokens keep their 0)."""
         if self.starts is None:
-            return np.bincount(self.keys, weights=weights, minlength=self.length)
-        out = np.zeros(self.length)
-        if self.starts.size:
+            out[:] = np.bincount(self.keys, weights=weights, minlength=self.length)
+        elif self.starts.size:
             out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
@@ -394,14 +398,14 @@ def _mostly_above(y: np.ndarray, limit: float) -> bool:
 def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, work=None) -> None:
     """out[:, n − 1] = Σ y^n per key (``sums``), n = 1..out.shape[1], each token's series truncated
     after order n once y ≤ limit[n] (it leaves the arrays when most tokens have; y may be a
-    scratch row). ``work``: optional scratch row "w" of y's size."""
+    scratch row). ``out``: zero on entry, written in place. ``work``: optional scratch row "w" of y's size."""
     order = out.shape[1]
-    out[:, 0] = sums(y)
+    sums.into(y, out[:, 0])
     if order == 1:
         return
     w = np.multiply(y, y, out=None if work is None else work["w"][: y.size])
     for n in range(2, order + 1):
-        out[:, n - 1] = sums(w)
+        sums.into(w, out[:, n - 1])
         if n == order:
             break
         if n in limit and not _mostly_above(y, limit[n]):
