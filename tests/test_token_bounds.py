@@ -674,3 +674,84 @@ def test_chain_moment_sums_by_blocks_equal_running_sums():
         got = sums[idx]
         np.testing.assert_allclose(got, full, rtol=1e-13, atol=0)
         np.testing.assert_allclose(sums[idx[::-7]], full[::-7], rtol=1e-13, atol=0)  # any order of positions
+
+
+def _plain_integrals(ev, feats, out, exact, out_next):
+    """Q and the stretch-bound coefficients (D1, C2, C3) of :func:`otbound.token._wor._integrals`
+    written as plain array expressions, one (npos, T) array per term (the reference for its in-place form)."""
+    from otbound.token._wor import _X_CAP
+
+    t, wt, t_end, t_lo, jm = ev.t[None, :], ev.wt[None, :], ev.t_end, ev.t_lo, ev.j_max
+    psum, lam = ev._power_sums(feats)
+    g = np.exp(-lam)
+    e = [np.ones_like(g)]
+    for a in range(1, jm + 1):  # Newton's identities: a e_a = Σ_j (−1)^{j−1} e_{a−j} P_j
+        e.append(sum((-1) ** (j - 1) * e[a - j] * psum[:, j - 1] for j in range(1, a + 1)) / a)
+    small = [g * sum(e[: m + 1]) for m in range(jm + 1)]  # P[N_small ≤ m]
+    if exact is None:
+        below = small
+    else:
+        _, e_ex, sx = exact
+        with np.errstate(divide="ignore"):  # e'_b = 0 (fewer than b exact tokens): probability 0
+            p_ex = [np.exp(-sx)] + [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
+        below = [sum(p_ex[b] * small[m - b] for b in range(m + 1)) for m in range(jm + 1)]
+    q_mass = np.clip(out * (wt * np.exp(-out[:, None] * t) * (1.0 - below[jm])).sum(1) + np.exp(-out * t_end), 0, 1)
+    oe = out_next[:, None]
+    decay = wt * np.exp(-oe * t)
+    tail = np.exp(-out_next * t_end) * below[jm][:, -1] / out_next
+    moments = [tail]
+    for m in range(1, 4):
+        moments.append(t_end**m * tail + m * moments[-1] / out_next)
+    d1 = (decay * (1 - oe * t) * below[jm]).sum(1) + t_lo + moments[0]
+    d1 = d1 + out * ((decay * t * (below[jm] - below[jm - 1])).sum(1) + t_lo**2 / 2 + moments[1])
+    c2 = out * ((decay * t**2 * (below[jm - 1] - below[jm - 2])).sum(1) + t_lo**3 / 3 + moments[2])
+    c3 = out * ((decay * t**3 * below[jm - 2]).sum(1) + t_lo**4 / 4 + moments[3])
+    return q_mass, d1, c2, c3
+
+
+@pytest.mark.parametrize("k", [3, 4, 5])
+def test_clock_integrals_in_place_equal_the_plain_expressions(k):
+    """Q(H) and the stretch-bound coefficients at every prefix of a ratio-sorted row, evaluated alone
+    (:meth:`ClockMass.mass`) and stacked with a second row on another grid of as many nodes
+    (:func:`otbound.token._wor.evaluate_many`), equal the plain expressions of the clock integral
+    (Newton's identities, the exact tokens' law mixed in, the quadrature and its tails; sums in
+    another order, the exact law always through logarithms) to rounding: Q to 1e-15 absolute (it
+    is ≤ 1), D1, C2, C3 to 1e-13 relative or 1e-15 of their largest value; with exact tokens at every
+    node (a peaked q), without any (a flat q), and with Σx above 700 (at K = 5 banded: exact only where large)."""
+    from otbound.token import _wor
+
+    rng = np.random.default_rng(41)
+    v = 600
+    rows = []
+    for scale in (6.0, 0.3):  # many exact tokens; none
+        z = rng.standard_normal(v) * scale
+        rows.append(np.sort(_softmax(z)))
+    checked = 0
+    for q, t_end in ((rows[0], 2e3), (rows[1], 50.0), (rows[0], 1e8)):
+        ev = _wor.ClockMass(k, t_end)
+        twin = _wor.ClockMass(k, t_end * 1.001)  # another grid, as many nodes (stacked with ev's)
+        assert twin.t.size == ev.t.size and not np.array_equal(twin.t, ev.t)
+        exact = np.flatnonzero(ev.is_exact(q))
+        ev.start(q[exact])
+        chain = ev.chain_features(np.zeros(ev.order), q)  # moments after 0..v tokens (exact ones add none)
+        pos = np.arange(1, v + 1)  # the prefixes of 1..v tokens
+        feats = chain[pos]
+        out = np.append(np.cumsum(q[::-1])[::-1], 0.0)[pos] + 1e-3  # q outside each prefix, kept > 0
+        out_next = np.append(out[1:], out[-1] * 0.5)
+        inside = 1.0 - out
+        states = None
+        if ev.has_exact:
+            keep = np.searchsorted(exact, pos, side="left") - 1  # the last exact token in each prefix
+            states = ev.run_exact(q[exact], ev.start(q[exact]), keep)
+            if t_end > 1e5:
+                assert states[2].max() > _wor._EXP_SAFE  # Σx > 700: the logarithm path
+        want = _plain_integrals(ev, feats, out, states, out_next)
+        alone = ev.mass(feats, out, inside, states, out_next)
+        stacked = _wor.evaluate_many([(ev, (feats, out, inside, states, out_next)),
+                                      (twin, (feats[:7], out[:7], inside[:7], None, out_next[:7]))])
+        for got in (alone, stacked[0]):
+            np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-15)  # Q ∈ [0, 1]
+            for g, w in zip(got[1:], want[1:]):
+                np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15 * np.abs(w).max())
+        checked += int(ev.has_exact)
+    assert checked == 2

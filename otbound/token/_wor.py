@@ -213,15 +213,17 @@ def _fast_grid(num_drafts: int, t_end: float) -> tuple[np.ndarray, np.ndarray, f
 _ONE_THREAD_WORK = 1 << 19  # multiply-adds of a product below which OpenBLAS runs it on one thread
 
 
-def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _product(a: np.ndarray, b: np.ndarray, out=None) -> np.ndarray:
     """a @ b ((m, k) by (k, n)) by BLAS on the calling thread: in blocks of rows of fewer than
     ``_ONE_THREAD_WORK`` multiply-adds each, which OpenBLAS computes without its worker threads (from
     2 · 65536 · 4 multiply-adds it splits a product over threads, whose hand-offs and spinning cost
     more than they gain at these sizes and stall on a busy machine). Four to six times faster than
-    ``np.einsum``'s loop at the search's sizes ((tens of positions, ≈ 33) by (33, ≈ 400))."""
+    ``np.einsum``'s loop at the search's sizes ((tens of positions, ≈ 33) by (33, ≈ 400)). ``out``:
+    a C-contiguous (m, n) array to write into."""
     m, k = a.shape
     n = b.shape[1]
-    out = np.empty((m, n))
+    if out is None:
+        out = np.empty((m, n))
     step = max(1, (_ONE_THREAD_WORK - 1) // max(1, k * n))
     if step >= m:
         return np.dot(a, b, out=out)
@@ -352,10 +354,14 @@ class KeySums:
         return self.at[np.searchsorted(self.starts, idx, side="right") - 1]
 
     def __call__(self, weights: np.ndarray) -> np.ndarray:
+        return self.into(weights, np.zeros(self.length))
+
+    def into(self, weights: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The sums written into ``out`` (a zero (num_keys + 1,) array, or view: the keys without
+        tokens keep their 0)."""
         if self.starts is None:
-            return np.bincount(self.keys, weights=weights, minlength=self.length)
-        out = np.zeros(self.length)
-        if self.starts.size:
+            out[:] = np.bincount(self.keys, weights=weights, minlength=self.length)
+        elif self.starts.size:
             out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
@@ -392,14 +398,14 @@ def _mostly_above(y: np.ndarray, limit: float) -> bool:
 def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, work=None) -> None:
     """out[:, n − 1] = Σ y^n per key (``sums``), n = 1..out.shape[1], each token's series truncated
     after order n once y ≤ limit[n] (it leaves the arrays when most tokens have; y may be a
-    scratch row). ``work``: optional scratch row "w" of y's size."""
+    scratch row). ``out``: zero on entry, written in place. ``work``: optional scratch row "w" of y's size."""
     order = out.shape[1]
-    out[:, 0] = sums(y)
+    sums.into(y, out[:, 0])
     if order == 1:
         return
     w = np.multiply(y, y, out=None if work is None else work["w"][: y.size])
     for n in range(2, order + 1):
-        out[:, n - 1] = sums(w)
+        sums.into(w, out[:, n - 1])
         if n == order:
             break
         if n in limit and not _mostly_above(y, limit[n]):
@@ -623,11 +629,11 @@ class ClockMass:
 
     @functools.cached_property
     def groups(self) -> list:
-        """The node groups ``(c, nodes)`` of c(t) = ⌊log2(t_end / t)⌋, in order (needed by rows with
-        banded exact tokens only)."""
+        """The node groups ``(c, nodes)`` of c(t) = ⌊log2(t_end / t)⌋, in order, ``nodes`` a slice of
+        the grid (contiguous: c does not increase along t; needed by rows with banded exact tokens only)."""
         cuts = (np.flatnonzero(np.diff(self.node_class)) + 1).tolist()
         edges = [0, *cuts, self.t.size]
-        return [(int(self.node_class[s]), np.arange(s, e)) for s, e in zip(edges[:-1], edges[1:])]
+        return [(int(self.node_class[s]), slice(s, e)) for s, e in zip(edges[:-1], edges[1:])]
 
     @staticmethod
     def _map(coef, scaled_t):
@@ -682,7 +688,7 @@ class ClockMass:
         cls = self._classes(q_exact)
         banded = q_exact.size * self.j_max >= _BANDED_WORK  # else: exact everywhere, fewer calls
         self.class_lo = int(cls.min()) if banded and cls.size else self.n_class
-        self.recursion_groups = self.groups if banded else [(-1, np.arange(self.t.size))]
+        self.recursion_groups = self.groups if banded else [(-1, slice(0, self.t.size))]
         self.group_maps = {} if self.class_lo >= self.n_class else {
             c: (nodes, self._map(self.coef, self.tt[nodes] * 2.0**c)) for c, nodes in self.groups if c >= self.class_lo
         }
@@ -700,7 +706,11 @@ class ClockMass:
     def run_exact(self, q_exact: np.ndarray, start, keep: np.ndarray):
         """States after the exact tokens ``keep`` (indices into q_exact, −1: the start), in order."""
         keep = np.asarray(keep, dtype=np.int64)
-        sums, e, sx = (np.repeat(s, keep.size, axis=1 if i == 1 else 0) for i, s in enumerate(start))
+        sums = np.repeat(start[0], keep.size, axis=0)
+        if q_exact.size and len(self.recursion_groups) == 1:  # exact at every node: the recursion gives e, sx whole
+            e = sx = None
+        else:
+            e, sx = np.repeat(start[1], keep.size, axis=1), np.repeat(start[2], keep.size, axis=0)
         if q_exact.size == 0:
             return sums, e, sx
         y = q_exact / self.theta
@@ -717,9 +727,13 @@ class ClockMass:
             if idx.size:
                 last = np.searchsorted(idx, keep, side="right") - 1
                 e_start, sx_start = start[1][:, 0, nodes], start[2][0, nodes]
-                e[:, :, nodes], sx[:, nodes] = _recursion(
-                    self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max
-                )
+                e_nodes, sx_nodes = _recursion(self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max)
+                if e is None:  # the one group: every node (and every exact token, all of class ≥ 1)
+                    e, sx = e_nodes, sx_nodes
+                else:
+                    e[:, :, nodes], sx[:, nodes] = e_nodes, sx_nodes
+        if e is None:  # (no token of class ≥ 1: not reached, exact tokens have q > θ)
+            e, sx = np.repeat(start[1], keep.size, axis=1), np.repeat(start[2], keep.size, axis=0)
         return sums, e, sx
 
     # -- the integrals
@@ -729,12 +743,15 @@ class ClockMass:
         psum, lam = self._power_sums(features, exact)
         return _integrals(psum, lam, exact, out, out_next, self.t[None, :], self.wt[None, :], self.t_end, self.t_lo)
 
-    def _power_sums(self, features, exact=None):
+    def _power_sums(self, features, exact=None, out=None):
         """P_j (j = 1..J) of the tokens in the series at every (position, node), (npos, J, T), and
-        λ = Σ x over them, (npos, T): small-token moments, plus the exact tokens where small."""
+        λ = Σ x over them, (npos, T): small-token moments, plus the exact tokens where small.
+        ``out``: optional C-contiguous arrays ((npos, J, T), (npos, T)) to write them into."""
         npos, nt, jm = features.shape[0], self.t.size, self.j_max
-        psum = _product(features, self.power_map).reshape(npos, jm, nt)
-        lam = features[:, :1] * self.tt[None, :]
+        psum_out, lam_out = (None, None) if out is None else out
+        psum = _product(features, self.power_map,
+                        out=None if psum_out is None else psum_out.reshape(npos, jm * nt)).reshape(npos, jm, nt)
+        lam = np.multiply(features[:, :1], self.tt[None, :], out=lam_out)
         if exact is not None and exact[0].shape[1]:  # exact tokens where they are small: classes ≤ c
             sums = exact[0]
             acc = np.zeros((npos, self.order))
@@ -743,7 +760,7 @@ class ClockMass:
                 acc += sums[:, c - self.class_lo]
                 if c in self.group_maps:
                     nodes, group_map = self.group_maps[c]
-                    psum[:, :, nodes] += _product(acc, group_map).reshape(npos, jm, nodes.size)
+                    psum[:, :, nodes] += _product(acc, group_map).reshape(npos, jm, -1)
                     lam[:, nodes] += acc[:, :1] * (self.tt[nodes] * 2.0**c)[None, :]
         return psum, lam
 
@@ -777,15 +794,16 @@ def _mass_stacked(asks: list) -> list:
     at once (:func:`evaluate_many`): each position's own nodes, weights and t_end."""
     sizes = [args[0].shape[0] for _, args in asks]
     reps = np.array(sizes)
-    parts = [ev._power_sums(args[0]) for ev, args in asks]
-    psum = np.concatenate([ps for ps, _ in parts])  # (npos, J, T)
-    lam = np.concatenate([la for _, la in parts])  # (npos, T)
+    bounds = np.cumsum([0] + sizes).tolist()
+    jm, nt = asks[0][0].j_max, asks[0][0].t.size
+    psum, lam = np.empty((bounds[-1], jm, nt)), np.empty((bounds[-1], nt))  # (npos, J, T), (npos, T)
+    for (ev, args), a, b in zip(asks, bounds[:-1], bounds[1:]):
+        ev._power_sums(args[0], out=(psum[a:b], lam[a:b]))
     t = np.repeat(np.stack([ev.t for ev, _ in asks]), reps, axis=0)  # (npos, T)
     wt = np.repeat(np.stack([ev.wt for ev, _ in asks]), reps, axis=0)  # (npos, T)
     t_end = np.repeat([ev.t_end for ev, _ in asks], reps)  # (npos,)
     exact = None
     if any(args[3] is not None for _, args in asks):  # rows without exact tokens: P[N_exact = 0] = 1
-        jm, nt = psum.shape[1], psum.shape[2]
         e_ex = np.concatenate([args[3][1] if args[3] is not None else np.zeros((jm, n, nt))
                                for (_, args), n in zip(asks, sizes)], axis=1)  # (J, npos, T)
         sx = np.concatenate([args[3][2] if args[3] is not None else np.zeros((n, nt))
@@ -794,76 +812,111 @@ def _mass_stacked(asks: list) -> list:
     out = np.concatenate([args[1] for _, args in asks])
     out_next = np.concatenate([args[4] for _, args in asks])
     res = _integrals(psum, lam, exact, out, out_next, t, wt, t_end, asks[0][0].t_lo)
-    bounds = np.cumsum([0] + sizes)
     return [tuple(r[a:b] for r in res) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _integrals(psum, lam, exact, out, out_next, t, wt, t_end, t_lo):
     """Q (and with ``out_next`` the stretch bound coefficients) from the power sums and λ of the
     series tokens, the exact-token states (or None) and the grid: nodes t and weights wt ((1, T), or
-    (npos, T) per position), its end t_end (a float or (npos,)) and start t_lo."""
+    (npos, T) per position), its end t_end (a float or (npos,)) and start t_lo.
+
+    Newton's identities a e_a = Σ_{j=1..a} (−1)^{j−1} e_{a−j} P_j (e_0 = 1), P[N_small = a] = e^{−λ} e_a,
+    and P[N ≤ m] = Σ_b P[N_exact = b] P[N_small ≤ m − b]; in-place ufuncs on (npos, T) arrays (the
+    same operations on the same operands as the plain expressions, so the same values)."""
     jm = psum.shape[1]
-    g = np.exp(-lam)
-    e = [None]  # e_0 = 1
-    cum = [g]  # P[N_small ≤ c]
-    for a in range(1, jm + 1):  # Newton's identities
-        acc = psum[:, 0] if a == 1 else e[a - 1] * psum[:, 0]
+    g = np.negative(lam)  # (npos, T)
+    np.exp(g, out=g)
+    e = [None, psum[:, 0]]  # e_0 = 1, e_1 = P_1
+    cum = [g, np.multiply(g, psum[:, 0])]  # P[N_small ≤ c]
+    cum[1] += g
+    for a in range(2, jm + 1):  # Newton's identities
+        acc = e[a - 1] * psum[:, 0]
+        term = np.empty_like(acc)
         for j in range(2, a + 1):
-            term = psum[:, j - 1] if j == a else e[a - j] * psum[:, j - 1]
-            acc = acc + term if j % 2 else acc - term
-        e.append(acc / a)
-        cum.append(cum[-1] + g * e[a])
+            if j == a:
+                np.copyto(term, psum[:, j - 1])
+            else:
+                np.multiply(e[a - j], psum[:, j - 1], out=term)
+            if j % 2:
+                acc += term
+            else:
+                acc -= term
+        acc /= a
+        e.append(acc)
+        np.multiply(g, acc, out=term)
+        term += cum[-1]
+        cum.append(term)
     if exact is None:
         at_most = cum  # P[N ≤ m], m = 0..J
     else:
         _, e_ex, sx = exact
-        p_exact = [np.exp(-sx)]  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
+        p0 = np.negative(sx)  # P[N_exact = b] = e^{−Σx} e_b = e'_b e^{45 b − Σx}
+        np.exp(p0, out=p0)
+        p_exact = [p0]
         if float(sx.max(initial=0.0)) <= _EXP_SAFE:  # e^{−Σx} a normal float: products, no logarithms
-            p_exact += [e_ex[b - 1] * (p_exact[0] * math.exp(b * _X_CAP)) for b in range(1, jm + 1)]
+            for b in range(1, jm + 1):
+                pb = np.multiply(p0, math.exp(b * _X_CAP))
+                pb *= e_ex[b - 1]
+                p_exact.append(pb)
         else:
             with np.errstate(divide="ignore"):
                 p_exact += [np.exp(np.log(e_ex[b - 1]) + b * _X_CAP - sx) for b in range(1, jm + 1)]
         levels = range(max(0, jm - 2), jm + 1) if out_next is not None else (jm,)  # those used below
         at_most = {}
+        term = np.empty_like(p0)
         for m in levels:
-            acc = p_exact[0] * cum[m]
+            acc = p0 * cum[m]
             for b in range(1, m + 1):
-                acc += p_exact[b] * cum[m - b]
+                np.multiply(p_exact[b], cum[m - b], out=term)
+                acc += term
             at_most[m] = acc
-    decay = np.exp(-out[:, None] * t)  # (npos, T)
+    decay = np.multiply(out[:, None], t)  # (npos, T)
+    np.negative(decay, out=decay)
+    np.exp(decay, out=decay)
     decay *= wt
-    q_mass = np.clip(out * np.einsum("pt,pt->p", decay, 1.0 - at_most[jm]) + np.exp(-out * t_end), 0.0, 1.0)
+    rest = np.subtract(1.0, at_most[jm])  # (npos, T)
+    q_mass = np.einsum("pt,pt->p", decay, rest)
+    q_mass *= out
+    q_mass += np.exp(-out * t_end)
+    np.clip(q_mass, 0.0, 1.0, out=q_mass)
     if out_next is None:
         return q_mass
-    bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo)
+    bound = _stretch_bound(out, out_next, at_most[jm], at_most[jm - 1], at_most[jm - 2], t, wt, t_end, t_lo,
+                           work=(decay, rest))
     return (q_mass,) + bound
 
 
-def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_lo):
+def _stretch_bound(out, out_next, below_k, below_k1, below_k2, t, wt, t_end, t_lo, work=None):
     """D1, C2, C3 of the stretch bound from P[N ≤ K−1], P[N ≤ K−2], P[N ≤ K−3] at its start:
     Q ≤ Q_s + D1 x + C2 x²/2 + C3 x³/6 with (grid quadrature, plus the parts below t_lo bounded
     with P ≤ 1, beyond t_end with P ≤ P[N < K](last node), P[N < K] falling in t, and the factor
     (1 − out_e t) by 1)
     D1 = ∫ (1 − out_e t) e^{−out_e t} P[N < K] + out_s ∫ t e^{−out_e t} P[N = K−1],
     C2 = out_s ∫ t² e^{−out_e t} P[N = K−2], C3 = out_s ∫ t³ e^{−out_e t} P[N ≤ K−3]
-    (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added)."""
+    (P[N_S ≥ j] ≤ (xt)^j / j! for the tokens S added). ``work``: two scratch arrays of P's shape
+    (npos, T), overwritten."""
     oe = out_next[:, None]
+    decay, diff = work if work is not None else (np.empty(below_k.shape), np.empty(below_k.shape))  # (npos, T)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         x = oe * t  # (npos, T)
-        decay = np.exp(-x)
+        np.negative(x, out=decay)
+        np.exp(decay, out=decay)
         decay *= wt
         tail = np.exp(-out_next * t_end) * below_k[:, -1]
         inv = 1.0 / out_next
         tail_moment = [tail * inv]  # ∫_{t_end}^∞ t^m e^{−out_e t} dt, m = 0..3
-        for m in range(1, 4):  # t_end^m in numpy: inf (not OverflowError) on very long grids
-            tail_moment.append(np.asarray(t_end, dtype=np.float64) ** m * tail * inv + m * inv * tail_moment[-1])
+        t_end_power = np.asarray(t_end, dtype=np.float64)  # t_end^m: inf (not OverflowError) on very long grids
+        for m in range(1, 4):
+            tail_moment.append(t_end_power**m * tail * inv + m * inv * tail_moment[-1])
         np.subtract(1.0, x, out=x)
         x *= below_k
         a = np.einsum("pt,pt->p", decay, x) + t_lo + tail_moment[0]
         decay *= t
-        b = np.einsum("pt,pt->p", decay, below_k - below_k1) + t_lo**2 / 2 + tail_moment[1]
+        np.subtract(below_k, below_k1, out=diff)
+        b = np.einsum("pt,pt->p", decay, diff) + t_lo**2 / 2 + tail_moment[1]
         decay *= t
-        c2 = np.einsum("pt,pt->p", decay, below_k1 - below_k2) + t_lo**3 / 3 + tail_moment[2]
+        np.subtract(below_k1, below_k2, out=diff)
+        c2 = np.einsum("pt,pt->p", decay, diff) + t_lo**3 / 3 + tail_moment[2]
         decay *= t
         c3 = np.einsum("pt,pt->p", decay, below_k2) + t_lo**4 / 4 + tail_moment[3]
         finite = out_next > 0  # a NaN (inf · 0 on very long grids) is no bound either: inf
