@@ -2,6 +2,8 @@
 independent per-row references (exact to 1e-12) and, for its Monte Carlo part, against exact
 enumeration at a fixed seed."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -776,3 +778,29 @@ def test_greedy_split_at_a_tied_edge_takes_the_lowest_indices():
     for i in range(3):
         assert idx[i].tolist() == top_tokens(batch.q[i].numpy(), 8)[:3].tolist()
     assert greedy_split_rows(batch, 8)[0].tolist() == [top_tokens(batch.q[i].numpy(), 8).tolist() for i in range(3)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurement's second round of speed-ups: the same values by cheaper passes
+
+
+def test_crossing_drafts_on_the_cpu_are_the_torch_comparison():
+    """The first drafts whose μ_3 crosses r_next (``h_2 > gap · S_2``) found by numpy on the CPU are
+    exactly those of torch's comparison, on S_2 with zeros, equal values, values at the boundary
+    (``gap · S_2 = h_2`` exactly: not crossing) and next to it, and an infinite gap (r_next past the
+    last ratio: ``inf · 0`` is NaN, not crossing)."""
+    from otbound.token.verifiers._rrs import _crossing
+
+    rng = np.random.default_rng(7)
+    h2 = 0.375
+    s2 = np.concatenate([rng.random(1000), [0.0, 0.0, 0.5, 0.5, np.nextafter(0.5, 0), np.nextafter(0.5, 1)]])
+    rng.shuffle(s2)
+    s2_t = torch.from_numpy(s2)
+    for gap in (0.75, 0.3, math.inf, 1e-300, 0.0):
+        h_t, g_t = torch.tensor([h2], dtype=torch.float64), torch.tensor([gap], dtype=torch.float64)
+        got = _crossing(h_t, g_t, s2_t)
+        want = torch.nonzero(h_t > g_t * s2_t)[:, 0]
+        assert got.dtype == torch.int64 and torch.equal(got, want)
+    # gap 0.75: S_2 = 0.5 lies exactly on the boundary (0.75 · 0.5 = 0.375), the float below it crosses
+    got = _crossing(torch.tensor([h2], dtype=torch.float64), torch.tensor([0.75], dtype=torch.float64), s2_t)
+    assert set(s2[got.numpy()]) >= {np.nextafter(0.5, 0)} and 0.5 not in set(s2[got.numpy()])
