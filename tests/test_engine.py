@@ -804,3 +804,34 @@ def test_crossing_drafts_on_the_cpu_are_the_torch_comparison():
     # gap 0.75: S_2 = 0.5 lies exactly on the boundary (0.75 · 0.5 = 0.375), the float below it crosses
     got = _crossing(torch.tensor([h2], dtype=torch.float64), torch.tensor([0.75], dtype=torch.float64), s2_t)
     assert set(s2[got.numpy()]) >= {np.nextafter(0.5, 0)} and 0.5 not in set(s2[got.numpy()])
+
+
+def test_open_columns_list_each_rows_open_blocks_then_its_first_column():
+    """The open blocks' columns of every row at once: per row its open blocks' columns in increasing
+    order (those past m − 1 of a partial last block replaced), then its first open block's columns
+    repeated,
+    on rows with one, several and every block open, the partial last block open or not; and the
+    first least f over them picks the column that the row's own open columns give."""
+    from otbound.token._kernel import _open_columns
+
+    width, m = 4, 18  # blocks [0, 4), [4, 8), [8, 12), [12, 16), [16, 18) of a partial last block
+    open_ = torch.tensor([[False, True, False, False, False],
+                          [True, False, True, False, True],
+                          [True, True, True, True, True],
+                          [False, False, False, False, True]])
+    cols = _open_columns(open_, width, m)
+    assert cols.shape == (4, 5 * width) and cols.dtype == torch.int64
+    for i in range(4):
+        own = [b * width + o for b in torch.nonzero(open_[i])[:, 0].tolist() for o in range(width)
+               if b * width + o < m]
+        row = cols[i].tolist()
+        assert row[: len(own)] == own and set(row[len(own):]) <= set(own[:width])
+    # f with its least value tied at two columns of a row: the first of them, as a row's own evaluation
+    f_full = torch.zeros((4, m), dtype=torch.float64)
+    f_full[:, [5, 9, 17]] = -1.0
+    best, at = f_full.gather(1, cols).min(1)
+    got = cols.gather(1, at[:, None])[:, 0]
+    for i in range(4):
+        own = cols[i].unique()  # sorted: the row's own columns
+        j = int(torch.argmin(f_full[i, own]))  # the first least over the increasing own columns
+        assert float(best[i]) == float(f_full[i, own].min()) and int(got[i]) == int(own[j])
