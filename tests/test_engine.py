@@ -2,6 +2,8 @@
 independent per-row references (exact to 1e-12) and, for its Monte Carlo part, against exact
 enumeration at a fixed seed."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -776,3 +778,60 @@ def test_greedy_split_at_a_tied_edge_takes_the_lowest_indices():
     for i in range(3):
         assert idx[i].tolist() == top_tokens(batch.q[i].numpy(), 8)[:3].tolist()
     assert greedy_split_rows(batch, 8)[0].tolist() == [top_tokens(batch.q[i].numpy(), 8).tolist() for i in range(3)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurement's second round of speed-ups: the same values by cheaper passes
+
+
+def test_crossing_drafts_on_the_cpu_are_the_torch_comparison():
+    """The first drafts whose μ_3 crosses r_next (``h_2 > gap · S_2``) found by numpy on the CPU are
+    exactly those of torch's comparison, on S_2 with zeros, equal values, values at the boundary
+    (``gap · S_2 = h_2`` exactly: not crossing) and next to it, and an infinite gap (r_next past the
+    last ratio: ``inf · 0`` is NaN, not crossing)."""
+    from otbound.token.verifiers._rrs import _crossing
+
+    rng = np.random.default_rng(7)
+    h2 = 0.375
+    s2 = np.concatenate([rng.random(1000), [0.0, 0.0, 0.5, 0.5, np.nextafter(0.5, 0), np.nextafter(0.5, 1)]])
+    rng.shuffle(s2)
+    s2_t = torch.from_numpy(s2)
+    for gap in (0.75, 0.3, math.inf, 1e-300, 0.0):
+        h_t, g_t = torch.tensor([h2], dtype=torch.float64), torch.tensor([gap], dtype=torch.float64)
+        got = _crossing(h_t, g_t, s2_t)
+        want = torch.nonzero(h_t > g_t * s2_t)[:, 0]
+        assert got.dtype == torch.int64 and torch.equal(got, want)
+    # gap 0.75: S_2 = 0.5 lies exactly on the boundary (0.75 · 0.5 = 0.375), the float below it crosses
+    got = _crossing(torch.tensor([h2], dtype=torch.float64), torch.tensor([0.75], dtype=torch.float64), s2_t)
+    assert set(s2[got.numpy()]) >= {np.nextafter(0.5, 0)} and 0.5 not in set(s2[got.numpy()])
+
+
+def test_open_columns_list_each_rows_open_blocks_then_its_first_column():
+    """The open blocks' columns of every row at once: per row its open blocks' columns in increasing
+    order (those past m − 1 of a partial last block replaced), then its first open block's columns
+    repeated,
+    on rows with one, several and every block open, the partial last block open or not; and the
+    first least f over them picks the column that the row's own open columns give."""
+    from otbound.token._kernel import _open_columns
+
+    width, m = 4, 18  # blocks [0, 4), [4, 8), [8, 12), [12, 16), [16, 18) of a partial last block
+    open_ = torch.tensor([[False, True, False, False, False],
+                          [True, False, True, False, True],
+                          [True, True, True, True, True],
+                          [False, False, False, False, True]])
+    cols = _open_columns(open_, width, m)
+    assert cols.shape == (4, 5 * width) and cols.dtype == torch.int64
+    for i in range(4):
+        own = [b * width + o for b in torch.nonzero(open_[i])[:, 0].tolist() for o in range(width)
+               if b * width + o < m]
+        row = cols[i].tolist()
+        assert row[: len(own)] == own and set(row[len(own):]) <= set(own[:width])
+    # f with its least value tied at two columns of a row: the first of them, as a row's own evaluation
+    f_full = torch.zeros((4, m), dtype=torch.float64)
+    f_full[:, [5, 9, 17]] = -1.0
+    best, at = f_full.gather(1, cols).min(1)
+    got = cols.gather(1, at[:, None])[:, 0]
+    for i in range(4):
+        own = cols[i].unique()  # sorted: the row's own columns
+        j = int(torch.argmin(f_full[i, own]))  # the first least over the increasing own columns
+        assert float(best[i]) == float(f_full[i, own].min()) and int(got[i]) == int(own[j])

@@ -592,8 +592,8 @@ def _with_replacement(batch, k, want_sets):
     (sums of non-negative terms and products of non-negative factors round monotonically), so
     ``Pc[a] − Qc[e − 1]^K ≤ f`` there; a block whose bound exceeds the least ``f`` at the block
     starts cannot hold the minimum, nor its first column. The other blocks (on LM rows a few per
-    cent) are evaluated row by row on the CPU; where they are many, and on an accelerator, every
-    column is."""
+    cent) are evaluated on the CPU, every row's at once by one gather (:func:`_open_columns`); where
+    they are many, and on an accelerator, every column is."""
     torch = _torch()
     srt = batch.sorted
     dev = batch.p.device
@@ -611,16 +611,29 @@ def _with_replacement(batch, k, want_sets):
     open_ = (p_start - power(q_end, k)) <= upper  # (B, nb): blocks that may hold the minimum
     if 4 * int(open_.sum()) > open_.numel():
         return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
-    offsets = torch.arange(width, device=dev)  # (width,)
-    best = torch.empty(batch.rows, dtype=torch.float64, device=dev)  # (B,)
-    count = torch.empty(batch.rows, dtype=torch.int64, device=dev)  # (B,)
-    for i in range(batch.rows):
-        cols = (torch.nonzero(open_[i])[:, 0, None] * width + offsets).flatten()  # increasing column ids
-        cols = cols[cols < m]
-        f = torch.sub(pc[i].index_select(0, cols), power(qc[i].index_select(0, cols), k))
-        best[i], at = f.min(0)
-        count[i] = cols[at]
-    return _prefix_result(srt, best, count, want_sets)
+    cols = _open_columns(open_, width, m)  # (B, c·width)
+    f = torch.sub(pc.gather(1, cols), power(qc.gather(1, cols), k))  # (B, c·width)
+    best, at = f.min(1)  # the first least f: at its first column
+    return _prefix_result(srt, best, cols.gather(1, at[:, None])[:, 0], want_sets)
+
+
+def _open_columns(open_, width: int, m: int):
+    """The columns of every row's open blocks at once, (B, c·width) int64 (c the most open blocks of
+    a row), from ``open_`` (B, nb) bool (every row has one: the block whose start has the row's least
+    f at the block starts): per row its open blocks' columns in increasing order, then its first open
+    block's columns repeated to fill the row (a column past ``m − 1`` of a last, partial block
+    replaced by the row's first open column).
+    A duplicate repeats a value of f that occurs earlier in the row, so the first least f of a row and
+    its column are those of its open columns alone (the columns a row-by-row evaluation takes)."""
+    torch = _torch()
+    rows = open_.shape[0]
+    per_row = open_.sum(1)  # (B,) open blocks per row
+    row_of, block = torch.nonzero(open_, as_tuple=True)  # (t,) each: by row, then by block
+    first = torch.cumsum(per_row, 0) - per_row  # (B,) each row's first entry in ``block``
+    blocks = block[first].reshape(-1, 1).repeat(1, int(per_row.max()))  # (B, c) the row's first open block
+    blocks[row_of, torch.arange(block.numel(), device=block.device) - first[row_of]] = block
+    cols = (blocks[:, :, None] * width + torch.arange(width, device=block.device)).reshape(rows, -1)  # (B, c·width)
+    return torch.where(cols < m, cols, blocks[:, :1] * width)
 
 
 def _without_replacement(batch, k, want_sets):
