@@ -388,7 +388,8 @@ def _crossing(h2, gap, s2):
     torch = _torch()
     if s2.device.type != "cpu":
         return torch.nonzero(h2 > gap * s2)[:, 0]
-    prod = np.multiply(s2.numpy(), float(gap))  # (m,) gap · S_2
+    with np.errstate(invalid="ignore", over="ignore"):  # inf · 0 = NaN, never below h_2: as torch compares it
+        prod = np.multiply(s2.numpy(), float(gap))  # (m,) gap · S_2
     return torch.from_numpy(np.flatnonzero(np.less(prod, float(h2))))
 
 
