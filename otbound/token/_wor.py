@@ -707,7 +707,8 @@ class ClockMass:
         """States after the exact tokens ``keep`` (indices into q_exact, −1: the start), in order."""
         keep = np.asarray(keep, dtype=np.int64)
         sums = np.repeat(start[0], keep.size, axis=0)
-        if q_exact.size and len(self.recursion_groups) == 1:  # exact at every node: the recursion gives e, sx whole
+        # exact at every node (group class −1, below every exact token's): the recursion gives e, sx whole
+        if q_exact.size and self.recursion_groups[0][0] == -1:
             e = sx = None
         else:
             e, sx = np.repeat(start[1], keep.size, axis=1), np.repeat(start[2], keep.size, axis=0)
@@ -728,12 +729,10 @@ class ClockMass:
                 last = np.searchsorted(idx, keep, side="right") - 1
                 e_start, sx_start = start[1][:, 0, nodes], start[2][0, nodes]
                 e_nodes, sx_nodes = _recursion(self.t[nodes], q_exact[idx], e_start, sx_start, last, self.j_max)
-                if e is None:  # the one group: every node (and every exact token, all of class ≥ 1)
+                if e is None:  # the every-node group: every exact token (all of class ≥ 1 > −1)
                     e, sx = e_nodes, sx_nodes
                 else:
                     e[:, :, nodes], sx[:, nodes] = e_nodes, sx_nodes
-        if e is None:  # (no token of class ≥ 1: not reached, exact tokens have q > θ)
-            e, sx = np.repeat(start[1], keep.size, axis=1), np.repeat(start[2], keep.size, axis=0)
         return sums, e, sx
 
     # -- the integrals
