@@ -187,9 +187,9 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
         val_batch = {name: {k: torch.empty(n, dtype=torch.float64) for k in ks} for name in names}
         for (cap, idx), gseed in zip(groups, group_seeds):
             sub = (slice(start, start + n) if len(groups) == 1 else idx + start)
-            # sorted first, as these laws need it (the greedy α* then reads its prefix sums too)
-            batch = LawBatch(p[sub].to(device), q[sub].to(device), seed=gseed,
-                             presort=bool({"with_replacement", "without_replacement"} & set(needed)))
+            batch = LawBatch(p[sub].to(device), q[sub].to(device), seed=gseed)
+            if {"with_replacement", "without_replacement"} & set(needed):
+                _ = batch.sorted  # sorted first, as these laws need it: the greedy α* then reads its prefix sums too
             for s in needed:
                 for k in ks:
                     opt_batch[s][k][idx] = batch.optimal_acceptance(_capped_k(k, cap, s), s).cpu()

@@ -84,10 +84,6 @@ class LawBatch:
     check_overflow : bool
         Also refuse a positive ``q`` so small that ``p/q`` overflows float64 (the verifiers'
         acceptance ratios).
-    presort : bool
-        Sort the rows by ratio now (:attr:`sorted`, for a caller that needs it anyway): on the
-        CPU each row is checked, renormalised and sorted in turn while it is in cache
-        (:func:`_check_sort_cpu`; the same values as checking first and sorting later, bit for bit).
 
     Raises
     ------
@@ -105,15 +101,11 @@ class LawBatch:
     array([1.      , 0.955556])
     """
 
-    def __init__(self, p, q, *, seed=0, check_overflow: bool = False, presort: bool = False):
+    def __init__(self, p, q, *, seed=0, check_overflow: bool = False):
         torch = _torch()
         if is_torch(p) or is_torch(q):
             self.device = (p if is_torch(p) else q).device
-            done = _check_sort_cpu(p, q) if presort and self.device.type == "cpu" else None
-            if done is None:
-                p, q, q_min = _check_torch(p, q, self.device)
-            else:
-                p, q, q_min, self.__dict__["sorted"] = done  # the cached property, filled
+            p, q, q_min = _check_torch(p, q, self.device)
             self.q_min = q_min.reshape(-1)  # (B,): from the check's pass (the cached property otherwise)
         else:
             self.device = None
@@ -127,8 +119,6 @@ class LawBatch:
         self._memo: dict = {}
         if check_overflow:
             self._check_overflow()
-        if presort:
-            _ = self.sorted
 
     @property
     def rows(self) -> int:
@@ -257,49 +247,6 @@ def _check_torch(p, q, device):
         raise InvalidInputError(
             f"p and q must have the same shape, got {tuple(out[0].shape)} and {tuple(out[1].shape)}")
     return out[0], out[1], mins[1]
-
-
-class _Refused(Exception):
-    """A row that :func:`_check_sort_cpu` leaves to :func:`_check_torch` (which raises its error)."""
-
-
-def _check_sort_cpu(p, q):
-    """``(p, q, q_min, sorted)``: :func:`_check_torch` and :class:`SortedRows` of CPU laws in one
-    pass over the rows, each row's sum, minimum and renormalisation done just before its sort, while
-    the row is in cache (the batch-wide check reads every row from memory three times, and the
-    sort once more). The same values bit for bit: a row's sum and minimum are those of the
-    batch-wide reductions (each reduces one contiguous row), ``x/s`` the same division. None for
-    input the check refuses, a shape it treats apart (a scalar, no entries, unequal shapes) or a
-    non-contiguous tensor (whose batch-wide sums may be summed in another order): the caller then
-    checks as usual, raising :func:`_check_torch`'s error. Runs on one intra-op thread, as the sort."""
-    torch = _torch()
-    xs = [torch.as_tensor(x, device="cpu").to(torch.float64) for x in (p, q)]
-    shape = tuple(xs[0].shape)
-    if xs[0].ndim == 0 or tuple(xs[1].shape) != shape or not xs[0].numel() or not all(x.is_contiguous() for x in xs):
-        return None
-    v = shape[-1]
-    xs = [x.reshape(-1, v) for x in xs]  # (B, V) each
-    out = [torch.empty_like(x) for x in xs]  # (B, V) each: the renormalised rows
-    sums = torch.empty((2, xs[0].shape[0], 1), dtype=torch.float64)  # (2, B, 1): p's and q's row sums
-    lows = torch.empty_like(sums)  # (2, B, 1): their smallest entries
-
-    def prepare(i):
-        for j, x in enumerate(xs):
-            s, low = sums[j, i], lows[j, i]  # (1,) each
-            torch.sum(x[i], 0, keepdim=True, out=s)
-            torch.amin(x[i], 0, keepdim=True, out=low)
-            total, least = float(s), float(low)
-            if not (math.isfinite(total) and least >= 0.0 and abs(total - 1.0) <= LAW_ATOL):
-                raise _Refused
-            torch.div(x[i], s, out=out[j][i])
-
-    try:
-        with one_cpu_thread():
-            srt = SortedRows.prepared(out[0], out[1], prepare)
-    except _Refused:
-        return None
-    q_min = (lows[1] / sums[1])[:, 0].reshape(shape[:-1])  # (...,): as _check_torch's minima
-    return out[0].reshape(shape), out[1].reshape(shape), q_min, srt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,7 +392,7 @@ class SortedRows:
     def __init__(self, p, q):
         self.v = p.shape[1]
         if p.device.type == "cpu":
-            self._sort_cpu(p, q, self.__dict__.pop("_prepare", None))
+            self._sort_cpu(p, q)
         else:
             torch = _torch()
             order = torch.sort(_ratio(p, q), dim=1, stable=True).indices  # (B, V)
@@ -458,15 +405,14 @@ class SortedRows:
             self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
         self.q_tot = self.qc[:, -1:]
 
-    def _sort_cpu(self, p, q, prepare=None):
+    def _sort_cpu(self, p, q):
         """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
         each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
         not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
         holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select``, the
         ratios divided again in sorted order, a near-tie descent repaired in place
         (:func:`_near_tie_order`), then the prefix and suffix sums. The same values as the batched
-        path of an accelerator, bit for bit. ``prepare(i)``, if given, is called before row i is
-        read (:meth:`prepared`)."""
+        path of an accelerator, bit for bit."""
         torch = _torch()
         b, v = p.shape
         order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
@@ -475,8 +421,6 @@ class SortedRows:
         descent = np.empty(max(v - 1, 0), dtype=bool)  # (V − 1,) r[j + 1] < r[j] of the row
         index = np.arange(v, dtype=np.uint64)  # (V,) the token ids of every row's sort keys
         for i in range(b):
-            if prepare is not None:
-                prepare(i)
             key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
             torch.div(p[i], q[i], out=torch.from_numpy(key))
             odd = _ratio_order(key.reshape(1, v), index)[1][0]
@@ -501,15 +445,6 @@ class SortedRows:
             self._prefix(qs[i : i + 1].flip(1), out=qrs[i : i + 1])
         self.order, self.ps, self.qs, self.r = order, ps, qs, r
         self.pc, self.qc, self._prs, self._qrs = pc, qc, prs, qrs
-
-    @classmethod
-    def prepared(cls, p, q, prepare):
-        """The rows sorted on the CPU with ``prepare(i)`` called before row i is read (it may write
-        that row of ``p`` and ``q``: :func:`_check_sort_cpu`)."""
-        self = cls.__new__(cls)
-        self._prepare = prepare  # read (and dropped) by __init__
-        self.__init__(p, q)
-        return self
 
     def row(self, i):
         """The same structure for row ``i`` alone (shape (1, V)), made once per row (views)."""
