@@ -593,7 +593,8 @@ def _with_replacement(batch, k, want_sets):
     ``Pc[a] − Qc[e − 1]^K ≤ f`` there; a block whose bound exceeds the least ``f`` at the block
     starts cannot hold the minimum, nor its first column. The other blocks (on LM rows a few per
     cent) are evaluated on the CPU, every row's at once by one gather (:func:`_open_columns`); where
-    they are many, and on an accelerator, every column is."""
+    they are many, and on an accelerator, every column is. The blocks' first and last columns of Pc
+    and Qc come from contiguous copies shared by every K (:func:`_block_columns`)."""
     torch = _torch()
     srt = batch.sorted
     dev = batch.p.device
@@ -603,11 +604,13 @@ def _with_replacement(batch, k, want_sets):
     width = _BOUND_BLOCK
     if dev.type != "cpu" or m <= 4 * width:
         return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
-    p_start = pc[:, ::width]  # (B, nb) strided views: the blocks' first columns
-    q_end = qc[:, width - 1 :: width]  # (B, nb or nb − 1): the full blocks' last columns
-    if q_end.shape[1] < p_start.shape[1]:  # a last, partial block ends at column m − 1
+    p_cols, q_cols, q_lasts = _block_columns(batch, width)
+    nb = -(-m // width)  # the blocks of the m columns
+    p_start, q_start = p_cols[:, :nb], q_cols[:, :nb]  # (B, nb) each: Pc, Qc at the blocks' first columns
+    q_end = q_lasts[:, : m // width]  # (B, nb or nb − 1): Qc at the full blocks' last columns
+    if q_end.shape[1] < nb:  # a last, partial block ends at column m − 1
         q_end = torch.cat([q_end, qc[:, m - 1 :]], 1)
-    upper = (p_start - power(qc[:, ::width], k)).amin(1, keepdim=True)  # (B, 1): f at block starts
+    upper = (p_start - power(q_start, k)).amin(1, keepdim=True)  # (B, 1): f at block starts
     open_ = (p_start - power(q_end, k)) <= upper  # (B, nb): blocks that may hold the minimum
     if 4 * int(open_.sum()) > open_.numel():
         return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
@@ -615,6 +618,15 @@ def _with_replacement(batch, k, want_sets):
     f = torch.sub(pc.gather(1, cols), power(qc.gather(1, cols), k))  # (B, c·width)
     best, at = f.min(1)  # the first least f: at its first column
     return _prefix_result(srt, best, cols.gather(1, at[:, None])[:, 0], want_sets)
+
+
+def _block_columns(batch, width: int):
+    """``(Pc[:, ::width], Qc[:, ::width], Qc[:, width − 1 :: width])`` of the batch's sorted rows as
+    contiguous (B, ·) copies, cached per batch: the with-replacement bounds of every K slice them
+    (read in place, the strided columns of the (B, V + 1) sums cost a cache line per entry, at each K)."""
+    srt = batch.sorted
+    return batch.memo(("block_columns", width), lambda: (
+        srt.pc[:, ::width].contiguous(), srt.qc[:, ::width].contiguous(), srt.qc[:, width - 1 :: width].contiguous()))
 
 
 def _open_columns(open_, width: int, m: int):
