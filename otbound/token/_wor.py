@@ -278,7 +278,8 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
     e'_b = e_b(ρ e^{−45}) with ρ_i = e^{x_i} − 1, x_i = min(q_i t, 45) (a token with x ≥ 45 has rung
     up to e^{−45}), and Σ x; starting from (e_start (J, T), sx_start (T,)); returns the states after
     the tokens ``keep`` (−1: the start) as (J, len(keep), T) and (len(keep), T). Cumulative sums of
-    positive terms only, along contiguous (node, token) arrays, in chunks of tokens.
+    positive terms only, down the tokens of (token, node) arrays (one vector step per token along
+    the contiguous nodes), in chunks of tokens.
     """
     e = np.repeat(e_start[:, None, :], keep.size, axis=1)
     sx = np.repeat(sx_start[None, :], keep.size, axis=0)
@@ -286,27 +287,27 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
     scale = math.exp(-_X_CAP)
     for c0 in range(0, q_tokens.size, _EXACT_CHUNK):
         qc = q_tokens[c0 : c0 + _EXACT_CHUNK]
-        x = np.minimum(np.outer(t, qc), _X_CAP)  # (T, n)
+        x = np.minimum(np.outer(qc, t), _X_CAP)  # (n, T)
         rho = np.expm1(x)
         rho *= scale
         rows = np.flatnonzero((keep >= c0) & (keep < c0 + qc.size))
         local = keep[rows] - c0
-        x[:, 0] += carry_sx
-        np.cumsum(x, axis=1, out=x)
-        sx[rows] = x[:, local].T
-        carry_sx = x[:, -1].copy()
+        x[0] += carry_sx
+        np.cumsum(x, axis=0, out=x)
+        sx[rows] = x[local]
+        carry_sx = x[-1].copy()
         old = carry_e.copy()
-        level, prev = np.empty_like(rho), np.empty_like(rho)
+        level, prev = np.empty_like(rho), np.empty_like(rho)  # (n, T) each
         for b in range(j_max):  # e_b after token l: old_b + Σ_{l' ≤ l} ρ_l' e_{b−1}(before l')
             if b == 0:
                 np.copyto(level, rho)
             else:
-                np.multiply(rho[:, 1:], prev[:, :-1], out=level[:, 1:])
-                np.multiply(rho[:, 0], old[b - 1], out=level[:, 0])
-            level[:, 0] += old[b]
-            np.cumsum(level, axis=1, out=level)
-            e[b, rows] = level[:, local].T
-            carry_e[b] = level[:, -1]
+                np.multiply(rho[1:], prev[:-1], out=level[1:])
+                np.multiply(rho[0], old[b - 1], out=level[0])
+            level[0] += old[b]
+            np.cumsum(level, axis=0, out=level)
+            e[b, rows] = level[local]
+            carry_e[b] = level[-1]
             level, prev = prev, level
     return e, sx
 
