@@ -278,7 +278,8 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
     e'_b = e_b(ρ e^{−45}) with ρ_i = e^{x_i} − 1, x_i = min(q_i t, 45) (a token with x ≥ 45 has rung
     up to e^{−45}), and Σ x; starting from (e_start (J, T), sx_start (T,)); returns the states after
     the tokens ``keep`` (−1: the start) as (J, len(keep), T) and (len(keep), T). Cumulative sums of
-    positive terms only, along contiguous (node, token) arrays, in chunks of tokens.
+    positive terms only, down the tokens of (token, node) arrays (one vector step per token along
+    the contiguous nodes), in chunks of tokens.
     """
     e = np.repeat(e_start[:, None, :], keep.size, axis=1)
     sx = np.repeat(sx_start[None, :], keep.size, axis=0)
@@ -286,27 +287,27 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
     scale = math.exp(-_X_CAP)
     for c0 in range(0, q_tokens.size, _EXACT_CHUNK):
         qc = q_tokens[c0 : c0 + _EXACT_CHUNK]
-        x = np.minimum(np.outer(t, qc), _X_CAP)  # (T, n)
+        x = np.minimum(np.outer(qc, t), _X_CAP)  # (n, T)
         rho = np.expm1(x)
         rho *= scale
         rows = np.flatnonzero((keep >= c0) & (keep < c0 + qc.size))
         local = keep[rows] - c0
-        x[:, 0] += carry_sx
-        np.cumsum(x, axis=1, out=x)
-        sx[rows] = x[:, local].T
-        carry_sx = x[:, -1].copy()
+        x[0] += carry_sx
+        np.cumsum(x, axis=0, out=x)
+        sx[rows] = x[local]
+        carry_sx = x[-1].copy()
         old = carry_e.copy()
-        level, prev = np.empty_like(rho), np.empty_like(rho)
+        level, prev = np.empty_like(rho), np.empty_like(rho)  # (n, T) each
         for b in range(j_max):  # e_b after token l: old_b + Σ_{l' ≤ l} ρ_l' e_{b−1}(before l')
             if b == 0:
                 np.copyto(level, rho)
             else:
-                np.multiply(rho[:, 1:], prev[:, :-1], out=level[:, 1:])
-                np.multiply(rho[:, 0], old[b - 1], out=level[:, 0])
-            level[:, 0] += old[b]
-            np.cumsum(level, axis=1, out=level)
-            e[b, rows] = level[:, local].T
-            carry_e[b] = level[:, -1]
+                np.multiply(rho[1:], prev[:-1], out=level[1:])
+                np.multiply(rho[0], old[b - 1], out=level[0])
+            level[0] += old[b]
+            np.cumsum(level, axis=0, out=level)
+            e[b, rows] = level[local]
+            carry_e[b] = level[-1]
             level, prev = prev, level
     return e, sx
 
@@ -384,21 +385,24 @@ class KeySums:
         return KeySums.from_runs(starts[held], self.at[held], self.length - 1, idx.size)
 
 
-_PROBE_STRIDE = 64  # every 64th token probes whether most tokens still need more series terms
+_PROBE_STRIDE = 64  # every 64th token probes whether many tokens still need more series terms
+_KEEP_FRACTION = 3  # the arrays are cut down to the tokens needing more terms once under 1/3 of them do
 
 
 def _mostly_above(y: np.ndarray, limit: float) -> bool:
-    """Whether a strided probe of y finds over 60% of it above ``limit`` (then dropping the tokens at
-    or below it would not halve the arrays: :meth:`ClockMass.bucket_features` keeps them one more
-    order, whose extra terms only add accuracy). Rows under 64 probes are checked in full."""
+    """Whether a strided probe of y finds over 1/``_KEEP_FRACTION`` of it above ``limit`` (then the
+    tokens at or below it stay in the arrays: :func:`_moment_sums` keeps them one more order, whose
+    extra terms only add accuracy, as one more pass over the arrays costs less than cutting them
+    down to a larger part). Rows under 64 probes are checked in full."""
     probe = y[::_PROBE_STRIDE]
-    return probe.size >= 64 and 5 * int(np.count_nonzero(probe > limit)) > 3 * probe.size
+    return probe.size >= 64 and _KEEP_FRACTION * int(np.count_nonzero(probe > limit)) > probe.size
 
 
 def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, work=None) -> None:
     """out[:, n − 1] = Σ y^n per key (``sums``), n = 1..out.shape[1], each token's series truncated
-    after order n once y ≤ limit[n] (it leaves the arrays when most tokens have; y may be a
-    scratch row). ``out``: zero on entry, written in place. ``work``: optional scratch row "w" of y's size."""
+    after order n once y ≤ limit[n] (it leaves the arrays once under 1/``_KEEP_FRACTION`` of the
+    tokens in them need more terms; y may be a scratch row). ``out``: zero on entry, written in
+    place. ``work``: optional scratch row "w" of y's size."""
     order = out.shape[1]
     sums.into(y, out[:, 0])
     if order == 1:
@@ -412,8 +416,8 @@ def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, wor
             keep = np.flatnonzero(y > limit[n])
             if keep.size == 0:
                 break
-            if 2 * keep.size < y.size:
-                y, w, sums = y[keep], w[keep], sums.subset(keep)
+            if _KEEP_FRACTION * keep.size < y.size:
+                y, w, sums = np.take(y, keep), np.take(w, keep), sums.subset(keep)
         w *= y
 
 
@@ -656,7 +660,8 @@ class ClockMass:
         the :class:`KeySums` of the row's keys; ``exact``: the indices of q > θ, if known).
 
         Orders are truncated per token (``limit``): tokens dropping out of the series are removed from
-        the arrays once they are the majority (the sums keep extra, more accurate terms otherwise).
+        the arrays once over 2/3 of them have (:func:`_moment_sums`; the sums keep extra, more accurate
+        terms otherwise).
         By runs (a row sorted by ratio), the tokens of keys ≥ num_keys, its last ones, are never read.
         ``work``: optional scratch rows "y" and "w" of q's size (reused across rows). ``moments``: the
         row's :class:`RunMoments` (keys: its runs), shared with the other K of the row.
