@@ -363,16 +363,21 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
             far = _crossing(h2[row], gap[row], s2[row])  # (f,) the drafts whose μ_3 crosses
             if not far.numel():  # the floor of S_2 is a bound: no draft crosses after all
                 continue
-            s_far = s2[row, far]  # (f,)
-            mu3 = mu2[row] + h2[row] / s_far  # (f,) as _reject forms μ + h/S
-            lo = int(n_mu2[row, 0])  # n(μ_3) lies in [n(μ_2), n(max μ_3)]: searched in that window only
-            hi = int(torch.searchsorted(srt.r[row], mu3.max().reshape(1), side="left")[0])
-            n3 = torch.searchsorted(srt.r[row, lo:hi], mu3, side="left") + lo  # (f,)
-            general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
-                              qx[row : row + 1, far], n_mu2[row : row + 1], n3[None])[0]  # (f,)
+            if far.device.type == "cpu":  # numpy on the row's memory, a window of it per draft
+                s_far = torch.from_numpy(s2[row].numpy().take(far.numpy()))  # (f,)
+                general = torch.from_numpy(_crossing_round(srt, row, float(mu2[row, 0]), float(h2[row, 0]),
+                                                           int(n_mu2[row, 0]), s_far.numpy()))  # (f,)
+            else:
+                s_far = s2[row, far]  # (f,)
+                mu3 = mu2[row] + h2[row] / s_far  # (f,) as _reject forms μ + h/S
+                lo = int(n_mu2[row, 0])  # n(μ_3) lies in [n(μ_2), n(max μ_3)]: searched in that window only
+                hi = int(torch.searchsorted(srt.r[row], mu3.max().reshape(1), side="left")[0])
+                n3 = torch.searchsorted(srt.r[row, lo:hi], mu3, side="left") + lo  # (f,)
+                general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
+                                  qx[row : row + 1, far], n_mu2[row : row + 1], n3[None])[0]  # (f,)
             if bool((s_far >= 0.5).all()):  # swap their terms of the sums for ρ_2 itself (all terms ≤ 2 w1)
                 shortcut = torch.div(tail[row], s_far).neg_().add_(1.0).sub_(d[row])  # (f,) as summed above
-                total[row] += (w1[row, far] * general.sub_(shortcut)).sum()
+                total[row] += (torch.index_select(w1[row], 0, far) * general.sub_(shortcut)).sum()
             else:  # a tiny S_2 (w1/S_2 large): the row summed draft by draft
                 rho = torch.div(tail[row], s2[row]).neg_().add_(1.0).sub_(d[row]).clamp_(0.0, 1.0)  # (m,)
                 rho[far] = general
@@ -391,6 +396,29 @@ def _crossing(h2, gap, s2):
     with np.errstate(invalid="ignore", over="ignore"):  # inf · 0 = NaN, never below h_2: as torch compares it
         prod = np.multiply(s2.numpy(), float(gap))  # (m,) gap · S_2
     return torch.from_numpy(np.flatnonzero(np.less(prod, float(h2))))
+
+
+def _crossing_round(srt, row, mu2, h2, n_mu2, s_far):
+    """ρ_2 of a row's crossing first drafts (f,) float64, on the CPU: :func:`_reject` in the state
+    (μ_2, h_2 > 0, S_2 = ``s_far`` (f,), numpy) with n(μ_2) = ``n_mu2``. Every n(μ_3) lies in the short
+    window of the sorted row between n(min μ_3) and n(max μ_3) (searched there alone), so the
+    round's per-position terms Qs[n] and the band ``((Pc[n] − Pc[n(μ_2)]) − μ_2 (Qc[n] − Qc[n(μ_2)]))/h_2``
+    are formed once per window position and gathered per draft: the same float64 operations as
+    :func:`_reject`, bit for bit (its gathers from the whole row cost more than the round itself)."""
+    v = srt.v
+    r = srt.r[row].numpy()  # (V,)
+    with np.errstate(divide="ignore", invalid="ignore"):  # S_2 = 0 (no ρ_2: 0, as _reject has it)
+        mu3 = mu2 + h2 / s_far  # (f,) as _reject forms μ + h/S
+        hi = int(np.searchsorted(r, mu3.max(), side="left"))  # n(max μ_3)
+        j0 = int(np.searchsorted(r[n_mu2:hi], mu3.min(), side="left")) + n_mu2  # n(min μ_3)
+        k = np.searchsorted(r[j0:hi], mu3, side="left")  # (f,) n(μ_3) − j0
+        pc, qc = srt.pc[row].numpy()[j0 : hi + 1], srt.qc[row].numpy()[j0 : hi + 1]  # (hi − j0 + 1,) each
+        q_suf = srt._qrs[row].numpy()[v - hi : v - j0 + 1][::-1]  # (hi − j0 + 1,) Qs[n], n = j0..hi
+        band = (pc - float(srt.pc[row, n_mu2])) - mu2 * (qc - float(srt.qc[row, n_mu2]))  # (hi − j0 + 1,)
+        band /= h2
+        rho = np.subtract(1.0, q_suf.take(k) / s_far) - band.take(k)  # (f,)
+        np.minimum(np.maximum(rho, 0.0, out=rho), 1.0, out=rho)  # clamped to [0, 1]
+        return np.where(s_far > 0, rho, 0.0)
 
 
 def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
