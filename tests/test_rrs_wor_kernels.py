@@ -47,3 +47,105 @@ def test_crossing_round_is_the_general_round():
                 np.testing.assert_array_equal(got, want.numpy())
                 assert got.dtype == np.float64 and got.shape == s.shape
     assert on_a_ratio  # the ties of μ_3 with a ratio were exercised
+
+
+def _torch_bisection(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
+    """The rejected-draft search in torch, as the accelerator runs it (the reference of the test)."""
+    n0 = srt.count_below(mu)
+    lo = torch.zeros_like(n0)
+    hi = srt.count_below(mu_next)
+    pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
+    safe_h = torch.where(h > 0, h, torch.ones_like(h))
+
+    def cum(m):
+        qm, pm = srt.at(srt.qc, m), srt.at(srt.pc, m)
+        rem = (removed_q * (removed_pos < m.unsqueeze(2))).sum(2)
+        d = torch.where(m > n0, (pm - pc0) - mu * (qm - qc0), torch.zeros_like(qm))
+        return (qm - rem) / s - d / safe_h
+
+    while bool((hi - lo > 1).any()):
+        mid = (lo + hi) // 2
+        below = cum(mid) <= u
+        lo = torch.where(below, mid, lo)
+        hi = torch.where(below, hi, mid)
+    return lo
+
+
+def test_rejected_draws_on_the_cpu_are_the_torch_search(monkeypatch):
+    """Every draw of the Monte Carlo paths (horizon 6: up to four rejected drafts, so the removed
+    mass is summed from one, two and more columns) is the torch search's position, on LM-like, tied and
+    short rows."""
+    from otbound.token.verifiers import _rrs
+
+    calls = []
+    draw = _rrs._draw_rejected
+
+    def recording(*args, **kwargs):
+        state = (args[0], *(x.clone() for x in args[1:8]))  # the removed drafts are written in place after
+        pos = draw(*args, **kwargs)
+        calls.append((state, pos))
+        return pos
+
+    monkeypatch.setattr(_rrs, "_draw_rejected", recording)
+    rng = np.random.default_rng(22)
+    for tied, v in ((False, 3_000), (True, 3_000), (False, 16)):  # V = 16: midpoints on rejected drafts
+        p, q = _rows(rng, 4, v, tied)
+        batch = LawBatch(p, q, seed=3)
+        weights = _rrs._rrs_wor_paths(batch, 6, 48)
+        assert len(weights) == 6 and weights[-1].shape == (4, 48)
+    assert len(calls) == 15
+    for args, pos in calls:
+        assert pos.dtype == torch.int64 and pos.shape == (4, 48)
+        assert torch.equal(pos, _torch_bisection(*args))
+    assert len({int(x) for x in calls[4][1].flatten()}) > 20  # the draws spread over the row
+
+
+def _reference_paths(batch, horizon, mc_samples):
+    """The path weights with every search done afresh and the torch search of the draws."""
+    from otbound.token.verifiers._rrs import rrs_thresholds
+
+    srt = batch.sorted
+    b, v = srt.r.shape
+    f64 = torch.float64
+    mu1, h1 = rrs_thresholds(batch, 1)
+    shape = (b, mc_samples)
+    mu, h, s = (x.expand(shape).contiguous() for x in (mu1, h1, srt.q_tot))
+    removed_pos = torch.full((b, mc_samples, horizon), v + 1, dtype=torch.int64)
+    removed_q = torch.zeros((b, mc_samples, horizon), dtype=f64)
+    weight = torch.ones(shape, dtype=f64)
+    out = []
+    for i in range(horizon):
+        rho = _reject(srt, mu, h, s, removed_q.sum(2))
+        weight = weight * rho
+        out.append(weight)
+        if i == horizon - 1:
+            break
+        mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
+        u = torch.rand(shape, generator=batch.generator, dtype=f64) * rho
+        pos = _torch_bisection(srt, mu, h, s, mu_next, removed_pos, removed_q, u)
+        qx = torch.gather(srt.qs, 1, pos)
+        removed_pos[:, :, i] = pos
+        removed_q[:, :, i] = qx
+        s = s - qx
+        mu = mu_next
+        h = srt.h(mu)
+    return out
+
+
+def test_paths_are_the_reference_paths():
+    """The Monte Carlo path weights (each round's searches n(μ), n(μ_next) done once and shared by
+    the round's ρ, the draw and the next h) equal those of every search done afresh, bit for bit:
+    LM-like, tied and short rows, and rows where a draft token holds most of q (S falls near 0)."""
+    from otbound.token.verifiers._rrs import _rrs_wor_paths
+
+    rng = np.random.default_rng(23)
+    sets = [_rows(rng, 3, 2_000, False), _rows(rng, 3, 2_000, True), _rows(rng, 3, 9, False)]
+    p, q = _rows(rng, 3, 500, False)
+    q[:, 7] += 50.0  # one token of q ≈ 0.98
+    sets.append((p, q / q.sum(1, keepdims=True)))
+    for p, q in sets:
+        got = _rrs_wor_paths(LawBatch(p, q, seed=5), 5, 32)
+        want = _reference_paths(LawBatch(p, q, seed=5), 5, 32)
+        assert len(got) == 5
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)

@@ -302,22 +302,26 @@ def _rrs_wor_paths(batch, horizon, mc_samples):
     removed_q = torch.zeros((b, mc_samples, horizon), dtype=f64, device=dev)
     weight = torch.ones(shape, dtype=f64, device=dev)
     out = []
+    n_mu = srt.count_below(mu)  # (B, mc_samples) n(μ), each round's n(μ_next) the next round's
     for i in range(horizon):
+        # μ_next as the draw forms it; where h > 0 and S > 0 it is _reject's μ + h/S, where h = 0 both
+        # are μ, and where S ≤ 0 (h > 0) the round's ρ is 0 whatever n(μ_next): one search serves both
+        mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
+        n_next = srt.count_below(mu_next)  # (B, mc_samples)
         q_rem = removed_q.sum(2)
-        rho = _reject(srt, mu, h, s, q_rem)
+        rho = _reject(srt, mu, h, s, q_rem, n_mu, n_next)
         weight = weight * rho
         out.append(weight)
         if i == horizon - 1:
             break
-        mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
         u = torch.rand(shape, generator=batch.generator, dtype=f64, device=dev) * rho
-        pos = _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u)
+        pos = _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n_mu, n_next)
         qx = torch.gather(srt.qs, 1, pos)
         removed_pos[:, :, i] = pos
         removed_q[:, :, i] = qx
         s = s - qx
-        mu = mu_next
-        h = srt.h(mu)
+        mu, n_mu = mu_next, n_next
+        h = srt.h(mu, n_mu)
     return out
 
 
@@ -439,15 +443,22 @@ def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     return torch.where(live, rho.clamp(0.0, 1.0), torch.zeros_like(rho))
 
 
-def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
-    """Sorted position of a draft drawn from the rejected-draft law of the state, by binary search
-    for ``u`` in its cumulative weight ``W(m) = (Qc[m] − q(R ∩ [0, m)))/S − D(m)/h``."""
+def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n0=None, hi=None):
+    """Sorted position (B, m) of a draft drawn from the rejected-draft law of the state (each (B, m);
+    the rejected drafts' positions and q ``removed_pos``, ``removed_q`` (B, m, H), unset columns at
+    position V + 1), by binary search for ``u`` in its cumulative weight
+    ``W(n) = (Qc[n] − q(R ∩ [0, n)))/S − D(n)/h`` on [0, n(μ_next)); ``n0``, ``hi``: n(μ) and
+    n(μ_next) if already known. On the CPU the search runs in numpy on the flattened paths
+    (:func:`_bisect_rejected`), elsewhere in torch; the same float64 operations and comparisons
+    either way."""
     torch = _torch()
-    n0 = srt.count_below(mu)
-    lo = torch.zeros_like(n0)
-    hi = srt.count_below(mu_next)
+    n0 = srt.count_below(mu) if n0 is None else n0
+    hi = srt.count_below(mu_next) if hi is None else hi
     pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
     safe_h = torch.where(h > 0, h, torch.ones_like(h))
+    if hi.device.type == "cpu":
+        return _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u)
+    lo = torch.zeros_like(n0)
 
     def cum(m):
         qm, pm = srt.at(srt.qc, m), srt.at(srt.pc, m)
@@ -461,3 +472,48 @@ def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
         lo = torch.where(below, mid, lo)
         hi = torch.where(below, hi, mid)
     return lo
+
+
+def _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u):
+    """The binary search of :func:`_draw_rejected` on the CPU, (B, m) int64: numpy on the paths
+    flattened to (B·m,), the positions read from the flattened prefix sums (a numpy operation on
+    10³ entries costs a quarter of torch's). The same midpoints, float64 operations and
+    comparisons as the torch loop, so the same draws: the rejected drafts' q below a midpoint are
+    summed as torch sums them (where at most two columns are set, any order gives the same sum;
+    else by torch's own sum over the H columns)."""
+    torch = _torch()
+    b, m = hi.shape
+    width = srt.pc.shape[1]  # V + 1
+    offset = (np.arange(b, dtype=np.int64) * width)[:, None]  # (B, 1) each row's start in the flat sums
+    pc, qc = srt.pc.reshape(-1).numpy(), srt.qc.reshape(-1).numpy()  # (B·(V + 1),) each
+    flat = [x.reshape(-1).numpy() for x in (mu, s, n0, pc0, qc0, safe_h, u)]  # (B·m,) each
+    mu, s, n0, pc0, qc0, safe_h, u = flat
+    hi = hi.reshape(-1).numpy().copy()  # (B·m,)
+    lo = np.zeros_like(hi)  # (B·m,)
+    base = np.broadcast_to(offset, (b, m)).reshape(-1)  # (B·m,)
+    set_cols = np.flatnonzero((removed_pos <= srt.v).any(1).any(0).numpy())  # (·,) columns holding a draft
+    cols = int(set_cols[-1]) + 1 if set_cols.size else 0
+    pos = removed_pos.reshape(b * m, -1).numpy()  # (B·m, H)
+    rq = removed_q.reshape(b * m, -1).numpy()  # (B·m, H)
+
+    def removed_below(n):  # (B·m,) q(R ∩ [0, n)) as torch's sum over the H columns forms it
+        if cols == 0:
+            return None
+        if cols <= 2:
+            rem = rq[:, 0] * (pos[:, 0] < n)
+            if cols == 2:
+                rem += rq[:, 1] * (pos[:, 1] < n)
+            return rem
+        return torch.from_numpy(rq * (pos < n[:, None])).sum(1).numpy()
+
+    while (hi - lo > 1).any():
+        mid = (lo + hi) // 2  # (B·m,)
+        at = mid + base
+        qm, pm = qc.take(at), pc.take(at)  # (B·m,) each
+        rem = removed_below(mid)
+        d = np.where(mid > n0, (pm - pc0) - mu * (qm - qc0), 0.0)  # (B·m,)
+        w = ((qm if rem is None else qm - rem) / s) - d / safe_h  # (B·m,) W(mid)
+        below = w <= u
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    return torch.from_numpy(lo.reshape(b, m))
