@@ -149,3 +149,32 @@ def test_paths_are_the_reference_paths():
         assert len(got) == 5
         for a, b in zip(got, want):
             assert torch.equal(a, b)
+
+
+def test_crossing_threshold_is_the_product_comparison():
+    """``S_2 < t`` (:func:`_product_threshold`) selects exactly the S_2 with ``gap · S_2 < h_2`` as
+    rounded: random and tiny h_2 and gaps, S_2 at the threshold, next to it and at every float of a
+    stretch around h_2/gap, zeros; gaps of 0 and inf fall back to the products."""
+    from otbound.token.verifiers._rrs import _crossing, _product_threshold
+
+    rng = np.random.default_rng(24)
+    cases = [(float(h), float(g)) for h, g in zip(rng.random(200), rng.random(200) * 3)]
+    cases += [(0.375, 0.75), (1e-300, 1e-3), (0.3, 1e-300), (5e-324, 0.5), (1e300, 1e-10), (0.25, 0.0), (0.25, np.inf)]
+    for h, g in cases:
+        t = _product_threshold(h, g)
+        x0 = h / g if 0 < g < np.inf else 0.5
+        near = [x0]
+        for _ in range(6):
+            near = [np.nextafter(near[0], -np.inf)] + near + [np.nextafter(near[-1], np.inf)]
+        s2 = np.concatenate([rng.random(300), near, [0.0, 1.0] + ([t, np.nextafter(t, 0)] if t is not None else [])])
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = np.flatnonzero(np.multiply(s2, g) < h)
+        got = _crossing(torch.tensor([h], dtype=torch.float64), torch.tensor([g], dtype=torch.float64),
+                        torch.from_numpy(s2))
+        np.testing.assert_array_equal(got.numpy(), want)
+        if 0 < g < np.inf and t is not None:
+            assert t * g >= h and np.nextafter(t, -np.inf) * g < h
+    for h, g in zip(rng.random(20_000).tolist(), (rng.random(20_000) * 3).tolist()):  # the threshold alone
+        t = _product_threshold(h, g)
+        assert t * g >= h and np.nextafter(t, -np.inf) * g < h
+    assert _product_threshold(0.25, 0.0) is None and _product_threshold(0.25, np.inf) is None

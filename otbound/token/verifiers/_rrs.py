@@ -392,14 +392,41 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
 def _crossing(h2, gap, s2):
     """The first drafts of one row whose μ_3 crosses r_next: the increasing positions (f,) int64 where
     ``h_2 > gap · S_2`` (``h2``, ``gap`` (1,) tensors, ``S_2 = s2`` (m,)). On the CPU by numpy on the
-    row's memory (a product and a comparison, then ``flatnonzero``: a third of the time of torch's
-    ``nonzero``), elsewhere by torch; the same float64 products and comparisons either way."""
+    row's memory, elsewhere by torch; the same float64 products and comparisons either way. On the
+    CPU the product is not formed: for 0 < gap < inf the rounded ``gap · x`` is non-decreasing in x,
+    so ``h_2 > gap · S_2`` ⟺ ``S_2 < t`` with t the smallest float where ``gap · t ≥ h_2``
+    (:func:`_product_threshold`), one comparison and ``flatnonzero`` (a third of the time of torch's
+    ``nonzero``)."""
     torch = _torch()
     if s2.device.type != "cpu":
         return torch.nonzero(h2 > gap * s2)[:, 0]
+    g, h = float(gap), float(h2)
+    t = _product_threshold(h, g)
+    if t is not None:
+        return torch.from_numpy(np.flatnonzero(np.less(s2.numpy(), t)))
     with np.errstate(invalid="ignore", over="ignore"):  # inf · 0 = NaN, never below h_2: as torch compares it
-        prod = np.multiply(s2.numpy(), float(gap))  # (m,) gap · S_2
-    return torch.from_numpy(np.flatnonzero(np.less(prod, float(h2))))
+        prod = np.multiply(s2.numpy(), g)  # (m,) gap · S_2
+    return torch.from_numpy(np.flatnonzero(np.less(prod, h)))
+
+
+def _product_threshold(h, g):
+    """The smallest float t with ``g · t ≥ h`` as rounded (``g · x < h`` ⟺ ``x < t``, as the rounded
+    product is non-decreasing in x), for finite ``0 < g`` and finite h; None otherwise, or if the
+    steps from ``h/g`` do not settle (the caller then compares the products)."""
+    if not (0.0 < g < math.inf and math.isfinite(h)):
+        return None
+    t = h / g
+    for _ in range(8):  # down until g · t < h: then t's successor is the first candidate
+        if not t * g >= h:
+            break
+        t = math.nextafter(t, -math.inf)
+    else:
+        return None
+    for _ in range(8):  # up to the first t with g · t ≥ h
+        t = math.nextafter(t, math.inf)
+        if t * g >= h:
+            return t
+    return None
 
 
 def _crossing_round(srt, row, mu2, h2, n_mu2, s_far):
