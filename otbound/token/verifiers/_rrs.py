@@ -459,9 +459,8 @@ def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     live = (h > 0) & (s > 0)
     safe_h = torch.where(live, h, torch.ones_like(h))
     safe_s = torch.where(live, s, torch.ones_like(s))
-    mu_next = mu + h / safe_s
     n0 = srt.count_below(mu) if n0 is None else n0
-    n1 = srt.count_below(mu_next) if n1 is None else n1
+    n1 = srt.count_below(mu + h / safe_s) if n1 is None else n1
     q_lo, q_hi = srt.at(srt.qc, n0), srt.at(srt.qc, n1)
     band = (srt.at(srt.pc, n1) - srt.at(srt.pc, n0)) - mu * (q_hi - q_lo)
     # the rejected tokens R all lie below n(μ) ≤ n1, so Qc[n1] − q(R) = S − Qs[n1]: computed so, no
@@ -511,16 +510,17 @@ def _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_
     torch = _torch()
     b, m = hi.shape
     width = srt.pc.shape[1]  # V + 1
-    offset = (np.arange(b, dtype=np.int64) * width)[:, None]  # (B, 1) each row's start in the flat sums
+    # positions as offsets into the flattened sums: row i's position n is i (V + 1) + n (midpoints,
+    # comparisons and differences of positions of one row unchanged)
+    base = np.repeat(np.arange(b, dtype=np.int64) * width, m)  # (B·m,) each path's row start
     pc, qc = srt.pc.reshape(-1).numpy(), srt.qc.reshape(-1).numpy()  # (B·(V + 1),) each
-    flat = [x.reshape(-1).numpy() for x in (mu, s, n0, pc0, qc0, safe_h, u)]  # (B·m,) each
-    mu, s, n0, pc0, qc0, safe_h, u = flat
-    hi = hi.reshape(-1).numpy().copy()  # (B·m,)
-    lo = np.zeros_like(hi)  # (B·m,)
-    base = np.broadcast_to(offset, (b, m)).reshape(-1)  # (B·m,)
+    mu, s, pc0, qc0, safe_h, u = (x.reshape(-1).numpy() for x in (mu, s, pc0, qc0, safe_h, u))  # (B·m,) each
+    n0 = n0.reshape(-1).numpy() + base  # (B·m,)
+    lo = base.copy()  # (B·m,)
+    hi = hi.reshape(-1).numpy() + base  # (B·m,)
     set_cols = np.flatnonzero((removed_pos <= srt.v).any(1).any(0).numpy())  # (·,) columns holding a draft
     cols = int(set_cols[-1]) + 1 if set_cols.size else 0
-    pos = removed_pos.reshape(b * m, -1).numpy()  # (B·m, H)
+    pos = removed_pos.reshape(b * m, -1).numpy() + base[:, None]  # (B·m, H)
     rq = removed_q.reshape(b * m, -1).numpy()  # (B·m, H)
 
     def removed_below(n):  # (B·m,) q(R ∩ [0, n)) as torch's sum over the H columns forms it
@@ -534,13 +534,12 @@ def _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_
         return torch.from_numpy(rq * (pos < n[:, None])).sum(1).numpy()
 
     while (hi - lo > 1).any():
-        mid = (lo + hi) // 2  # (B·m,)
-        at = mid + base
-        qm, pm = qc.take(at), pc.take(at)  # (B·m,) each
+        mid = (lo + hi) // 2  # (B·m,) (2 · row start + lo + hi)//2 = row start + the row's midpoint
+        qm, pm = qc.take(mid), pc.take(mid)  # (B·m,) each
         rem = removed_below(mid)
         d = np.where(mid > n0, (pm - pc0) - mu * (qm - qc0), 0.0)  # (B·m,)
         w = ((qm if rem is None else qm - rem) / s) - d / safe_h  # (B·m,) W(mid)
         below = w <= u
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
-    return torch.from_numpy(lo.reshape(b, m))
+    return torch.from_numpy((lo - base).reshape(b, m))
