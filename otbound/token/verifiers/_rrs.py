@@ -352,8 +352,9 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
     ``(1 − D) Σ w1 − Qs[n] Σ w1/S_2`` (the clamp of each ρ_2 to [0, 1] left out: it would move the
     sum by rounding errors only). In a row with first drafts whose μ_3 does cross a ratio (found
     from the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2), those drafts'
-    terms are swapped for :func:`_reject` itself (where their S_2 ≥ 1/2, so that every term is at
-    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft). ``s2_floor``
+    terms are swapped for the general round (:func:`_reject`; on the CPU :func:`_crossing_round`,
+    the same values) where their S_2 ≥ 1/2, so that every term is at
+    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft. ``s2_floor``
     (B, 1): a lower bound of each row's S_2 known to the caller (default: their minimum);
     ``scalars``: the rows' :func:`_first_draft_scalars` if the caller has them.
     """
@@ -392,8 +393,8 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
 def _crossing(h2, gap, s2):
     """The first drafts of one row whose μ_3 crosses r_next: the increasing positions (f,) int64 where
     ``h_2 > gap · S_2`` (``h2``, ``gap`` (1,) tensors, ``S_2 = s2`` (m,)). On the CPU by numpy on the
-    row's memory, elsewhere by torch; the same float64 products and comparisons either way. On the
-    CPU the product is not formed: for 0 < gap < inf the rounded ``gap · x`` is non-decreasing in x,
+    row's memory, elsewhere by torch; the same drafts either way. On the CPU the product is not
+    formed: for 0 < gap < inf the rounded ``gap · x`` is non-decreasing in x,
     so ``h_2 > gap · S_2`` ⟺ ``S_2 < t`` with t the smallest float where ``gap · t ≥ h_2``
     (:func:`_product_threshold`), one comparison and ``flatnonzero`` (a third of the time of torch's
     ``nonzero``)."""
