@@ -302,22 +302,26 @@ def _rrs_wor_paths(batch, horizon, mc_samples):
     removed_q = torch.zeros((b, mc_samples, horizon), dtype=f64, device=dev)
     weight = torch.ones(shape, dtype=f64, device=dev)
     out = []
+    n_mu = srt.count_below(mu)  # (B, mc_samples) n(μ), each round's n(μ_next) the next round's
     for i in range(horizon):
+        # μ_next as the draw forms it; where h > 0 and S > 0 it is _reject's μ + h/S, where h = 0 both
+        # are μ, and where S ≤ 0 (h > 0) the round's ρ is 0 whatever n(μ_next): one search serves both
+        mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
+        n_next = srt.count_below(mu_next)  # (B, mc_samples)
         q_rem = removed_q.sum(2)
-        rho = _reject(srt, mu, h, s, q_rem)
+        rho = _reject(srt, mu, h, s, q_rem, n_mu, n_next)
         weight = weight * rho
         out.append(weight)
         if i == horizon - 1:
             break
-        mu_next = mu + torch.where(h > 0, h / s, torch.zeros_like(h))
         u = torch.rand(shape, generator=batch.generator, dtype=f64, device=dev) * rho
-        pos = _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u)
+        pos = _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n_mu, n_next)
         qx = torch.gather(srt.qs, 1, pos)
         removed_pos[:, :, i] = pos
         removed_q[:, :, i] = qx
         s = s - qx
-        mu = mu_next
-        h = srt.h(mu)
+        mu, n_mu = mu_next, n_next
+        h = srt.h(mu, n_mu)
     return out
 
 
@@ -348,8 +352,9 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
     ``(1 − D) Σ w1 − Qs[n] Σ w1/S_2`` (the clamp of each ρ_2 to [0, 1] left out: it would move the
     sum by rounding errors only). In a row with first drafts whose μ_3 does cross a ratio (found
     from the smallest S_2: μ_3 > r_next ⟺ h_2 > (r_next − μ_2) S_2, monotone in S_2), those drafts'
-    terms are swapped for :func:`_reject` itself (where their S_2 ≥ 1/2, so that every term is at
-    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft). ``s2_floor``
+    terms are swapped for the general round (:func:`_reject`; on the CPU :func:`_crossing_round`,
+    the same values) where their S_2 ≥ 1/2, so that every term is at
+    most 2 w1 and the swap costs no accuracy; else the row sums ρ_2 draft by draft. ``s2_floor``
     (B, 1): a lower bound of each row's S_2 known to the caller (default: their minimum);
     ``scalars``: the rows' :func:`_first_draft_scalars` if the caller has them.
     """
@@ -363,16 +368,21 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
             far = _crossing(h2[row], gap[row], s2[row])  # (f,) the drafts whose μ_3 crosses
             if not far.numel():  # the floor of S_2 is a bound: no draft crosses after all
                 continue
-            s_far = s2[row, far]  # (f,)
-            mu3 = mu2[row] + h2[row] / s_far  # (f,) as _reject forms μ + h/S
-            lo = int(n_mu2[row, 0])  # n(μ_3) lies in [n(μ_2), n(max μ_3)]: searched in that window only
-            hi = int(torch.searchsorted(srt.r[row], mu3.max().reshape(1), side="left")[0])
-            n3 = torch.searchsorted(srt.r[row, lo:hi], mu3, side="left") + lo  # (f,)
-            general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
-                              qx[row : row + 1, far], n_mu2[row : row + 1], n3[None])[0]  # (f,)
+            if far.device.type == "cpu":  # numpy on the row's memory, a window of it per draft
+                s_far = torch.from_numpy(s2[row].numpy().take(far.numpy()))  # (f,)
+                general = torch.from_numpy(_crossing_round(srt, row, float(mu2[row, 0]), float(h2[row, 0]),
+                                                           int(n_mu2[row, 0]), s_far.numpy()))  # (f,)
+            else:
+                s_far = s2[row, far]  # (f,)
+                mu3 = mu2[row] + h2[row] / s_far  # (f,) as _reject forms μ + h/S
+                lo = int(n_mu2[row, 0])  # n(μ_3) lies in [n(μ_2), n(max μ_3)]: searched in that window only
+                hi = int(torch.searchsorted(srt.r[row], mu3.max().reshape(1), side="left")[0])
+                n3 = torch.searchsorted(srt.r[row, lo:hi], mu3, side="left") + lo  # (f,)
+                general = _reject(srt.row(row), mu2[row : row + 1], h2[row : row + 1], s_far[None],
+                                  qx[row : row + 1, far], n_mu2[row : row + 1], n3[None])[0]  # (f,)
             if bool((s_far >= 0.5).all()):  # swap their terms of the sums for ρ_2 itself (all terms ≤ 2 w1)
                 shortcut = torch.div(tail[row], s_far).neg_().add_(1.0).sub_(d[row])  # (f,) as summed above
-                total[row] += (w1[row, far] * general.sub_(shortcut)).sum()
+                total[row] += (torch.index_select(w1[row], 0, far) * general.sub_(shortcut)).sum()
             else:  # a tiny S_2 (w1/S_2 large): the row summed draft by draft
                 rho = torch.div(tail[row], s2[row]).neg_().add_(1.0).sub_(d[row]).clamp_(0.0, 1.0)  # (m,)
                 rho[far] = general
@@ -383,14 +393,64 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
 def _crossing(h2, gap, s2):
     """The first drafts of one row whose μ_3 crosses r_next: the increasing positions (f,) int64 where
     ``h_2 > gap · S_2`` (``h2``, ``gap`` (1,) tensors, ``S_2 = s2`` (m,)). On the CPU by numpy on the
-    row's memory (a product and a comparison, then ``flatnonzero``: a third of the time of torch's
-    ``nonzero``), elsewhere by torch; the same float64 products and comparisons either way."""
+    row's memory, elsewhere by torch; the same drafts either way. On the CPU the product is not
+    formed: for 0 < gap < inf the rounded ``gap · x`` is non-decreasing in x,
+    so ``h_2 > gap · S_2`` ⟺ ``S_2 < t`` with t the smallest float where ``gap · t ≥ h_2``
+    (:func:`_product_threshold`), one comparison and ``flatnonzero`` (a third of the time of torch's
+    ``nonzero``)."""
     torch = _torch()
     if s2.device.type != "cpu":
         return torch.nonzero(h2 > gap * s2)[:, 0]
+    g, h = float(gap), float(h2)
+    t = _product_threshold(h, g)
+    if t is not None:
+        return torch.from_numpy(np.flatnonzero(np.less(s2.numpy(), t)))
     with np.errstate(invalid="ignore", over="ignore"):  # inf · 0 = NaN, never below h_2: as torch compares it
-        prod = np.multiply(s2.numpy(), float(gap))  # (m,) gap · S_2
-    return torch.from_numpy(np.flatnonzero(np.less(prod, float(h2))))
+        prod = np.multiply(s2.numpy(), g)  # (m,) gap · S_2
+    return torch.from_numpy(np.flatnonzero(np.less(prod, h)))
+
+
+def _product_threshold(h, g):
+    """The smallest float t with ``g · t ≥ h`` as rounded (``g · x < h`` ⟺ ``x < t``, as the rounded
+    product is non-decreasing in x), for finite ``0 < g`` and finite h; None otherwise, or if the
+    steps from ``h/g`` do not settle (the caller then compares the products)."""
+    if not (0.0 < g < math.inf and math.isfinite(h)):
+        return None
+    t = h / g
+    for _ in range(8):  # down until g · t < h: then t's successor is the first candidate
+        if not t * g >= h:
+            break
+        t = math.nextafter(t, -math.inf)
+    else:
+        return None
+    for _ in range(8):  # up to the first t with g · t ≥ h
+        t = math.nextafter(t, math.inf)
+        if t * g >= h:
+            return t
+    return None
+
+
+def _crossing_round(srt, row, mu2, h2, n_mu2, s_far):
+    """ρ_2 of a row's crossing first drafts (f,) float64, on the CPU: :func:`_reject` in the state
+    (μ_2, h_2 > 0, S_2 = ``s_far`` (f,), numpy) with n(μ_2) = ``n_mu2``. Every n(μ_3) lies in the short
+    window of the sorted row between n(min μ_3) and n(max μ_3) (searched there alone), so the
+    round's per-position terms Qs[n] and the band ``((Pc[n] − Pc[n(μ_2)]) − μ_2 (Qc[n] − Qc[n(μ_2)]))/h_2``
+    are formed once per window position and gathered per draft: the same float64 operations as
+    :func:`_reject`, bit for bit (its gathers from the whole row cost more than the round itself)."""
+    v = srt.v
+    r = srt.r[row].numpy()  # (V,)
+    with np.errstate(divide="ignore", invalid="ignore"):  # S_2 = 0 (no ρ_2: 0, as _reject has it)
+        mu3 = mu2 + h2 / s_far  # (f,) as _reject forms μ + h/S
+        hi = int(np.searchsorted(r, mu3.max(), side="left"))  # n(max μ_3)
+        j0 = int(np.searchsorted(r[n_mu2:hi], mu3.min(), side="left")) + n_mu2  # n(min μ_3)
+        k = np.searchsorted(r[j0:hi], mu3, side="left")  # (f,) n(μ_3) − j0
+        pc, qc = srt.pc[row].numpy()[j0 : hi + 1], srt.qc[row].numpy()[j0 : hi + 1]  # (hi − j0 + 1,) each
+        q_suf = srt._qrs[row].numpy()[v - hi : v - j0 + 1][::-1]  # (hi − j0 + 1,) Qs[n], n = j0..hi
+        band = (pc - float(srt.pc[row, n_mu2])) - mu2 * (qc - float(srt.qc[row, n_mu2]))  # (hi − j0 + 1,)
+        band /= h2
+        rho = np.subtract(1.0, q_suf.take(k) / s_far) - band.take(k)  # (f,)
+        np.minimum(np.maximum(rho, 0.0, out=rho), 1.0, out=rho)  # clamped to [0, 1]
+        return np.where(s_far > 0, rho, 0.0)
 
 
 def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
@@ -400,9 +460,8 @@ def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     live = (h > 0) & (s > 0)
     safe_h = torch.where(live, h, torch.ones_like(h))
     safe_s = torch.where(live, s, torch.ones_like(s))
-    mu_next = mu + h / safe_s
     n0 = srt.count_below(mu) if n0 is None else n0
-    n1 = srt.count_below(mu_next) if n1 is None else n1
+    n1 = srt.count_below(mu + h / safe_s) if n1 is None else n1
     q_lo, q_hi = srt.at(srt.qc, n0), srt.at(srt.qc, n1)
     band = (srt.at(srt.pc, n1) - srt.at(srt.pc, n0)) - mu * (q_hi - q_lo)
     # the rejected tokens R all lie below n(μ) ≤ n1, so Qc[n1] − q(R) = S − Qs[n1]: computed so, no
@@ -411,15 +470,22 @@ def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     return torch.where(live, rho.clamp(0.0, 1.0), torch.zeros_like(rho))
 
 
-def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
-    """Sorted position of a draft drawn from the rejected-draft law of the state, by binary search
-    for ``u`` in its cumulative weight ``W(m) = (Qc[m] − q(R ∩ [0, m)))/S − D(m)/h``."""
+def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n0=None, hi=None):
+    """Sorted position (B, m) of a draft drawn from the rejected-draft law of the state (each (B, m);
+    the rejected drafts' positions and q ``removed_pos``, ``removed_q`` (B, m, H), unset columns at
+    position V + 1), by binary search for ``u`` in its cumulative weight
+    ``W(n) = (Qc[n] − q(R ∩ [0, n)))/S − D(n)/h`` on [0, n(μ_next)); ``n0``, ``hi``: n(μ) and
+    n(μ_next) if already known. On the CPU the search runs in numpy on the flattened paths
+    (:func:`_bisect_rejected`), elsewhere in torch; the same float64 operations and comparisons
+    either way."""
     torch = _torch()
-    n0 = srt.count_below(mu)
-    lo = torch.zeros_like(n0)
-    hi = srt.count_below(mu_next)
+    n0 = srt.count_below(mu) if n0 is None else n0
+    hi = srt.count_below(mu_next) if hi is None else hi
     pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
     safe_h = torch.where(h > 0, h, torch.ones_like(h))
+    if hi.device.type == "cpu":
+        return _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u)
+    lo = torch.zeros_like(n0)
 
     def cum(m):
         qm, pm = srt.at(srt.qc, m), srt.at(srt.pc, m)
@@ -433,3 +499,48 @@ def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
         lo = torch.where(below, mid, lo)
         hi = torch.where(below, hi, mid)
     return lo
+
+
+def _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u):
+    """The binary search of :func:`_draw_rejected` on the CPU, (B, m) int64: numpy on the paths
+    flattened to (B·m,), the positions read from the flattened prefix sums (a numpy operation on
+    10³ entries costs a quarter of torch's). The same midpoints, float64 operations and
+    comparisons as the torch loop, so the same draws: the rejected drafts' q below a midpoint are
+    summed as torch sums them (where at most two columns are set, any order gives the same sum;
+    else by torch's own sum over the H columns)."""
+    torch = _torch()
+    b, m = hi.shape
+    width = srt.pc.shape[1]  # V + 1
+    # positions as offsets into the flattened sums: row i's position n is i (V + 1) + n (midpoints,
+    # comparisons and differences of positions of one row unchanged)
+    base = np.repeat(np.arange(b, dtype=np.int64) * width, m)  # (B·m,) each path's row start
+    pc, qc = srt.pc.reshape(-1).numpy(), srt.qc.reshape(-1).numpy()  # (B·(V + 1),) each
+    mu, s, pc0, qc0, safe_h, u = (x.reshape(-1).numpy() for x in (mu, s, pc0, qc0, safe_h, u))  # (B·m,) each
+    n0 = n0.reshape(-1).numpy() + base  # (B·m,)
+    lo = base.copy()  # (B·m,)
+    hi = hi.reshape(-1).numpy() + base  # (B·m,)
+    set_cols = np.flatnonzero((removed_pos <= srt.v).any(1).any(0).numpy())  # (·,) columns holding a draft
+    cols = int(set_cols[-1]) + 1 if set_cols.size else 0
+    pos = removed_pos.reshape(b * m, -1).numpy() + base[:, None]  # (B·m, H)
+    rq = removed_q.reshape(b * m, -1).numpy()  # (B·m, H)
+
+    def removed_below(n):  # (B·m,) q(R ∩ [0, n)) as torch's sum over the H columns forms it
+        if cols == 0:
+            return None
+        if cols <= 2:
+            rem = rq[:, 0] * (pos[:, 0] < n)
+            if cols == 2:
+                rem += rq[:, 1] * (pos[:, 1] < n)
+            return rem
+        return torch.from_numpy(rq * (pos < n[:, None])).sum(1).numpy()
+
+    while (hi - lo > 1).any():
+        mid = (lo + hi) // 2  # (B·m,) (2 · row start + lo + hi)//2 = row start + the row's midpoint
+        qm, pm = qc.take(mid), pc.take(mid)  # (B·m,) each
+        rem = removed_below(mid)
+        d = np.where(mid > n0, (pm - pc0) - mu * (qm - qc0), 0.0)  # (B·m,)
+        w = ((qm if rem is None else qm - rem) / s) - d / safe_h  # (B·m,) W(mid)
+        below = w <= u
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    return torch.from_numpy((lo - base).reshape(b, m))
