@@ -2,10 +2,14 @@
 against the general rejection round of the whole row."""
 
 import numpy as np
+import pytest
 import torch
 
 from otbound.token import LawBatch
+from otbound.token.verifiers import _rrs
 from otbound.token.verifiers._rrs import _crossing_round, _reject
+
+_DRAW_REJECTED = _rrs._draw_rejected  # the library's draw, before a test records its calls
 
 
 def _softmax(z):
@@ -49,34 +53,17 @@ def test_crossing_round_is_the_general_round():
     assert on_a_ratio  # the ties of μ_3 with a ratio were exercised
 
 
-def _torch_bisection(srt, mu, h, s, mu_next, removed_pos, removed_q, u):
+def _torch_bisection(*args):
     """The rejected-draft search in torch, as the accelerator runs it (the reference of the test)."""
-    n0 = srt.count_below(mu)
-    lo = torch.zeros_like(n0)
-    hi = srt.count_below(mu_next)
-    pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
-    safe_h = torch.where(h > 0, h, torch.ones_like(h))
-
-    def cum(m):
-        qm, pm = srt.at(srt.qc, m), srt.at(srt.pc, m)
-        rem = (removed_q * (removed_pos < m.unsqueeze(2))).sum(2)
-        d = torch.where(m > n0, (pm - pc0) - mu * (qm - qc0), torch.zeros_like(qm))
-        return (qm - rem) / s - d / safe_h
-
-    while bool((hi - lo > 1).any()):
-        mid = (lo + hi) // 2
-        below = cum(mid) <= u
-        lo = torch.where(below, mid, lo)
-        hi = torch.where(below, hi, mid)
-    return lo
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_rrs, "_bisect_rejected", _rrs._bisect_rejected_torch)
+        return _DRAW_REJECTED(*args)
 
 
 def test_rejected_draws_on_the_cpu_are_the_torch_search(monkeypatch):
     """Every draw of the Monte Carlo paths (horizon 6: up to four rejected drafts, so the removed
     mass is summed from one, two and more columns) is the torch search's position, on LM-like, tied and
     short rows."""
-    from otbound.token.verifiers import _rrs
-
     calls = []
     draw = _rrs._draw_rejected
 

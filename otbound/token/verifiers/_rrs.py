@@ -483,8 +483,13 @@ def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n0=None, h
     hi = srt.count_below(mu_next) if hi is None else hi
     pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
     safe_h = torch.where(h > 0, h, torch.ones_like(h))
-    if hi.device.type == "cpu":
-        return _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u)
+    search = _bisect_rejected if hi.device.type == "cpu" else _bisect_rejected_torch
+    return search(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u)
+
+
+def _bisect_rejected_torch(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u):
+    """The binary search of :func:`_draw_rejected` in torch, (B, m) int64 (on an accelerator)."""
+    torch = _torch()
     lo = torch.zeros_like(n0)
 
     def cum(m):
