@@ -437,7 +437,6 @@ def _crossing_round(srt, row, mu2, h2, n_mu2, s_far):
     round's per-position terms Qs[n] and the band ``((Pc[n] − Pc[n(μ_2)]) − μ_2 (Qc[n] − Qc[n(μ_2)]))/h_2``
     are formed once per window position and gathered per draft: the same float64 operations as
     :func:`_reject`, bit for bit (its gathers from the whole row cost more than the round itself)."""
-    v = srt.v
     r = srt.r[row].numpy()  # (V,)
     with np.errstate(divide="ignore", invalid="ignore"):  # S_2 = 0 (no ρ_2: 0, as _reject has it)
         mu3 = mu2 + h2 / s_far  # (f,) as _reject forms μ + h/S
@@ -445,7 +444,7 @@ def _crossing_round(srt, row, mu2, h2, n_mu2, s_far):
         j0 = int(np.searchsorted(r[n_mu2:hi], mu3.min(), side="left")) + n_mu2  # n(min μ_3)
         k = np.searchsorted(r[j0:hi], mu3, side="left")  # (f,) n(μ_3) − j0
         pc, qc = srt.pc[row].numpy()[j0 : hi + 1], srt.qc[row].numpy()[j0 : hi + 1]  # (hi − j0 + 1,) each
-        q_suf = srt._qrs[row].numpy()[v - hi : v - j0 + 1][::-1]  # (hi − j0 + 1,) Qs[n], n = j0..hi
+        q_suf = srt.row(row).qsuf_range(j0, hi + 1)[0].numpy()  # (hi − j0 + 1,) Qs[n], n = j0..hi
         band = (pc - float(srt.pc[row, n_mu2])) - mu2 * (qc - float(srt.qc[row, n_mu2]))  # (hi − j0 + 1,)
         band /= h2
         rho = np.subtract(1.0, q_suf.take(k) / s_far) - band.take(k)  # (f,)
