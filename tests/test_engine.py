@@ -361,6 +361,7 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
     try:
         device = importlib.import_module("device_engine")
         bench = importlib.import_module("bench_engine")
+        versions = importlib.import_module("bench_versions")
     finally:
         sys.path.pop(0)
     res = device.main(["--quick", "--device", "cpu", "--out", str(tmp_path / "d.json")])
@@ -375,6 +376,17 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
         for clock in ("wall", "cpu"):
             r = out["families"][fam][clock]
             assert r["measure_laws_ms"] > 0 and r["wor_k34_ms"] > 0 and r["ratio_to_sort"] > 0
+    import otbound.report
+
+    root = Path(__file__).resolve().parents[1]
+    both = versions.main(["--quick", "--against", str(root), "--families", "ties"])
+    assert both["max_diff"] == 0.0 and both["ties"]["ratio"] > 0 and both["ties"]["other_ms"] > 0
+    assert sys.modules["otbound.report"] is otbound.report  # the caller's modules put back
+    nan, inf = float("nan"), float("inf")
+    a = np.array([0.5, inf, nan, 0.25])
+    assert versions._largest_difference(a, a.copy()) == 0.0
+    assert versions._largest_difference(a, np.array([0.5, inf, nan, 0.25 + 1e-9])) == pytest.approx(1e-9)
+    assert versions._largest_difference(a, np.array([0.5, inf, 0.1, 0.25])) == inf  # a NaN against a number
 
 
 def test_with_replacement_block_bounds_keep_the_minimum(monkeypatch):
