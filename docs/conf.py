@@ -14,6 +14,7 @@ reachable offline.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import shutil
@@ -32,6 +33,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 bundled into _static: the math renders without a network
     "sphinx.ext.viewcode",
     "numpydoc",
 ]
@@ -62,9 +64,18 @@ numpydoc_xref_param_type = False
 nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"^(?!otbound\b).*")]
 
-html_theme = "alabaster"
+html_theme = "pydata_sphinx_theme"
 html_title = "otbound"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["otbound.css"]
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "navbar_align": "left",
+    "header_links_before_dropdown": 6,
+    "footer_start": ["copyright"],
+    "footer_end": [],
+}
 
 #: The public packages documented in the API reference, in reading order.
 API_PACKAGES = [
@@ -194,7 +205,60 @@ def _on_missing_reference(app, env, node, contnode):
 _HOMES: dict[int, tuple[str, str]] = {}
 
 
+#: the layers, lowest first, as ``tests/test_layout.py`` enforces them
+_LAYER_NOTES = {
+    "token": "token level: draft laws, alpha*, verifiers",
+    "block": "block level: models, bounds, block verifiers",
+    "objectives": "drafter objectives (torch)",
+    "ROOT": "the facade otbound/__init__.py (gathers the token and block layers)",
+    "lm": "real models -> laws: pairs, prompts, traces, decoding",
+    "report": "measurement, aggregation, report tables and figures",
+    "plan": "the planner: shape x draft law x verifier, cost model",
+    "conformance": "the conformance kit: check anyone's verifier",
+    "engine": "serving engines under audit (llama.cpp, any OpenAI-compatible server)",
+    "compare": "the main job's command line",
+}
+
+
+def _first_line(path: Path) -> str:
+    """The first line of a module's docstring (empty if it has none)."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def write_layout_page(app=None) -> None:
+    """Write the package tree (``contributing/_layout_tree.txt``) and the layer order
+    (``contributing/_layout_layers.txt``) from the code as it is, for ``contributing/layout.md``."""
+    package = HERE.parent / "otbound"
+    lines = ["otbound/"]
+
+    def walk(folder: Path, indent: str) -> None:
+        entries = sorted(p for p in folder.iterdir()
+                         if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists())
+        for i, entry in enumerate(entries):
+            last = i == len(entries) - 1
+            branch, pad = ("└── ", "    ") if last else ("├── ", "│   ")
+            name = entry.name + ("/" if entry.is_dir() else "")
+            note = _first_line(entry / "__init__.py" if entry.is_dir() else entry)
+            note = note if len(note) <= 88 else note[:87].rstrip() + "…"
+            lines.append(f"{(indent + branch + name):<34} {note}".rstrip())
+            if entry.is_dir():
+                walk(entry, indent + pad)
+
+    walk(package, "")
+    test_layout = (HERE.parent / "tests" / "test_layout.py").read_text()
+    order = ast.literal_eval(test_layout.split("LAYER_ORDER = ", 1)[1].split("\n", 1)[0])
+    layers = [f"{i + 1:>2}. {name:<12} {_LAYER_NOTES.get(name, '')}".rstrip() for i, name in enumerate(order)]
+    layers.append("    shared base: otbound/_*.py (validation, backend, solvers, I/O, integrity, replay)")
+    for name, text in (("_layout_tree.txt", lines), ("_layout_layers.txt", layers)):
+        path = HERE / "contributing" / name
+        body = "\n".join(text) + "\n"
+        if not path.exists() or path.read_text() != body:
+            path.write_text(body)
+
+
 def setup(app):
+    write_layout_page()
     write_api_pages()
     _HOMES.update(_canonical_homes(API_PACKAGES))
     app.connect("missing-reference", _on_missing_reference)

@@ -106,9 +106,20 @@ def test_docs_build_without_warnings(tmp_path):
     for _, _, obj in _public_objects():
         pkg, name = homes[id(obj)]
         assert (out / "api" / "generated" / f"{pkg}.{name}.html").is_file(), f"{pkg}.{name}"
-    # the theory renders as math, not as raw dollars
+    # the theory renders as math, not as raw dollars, with the MathJax bundled in the site (no network)
     theory = (out / "theory" / "token-bounds.html").read_text()
     assert theory.count('class="math') > 20 and "$$" not in theory
+    mathjax = re.findall(r'<script[^>]*src="([^"]*tex-chtml[^"]*)"', theory)
+    assert mathjax and all(not src.startswith(("http:", "https:", "//")) for src in mathjax), mathjax
+    assert (out / "theory" / mathjax[0].split("?")[0]).resolve().is_file(), mathjax
+    # the navigation in reading order, the contributors' pages out of the user guide
+    index = (out / "index.html").read_text()
+    captions = re.findall(r'caption-text">([^<]*)<', index)
+    assert captions == ["Getting started", "Guides", "Theory", "Results and findings", "API reference",
+                        "Contributing"], captions
+    assert index.index("guide/installation.html") < index.index("guide/bounds.html") < index.index("theory/")
+    assert (out / "contributing" / "layout.html").is_file() and not (out / "guide" / "layout.html").exists()
+    assert 'src="_images/main_job.png"' in index  # the front page shows the main figure
 
 
 def test_every_public_name_has_a_docstring():
