@@ -44,6 +44,21 @@ def test_registry():
     assert all(v.lossless is True and v.reference for v in VERIFIERS.values())  # no token verifier is found lossy
 
 
+def test_the_module_table_lists_every_verifier_with_its_law():
+    """The table in ``otbound.token.verifiers``' docstring is whole: one row per registered verifier,
+    naming the verifier's own draft law and lossless flag."""
+    doc = otbound.token.verifiers.__doc__
+    rows = {}
+    for line in doc.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] in VERIFIERS:
+            rows[parts[0]] = (parts[1], next(w for w in parts[2:] if w in ("yes", "no")))
+    assert set(rows) == set(VERIFIERS), sorted(set(VERIFIERS) ^ set(rows))
+    for name, (law, lossless) in rows.items():
+        assert law == VERIFIERS[name].sampling, (name, law)
+        assert lossless == ("yes" if VERIFIERS[name].lossless else "no"), name
+
+
 def test_one_optimal_verifier_at_every_vocabulary_size():
     """``ot`` is the optimal verifier at V = 4 and at V = 151,936 alike (no second name)."""
     assert isinstance(VERIFIERS["ot"], OptimalVerifier) and "ot_fast" not in VERIFIERS
