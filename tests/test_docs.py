@@ -114,10 +114,13 @@ def test_docs_build_without_warnings(tmp_path):
     assert (out / "theory" / mathjax[0].split("?")[0]).resolve().is_file(), mathjax
     # the navigation in reading order, the contributors' pages out of the user guide
     index = (out / "index.html").read_text()
-    captions = re.findall(r'caption-text">([^<]*)<', index)
-    assert captions == ["Getting started", "Guides", "Theory", "Results and findings", "API reference",
-                        "Contributing"], captions
-    assert index.index("guide/installation.html") < index.index("guide/bounds.html") < index.index("theory/")
+    navbar = re.findall(r'class="nav-link[^"]*"\s+href="([^"]+)"', index.split('class="bd-header', 1)[1])
+    sections = ["getting-started.html", "guide/index.html", "theory/index.html", "results/index.html",
+                "api/index.html", "contributing/index.html"]
+    assert list(dict.fromkeys(h for h in navbar if h in sections)) == sections, navbar  # (desktop and mobile bars)
+    guides = (out / "guide" / "index.html").read_text()
+    assert guides.index('href="bounds.html"') < guides.index('href="verifiers.html"') < guides.index(
+        'href="conformance.html"')
     assert (out / "contributing" / "layout.html").is_file() and not (out / "guide" / "layout.html").exists()
     assert 'src="_images/main_job.png"' in index  # the front page shows the main figure
 

@@ -22,6 +22,7 @@ ot_wor_top        without_replacement yes      the optimum seen through the top-
 ot_wor_iid        without_replacement yes      ot on K i.i.d. draws rebuilt from the drafts
 ot_wor            without_replacement yes      per (p, q, K) the better of ot_wor_top and ot_wor_iid
 ================= =================== ======== =====================================================
+
 ``ot_wor_top`` has an exact residual and reaches α* when the top-m tokens hold all of q;
 ``ot_wor_iid`` reaches at least α* with replacement (exact acceptance at K ≤ 2); the deterministic
 verifiers reach α* = p(top-K(q)). ``NaiveVerifier(sampling)`` and ``OptimalVerifier(sampling)``
