@@ -554,7 +554,7 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
 
 def _deterministic(batch, k, want_sets):
     """α*_det = p(G), G = top-K(q) (ties to the lower index, :func:`greedy_split_rows`), binding set
-    H* = G where p(G) < 1 (:mod:`otbound.token._topk`)."""
+    H* = G where p(G) < 1 (docs/theory/token-bounds.md, the deterministic draft law)."""
     idx, pg = greedy_split_rows(batch, k)[:2]  # (B, K) each
     value = pg.sum(1).clamp(0.0, 1.0)  # (B,)
     if not want_sets:

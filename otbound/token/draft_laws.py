@@ -548,7 +548,7 @@ class Greedy(DraftLaw):
 
 class Deterministic(DraftLaw):
     """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
-    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (:mod:`otbound.token._topk`)."""
+    randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (docs/theory/token-bounds.md, the deterministic draft law)."""
 
     name = "deterministic"
 

@@ -5,7 +5,7 @@ with a one-hot draft law, SpecInfer 2305.09781 with q_i = δ_{x_i}): with p_1 = 
 p_{i+1} = norm((p_i − δ_{x_i})_+) = p restricted to V ∖ {x_1..x_i}, accept x_i with probability
 ``p_i(x_i) = p(x_i) / p(V ∖ {x_1..x_{i−1}})``; if all K reject, draw from p_{K+1} = p|_{V∖G}.
 The output law is exactly p (each step is a draw of p_i split into "x_i" and "the rest"), and the
-acceptance is ``p(G) = α*_det`` (:mod:`otbound.token._topk`).
+acceptance is ``p(G) = α*_det`` (docs/theory/token-bounds.md, the deterministic draft law).
 
 **Membership** (``"nss_deterministic"``): Y ~ p, accepted iff Y ∈ G (naive verification on this
 law): the same law and acceptance, in one draw.
