@@ -36,9 +36,16 @@ from otbound.block.bounds import (
     block_bound_bracket,
     merged_bound_bracket,
 )
+from otbound.block.law_bounds import BlockDraftLawBounds, block_draft_law_bounds
 from otbound.block.models import (
+    BLOCK_DRAFT_LAWS,
+    ArgmaxChain,
+    BlockDraftLaw,
     BlockModel,
+    MarginalProduct,
+    TopKMarkov,
     as_block_model,
+    block_marginals,
     context_free_model,
     dirichlet_model,
     mixture_model,
@@ -61,4 +68,6 @@ __all__ = [
     "zipf_model", "StaticTreeBound", "StaticTreeTraversal", "static_tree_bound", "static_tree_paths",
     "MAX_ORACLE_CELLS", "LogGrowthFit", "NodeBudgetComparison", "OracleTreeBound", "fit_log_growth",
     "node_budget_comparison", "oracle_tree_bound",
+    "BLOCK_DRAFT_LAWS", "ArgmaxChain", "BlockDraftLaw", "MarginalProduct", "TopKMarkov", "block_marginals",
+    "BlockDraftLawBounds", "block_draft_law_bounds",
 ]
