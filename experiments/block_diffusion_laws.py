@@ -106,15 +106,17 @@ def draw(panels: dict, length: int, path: Path) -> None:
             off = (2 * j + w - 1.5) * width
             ax0.bar(x + off, vals, width, label=f"{name.split(' (')[0]}, {who} drafter")
             ax0.plot(x + off, joint, "k_", ms=6)
-        ax1.plot(x, rows["ce"], marker="o", label=f"{name.split(' (')[0]}: CE optimum")
-        ax1.plot(x, rows["ceiling"], marker="^", ls="--", label=f"{name.split(' (')[0]}: family ceiling")
+        ax1.plot(x + 0.08 * j, rows["ce"], marker="o", ls="none", label=f"{name.split(' (')[0]}: CE optimum")
+        ax1.plot(x + 0.08 * j, rows["ceiling"], marker="^", ls="none", mfc="none",
+                 label=f"{name.split(' (')[0]}: family ceiling")
     for ax in (ax0, ax1):
         ax.set_xticks(x, ["product", "argmax", "top-2 Markov"])
         ax.axhline(length, color="grey", lw=0.8, ls=":")
+        ax.set_ylim(0, length + 1.3)
     ax0.set_ylabel("E[τ]: U_causal (bars), U_joint (—)")
-    ax0.legend(fontsize=5.5, loc="lower right")
+    ax0.legend(fontsize=5, loc="upper right", ncol=2)
     ax1.set_ylabel("E[τ] under block verification")
-    ax1.legend(fontsize=5.5, loc="lower right")
+    ax1.legend(fontsize=5, loc="upper right", ncol=2)
     plots.save(fig, path.with_suffix(""), ("png",))
 
 
