@@ -90,16 +90,10 @@ def run_tiny(args) -> dict:
     return run_models(pairs, args.budgets, args.depth, 2)
 
 
-def _branchings(width: int, depth: int, budget: int):
-    from otbound.block._oracle_tree import _branchings as enumerate_branchings
-
-    return enumerate_branchings(budget, depth, width)
-
-
 def run_trees(args) -> dict:
     """Stored draft trees (and, with --pair, the live target for the true oracle)."""
     from otbound import InvalidInputError
-    from otbound.block import fit_log_growth, oracle_tree_bound
+    from otbound.block import fit_log_growth, oracle_tree_bound, static_branchings
     from otbound.lm import lm_block_models, load_draft_trees
 
     pair = None
@@ -124,7 +118,7 @@ def run_trees(args) -> dict:
                                 candidates=lambda prefix, kept=range(m): kept)
         sub_curve = np.concatenate([sub.curve, np.full(budgets[-1] - sub.curve.size, sub.value)])
         rows["draft_tree_oracle"].append(sub_curve[np.array(budgets) - 1])
-        statics = [(rec.static_tree(br).value, nodes) for br, nodes in _branchings(m, depth, budgets[-1])]
+        statics = [(rec.static_tree(br).value, nodes) for br, nodes in static_branchings(budgets[-1], depth, m)]
         rows["static"].append([max((v for v, nodes in statics if nodes <= b), default=np.nan) for b in budgets])
         brackets = {}
         for k in range(1, min(m, 6) + 1):

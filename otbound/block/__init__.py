@@ -22,6 +22,7 @@ from otbound.block._oracle_tree import (
     fit_log_growth,
     node_budget_comparison,
     oracle_tree_bound,
+    static_branchings,
 )
 from otbound.block._static_tree import StaticTreeBound, static_tree_bound, static_tree_paths
 from otbound.block._tree import MAX_TREE_CELLS
@@ -67,7 +68,7 @@ __all__ = [
     "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",
     "zipf_model", "StaticTreeBound", "StaticTreeTraversal", "static_tree_bound", "static_tree_paths",
     "MAX_ORACLE_CELLS", "LogGrowthFit", "NodeBudgetComparison", "OracleTreeBound", "fit_log_growth",
-    "node_budget_comparison", "oracle_tree_bound",
+    "node_budget_comparison", "oracle_tree_bound", "static_branchings",
     "BLOCK_DRAFT_LAWS", "ArgmaxChain", "BlockDraftLaw", "MarginalProduct", "TopKMarkov", "block_marginals",
     "BlockDraftLawBounds", "block_draft_law_bounds",
 ]

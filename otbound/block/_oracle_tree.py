@@ -300,18 +300,43 @@ class NodeBudgetComparison:
     fit: LogGrowthFit | None
 
 
-def _branchings(max_nodes: int, max_depth: int, max_width: int):
-    """Every branching ``(b_1..b_L)``, ``L ≤ max_depth``, ``b_ℓ ≤ max_width``, with at most ``max_nodes`` nodes."""
+def static_branchings(max_nodes: int, max_depth: int, max_width: int) -> list:
+    """Every static-tree branching ``(b_1, …, b_L)`` with ``L ≤ max_depth``, ``b_ℓ ≤ max_width`` and at
+    most ``max_nodes`` nodes (``b_1 + b_1 b_2 + …``), with its node count.
+
+    Parameters
+    ----------
+    max_nodes, max_depth, max_width : int
+        The node budget, the deepest level and the widest branching.
+
+    Returns
+    -------
+    list of (tuple, int)
+        ``(branching, nodes)`` pairs, in depth-first order.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        An argument that is not a positive integer.
+
+    Examples
+    --------
+    >>> from otbound.block import static_branchings
+    >>> static_branchings(3, 2, 2)
+    [((1,), 1), ((1, 1), 2), ((1, 2), 3), ((2,), 2)]
+    """
+    top, deep, wide = (check_positive_int(x, n) for x, n in ((max_nodes, "max_nodes"), (max_depth, "max_depth"),
+                                                              (max_width, "max_width")))
     out = []
 
     def rec(prefix, width_product, nodes):
         if prefix:
             out.append((tuple(prefix), nodes))
-        if len(prefix) == max_depth:
+        if len(prefix) == deep:
             return
-        for b in range(1, max_width + 1):
+        for b in range(1, wide + 1):
             level = width_product * b
-            if nodes + level > max_nodes:
+            if nodes + level > top:
                 break
             rec(prefix + [b], level, nodes + level)
 
@@ -378,7 +403,7 @@ def node_budget_comparison(target, draft, budgets, *, max_depth: int, vocab_size
     top = b_list[-1]
     oracle = oracle_tree_bound(target, top, max_depth=depth)
     curve = np.concatenate([oracle.curve, np.full(max(0, top - oracle.curve.size), oracle.value)])
-    shapes = _branchings(top, depth, int(v))
+    shapes = static_branchings(top, depth, int(v))
     if len(shapes) > max_branchings:
         raise InvalidInputError(f"{len(shapes)} static branchings fit budget {top} at depth {depth} "
                                 f"(max_branchings = {max_branchings}): lower the budget or the depth")

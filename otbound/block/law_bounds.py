@@ -23,6 +23,8 @@ from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
 from otbound.block._tree import build_tree
 from otbound.block._truncate import merged_tree
 from otbound.block.bounds import BlockBracket, block_bound
+from otbound.block.models import BLOCK_DRAFT_LAWS, BlockDraftLaw
+from otbound.block.verifiers import BLOCK_VERIFIERS
 from otbound.block.verifiers._base import DraftLawBounds, _models
 
 
@@ -243,9 +245,6 @@ def block_draft_law_bounds(target, law, marginals, transitions=None, *, vocab_si
     >>> round(block_draft_law_bounds(target, "topk_markov", m, t).causal, 12)
     2.0
     """
-    from otbound.block.models import BLOCK_DRAFT_LAWS, BlockDraftLaw
-    from otbound.block.verifiers import BLOCK_VERIFIERS
-
     if isinstance(law, str):
         if law not in BLOCK_DRAFT_LAWS:
             raise InvalidInputError(f"unknown block draft law {law!r}; choose from {sorted(BLOCK_DRAFT_LAWS)}")
