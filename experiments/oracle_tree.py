@@ -142,7 +142,8 @@ def run_trees(args) -> dict:
             rows["oracle"].append(curve[np.array(budgets) - 1])
         print(f"oracle_tree: {n} trees", file=sys.stderr)
     if n == 0:
-        raise SystemExit(f"oracle_tree: no draft trees under {args.trees}")
+        print(f"oracle_tree: no draft trees under {args.trees}", file=sys.stderr)
+        raise SystemExit(2)
     out = {"budgets": budgets, "trees": n}
     for key, vals in rows.items():
         if vals:
@@ -224,6 +225,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     if min(args.budgets) < 1 or args.depth < 1 or args.contexts < 1:
         ap.error("budgets, --depth and --contexts must be positive")
+    if args.pair and not args.trees:
+        ap.error("--pair needs --trees (the live target is asked at the stored trees' contexts)")
     if args.redraw:
         name = "oracle_tree_real" if args.trees else "oracle_tree"
         results = json.loads((Path(args.results) / f"{name}.json").read_text())
@@ -233,7 +236,13 @@ def main(argv=None) -> dict:
         return results
     start = time.time()
     if args.trees:
-        panels = {"stored draft trees": run_trees(args)}
+        from otbound import InvalidInputError
+
+        try:
+            panels = {"stored draft trees": run_trees(args)}
+        except (InvalidInputError, OSError) as exc:
+            print(f"oracle_tree: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         name = "oracle_tree_real"
     else:
         panels = {"synthetic (Dirichlet 0.3, V = 6)": run_synthetic(args),
