@@ -110,6 +110,9 @@ def test_bad_input_is_refused():
     assert 1000 * 1000 < MAX_ORACLE_CELLS  # a budget of 1000 at V = 1000 is allowed
     with pytest.raises(InvalidInputError, match="vocab_size"):
         oracle_tree_bound(lambda prefix: [0.5, 0.5], 2)
+    for bad in ([0, 2], [1, 1], [-1]):
+        with pytest.raises(InvalidInputError, match="candidates"):
+            oracle_tree_bound(model, 2, candidates=lambda prefix, c=bad: c)
     with pytest.raises(InvalidInputError, match="budgets"):
         node_budget_comparison(model, model, None, max_depth=2)
     with pytest.raises(InvalidInputError, match="distinct"):
@@ -185,3 +188,11 @@ def test_real_pair_script_runs_on_tiny_draft_trees(tmp_path):
     oracle, sub, static = (np.array(rows[k]) for k in ("oracle", "draft_tree_oracle", "static"))
     assert (sub <= oracle + 1e-6).all() and (static <= sub + 1e-12).all() and (np.diff(oracle) > 0).all()
     assert (tmp_path / "oracle_tree_real.png").stat().st_size > 1000
+
+
+def test_static_trees_the_draft_cannot_fill_are_skipped():
+    # a draft with one token of positive probability has only chains: (1,), (1, 1), ...
+    target, draft = dirichlet_model(3, seed=6), context_free_model([0.0, 1.0, 0.0])
+    c = node_budget_comparison(target, draft, [1, 3], max_depth=2)
+    assert c.static_branching == [(1,), (1, 1)]
+    assert abs(c.static[1] - (target(())[1] + target(())[1] * target((1,))[1])) < 1e-15

@@ -84,9 +84,15 @@ class OracleTreeBound:
     budget: int
 
 
-def _order(law: np.ndarray, allowed, keep: int) -> np.ndarray:
+def _order(law: np.ndarray, allowed, keep: int, prefix: tuple) -> np.ndarray:
     """Candidate tokens of positive probability in decreasing ``law``, ties to the lower id, at most ``keep``."""
-    ids = np.arange(law.size) if allowed is None else np.asarray(allowed, dtype=np.int64)
+    if allowed is None:
+        ids = np.arange(law.size)
+    else:
+        ids = np.asarray(list(allowed), dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= law.size or np.unique(ids).size != ids.size):
+            raise InvalidInputError(f"candidates at prefix {list(prefix)} must be distinct token ids in "
+                                    f"0..{law.size - 1}, got {ids.tolist()}")
     ids = ids[law[ids] > 0]
     if ids.size > keep:  # the keep largest (ties to the lower id), then sorted
         ids = ids[np.lexsort((ids, -law[ids]))[:keep]]
@@ -156,7 +162,7 @@ def oracle_tree_bound(target, budget: int, *, max_depth: int | None = None, voca
     def expand(prefix: tuple, prob: float):
         law = target(prefix)
         allowed = None if candidates is None else candidates(prefix)
-        order = _order(law, allowed, bud)
+        order = _order(law, allowed, bud, prefix)
         orders[prefix] = (order, law, prob)
         if order.size:
             heapq.heappush(heap, (-prob * float(law[order[0]]), next(tie), prefix + (int(order[0]),), 0))
@@ -411,7 +417,9 @@ def node_budget_comparison(target, draft, budgets, *, max_depth: int, vocab_size
     for br, nodes in shapes:
         try:
             static_values.append((static_tree_bound(target, draft, br).value, nodes, br))
-        except InvalidInputError:  # the draft has fewer tokens of positive probability than the branching
+        except InvalidInputError as exc:  # the draft has fewer tokens of positive probability than the branching
+            if "the static tree needs" not in str(exc):
+                raise
             continue
     lmax = depth if sampled_max_block_len is None else check_positive_int(sampled_max_block_len,
                                                                           "sampled_max_block_len")
