@@ -87,3 +87,19 @@ def test_bad_input_is_refused():
         block_law_gains(target, 2, restarts=-1)
     with pytest.raises(InvalidInputError, match="MAX_PATHS"):
         block_law_gains(dirichlet_model(200, seed=0), 4)
+
+
+def test_experiment_script_runs(tmp_path):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    script = importlib.import_module("block_diffusion_laws")
+    res = script.main(["--contexts", "1", "--block-len", "2", "--steps", "5", "--out", str(tmp_path),
+                       "--results", str(tmp_path)])
+    for rows in res["panels"].values():
+        for cell in rows["bounds"].values():
+            assert abs(cell["block"] - cell["causal"]) < 1e-8 and cell["token"] <= cell["causal"] + 1e-9
+        assert all(c >= e - 1e-12 for c, e in zip(rows["ceiling"], rows["ce"]))
+    assert (tmp_path / "block_diffusion_laws.png").stat().st_size > 1000
