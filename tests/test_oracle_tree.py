@@ -196,3 +196,20 @@ def test_static_trees_the_draft_cannot_fill_are_skipped():
     c = node_budget_comparison(target, draft, [1, 3], max_depth=2)
     assert c.static_branching == [(1,), (1, 1)]
     assert abs(c.static[1] - (target(())[1] + target(())[1] * target((1,))[1])) < 1e-15
+
+
+def test_default_script_path_runs(tmp_path):
+    pytest.importorskip("torch")
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    script = importlib.import_module("oracle_tree")
+    res = script.main(["--contexts", "1", "--depth", "2", "--budgets", "1", "2", "4", "--out", str(tmp_path),
+                       "--results", str(tmp_path)])
+    for rows in res["panels"].values():
+        assert all(s <= o + 1e-12 for s, o in zip(rows["static"], rows["oracle"]))
+        assert rows["fit"]["b"] > 0
+    again = script.main(["--redraw", "--out", str(tmp_path), "--results", str(tmp_path)])
+    assert again["panels"] == res["panels"] and (tmp_path / "oracle_tree.md").read_text().count("log B") >= 2
