@@ -137,10 +137,13 @@ def main(argv=None) -> dict:
                         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                         "wall_s": round(time.time() - start, 1), "block_len": args.block_len}, "panels": panels}
+    from otbound import content_key, write_text_atomic
+
+    results["meta"]["sha256"] = content_key(panels)  # checksum of the stored values
     out, res = Path(args.out), Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     res.mkdir(parents=True, exist_ok=True)
-    (res / "block_diffusion_laws.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_text_atomic(res / "block_diffusion_laws.json", json.dumps(results, indent=1) + "\n")
     text = "\n".join(table(k, v, args.block_len) for k, v in panels.items())
     (out / "block_diffusion_laws.md").write_text(text)
     draw(panels, args.block_len, out / "block_diffusion_laws.png")

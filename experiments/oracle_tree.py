@@ -229,8 +229,13 @@ def main(argv=None) -> dict:
         ap.error("--pair needs --trees (the live target is asked at the stored trees' contexts)")
     if args.redraw:
         name = "oracle_tree_real" if args.trees else "oracle_tree"
+        from otbound import content_key
+
         results = json.loads((Path(args.results) / f"{name}.json").read_text())
         panels = results["panels"]
+        if results["meta"].get("sha256") != content_key(panels):
+            print(f"oracle_tree: {name}.json fails its checksum: recompute it", file=sys.stderr)
+            raise SystemExit(2)
         (Path(args.out) / f"{name}.md").write_text("\n".join(table(k, v) for k, v in panels.items()))
         draw(results, Path(args.out) / f"{name}.png")
         return results
@@ -252,10 +257,13 @@ def main(argv=None) -> dict:
                         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                         "wall_s": round(time.time() - start, 1), "depth": args.depth}, "panels": panels}
+    from otbound import content_key, write_text_atomic
+
+    results["meta"]["sha256"] = content_key(panels)  # checksum of the stored values
     out, res = Path(args.out), Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     res.mkdir(parents=True, exist_ok=True)
-    (res / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_text_atomic(res / f"{name}.json", json.dumps(results, indent=1) + "\n")
     (out / f"{name}.md").write_text("\n".join(table(k, v) for k, v in panels.items()))
     draw(results, out / f"{name}.png")
     print("\n".join(table(k, v) for k, v in panels.items()))

@@ -213,3 +213,8 @@ def test_default_script_path_runs(tmp_path):
         assert rows["fit"]["b"] > 0
     again = script.main(["--redraw", "--out", str(tmp_path), "--results", str(tmp_path)])
     assert again["panels"] == res["panels"] and (tmp_path / "oracle_tree.md").read_text().count("log B") >= 2
+    stored = tmp_path / "oracle_tree.json"
+    stored.write_text(stored.read_text().replace('"oracle": [', '"oracle": [9.0, ', 1))   # a damaged value
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--redraw", "--out", str(tmp_path), "--results", str(tmp_path)])
+    assert exc.value.code == 2
