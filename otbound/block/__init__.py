@@ -9,9 +9,21 @@ and the block verifiers.
 * :mod:`otbound.block.verifiers` — block verifiers, registry :data:`BLOCK_VERIFIERS`.
 * :mod:`otbound.block._static_tree` — static top-k trees (deterministic drafting): the covered
   target mass :func:`static_tree_bound` and its traversal verifier.
+* :mod:`otbound.block._oracle_tree` — the best deterministic tree at a node budget
+  (:func:`oracle_tree_bound`) beside the static and sampled schemes (:func:`node_budget_comparison`).
 """
 
 from otbound.block._lp import MAX_SPLIT_VARIABLES
+from otbound.block._oracle_tree import (
+    MAX_ORACLE_CELLS,
+    LogGrowthFit,
+    NodeBudgetComparison,
+    OracleTreeBound,
+    fit_log_growth,
+    node_budget_comparison,
+    oracle_tree_bound,
+    static_branchings,
+)
 from otbound.block._static_tree import StaticTreeBound, static_tree_bound, static_tree_paths
 from otbound.block._tree import MAX_TREE_CELLS
 from otbound.block.bounds import (
@@ -25,9 +37,16 @@ from otbound.block.bounds import (
     block_bound_bracket,
     merged_bound_bracket,
 )
+from otbound.block.law_bounds import BlockDraftLawBounds, block_draft_law_bounds
 from otbound.block.models import (
+    BLOCK_DRAFT_LAWS,
+    ArgmaxChain,
+    BlockDraftLaw,
     BlockModel,
+    MarginalProduct,
+    TopKMarkov,
     as_block_model,
+    block_marginals,
     context_free_model,
     dirichlet_model,
     mixture_model,
@@ -48,4 +67,8 @@ __all__ = [
     "dirichlet_model", "generate",
     "mixture_model", "prefix_law", "sample_blocks", "sequence_probability", "shifted_model", "tabulated_model",
     "zipf_model", "StaticTreeBound", "StaticTreeTraversal", "static_tree_bound", "static_tree_paths",
+    "MAX_ORACLE_CELLS", "LogGrowthFit", "NodeBudgetComparison", "OracleTreeBound", "fit_log_growth",
+    "node_budget_comparison", "oracle_tree_bound", "static_branchings",
+    "BLOCK_DRAFT_LAWS", "ArgmaxChain", "BlockDraftLaw", "MarginalProduct", "TopKMarkov", "block_marginals",
+    "BlockDraftLawBounds", "block_draft_law_bounds",
 ]

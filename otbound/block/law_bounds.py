@@ -6,11 +6,15 @@ single-iteration lossless verifier of that scheme has ``E[τ] = U_causal`` (the 
 docs/theory/block-bounds.md over the tuples) and every coupling ``E[τ] ≤ U_joint`` (the block OT);
 both read only the tuples and their probabilities (:func:`otbound.block._plain.causal_lp_tuples`,
 :func:`otbound.block._plain.joint_ot_tuples`), so one function serves every scheme.
+:func:`block_draft_law_bounds` gives both, and the best verifier, for the block laws of block-diffusion
+drafters (:data:`otbound.block.BLOCK_DRAFT_LAWS`: one block drawn at once from per-position outputs).
 :func:`merged_tuple_law_bracket` brackets U_causal of a scheme on merged models (kept tokens and one
 cell ⊥ per prefix, :func:`otbound.block.merged_bound_bracket`) for real vocabularies.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,7 +22,9 @@ from otbound._validation import InvalidInputError, check_positive_int
 from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
 from otbound.block._tree import build_tree
 from otbound.block._truncate import merged_tree
-from otbound.block.bounds import BlockBracket
+from otbound.block.bounds import BlockBracket, block_bound
+from otbound.block.models import BLOCK_DRAFT_LAWS, BlockDraftLaw
+from otbound.block.verifiers import BLOCK_VERIFIERS
 from otbound.block.verifiers._base import DraftLawBounds, _models
 
 
@@ -145,3 +151,113 @@ def merged_tuple_law_bracket(target, draft, law, *, vocab_size: int, block_len: 
         truncated_target_mass=max(0.0, float(1.0 - tree.p_path[leaves][kept].sum())),
         truncated_draft_mass=float(probs[out].sum() / probs.sum()), nodes_evaluated=trunc.nodes_evaluated,
     )
+
+
+@dataclass
+class BlockDraftLawBounds:
+    """The bounds of one block draft law of a block-diffusion drafter and its best verifier.
+
+    Returned by :func:`otbound.block.law_bounds.block_draft_law_bounds`. One block is drafted
+    (K = 1), so block verification (Sun et al. 2403.10444) is the best lossless single-iteration
+    verifier: its exact ``E[τ]`` equals U_causal.
+
+    Attributes
+    ----------
+    law : str
+        The block draft law's name (:data:`otbound.block.BLOCK_DRAFT_LAWS`).
+    causal, joint : float
+        U_causal ≤ U_joint of the law (E[τ], bonus excluded).
+    verifier : str
+        The best verifier's registry name (:data:`otbound.block.BLOCK_VERIFIERS`), ``"block"``.
+    verifier_acceptance : float
+        Its exact E[τ] on this law (by enumeration of the draft blocks).
+    token_acceptance : float
+        Exact E[τ] of speculative sampling token by token (``"token"``), the verification engines
+        deploy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.block import context_free_model
+    >>> from otbound.block.law_bounds import block_draft_law_bounds
+    >>> b = block_draft_law_bounds(context_free_model([0.5, 0.5]), "argmax_chain", [[0.6, 0.4], [0.6, 0.4]])
+    >>> round(b.causal, 12), round(b.verifier_acceptance, 12)      # the chain (0, 0): 0.5 + 0.25
+    (0.75, 0.75)
+    """
+
+    law: str
+    causal: float
+    joint: float
+    verifier: str
+    verifier_acceptance: float
+    token_acceptance: float
+
+
+def block_draft_law_bounds(target, law, marginals, transitions=None, *, vocab_size: int | None = None
+                           ) -> BlockDraftLawBounds:
+    """U_causal, U_joint and the best verifier of a block-diffusion drafter's block law.
+
+    The law (:data:`otbound.block.BLOCK_DRAFT_LAWS`) turns the drafter's per-position marginals
+    (and neighbour transitions) into the law of one drafted block of ``L`` tokens
+    (:meth:`otbound.block.BlockDraftLaw.law_model`); its bounds are those of one draft block,
+    :func:`otbound.block_bound` with K = 1 (the causal and joint LPs of docs/theory/block-bounds.md),
+    and block verification attains U_causal.
+
+    Parameters
+    ----------
+    target : BlockModel or callable
+        The target, ``prefix -> next-token law``.
+    law : str or BlockDraftLaw
+        ``"marginal_product"``, ``"argmax_chain"``, ``"topk_markov"`` or a law object
+        (e.g. ``TopKMarkov(3)``).
+    marginals : array_like
+        ``(L, V)`` per-position laws of the drafter.
+    transitions : array_like, optional
+        ``(L − 1, V, V)`` neighbour transitions (``topk_markov``).
+    vocab_size : int, optional
+        Needed when ``target`` is a plain callable (default: the marginals' V).
+
+    Returns
+    -------
+    BlockDraftLawBounds
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        An unknown law name, marginals or transitions that are not laws, a target over another
+        vocabulary, or a block too large to enumerate (``V^L``).
+
+    References
+    ----------
+    Sun et al., "Block verification accelerates speculative decoding", arXiv 2403.10444.
+
+    Examples
+    --------
+    A drafter that learned the target's own marginals of a copying target: the product is
+    incoherent (its second token ignores the first), the Markov selector is not.
+
+    >>> from otbound.block import BLOCK_DRAFT_LAWS, block_marginals, tabulated_model
+    >>> from otbound.block.law_bounds import block_draft_law_bounds
+    >>> target = tabulated_model({(): [0.5, 0.5], (0,): [1, 0], (1,): [0, 1]}, 2, default=[0.5, 0.5])
+    >>> m, t = block_marginals(target, 2)
+    >>> round(block_draft_law_bounds(target, "marginal_product", m).causal, 12)
+    1.5
+    >>> round(block_draft_law_bounds(target, "topk_markov", m, t).causal, 12)
+    2.0
+    """
+    if isinstance(law, str):
+        if law not in BLOCK_DRAFT_LAWS:
+            raise InvalidInputError(f"unknown block draft law {law!r}; choose from {sorted(BLOCK_DRAFT_LAWS)}")
+        law = BLOCK_DRAFT_LAWS[law]
+    if not isinstance(law, BlockDraftLaw):
+        raise InvalidInputError(f"law must be a name of BLOCK_DRAFT_LAWS or a BlockDraftLaw, got {law!r}")
+    draft = law.law_model(marginals, transitions)
+    v = draft.vocab_size if vocab_size is None else check_positive_int(vocab_size, "vocab_size")
+    target, draft = _models(target, draft, v)
+    length = int(np.asarray(marginals).shape[0])
+    args = dict(vocab_size=v, num_drafts=1, block_len=length)
+    causal = block_bound(target, draft, kind="causal", **args).value
+    joint = block_bound(target, draft, kind="joint", **args).value
+    best = BLOCK_VERIFIERS["block"].acceptance(target, draft, **args)
+    token = BLOCK_VERIFIERS["token"].acceptance(target, draft, **args)
+    return BlockDraftLawBounds(law.name, causal, joint, "block", best, token)

@@ -15,6 +15,9 @@ approximate (derivations: ``docs/theory/drafter-objectives.md``):
   ``a_j = ⟨p_j, q_j⟩`` (target laws), maximised.
 * :func:`expected_accepted_length` — the exact ``E[τ]`` (bonus token excluded) under token-level
   or block verification, from per-position (or prefix-conditional) laws.
+* :func:`block_law_gains` — per block draft law of a block-diffusion drafter
+  (:data:`otbound.block.BLOCK_DRAFT_LAWS`), E[τ] at the cross-entropy optimum against the family's
+  ceiling: what any objective can gain at most.
 
 **What the chain term is** (derived; tests check it). The summary form
 ``(1/(L−1)) Σ_k Π_{j≤k} p_j`` is ``E[τ]`` up to scale *only* when ``p_j`` is the drafter's
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 import torch
 
 from otbound._validation import InvalidInputError
+from otbound.objectives._ceilings import BlockLawGains, block_law_gains
 from otbound.objectives._exact import (
     MAX_PATHS,
     VERIFICATIONS,
@@ -62,11 +66,13 @@ from otbound.objectives._losses import chain, check_logits, checked, first_error
 
 __all__ = [
     "ABLATION",
+    "BlockLawGains",
     "MAX_PATHS",
     "VERIFICATIONS",
     "DrafterObjective",
     "LossTerms",
     "accepted_length_survival",
+    "block_law_gains",
     "chain_term",
     "conditional_accepted_length",
     "expected_accepted_length",
