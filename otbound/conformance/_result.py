@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from otbound._io import write_text_atomic
+from otbound._io import json_text, write_text_atomic
 
 
 @dataclass
@@ -411,7 +410,7 @@ class ConformanceResult:
         """Write ``report.json`` and ``report.md`` into directory ``out`` (atomic: temp file + rename)."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(out / "report.json", json.dumps(self.to_dict(), indent=1) + "\n")
+        write_text_atomic(out / "report.json", json_text(self.to_dict(), indent=1) + "\n")
         write_text_atomic(out / "report.md", self.to_markdown())
         return out
 
