@@ -27,10 +27,12 @@ duration of a ``with`` block, by versions that answer through ``coin`` and ``dra
 * a generator that was made before the block and draws inside it (a numpy ``Generator``,
   ``RandomState`` or bit generator, a ``random.Random``, a ``torch.Generator`` held by a variable of
   any calling frame or an attribute of one, and the global generators of numpy, ``random`` and
-  torch) is found by its state: the states are recorded on entry and compared before every
-  ``coin`` / ``draw`` and on exit; a change raises a ``ConformanceError`` naming the generator and
+  torch) is found by its state: the states are recorded on entry and compared on exit; a change
+  raises a ``ConformanceError`` naming the generator and
   the variable holding it. The error is also recorded, so that a verifier that catches it gets no
-  verdict (the kit raises it again when the verifier returns).
+  verdict (the kit raises it again when the verifier returns). Generators held by ``coin`` and
+  ``draw`` themselves (:func:`otbound.conformance.as_sampler` samples them from one) are not
+  watched.
 
 Inside the block torch runs on one intra-op thread (restored on exit): the tensors of an enumerated
 instance are tiny, and waking a thread pool costs far more than such an op (measured 30 ms against
@@ -85,16 +87,10 @@ class _Router:
                     "inside the block or from the rng it yields")
 
     def coin(self, prob):
-        self.check_generators("before a coin")
-        out = self._coin(prob)
-        self.states = [get() for _, get in self.watched]  # the kit's own sampler may draw (as_sampler)
-        return out
+        return self._coin(prob)
 
     def draw(self, law):
-        self.check_generators("before a draw")
-        out = self._draw(law)
-        self.states = [get() for _, get in self.watched]
-        return out
+        return self._draw(law)
 
     def new(self, shape, low=0.0, high=1.0, kind="torch", origin="torch.rand") -> LazyUniform:
         low, high = float(low), float(high)
@@ -512,6 +508,12 @@ def _same_dict(a: dict, b: dict) -> bool:
     return True
 
 
+def _generator_types() -> tuple:
+    torch = __import__("sys").modules.get("torch")
+    extra = (torch.Generator,) if torch is not None else ()
+    return (np.random.Generator, np.random.RandomState, np.random.BitGenerator, random.Random) + extra
+
+
 def _state_getter(obj):
     """``(kind, getter of its state)`` of a random generator object, else None."""
     if isinstance(obj, np.random.Generator):
@@ -528,13 +530,27 @@ def _state_getter(obj):
     return None
 
 
-def _watched_generators(frame) -> list:
+def _held_by(*fns) -> set:
+    """ids of the generators the functions hold (closure cells, bound ``__self__`` and its attributes)."""
+    types = _generator_types()
+    out = set()
+    for fn in fns:
+        inner = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if c.cell_contents is not None]
+        owner = getattr(fn, "__self__", None)
+        inner += [owner, *getattr(owner, "__dict__", {}).values()] if owner is not None else []
+        out |= {id(x) for x in inner if isinstance(x, types)}
+    return out
+
+
+def _watched_generators(frame, exclude=frozenset()) -> list:
     """The generators reachable from the calling frames (their variables, the attributes of those,
-    their modules' globals) and the global ones, as ``(label, state getter)``."""
+    their modules' globals) and the global ones, as ``(label, state getter)``; not those whose id
+    is in ``exclude``."""
     seen: dict = {}
+    types = _generator_types()
 
     def add(obj, where):
-        if id(obj) in seen:
+        if not isinstance(obj, types) or id(obj) in seen or id(obj) in exclude:
             return
         got = _state_getter(obj)
         if got is not None:
@@ -550,7 +566,10 @@ def _watched_generators(frame) -> list:
         code = frame.f_code.co_name
         for name, value in list(frame.f_locals.items()):
             add(value, f"variable {name!r} of {code}()")
-            attrs = getattr(value, "__dict__", None)
+            try:  # the instance's own attributes, without running its __getattr__
+                attrs = object.__getattribute__(value, "__dict__")
+            except Exception:  # noqa: BLE001 — no __dict__ (slots, C objects)
+                attrs = None
             if isinstance(attrs, dict) and not isinstance(value, type):
                 for attr, inner in list(attrs.items())[:64]:
                     add(inner, f"{name}.{attr} in {code}()")
@@ -622,7 +641,7 @@ def route_randomness(coin, draw):
     import torch
     import torch.distributions
 
-    r = _Router(coin, draw, _watched_generators(sys._getframe(2)))
+    r = _Router(coin, draw, _watched_generators(sys._getframe(2), exclude=_held_by(coin, draw)))
 
     def rand(*size, **kwargs):
         return r.new(_shape(size), origin="torch.rand")

@@ -39,7 +39,7 @@ import scipy.stats
 
 from otbound._backend import on_one_cpu_thread, positive_counts
 from otbound._io import json_text, safe_name, write_text_atomic
-from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
+from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_positive_int, check_sampling
 from otbound.token import SamplingParams
 
 MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
@@ -118,7 +118,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     Raises
     ------
     InvalidInputError
-        Malformed laws, an unknown verifier, or a non-positive ``batch_size``.
+        Malformed laws, an unknown verifier, a non-positive ``batch_size`` or ``mc_samples``.
 
     Examples
     --------
@@ -150,6 +150,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     unknown = [n for n in names if n not in VERIFIERS]
     if unknown:
         raise InvalidInputError(f"unknown verifier(s) {unknown}; expected names in {sorted(VERIFIERS)}")
+    mc_samples = check_positive_int(mc_samples, "mc_samples")
     ks = [check_num_drafts(k) for k in np.atleast_1d(num_drafts).tolist()]
     if not ks:
         raise InvalidInputError("num_drafts must list at least one number of drafts K")
