@@ -49,7 +49,7 @@ from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._drafting import as_drafting, top_k_tree
 from otbound.conformance._token import check_token_verifier
-from otbound.conformance._tree import MAX_BRANCHES, ConformanceError
+from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, raise_recorded
 
 DEFAULT_INSTANCES = {"token": 24, "block": 8}
 DEFAULT_VOCAB = {"token": 3, "block": 2}
@@ -257,8 +257,6 @@ def _guarded(verify):
     """``verify`` whose own exceptions (not the kit's) become ``_Crash``, reported in one line; so
     does ``SystemExit`` (a verifier calling ``sys.exit(0)`` must not end the check as "lossless").
     After the call: a routing error the verifier caught, or a time limit it swallowed, is raised."""
-    from otbound.conformance._tree import raise_recorded
-
     def call(*a):
         try:
             out = verify(*a)

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from otbound._replay import check_coin_probability, check_draw_law
+from otbound.conformance._tree import ConformanceError
+
 
 def block_adapter(verifier, *, clip: bool = True):
     """``verify(target, draft, blocks, coin, draw) -> emitted tokens`` running ``verifier.walk``.
@@ -196,17 +199,14 @@ def as_sampler(verify):
         ...
     otbound.conformance._tree.ConformanceError: draw() got a law summing to 2, not 1 (tolerance 1e-06)
     """
-    from otbound._replay import _check_law, _check_prob
-    from otbound.conformance._tree import ConformanceError
-
     def run(*args):
         *head, rng = args
 
         def coin(prob):
-            return rng.random() < _check_prob(prob, ConformanceError)
+            return rng.random() < check_coin_probability(prob, ConformanceError)
 
         def draw(law):
-            cdf = np.cumsum(_check_law(law, None, ConformanceError))
+            cdf = np.cumsum(check_draw_law(law, None, ConformanceError))
             return int(
                 min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), np.flatnonzero(cdf < cdf[-1]).size)
             )
