@@ -301,6 +301,7 @@ def test_cli_synthetic_runs(tmp_path):
     assert body["sha256"]
 
 
+@pytest.mark.filterwarnings("ignore::otbound.plan.UnstableTimingWarning")  # a loaded test machine: expected
 def test_forward_costs_measured_on_a_model():
     """On the tiny Qwen2 pair: one positive median per size, and the fitted curve through them."""
     from otbound.lm import tiny_pair
