@@ -248,3 +248,14 @@ def test_forward_costs_record_the_load_and_warn_when_loaded(monkeypatch):
     assert len(t["relative_spread"]) == 2 and all(s >= 0 for s in t["relative_spread"])
     assert curve.as_dict()["timing"] == t  # stored with the cost model
     assert np.isfinite(curve.seconds).all()
+
+
+def test_unstable_timings_are_stated_in_plan_md():
+    from otbound.plan import make_plan, plan_markdown
+
+    table = synthetic_table(num_traces=2, positions=4, max_drafts=1, verifiers=("rrs",), laws=("with_replacement",))
+    loaded = timing_stability([[0.01, 0.01]], 0.2, 9.0, 4)
+    cost = CostModel(CostCurve([1], [0.001]), CostCurve([1, 8], [0.01, 0.02], "measured (toy target)", loaded))
+    text = plan_markdown(make_plan(table, cost, max_depth=2, budgets=(2,)))
+    assert "**Unstable timings** of the target forward curve: the load average reached 9.00 on 4 CPUs" in text
+    assert "of the draft forward curve" not in text

@@ -240,6 +240,8 @@ def plan_markdown(plan: Plan, top: int = 20) -> str:
         f"({_curve_text(cm['target'])}); verification measured per verifier on {mach.get('device', '?')} "
         f"({mach.get('processor', '')}, {mach.get('cpus', '?')} CPUs, {mach.get('measured', '')}).",
         "",
+        *[f"**Unstable timings** of the {k} forward curve: {cm[k]['timing']['unstable']}; its predicted speed-ups "
+          "may mislead.\n" for k in ("draft", "target") if (cm[k].get("timing") or {}).get("unstable")],
         "Mean acceptance length = 1 + E[τ] per target call (vLLM, SGLang spec_accept_length, EAGLE); predicted along "
         "the traces with each verifier's exact per-node acceptance (positional approximation, docs/guide/planner.md); "
         "bound: the same with α* of the draft law at every node. 95% intervals cluster-robust over traces.", "",
