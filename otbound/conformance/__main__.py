@@ -49,7 +49,7 @@ from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._drafting import as_drafting, top_k_tree
 from otbound.conformance._token import check_token_verifier
-from otbound.conformance._tree import MAX_BRANCHES, ConformanceError, raise_recorded
+from otbound.conformance._tree import MAX_BRANCHES, VIOLATIONS, ConformanceError, raise_recorded
 
 DEFAULT_INSTANCES = {"token": 24, "block": 8}
 DEFAULT_VOCAB = {"token": 3, "block": 2}
@@ -258,6 +258,7 @@ def _guarded(verify):
     does ``SystemExit`` (a verifier calling ``sys.exit(0)`` must not end the check as "lossless").
     After the call: a routing error the verifier caught, or a time limit it swallowed, is raised."""
     def call(*a):
+        VIOLATIONS.clear()  # only this call's routing errors count
         try:
             out = verify(*a)
         except (ConformanceError, _Timeout, KeyboardInterrupt):

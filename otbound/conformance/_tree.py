@@ -70,9 +70,8 @@ def enumerate_outcomes(run, *, max_branches: int = MAX_BRANCHES, vocab_size: int
     >>> {y: round(pr, 12) for y, pr in sorted(law.items())}
     {0: 0.9, 1: 0.1}
     """
-    VIOLATIONS.clear()
-
     def checked_run(coin, draw):
+        VIOLATIONS.clear()  # what an earlier call left (an error that propagated) is not this run's
         value = run(coin, draw)
         raise_recorded()  # a routing error the verifier swallowed: no branch, no verdict
         return value
