@@ -279,3 +279,18 @@ def test_kit_sample_mode_summary_interval_from_its_definition():
     half = 1.959963984540054 * np.sqrt(sum((r.acceptance_se / r.optimal) ** 2 for r in kept)) / len(kept)
     line = res.efficiency_lines()[0]
     assert f"mean ± {half:.4f} at 95%" in line, line
+
+
+def test_as_sampler_raises_a_routing_error_the_verifier_caught():
+    """Python API, sample mode: the sampled coin/draw verifier swallowed the router's error."""
+
+    def swallows(p, q, drafts, coin, draw):
+        with oc.route_randomness(coin, draw):
+            try:
+                return int(np.argmax(np.random.multinomial(1, p)))
+            except Exception:  # noqa: BLE001 — the defect under test
+                return int(drafts[0])
+
+    with pytest.raises(oc.ConformanceError, match="np.random.multinomial.*caught this error"):
+        oc.check_token_verifier(oc.as_sampler(swallows), vocab_size=3, num_drafts=1, instances=1, mode="sample",
+                                samples=20)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._replay import check_coin_probability, check_draw_law
-from otbound.conformance._tree import ConformanceError
+from otbound.conformance._tree import VIOLATIONS, ConformanceError, raise_recorded
 
 
 def block_adapter(verifier, *, clip: bool = True):
@@ -171,7 +171,8 @@ def as_sampler(verify):
     inverse-CDF draw — the same algorithm, now sampled, e.g. to cross-check exact mode. Every
     probability and law is checked as exact mode checks them (a probability outside [0, 1] or not
     a number, a law with a negative or non-finite entry or not summing to 1 raise
-    :class:`~otbound.conformance.ConformanceError`).
+    :class:`~otbound.conformance.ConformanceError`), and a routing error the verifier caught is
+    raised when it returns.
 
     Parameters
     ----------
@@ -211,7 +212,10 @@ def as_sampler(verify):
                 min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), np.flatnonzero(cdf < cdf[-1]).size)
             )
 
-        return verify(*head, coin, draw)
+        VIOLATIONS.clear()
+        out = verify(*head, coin, draw)
+        raise_recorded()  # a routing error the verifier caught: no sample, no verdict
+        return out
 
     run.__qualname__ = f"as_sampler({getattr(verify, '__qualname__', 'verify')})"
     return run
