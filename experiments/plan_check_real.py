@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -186,9 +185,8 @@ def main(argv=None):
         print(f"acceptance table of {len(chosen)} traces in {args.table_cache}")
         return None
     if args.cost:
-        stored = json.loads(Path(args.cost).read_text())
-        cost = pl.CostModel(*[pl.CostCurve(stored[k]["sizes"], stored[k]["seconds"], stored[k].get("source", ""))
-                              for k in ("draft", "target")], machine=stored.get("machine", {}))
+        draft, target, machine = pl.load_cost(args.cost)  # checked: its SHA-256 and its fitted fields
+        cost = pl.CostModel(draft, target, machine=machine)
     else:
         cost = pl.synthetic_cost_model()
     r0 = chosen[0]

@@ -10,6 +10,8 @@ run never leaves a file that looks finished, and two writers never share a tempo
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import re
 import shutil
@@ -100,6 +102,49 @@ def write_text_atomic(path, text: str, *, encoding: str = "utf-8") -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding=encoding)
     return Path(path)
+
+
+def finite_json(obj, nulled: list | None = None, _where: str = ""):
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by ``None`` and numpy scalars and
+    arrays turned into Python numbers and lists, so that it is strict JSON (RFC 8259 has no NaN).
+    The places replaced are appended to ``nulled`` (as ``key[index].key`` paths), for the writer to
+    state why they are empty.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._io import finite_json
+    >>> where = []
+    >>> finite_json({"a": [1.0, float("nan")], "b": np.float64(np.inf), "c": np.arange(2)}, where)
+    {'a': [1.0, None], 'b': None, 'c': [0, 1]}
+    >>> where
+    ['a[1]', 'b']
+    """
+    if isinstance(obj, dict):
+        return {k: finite_json(v, nulled, f"{_where}.{k}" if _where else str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v, nulled, f"{_where}[{i}]") for i, v in enumerate(obj)]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):  # numpy scalar or array
+        return finite_json(obj.tolist(), nulled, _where)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        if nulled is not None:
+            nulled.append(_where)
+        return None
+    return obj
+
+
+def json_text(obj, *, indent=None, nulled: list | None = None, **kwargs) -> str:
+    """Strict JSON text of ``obj``: non-finite floats written as ``null`` (:func:`finite_json`, the
+    places listed in ``nulled``), ``allow_nan=False`` so nothing else slips through. Every JSON file
+    otbound writes goes this way.
+
+    Examples
+    --------
+    >>> from otbound._io import json_text
+    >>> json_text({"efficiency": float("nan"), "acceptance": 0.0})
+    '{"efficiency": null, "acceptance": 0.0}'
+    """
+    return json.dumps(finite_json(obj, nulled), indent=indent, allow_nan=False, **kwargs)
 
 
 def safe_name(text: str) -> str:

@@ -72,7 +72,7 @@ class _Script:
 
     def coin(self, prob) -> bool:
         if self.checked:
-            p = _check_prob(prob, self.error)
+            p = check_coin_probability(prob, self.error)
             question = ("coin", p)
         else:
             p, question = min(max(float(prob), 0.0), 1.0), None
@@ -88,7 +88,7 @@ class _Script:
 
     def draw(self, law) -> int:
         if self.checked:
-            w = _check_law(law, self.vocab_size, self.error)
+            w = check_draw_law(law, self.vocab_size, self.error)
             question = ("draw", w)
         else:
             w, question = law, None
@@ -154,7 +154,9 @@ def enumerate_outcomes(
     return out
 
 
-def _check_prob(prob, error) -> float:
+def check_coin_probability(prob, error) -> float:
+    """``prob`` as a probability (within ``PROB_SLACK`` of [0, 1], clipped), else ``error``: the
+    check of every ``coin`` in checked mode and of :func:`otbound.conformance.as_sampler`."""
     try:
         p = float(prob)
     except (TypeError, ValueError):
@@ -164,7 +166,10 @@ def _check_prob(prob, error) -> float:
     return min(1.0, max(0.0, p))
 
 
-def _check_law(law, vocab_size, error) -> np.ndarray:
+def check_draw_law(law, vocab_size, error) -> np.ndarray:
+    """``law`` as a 1-D law (non-negative, finite, summing to 1 within ``LAW_ATOL``, of
+    ``vocab_size`` entries if given), renormalised, else ``error``: the check of every ``draw`` in
+    checked mode and of :func:`otbound.conformance.as_sampler`."""
     try:
         w = np.asarray(law, dtype=np.float64)
     except (TypeError, ValueError):

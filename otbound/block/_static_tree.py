@@ -48,6 +48,38 @@ def check_branching(branching, block_len: int | None = None) -> tuple:
     return b
 
 
+#: largest static tree (nodes, the root excluded) built: each node costs a call of each model and
+#: a row of the path table (a 20-level binary tree has 2,097,150 nodes: minutes and gigabytes)
+MAX_STATIC_TREE_NODES = 200_000
+
+
+def check_static_tree_size(branching) -> int:
+    """The node count ``b_1 + b_1 b_2 + … + b_1⋯b_L`` of the tree, refused above
+    :data:`MAX_STATIC_TREE_NODES` before anything is built.
+
+    Examples
+    --------
+    >>> check_static_tree_size((2, 1))
+    4
+    >>> try:
+    ...     check_static_tree_size((2,) * 20)
+    ... except InvalidInputError as err:
+    ...     print(str(err)[:58])
+    branching (2, 2, 2, ...) of 20 levels: the static tree has
+    """
+    nodes, width = 0, 1
+    for bd in branching:
+        width *= int(bd)
+        nodes += width
+    if nodes > MAX_STATIC_TREE_NODES:
+        shown = ", ".join(str(x) for x in branching[:3]) + (", ..." if len(branching) > 3 else "")
+        raise InvalidInputError(
+            f"branching ({shown}) of {len(branching)} levels: the static tree has {nodes} nodes, above the limit "
+            f"of {MAX_STATIC_TREE_NODES} (each costs a call of each model and a row of the path table); "
+            "use fewer levels or a smaller branching")
+    return nodes
+
+
 def _children(law: np.ndarray, b: int, where) -> np.ndarray:
     support = int(np.count_nonzero(law > 0))
     if b > support:
@@ -68,6 +100,7 @@ def static_tree_paths(draft, branching, vocab_size: int | None = None) -> np.nda
     [[1, 1], [2, 1]]
     """
     b = check_branching(branching)
+    check_static_tree_size(b)
     draft = as_block_model(draft, vocab_size or draft.vocab_size, "draft")
     paths = np.zeros((1, 0), dtype=np.int64)
     for bd in b:
@@ -139,7 +172,8 @@ def static_tree_bound(target, draft, branching, *, vocab_size: int | None = None
     Raises
     ------
     InvalidInputError
-        A node whose draft law has fewer tokens of positive probability than its branching.
+        A node whose draft law has fewer tokens of positive probability than its branching; a tree
+        of more than :data:`MAX_STATIC_TREE_NODES` nodes (refused before any model call).
 
     Examples
     --------
@@ -150,6 +184,7 @@ def static_tree_bound(target, draft, branching, *, vocab_size: int | None = None
     (0.65, [0.5, 0.15])
     """
     b = check_branching(branching)
+    check_static_tree_size(b)
     v = vocab_size or getattr(target, "vocab_size", None)
     if v is None:
         raise InvalidInputError("pass the target as a BlockModel or give vocab_size")

@@ -23,7 +23,11 @@ at token level, ``--batch`` in exact mode, …), an unimportable module or funct
 signature does not fit the level and mode, a verifier that raised or broke the kit's contract (bad
 probability, nondeterminism, a token verifier run at block level), an impossible instance request,
 an ``--out`` that is not a writable directory, or a check that ran past ``--time-limit`` (default
-600 s) or ``--max-branches`` (default 200,000 branches per draft tuple).
+600 s) or ``--max-branches`` (default 200,000 branches per draft tuple). A verifier that calls
+``sys.exit`` is a verifier that raised (exit 2, no verdict); one that catches the time-limit
+interruption is interrupted again every second and, if it still goes on, stopped
+:data:`HARD_STOP_SECONDS` later (exit 2, nothing written). Ctrl-C: one line, exit 130, no report.
+A verdict (0 or 1) is only ever given after a completed check.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from otbound import InvalidInputError
@@ -44,7 +49,7 @@ from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._drafting import as_drafting, top_k_tree
 from otbound.conformance._token import check_token_verifier
-from otbound.conformance._tree import MAX_BRANCHES, ConformanceError
+from otbound.conformance._tree import MAX_BRANCHES, VIOLATIONS, ConformanceError, raise_recorded
 
 DEFAULT_INSTANCES = {"token": 24, "block": 8}
 DEFAULT_VOCAB = {"token": 3, "block": 2}
@@ -52,6 +57,9 @@ DEFAULT_BLOCK_LEN = 2
 DEFAULT_OUT = "conformance-report"
 #: seconds a whole check may run (a verifier that never returns is stopped)
 DEFAULT_TIME_LIMIT = 600.0
+#: seconds past the time limit after which a verifier that keeps catching the interruption is
+#: stopped with the process (one line on stderr, exit status 2)
+HARD_STOP_SECONDS = 5.0
 SIGNATURES = {
     ("token", "exact"): "verify(p, q, drafts, coin, draw) -> token",
     ("token", "sample"): "verify(p, q, drafts, rng) -> token",
@@ -246,15 +254,21 @@ def _check_out(out: str) -> Path:
 
 
 def _guarded(verify):
-    """``verify`` whose own exceptions (not the kit's) become ``_Crash``, reported in one line."""
-
+    """``verify`` whose own exceptions (not the kit's) become ``_Crash``, reported in one line; so
+    does ``SystemExit`` (a verifier calling ``sys.exit(0)`` must not end the check as "lossless").
+    After the call: a routing error the verifier caught, or a time limit it swallowed, is raised."""
     def call(*a):
+        VIOLATIONS.clear()  # only this call's routing errors count
         try:
-            return verify(*a)
-        except (ConformanceError, _Timeout):
+            out = verify(*a)
+        except (ConformanceError, _Timeout, KeyboardInterrupt):
             raise
-        except Exception as exc:  # noqa: BLE001 — the user's code: any failure is reported, never a traceback
+        except BaseException as exc:  # noqa: BLE001 — the user's code, sys.exit included: reported, never a traceback
             raise _Crash(exc) from None
+        if _EXPIRED:
+            raise _Timeout
+        raise_recorded()
+        return out
 
     call.__qualname__ = getattr(verify, "__qualname__", "verify")
     if hasattr(verify, "lossless"):  # a declared flag (the package's adapters) reaches the summary
@@ -262,9 +276,21 @@ def _guarded(verify):
     return call
 
 
+_EXPIRED: list = []  # non-empty once the time limit has passed
+
+
 @contextlib.contextmanager
-def _time_limit(seconds: float):
+def _time_limit(seconds: float, message: str = "the check did not finish within its time limit"):
+    """Raise :class:`_Timeout` after ``seconds``, then every second again (a verifier may catch
+    it); :data:`HARD_STOP_SECONDS` after the limit, print ``message`` and end the process (exit 2)."""
+    _EXPIRED.clear()
+
     def stop(signum, frame):
+        _EXPIRED.append(time.monotonic())
+        if _EXPIRED[-1] - _EXPIRED[0] >= HARD_STOP_SECONDS:
+            _fail(f"error: {message} (it caught the interruption and went on: stopped)")
+            sys.stderr.flush()
+            os._exit(2)
         raise _Timeout
 
     if not hasattr(signal, "setitimer") or os.name == "nt":
@@ -275,12 +301,13 @@ def _time_limit(seconds: float):
     except ValueError:  # not the main thread: no alarm
         yield
         return
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        _EXPIRED.clear()
 
 
 def _run(args):
@@ -305,12 +332,15 @@ def _run(args):
                       max_branches=MAX_BRANCHES if args.max_branches is None else args.max_branches)  # fmt: skip
     else:
         common.update(batch=args.batch, samples=args.samples)
-    with _time_limit(args.time_limit):
+    limit = f"{args.function} did not finish within --time-limit {args.time_limit:g} s"
+    with _time_limit(args.time_limit, limit):
         if args.level == "token":
             result = check_token_verifier(_guarded(verify), sampling=args.sampling or "with_replacement", **common)
         else:
             block_len = DEFAULT_BLOCK_LEN if args.block_len is None else args.block_len
             result = check_block_verifier(_guarded(verify), block_len=block_len, drafting=drafting, **common)
+        if _EXPIRED:  # the limit passed while the kit's own code ran: the check is not complete
+            raise _Timeout
     return result, out
 
 
@@ -321,6 +351,9 @@ def main(argv=None) -> int:
         _check_options(args)
         result, out = _run(args)
         result.write(out)
+    except KeyboardInterrupt:
+        print("python -m otbound.conformance: interrupted; no verdict, no report written", file=sys.stderr)
+        return 130
     except _UsageError as exc:
         return _fail(f"error: {exc}")
     except _Timeout:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from otbound._replay import check_coin_probability, check_draw_law
+from otbound.conformance._tree import VIOLATIONS, ConformanceError, raise_recorded
+
 
 def block_adapter(verifier, *, clip: bool = True):
     """``verify(target, draft, blocks, coin, draw) -> emitted tokens`` running ``verifier.walk``.
@@ -165,7 +168,11 @@ def token_sample_adapter(verifier):
 def as_sampler(verify):
     """A coin/draw verifier as a black box for mode="sample": ``f(*args, rng)`` runs
     ``verify(*args, coin, draw)`` with ``coin(prob) = rng.random() < prob`` and ``draw(law)`` an
-    inverse-CDF draw — the same algorithm, now sampled, e.g. to cross-check exact mode.
+    inverse-CDF draw — the same algorithm, now sampled, e.g. to cross-check exact mode. Every
+    probability and law is checked as exact mode checks them (a probability outside [0, 1] or not
+    a number, a law with a negative or non-finite entry or not summing to 1 raise
+    :class:`~otbound.conformance.ConformanceError`), and a routing error the verifier caught is
+    raised when it returns.
 
     Parameters
     ----------
@@ -188,18 +195,27 @@ def as_sampler(verify):
     >>> p, q = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.25, 0.25])
     >>> run(p, q, np.array([0, 1]), np.random.default_rng(0)) in (0, 1, 2)
     True
+    >>> as_sampler(lambda p, q, drafts, coin, draw: draw(2 * p))(p, q, [0], np.random.default_rng(0))
+    Traceback (most recent call last):
+        ...
+    otbound.conformance._tree.ConformanceError: draw() got a law summing to 2, not 1 (tolerance 1e-06)
     """
-
     def run(*args):
         *head, rng = args
 
+        def coin(prob):
+            return rng.random() < check_coin_probability(prob, ConformanceError)
+
         def draw(law):
-            cdf = np.cumsum(np.asarray(law, dtype=np.float64))
+            cdf = np.cumsum(check_draw_law(law, None, ConformanceError))
             return int(
                 min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), np.flatnonzero(cdf < cdf[-1]).size)
             )
 
-        return verify(*head, lambda prob: rng.random() < prob, draw)
+        VIOLATIONS.clear()
+        out = verify(*head, coin, draw)
+        raise_recorded()  # a routing error the verifier caught: no sample, no verdict
+        return out
 
     run.__qualname__ = f"as_sampler({getattr(verify, '__qualname__', 'verify')})"
     return run

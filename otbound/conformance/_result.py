@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from otbound._io import write_text_atomic
+from otbound._io import atomic_path, json_text
 
 
 @dataclass
@@ -408,11 +407,13 @@ class ConformanceResult:
         return "\n".join(out) + "\n"
 
     def write(self, out) -> Path:
-        """Write ``report.json`` and ``report.md`` into directory ``out`` (atomic: temp file + rename)."""
+        """Write ``report.json`` (strict JSON) and ``report.md`` into directory ``out``, as a pair: both
+        complete under temporary names before either replaces its predecessor."""
         out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(out / "report.json", json.dumps(self.to_dict(), indent=1) + "\n")
-        write_text_atomic(out / "report.md", self.to_markdown())
+        texts = {"report.json": json_text(self.to_dict(), indent=1) + "\n", "report.md": self.to_markdown()}
+        with atomic_path(out / "report.json") as tmp_json, atomic_path(out / "report.md") as tmp_md:
+            tmp_json.write_text(texts["report.json"], encoding="utf-8")
+            tmp_md.write_text(texts["report.md"], encoding="utf-8")
         return out
 
 

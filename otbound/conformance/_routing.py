@@ -21,8 +21,18 @@ duration of a ``with`` block, by versions that answer through ``coin`` and ``dra
   semantics, routed under the router, sampled with torch outside it).
 * any other use of a routed uniform (arithmetic before the comparison, ``log``, ``.item()``,
   conversion to numpy) and the calls the router cannot express (``Tensor.exponential_``,
-  ``torch.randn``, ``torch.randint``, ``torch.randperm``, ``torch.normal`` …) raise
-  :class:`~otbound.conformance.ConformanceError` naming the call.
+  ``torch.randn``, ``torch.randint``, ``torch.randperm``, ``torch.normal``, every other function of
+  ``np.random`` such as ``np.random.multinomial``, every other function of Python's ``random``
+  such as ``random.choices``) raise :class:`~otbound.conformance.ConformanceError` naming the call.
+* a generator that was made before the block and draws inside it (a numpy ``Generator``,
+  ``RandomState`` or bit generator, a ``random.Random``, a ``torch.Generator`` held by a variable of
+  any calling frame or an attribute of one, and the global generators of numpy, ``random`` and
+  torch) is found by its state: the states are recorded on entry and compared on exit; a change
+  raises a ``ConformanceError`` naming the generator and
+  the variable holding it. The error is also recorded, so that a verifier that catches it gets no
+  verdict (the kit raises it again when the verifier returns). Generators held by ``coin`` and
+  ``draw`` themselves (:func:`otbound.conformance.as_sampler` samples them from one) are not
+  watched.
 
 Inside the block torch runs on one intra-op thread (restored on exit): the tensors of an enumerated
 instance are tiny, and waking a thread pool costs far more than such an op (measured 30 ms against
@@ -41,7 +51,7 @@ import random
 
 import numpy as np
 
-from otbound.conformance._tree import ConformanceError
+from otbound.conformance._tree import ConformanceError, violation
 
 _OPS = {  # name of the comparison -> (operator, is it "u below t")
     "lt": "<", "less": "<", "__lt__": "<",
@@ -60,10 +70,27 @@ _ACTIVE: list = []
 class _Router:
     """The state of one ``with route_randomness(...)`` block: the interval known for every uniform."""
 
-    def __init__(self, coin, draw):
-        self.coin, self.draw = coin, draw
+    def __init__(self, coin, draw, watched=()):
+        self._coin, self._draw = coin, draw
         self.lo: list[float] = []
         self.hi: list[float] = []
+        self.watched = list(watched)  # (label, state getter)
+        self.states = [get() for _, get in self.watched]
+
+    def check_generators(self, where: str) -> None:
+        """Raise (and record) if a watched generator drew since the last check."""
+        for i, (label, get) in enumerate(self.watched):
+            if not _same_state(get(), self.states[i]):
+                raise violation(
+                    f"{label} drew random numbers under route_randomness (seen {where}): a generator made before "
+                    "the block cannot be routed to coin / draw; draw from torch.rand / np.random.default_rng() "
+                    "inside the block or from the rng it yields")
+
+    def coin(self, prob):
+        return self._coin(prob)
+
+    def draw(self, law):
+        return self._draw(law)
 
     def new(self, shape, low=0.0, high=1.0, kind="torch", origin="torch.rand") -> LazyUniform:
         low, high = float(low), float(high)
@@ -213,7 +240,7 @@ class LazyUniform:
         raise lazy[0]._unroutable(f"torch.{name}" if not name.startswith("__") else name)
 
     def _unroutable(self, what: str) -> ConformanceError:
-        return ConformanceError(
+        return violation(
             f"{what} was applied to a uniform drawn by {self._origin} under route_randomness before any comparison "
             "with a threshold; only u < t, u <= t, u > t, u >= t can be routed to coin (compare the uniform "
             "itself, e.g. write u * a < b as u < b / a, or route the draw with draw())"
@@ -436,20 +463,123 @@ class RoutedGenerator:
         return self.choice(np.arange(lo, hi), size=size)
 
     def __getattr__(self, name):
-        raise ConformanceError(
-            f"rng.{name} cannot be routed to coin / draw (routed: random, uniform, choice, integers)"
-        )
+        raise violation(f"rng.{name} cannot be routed to coin / draw (routed: random, uniform, choice, integers)")
 
 
 def _unroutable_call(name: str):
     def fn(*args, **kwargs):
-        raise ConformanceError(
+        raise violation(
             f"{name} was called under route_randomness: it cannot be routed to coin / draw"
             + (" (an exponential race: replace the argmax of probs / E with otbound.conformance.exponential_race)"
                if "exponential" in name else "")  # fmt: skip
         )
 
     return fn
+
+
+#: ``np.random`` functions routed (the rest of its random functions raise under the router)
+_NP_ROUTED = {"random", "random_sample", "sample", "ranf", "rand", "uniform", "choice", "default_rng"}
+#: ``np.random`` names that draw nothing (classes, state handling)
+_NP_INERT = {"seed", "get_state", "set_state", "get_bit_generator", "set_bit_generator", "bit_generator", "mtrand"}
+#: Python ``random`` functions routed (the rest of its module-level random functions raise)
+_PY_ROUTED = {"random", "uniform"}
+_PY_INERT = {"seed", "getstate", "setstate"}
+
+
+def _same_state(a, b) -> bool:
+    if hasattr(a, "shape") and hasattr(a, "dtype"):  # a torch ByteTensor state
+        return bool(a.shape == b.shape and (a == b).all())
+    return a == b if not isinstance(a, dict) else _same_dict(a, b)
+
+
+def _same_dict(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or not _same_dict(x, y):
+                return False
+        elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not np.array_equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _generator_types() -> tuple:
+    torch = __import__("sys").modules.get("torch")
+    extra = (torch.Generator,) if torch is not None else ()
+    return (np.random.Generator, np.random.RandomState, np.random.BitGenerator, random.Random) + extra
+
+
+def _state_getter(obj):
+    """``(kind, getter of its state)`` of a random generator object, else None."""
+    if isinstance(obj, np.random.Generator):
+        return f"a numpy Generator ({type(obj.bit_generator).__name__})", lambda: obj.bit_generator.state
+    if isinstance(obj, np.random.RandomState):
+        return "a numpy RandomState", lambda: obj.get_state(legacy=False)
+    if isinstance(obj, np.random.BitGenerator):
+        return f"a numpy {type(obj).__name__} bit generator", lambda: obj.state
+    if isinstance(obj, random.Random):
+        return "a random.Random", obj.getstate
+    torch = __import__("sys").modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Generator):
+        return "a torch.Generator", obj.get_state
+    return None
+
+
+def _held_by(*fns) -> set:
+    """ids of the generators the functions hold (closure cells, bound ``__self__`` and its attributes)."""
+    types = _generator_types()
+    out = set()
+    for fn in fns:
+        inner = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if c.cell_contents is not None]
+        owner = getattr(fn, "__self__", None)
+        inner += [owner, *getattr(owner, "__dict__", {}).values()] if owner is not None else []
+        out |= {id(x) for x in inner if isinstance(x, types)}
+    return out
+
+
+def _watched_generators(frame, exclude=frozenset()) -> list:
+    """The generators reachable from the calling frames (their variables, the attributes of those,
+    their modules' globals) and the global ones, as ``(label, state getter)``; not those whose id
+    is in ``exclude``."""
+    seen: dict = {}
+    types = _generator_types()
+
+    def add(obj, where):
+        if not isinstance(obj, types) or id(obj) in seen or id(obj) in exclude:
+            return
+        got = _state_getter(obj)
+        if got is not None:
+            seen[id(obj)] = (f"{got[0]} ({where})", got[1])
+
+    add(np.random.mtrand._rand, "numpy's global generator, behind np.random.*")
+    add(random._inst, "Python's global generator, behind random.*")
+    torch = __import__("sys").modules.get("torch")
+    if torch is not None:
+        add(torch.default_generator, "torch's default generator")
+    done_globals = set()
+    while frame is not None:
+        code = frame.f_code.co_name
+        for name, value in list(frame.f_locals.items()):
+            add(value, f"variable {name!r} of {code}()")
+            try:  # the instance's own attributes, without running its __getattr__
+                attrs = object.__getattribute__(value, "__dict__")
+            except Exception:  # noqa: BLE001 — no __dict__ (slots, C objects)
+                attrs = None
+            if isinstance(attrs, dict) and not isinstance(value, type):
+                for attr, inner in list(attrs.items())[:64]:
+                    add(inner, f"{name}.{attr} in {code}()")
+        g = frame.f_globals
+        if id(g) not in done_globals:
+            done_globals.add(id(g))
+            for name, value in list(g.items()):
+                add(value, f"global {name!r} of {g.get('__name__', '?')}")
+        frame = frame.f_back
+    return list(seen.values())
 
 
 @contextlib.contextmanager
@@ -506,10 +636,12 @@ def route_randomness(coin, draw):
     """
     if _ACTIVE:
         raise ConformanceError("route_randomness blocks cannot be nested")
+    import sys
+
     import torch
     import torch.distributions
 
-    r = _Router(coin, draw)
+    r = _Router(coin, draw, _watched_generators(sys._getframe(2), exclude=_held_by(coin, draw)))
 
     def rand(*size, **kwargs):
         return r.new(_shape(size), origin="torch.rand")
@@ -541,12 +673,24 @@ def route_randomness(coin, draw):
         (torch.Tensor, "bernoulli", _bernoulli),
         (torch.distributions.Categorical, "sample", _categorical_sample),
         (np.random, "random", np_random),
+        (np.random, "random_sample", np_random),
+        (np.random, "sample", np_random),
+        (np.random, "ranf", np_random),
         (np.random, "rand", np_rand),
         (np.random, "uniform", gen.uniform),
         (np.random, "choice", gen.choice),
         (np.random, "default_rng", lambda *a, **k: gen),
         (random, "random", py_random),
+        (random, "uniform", lambda a, b: r.new((), min(a, b), max(a, b), "numpy", "random.uniform")),
     ]
+    for name in sorted(set(getattr(np.random, "__all__", ())) - _NP_ROUTED - _NP_INERT):
+        if callable(getattr(np.random, name, None)) and not isinstance(getattr(np.random, name), type):
+            patches.append((np.random, name, _unroutable_call(f"np.random.{name}")))
+    for name in dir(random):
+        fn = getattr(random, name)
+        if (not name.startswith("_") and name not in _PY_ROUTED | _PY_INERT
+                and getattr(fn, "__self__", None) is random._inst):
+            patches.append((random, name, _unroutable_call(f"random.{name}")))
     for name in ("randn", "randn_like", "randint", "randint_like", "randperm", "normal", "poisson"):
         patches.append((torch, name, _unroutable_call(f"torch.{name}")))
     for name in ("exponential_", "normal_", "random_", "geometric_", "cauchy_", "log_normal_", "bernoulli_"):
@@ -560,6 +704,7 @@ def route_randomness(coin, draw):
         for obj, name, fn in patches:
             setattr(obj, name, fn)
         yield gen
+        r.check_generators("at the end of the block")
     finally:
         torch.set_num_threads(threads)
         for obj, name, fn in saved:

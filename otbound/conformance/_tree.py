@@ -15,6 +15,24 @@ from otbound import InvalidInputError
 from otbound._replay import MAX_BRANCHES
 from otbound._replay import enumerate_outcomes as _enumerate
 
+#: routing violations raised inside a verifier, kept here so that a verifier swallowing the error
+#: (``except Exception``) still gets no verdict: the kit raises the first after the verifier returns
+VIOLATIONS: list = []
+
+
+def raise_recorded() -> None:
+    """Raise the first routing violation recorded since the last call (and forget them all)."""
+    if VIOLATIONS:
+        first = VIOLATIONS[0]
+        VIOLATIONS.clear()
+        raise ConformanceError(f"{first} (the verifier caught this error and went on; no verdict is given)")
+
+
+def violation(message: str) -> ConformanceError:
+    """A :class:`ConformanceError` of ``message``, recorded in :data:`VIOLATIONS`."""
+    VIOLATIONS.append(message)
+    return ConformanceError(message)
+
 
 class ConformanceError(InvalidInputError):
     """The verifier under test broke the kit's contract (bad probability or law, nondeterminism,
@@ -52,4 +70,11 @@ def enumerate_outcomes(run, *, max_branches: int = MAX_BRANCHES, vocab_size: int
     >>> {y: round(pr, 12) for y, pr in sorted(law.items())}
     {0: 0.9, 1: 0.1}
     """
-    return _enumerate(run, max_branches=max_branches, vocab_size=vocab_size, checked=True, error=ConformanceError)
+    def checked_run(coin, draw):
+        VIOLATIONS.clear()  # what an earlier call left (an error that propagated) is not this run's
+        value = run(coin, draw)
+        raise_recorded()  # a routing error the verifier swallowed: no branch, no verdict
+        return value
+
+    return _enumerate(checked_run, max_branches=max_branches, vocab_size=vocab_size, checked=True,
+                      error=ConformanceError)

@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from otbound._io import atomic_path
+from otbound._io import atomic_path, json_text
 from otbound.lm._errors import HashMismatchError
 from otbound.lm._wheels import PinnedWheel, cache_root, ensure_wheels, wheel_member, wheels_dir
 
@@ -337,7 +337,7 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
             tok.save_pretrained(str(out))
             from otbound._integrity import folder_manifest
 
-            (out / _MARKER).write_text(json.dumps({
+            (out / _MARKER).write_text(json_text({
                 "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
                 "parts": [p.spec for p in model.parts], "licence": model.licence,
                 "torch": torch.__version__, "files": folder_manifest(out),

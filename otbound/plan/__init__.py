@@ -32,6 +32,8 @@ from otbound.plan._acceptance import (
 from otbound.plan._cost import (
     CostCurve,
     CostModel,
+    UnstableTimingWarning,
+    load_cost,
     machine_description,
     measure_forward_costs,
     measure_verify_costs,
@@ -64,7 +66,8 @@ from otbound.plan._tree import TreeShapeVerifier
 
 __all__ = [
     "DEFAULT_BUDGETS", "DEFAULT_VERIFIERS", "AcceptanceTable", "Candidate", "CostCurve", "CostModel", "Plan",
-    "best_by_budget", "best_tree", "chain_shape", "evaluate", "load_run_traces", "machine_description",
+    "UnstableTimingWarning", "best_by_budget", "best_tree", "chain_shape", "evaluate", "load_cost",
+    "load_run_traces", "machine_description",
     "make_plan", "measure_forward_costs", "measure_table", "measure_verify_costs", "pareto_front", "plan_figure",
     "plan_markdown", "shape_label", "synthetic_cost_model", "synthetic_laws", "synthetic_table",
     "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "TreeShapeVerifier",

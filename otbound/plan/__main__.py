@@ -3,25 +3,36 @@
 Sources (one of): a report's run folder (``RUN``, its ``traces/``), ``--collect`` (sample the
 traces of ``--pair`` here, into ``<out>/traces``), ``--synthetic`` (a synthetic pair, seconds).
 Cost model (one of, except with ``--synthetic``): ``--device DEV`` (the pair's forward times
-measured there, stored in ``<out>/cost.json`` with the machine), ``--draft-cost`` and
-``--target-cost`` (``n:seconds,...`` curves measured elsewhere), ``--cost FILE`` (a stored
-``cost.json``). Verification time is measured here on the traces' laws.
+measured there, stored in ``<out>/cost.json`` with the machine, its load while measuring and its
+SHA-256), ``--draft-cost`` and ``--target-cost`` (``n:seconds,...`` curves measured elsewhere),
+``--cost FILE`` (a stored ``cost.json``, refused when edited; not together with the curves).
+Verification time is measured here on the traces' laws.
 
-Bad input (an empty or mixed run folder, a budget below one node, a depth beyond the traces, a
-cost curve with non-positive times, ...) exits 2 with one line and writes nothing.
+Bad input (an empty or mixed run folder, a budget below one node or too large to search, a depth
+beyond the traces, a cost curve with non-positive times, a negative seed, an output path that is a
+file, no candidate, ...) exits 2 with one line and writes nothing; so does a failed write (a full
+disk). Ctrl-C exits 130 with one line. ``plan.json``, ``plan.md``, ``plan.png`` (and ``cost.json``)
+are written together, only when the whole plan succeeded: a failing rerun leaves the previous
+plan in place. One run per output folder (a second one is refused, naming the holder).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from otbound import plan as pl
+from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import SAMPLINGS, InvalidInputError
 from otbound.plan import CostCurve
+from otbound.plan._search import check_search_size
+
+#: largest forward size (new tokens) --cost-sizes may ask for
+MAX_COST_SIZE = 1 << 16
 
 PROG = "python -m otbound.plan"
 
@@ -81,30 +92,38 @@ def _given_costs(args):
 
     if (args.draft_cost is None) != (args.target_cost is None):
         raise InvalidInputError("give both --draft-cost and --target-cost (or neither)")
+    if args.cost is not None and args.draft_cost is not None:
+        raise InvalidInputError("give either --cost FILE or --draft-cost/--target-cost, not both")
     if args.draft_cost is not None:
         return CostCurve.parse(args.draft_cost, "given (--draft-cost)"), CostCurve.parse(args.target_cost,
                                                                                           "given (--target-cost)"), {}
     if args.cost is not None:
-        try:
-            stored = json.loads(Path(args.cost).read_text())
-            curves = [CostCurve(stored[k]["sizes"], stored[k]["seconds"], stored[k].get("source", "stored"))
-                      for k in ("draft", "target")]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InvalidInputError(f"--cost {args.cost}: not a readable cost.json ({exc})") from None
-        return curves[0], curves[1], stored.get("machine", {})
+        return pl.load_cost(args.cost)
     return None
 
 
 def _check_args(args):
     if sum([bool(args.run), args.synthetic, args.collect]) != 1:
         raise InvalidInputError("give exactly one source: a run folder, --collect or --synthetic")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"--out {out} is a file, not a folder")
     budgets = args.budgets
     if budgets is not None and min(budgets) < 1:
         raise InvalidInputError(f"every node budget must be at least one node, got {budgets}")
     if args.max_depth < 1:
         raise InvalidInputError(f"--max-depth must be ≥ 1, got {args.max_depth}")
+    for n in budgets or ():
+        check_search_size(n, args.max_depth)
     if (args.cost_sizes is not None and min(args.cost_sizes) < 1) or args.cost_repeats < 1 or args.cost_context < 1:
         raise InvalidInputError("--cost-sizes, --cost-repeats and --cost-context must be ≥ 1")
+    if args.cost_sizes is not None and max(args.cost_sizes) > MAX_COST_SIZE:
+        raise InvalidInputError(f"--cost-sizes {max(args.cost_sizes)}: a forward of more than {MAX_COST_SIZE} new "
+                                "tokens is not measured")
+    for flag, value, least in (("--seed", args.seed, 0), ("--mc-samples", args.mc_samples, 1),
+                               ("--num-prompts", args.num_prompts, 1), ("--max-new-tokens", args.max_new_tokens, 1)):
+        if value < least:
+            raise InvalidInputError(f"{flag} must be ≥ {least}, got {value}")
     if args.max_drafts < 1:
         raise InvalidInputError(f"--max-drafts must be ≥ 1, got {args.max_drafts}")
     unknown = [s for s in args.laws if s not in SAMPLINGS]
@@ -165,8 +184,16 @@ def run(args) -> dict:
             say(f"otbound.plan: measuring forward costs on {pair.device} ...")
             kw = dict(vocab_size=pair.vocab_size, device=pair.device, sizes=sizes, repeats=args.cost_repeats,
                       context=args.cost_context)
-            draft = pl.measure_forward_costs(pair.draft, source=f"measured ({pair.name} draft, {pair.device})", **kw)
-            target = pl.measure_forward_costs(pair.target, source=f"measured ({pair.name} target, {pair.device})", **kw)
+            with warnings.catch_warnings():  # said below in one line each
+                warnings.simplefilter("ignore", pl.UnstableTimingWarning)
+                draft = pl.measure_forward_costs(pair.draft, source=f"measured ({pair.name} draft, {pair.device})",
+                                                 **kw)
+                target = pl.measure_forward_costs(pair.target,
+                                                  source=f"measured ({pair.name} target, {pair.device})", **kw)
+            for curve in (draft, target):
+                if curve.timing.get("unstable"):
+                    print(f"{PROG}: warning: forward times of {curve.source} are unstable: "
+                          f"{curve.timing['unstable']}", file=sys.stderr)
             machine = pl.machine_description(pair.device)
         else:
             draft, target, machine = given
@@ -185,13 +212,9 @@ def run(args) -> dict:
     plan = pl.make_plan(table, cost, laws=[s for s in args.laws if s in table.optimal], max_depth=args.max_depth,
                         budgets=args.budgets or pl.DEFAULT_BUDGETS)
     plan.config.update(seconds=round(time.perf_counter() - t0, 1), command=" ".join([PROG] + sys.argv[1:]))
-    paths = pl.write_plan(plan, out)
-    if cost_dict is not None and given is None:
-        from otbound._io import write_text_atomic
-
-        write_text_atomic(out / "cost.json", json.dumps(cost_dict, indent=1))
-        paths["cost"] = out / "cost.json"
     best = plan.best()
+    paths = pl.write_plan(plan, out, extra={"cost.json": cost_dict} if cost_dict is not None and given is None
+                          else None)
     say(f"otbound.plan: best {best.draft_law} {pl.shape_label(best.shape)} with {best.verifier}: "
         f"mean acceptance length {best.mean_acceptance_length:.3f} "
         f"(bound {best.bound_mean_acceptance_length:.3f}), predicted speed-up {best.predicted_speedup:.3f}; "
@@ -199,20 +222,46 @@ def run(args) -> dict:
     return paths
 
 
+def _locked_run(args) -> dict:
+    """:func:`run` holding the output folder's lock; a folder this run created is removed again
+    if the run fails before writing into it."""
+    _check_args(args)  # before the lock: bad flags leave no folder behind
+    out = Path(args.out)
+    created = not out.exists()
+    try:
+        with output_lock(out):
+            return run(args)
+    finally:
+        if created and out.is_dir() and not any(out.iterdir()):
+            with contextlib.suppress(OSError):
+                out.rmdir()
+
+
 def main(argv=None) -> dict:
+    """Run the command line: every failure a user can cause (bad flags, a locked folder, a failed
+    write) ends in one line on stderr and exit status 2; Ctrl-C in one line and status 130. The
+    previous plan in ``--out`` is replaced only by a finished one."""
     args = parser().parse_args(argv)
     try:
-        return run(args)
-    except InvalidInputError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        return _locked_run(args)
+    except (InvalidInputError, FolderLockedError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; nothing was written (a previous plan in {args.out} is unchanged)",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+    except OSError as exc:  # e.g. a full disk: the previous plan, if any, is still in place
+        print(f"{PROG}: error: {exc.strerror or exc} ({exc.filename or args.out}); a previous plan in {args.out} "
+              "is unchanged", file=sys.stderr)
+        raise SystemExit(2) from None
     except RuntimeError as exc:  # a model that cannot be loaded
         from otbound.lm import HashMismatchError, ModelUnavailableError
 
         if not isinstance(exc, (ModelUnavailableError, HashMismatchError)):
             raise
         print(f"{PROG}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        sys.exit(2)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -18,18 +18,37 @@ on the models and device, fitted non-decreasing and interpolated piecewise linea
 along the last segment),
 or given for hardware measured elsewhere (:meth:`CostCurve.parse`). ``c_V(m)``: the median time of
 ``verifier.sample`` on ``m`` drafts at the traces' vocabulary (:func:`measure_verify_costs`).
+
+A measured curve records the machine's load while it was measured (``timing``: the 1-minute load
+average before and after, the CPU count, and per size the relative spread ``(max − min) / median``
+of the repeated timings); it is flagged unstable, with a warning, when a spread exceeds
+:data:`UNSTABLE_SPREAD` or the load exceeds the CPU count. A stored ``cost.json`` carries its
+SHA-256 and is refused when edited (:func:`load_cost`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import time
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from otbound._integrity import CorruptFileError, content_key
 from otbound._validation import InvalidInputError
 from otbound.lm import forward
+
+#: a measured curve is unstable when the relative spread ``(max − min) / median`` of the repeated
+#: timings of one size exceeds this (or the 1-minute load average exceeds the CPU count)
+UNSTABLE_SPREAD = 0.25
+
+
+class UnstableTimingWarning(UserWarning):
+    """Forward times measured on a loaded machine or with a large spread between repeats."""
 
 
 @dataclass
@@ -52,6 +71,7 @@ class CostCurve:
     sizes: list
     seconds: list
     source: str = "given"
+    timing: dict = field(default_factory=dict)
 
     def __post_init__(self):
         n = np.asarray(self.sizes, dtype=np.float64)
@@ -89,7 +109,8 @@ class CostCurve:
         return float(np.interp(n, x, y))
 
     def as_dict(self) -> dict:
-        return {"sizes": self.sizes, "seconds": self.seconds, "fitted": self.fitted, "source": self.source}
+        out = {"sizes": self.sizes, "seconds": self.seconds, "fitted": self.fitted, "source": self.source}
+        return dict(out, timing=self.timing) if self.timing else out
 
 
 def _non_decreasing(y: np.ndarray) -> np.ndarray:
@@ -144,8 +165,6 @@ class CostModel:
 
 def machine_description(device=None) -> dict:
     """Where costs were measured: platform, processor, CPU count, torch and the device's name."""
-    import os
-
     out = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
            "cpus": os.cpu_count(), "python": platform.python_version(),
            "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -162,19 +181,79 @@ def machine_description(device=None) -> dict:
     return out
 
 
+def timing_stability(times_per_size, load_before, load_after, cpus) -> dict:
+    """The ``timing`` record of a measured curve (module docstring): loads, CPU count, the relative
+    spread ``(max − min) / median`` per size, and ``unstable`` (the reason, or ``None``).
+
+    Examples
+    --------
+    >>> t = timing_stability([[1.0, 1.1, 1.0], [2.0, 3.0, 2.0]], 0.5, 0.7, 4)
+    >>> t["relative_spread"], t["unstable"]
+    ([0.1, 0.5], 'the repeated timings spread by up to 50% of their median (above 25%)')
+    >>> timing_stability([[1.0, 1.0]], 9.0, 1.0, 4)["unstable"]
+    'the load average reached 9.00 on 4 CPUs'
+    """
+    spread = [float((max(t) - min(t)) / np.median(t)) for t in times_per_size]
+    load = max(load_before, load_after)
+    reasons = []
+    if spread and max(spread) > UNSTABLE_SPREAD:
+        reasons.append(f"the repeated timings spread by up to {max(spread):.0%} of their median "
+                       f"(above {UNSTABLE_SPREAD:.0%})")
+    if load > cpus:
+        reasons.append(f"the load average reached {load:.2f} on {cpus} CPUs")
+    return {"load_before": float(load_before), "load_after": float(load_after), "cpus": int(cpus),
+            "relative_spread": [round(s, 6) for s in spread], "unstable": "; ".join(reasons) or None}
+
+
+def load_cost(path) -> tuple[CostCurve, CostCurve, dict]:
+    """The draft and target curves and the machine of a ``cost.json`` written by ``python -m
+    otbound.plan --device`` (its ``sha256`` checked, and each curve's stored ``fitted`` against
+    the fit of its ``seconds``).
+
+    Raises
+    ------
+    InvalidInputError
+        An unreadable file or one without the fields of a cost model.
+    otbound._integrity.CorruptFileError
+        A checksum that does not match, or a ``fitted`` field that disagrees with its ``seconds``
+        (the file was edited).
+    """
+    try:
+        stored = json.loads(Path(path).read_text())
+        digest = stored.pop("sha256", None)
+        curves = [CostCurve(stored[k]["sizes"], stored[k]["seconds"], stored[k].get("source", "stored"),
+                            stored[k].get("timing", {})) for k in ("draft", "target")]
+        fitted = [stored[k].get("fitted") for k in ("draft", "target")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidInputError(f"{path}: not a readable cost.json ({exc})") from None
+    if digest is None:
+        raise CorruptFileError(f"{path}: no sha256 field (a cost.json is written by --device; give curves measured "
+                               "elsewhere with --draft-cost and --target-cost)")
+    if digest != content_key(stored):
+        raise CorruptFileError(f"{path}: checksum mismatch (the file was altered or damaged)")
+    for k, c, f in zip(("draft", "target"), curves, fitted, strict=True):
+        if f is None or len(f) != len(c.fitted) or not np.allclose(f, c.fitted, rtol=1e-12, atol=0.0):
+            raise CorruptFileError(f"{path}: the {k} curve's fitted field {f} is not the fit of its seconds "
+                                   f"{c.seconds} ({c.fitted}); the file was altered")
+    return curves[0], curves[1], stored.get("machine", {})
+
+
 def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 16, 32, 64), context: int = 128,
                           repeats: int = 5, seed: int = 0, source: str = "measured") -> CostCurve:
     """Median seconds of one forward of ``model`` (a causal LM of transformers) with ``n`` new
     tokens on a KV cache of ``context`` tokens, for each ``n`` in ``sizes``: the call the decoders
     make (:func:`otbound.lm.forward`, logits of every new token); the cache is cropped back to
-    ``context`` between calls. Random token ids (the cost does not depend on them)."""
+    ``context`` between calls. Random token ids (the cost does not depend on them). The machine's
+    load and the spread of the repeats are recorded in the curve's ``timing`` (module docstring);
+    an unstable measurement warns (:class:`UnstableTimingWarning`)."""
     import torch
     from transformers import DynamicCache
 
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (1, context), generator=gen).to(device)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    secs = []
+    secs, all_times = [], []
+    load_before = os.getloadavg()[0]
     cache = DynamicCache(config=model.config)
     forward(model, ids, cache=cache)
     for n in sizes:
@@ -190,7 +269,12 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
             sync()
             times.append(time.perf_counter() - t0)
         secs.append(float(np.median(times[1:])))
-    return CostCurve(list(sizes), secs, source)
+        all_times.append(times[1:])
+    timing = timing_stability(all_times, load_before, os.getloadavg()[0], os.cpu_count() or 1)
+    if timing["unstable"]:
+        warnings.warn(f"forward times of {source} are unstable: {timing['unstable']}; the cost model may mislead "
+                      "(measure on an idle machine, or with more --cost-repeats)", UnstableTimingWarning, stacklevel=2)
+    return CostCurve(list(sizes), secs, source, timing)
 
 
 def measure_verify_costs(drafts_of, laws_at, *, repeats: int = 5, seed: int = 0) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -9,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from otbound._integrity import content_key
-from otbound._io import write_text_atomic
+from otbound._io import atomic_path, json_text
 from otbound._validation import InvalidInputError
 from otbound.plan._acceptance import AcceptanceTable, window_levels
 from otbound.plan._cost import CostModel
-from otbound.plan._search import best_tree, tree_nodes_of
+from otbound.plan._search import best_tree, check_search_size, tree_nodes_of
 from otbound.report import cluster_mean_ci, metrics_from_levels
 
 #: node budgets of the default search
@@ -124,12 +125,14 @@ class Plan:
     cost_model: dict
 
     def best(self) -> Candidate:
+        if not self.candidates:
+            raise InvalidInputError("the plan has no candidate (no verifier of its draft laws)")
         return max(self.candidates, key=lambda c: c.predicted_speedup)
 
     def as_dict(self) -> dict:
         body = {"config": self.config, "source": self.source, "cost_model": self.cost_model,
                 "candidates": [c.as_dict() for c in self.candidates], "optimum": [c.as_dict() for c in self.optimum]}
-        return json.loads(json.dumps(body, default=float))
+        return json.loads(json_text(body, default=float))
 
 
 def make_plan(table: AcceptanceTable, cost: CostModel, *, laws=None, verifiers=None, max_depth: int = 6,
@@ -144,7 +147,8 @@ def make_plan(table: AcceptanceTable, cost: CostModel, *, laws=None, verifiers=N
     ------
     InvalidInputError
         A budget below one node, a depth deeper than the traces allow, a law or verifier not in
-        the table.
+        the table, a tree search too large (:func:`otbound.plan._search.check_search_size`), or no
+        candidate at all (no verifier of any of the laws).
 
     Examples
     --------
@@ -169,6 +173,11 @@ def make_plan(table: AcceptanceTable, cost: CostModel, *, laws=None, verifiers=N
     unknown = [n for n in names if n not in table.acceptance]
     if unknown:
         raise InvalidInputError(f"verifier(s) {unknown} not measured in the table (it has {list(table.acceptance)})")
+    for n in budgets:
+        check_search_size(n, max_depth)
+    if not any(table.sampling[n] in laws for n in names):
+        raise InvalidInputError(f"no candidate to plan: no verifier measured draws from the draft law(s) {laws} "
+                                f"(measured: { {n: table.sampling[n] for n in names} })")
     kmax = table.max_drafts if max_chain_drafts is None else int(max_chain_drafts)
     candidates, optimum = [], []
     for law in laws:
@@ -231,6 +240,8 @@ def plan_markdown(plan: Plan, top: int = 20) -> str:
         f"({_curve_text(cm['target'])}); verification measured per verifier on {mach.get('device', '?')} "
         f"({mach.get('processor', '')}, {mach.get('cpus', '?')} CPUs, {mach.get('measured', '')}).",
         "",
+        *[f"**Unstable timings** of the {k} forward curve: {cm[k]['timing']['unstable']}; its predicted speed-ups "
+          "may mislead.\n" for k in ("draft", "target") if (cm[k].get("timing") or {}).get("unstable")],
         "Mean acceptance length = 1 + E[τ] per target call (vLLM, SGLang spec_accept_length, EAGLE); predicted along "
         "the traces with each verifier's exact per-node acceptance (positional approximation, docs/guide/planner.md); "
         "bound: the same with α* of the draft law at every node. 95% intervals cluster-robust over traces.", "",
@@ -271,7 +282,14 @@ def _curve_text(curve: dict) -> str:
 def plan_figure(plan: Plan, path):
     """Left: the best predicted speed-up with at most ``N`` nodes against the node budget ``N``, per
     draft law and verifier, the optimum (α*) of each law dashed above. Right: every candidate's
-    predicted speed-up against its nodes, the Pareto front drawn through."""
+    predicted speed-up against its nodes, the Pareto front drawn through. Written to ``path.png``;
+    returns that path."""
+    from otbound.report import plots
+
+    return plots.save(_plan_figure(plan), path)[0]
+
+
+def _plan_figure(plan: Plan):
     from otbound.report import plots
 
     budgets = sorted({c.shape["nodes"] for c in plan.candidates + plan.optimum})
@@ -308,19 +326,45 @@ def plan_figure(plan: Plan, path):
     ax.set_xlabel("nodes")
     ax.set_ylabel("predicted speed-up")
     ax.legend(frameon=False, fontsize=5)
-    return plots.save(fig, path)[0]
+    return fig
 
 
-def write_plan(plan: Plan, out) -> dict:
-    """Write ``plan.json`` (with its SHA-256), ``plan.md`` and ``plan.png`` under ``out``; returns
-    their paths."""
+def write_plan(plan: Plan, out, extra: dict | None = None) -> dict:
+    """Write ``plan.json`` (with its SHA-256), ``plan.md`` and ``plan.png`` under ``out``, and the
+    JSON files of ``extra`` (``{file name: JSON-able body}``, each stored with its SHA-256, e.g. the
+    measured ``cost.json``); returns their paths (keys ``json``, ``markdown``, ``figure`` and the
+    stems of ``extra``).
+
+    All of them are rendered in full under temporary names beside their targets first, then moved
+    into place one after the other (:func:`otbound._io.atomic_path`): a plan that cannot be written
+    (no candidate, a full disk, Ctrl-C) leaves the previous files as they were.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.plan import synthetic_table, synthetic_cost_model, make_plan
+    >>> table = synthetic_table(num_traces=2, positions=4, max_drafts=1, verifiers=("rrs",), laws=("with_replacement",))
+    >>> out = Path(tempfile.mkdtemp())
+    >>> paths = write_plan(make_plan(table, synthetic_cost_model(), max_depth=2, budgets=(2,)), out)
+    >>> sorted(p.name for p in out.iterdir())
+    ['plan.json', 'plan.md', 'plan.png']
+    """
+    from otbound.report import plots
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    plan.best()  # a plan without candidates is refused before anything is written
     body = plan.as_dict()
-    write_text_atomic(out / "plan.json", json.dumps(dict(body, sha256=content_key(body)), indent=1))
-    write_text_atomic(out / "plan.md", plan_markdown(plan))
-    fig = plan_figure(plan, out / "plan")
-    return {"json": out / "plan.json", "markdown": out / "plan.md", "figure": Path(fig)}
+    texts = {"plan.json": json_text(dict(body, sha256=content_key(body)), indent=1), "plan.md": plan_markdown(plan)}
+    for name, extra_body in (extra or {}).items():
+        plain = json.loads(json_text(extra_body))
+        texts[name] = json_text(dict(plain, sha256=content_key(plain)), indent=1)
+    fig = _plan_figure(plan)
+    with contextlib.ExitStack() as stack:  # every file complete under its temporary name before any replaces
+        for name, text in texts.items():
+            stack.enter_context(atomic_path(out / name)).write_text(text, encoding="utf-8")
+        plots.save(fig, stack.enter_context(atomic_path(out / "plan.png")))
+    paths = {"json": out / "plan.json", "markdown": out / "plan.md", "figure": out / "plan.png"}
+    return dict(paths, **{Path(name).stem: out / name for name in extra or {}})
 
 
 def check_budgets(budgets) -> list:

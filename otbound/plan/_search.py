@@ -23,6 +23,30 @@ import numpy as np
 
 from otbound._validation import InvalidInputError
 
+#: largest dynamic-programme table of :func:`best_tree`, ``(max_depth + 1) × (budget + 1)`` cells
+#: (a Python loop visits each cell once per allowed branching: about a second per million cells)
+MAX_SEARCH_CELLS = 4_000_000
+
+
+def check_search_size(budget: int, max_depth: int) -> None:
+    """Refuse a tree search whose table exceeds :data:`MAX_SEARCH_CELLS` cells, before allocating it.
+
+    Examples
+    --------
+    >>> check_search_size(32, 6)
+    >>> try:
+    ...     check_search_size(10**9, 5)
+    ... except InvalidInputError as err:
+    ...     print(str(err)[:74])
+    node budget 1000000000 at depth 5: the tree search needs 6000000006 table
+    """
+    cells = (int(max_depth) + 1) * (int(budget) + 1)
+    if cells > MAX_SEARCH_CELLS:
+        raise InvalidInputError(
+            f"node budget {budget} at depth {max_depth}: the tree search needs {cells} table cells "
+            f"(about {cells * 16 / 1e9:.1f} GB and a Python loop over each), above the limit of "
+            f"{MAX_SEARCH_CELLS} cells; give budgets below {MAX_SEARCH_CELLS // (int(max_depth) + 1)}")
+
 
 def tree_nodes_of(branching) -> int:
     """Nodes of the uniform tree ``branching`` (the root excluded): ``Σ_ℓ Π_{d ≤ ℓ} b_d``.
@@ -60,7 +84,8 @@ def best_tree(acceptance: dict, budget: int, max_depth: int) -> tuple[tuple, flo
     Raises
     ------
     InvalidInputError
-        A budget below one node, a depth below 1, or no acceptance given.
+        A budget below one node, a depth below 1, a search table above :data:`MAX_SEARCH_CELLS`
+        cells, or no acceptance given.
 
     Examples
     --------
@@ -77,6 +102,7 @@ def best_tree(acceptance: dict, budget: int, max_depth: int) -> tuple[tuple, flo
         raise InvalidInputError(f"node budget must be at least one node, got {budget}")
     if max_depth < 1:
         raise InvalidInputError(f"max_depth must be ≥ 1, got {max_depth}")
+    check_search_size(budget, max_depth)
     ms = sorted(int(m) for m in acceptance if int(m) >= 1)
     if not ms:
         raise InvalidInputError("no acceptance measured to search trees over")

@@ -38,8 +38,8 @@ import numpy as np
 import scipy.stats
 
 from otbound._backend import on_one_cpu_thread, positive_counts
-from otbound._io import safe_name, write_text_atomic
-from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
+from otbound._io import json_text, safe_name, write_text_atomic
+from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_positive_int, check_sampling
 from otbound.token import SamplingParams
 
 MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
@@ -118,7 +118,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     Raises
     ------
     InvalidInputError
-        Malformed laws, an unknown verifier, or a non-positive ``batch_size``.
+        Malformed laws, an unknown verifier, a non-positive ``batch_size`` or ``mc_samples``.
 
     Examples
     --------
@@ -150,6 +150,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     unknown = [n for n in names if n not in VERIFIERS]
     if unknown:
         raise InvalidInputError(f"unknown verifier(s) {unknown}; expected names in {sorted(VERIFIERS)}")
+    mc_samples = check_positive_int(mc_samples, "mc_samples")
     ks = [check_num_drafts(k) for k in np.atleast_1d(num_drafts).tolist()]
     if not ks:
         raise InvalidInputError("num_drafts must list at least one number of drafts K")
@@ -321,9 +322,9 @@ def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAM
     res.update(prompt_id=record.prompt_id, dataset=record.dataset, temperature=record.temperature,
                positions=record.positions, model_dtype=record.meta.get("model_dtype"), config=config)
     if path is not None:
-        plain = json.loads(json.dumps(res))  # the JSON form that is read back and checked
-        write_text_atomic(path, json.dumps(dict(plain, sha256=content_key(plain))))
-    return _int_keys(json.loads(json.dumps(res)))
+        plain = json.loads(json_text(res))  # the JSON form that is read back and checked
+        write_text_atomic(path, json_text(dict(plain, sha256=content_key(plain))))
+    return _int_keys(json.loads(json_text(res)))
 
 
 def _trace_key(record) -> str:
@@ -581,14 +582,16 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 acc = np.concatenate([e["acceptance"] for e in entries])
                 a, ah = cluster_mean_ci(acc, clusters, confidence)
                 o, oh = cluster_mean_ci(opt[s], clusters, confidence)
-                eff = a / o if o > 0 else float("nan")
-                _, r_h = cluster_mean_ci(acc - eff * opt[s], clusters, confidence)
+                eff = a / o if o > 0 else None
+                _, r_h = cluster_mean_ci(acc - eff * opt[s], clusters, confidence) if o > 0 else (None, None)
                 gap, gap_h = cluster_mean_ci(acc - opt[s], clusters, confidence)
                 methods = {e["method"] for e in entries}
                 rows.append(dict(base, sampling=s, verifier=name, lossless=_declared_lossless(registry, name),
                                  method="monte_carlo" if "monte_carlo" in methods else "exact",
                                  mc_samples=max((e["mc_samples"] or 0) for e in entries) or None,
                                  acceptance=a, acceptance_ci=ah, optimal=o, optimal_ci=oh,
-                                 efficiency=eff, efficiency_ci=r_h / o if o > 0 else float("nan"),
+                                 efficiency=eff, efficiency_ci=r_h / o if o > 0 else None,
+                                 **({} if o > 0 else {"efficiency_undefined": "α* = 0 at every position: "
+                                                                             "acceptance / α* is 0/0"}),
                                  gap=gap, gap_ci=gap_h))
     return rows

@@ -10,7 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from otbound._io import write_text_atomic
+from otbound._io import json_text, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
@@ -171,8 +171,8 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     _remove_empty_folders(out / "traces-staging")  # every shard moved its traces into place
     results = [r for res in per_shard for r in res]  # as JSON gave them: aggregate reads str K keys
     rows = aggregate(results)
-    write_text_atomic(out / "rows.json", json.dumps(rows, indent=1))
-    write_text_atomic(out / "paired.json", json.dumps(paired_differences(results), indent=1))
+    write_text_atomic(out / "rows.json", json_text(rows, indent=1))
+    write_text_atomic(out / "paired.json", json_text(paired_differences(results), indent=1))
     if progress:
         n = sum(r["positions"] for r in results)
         print(f"otbound: {len(rows)} rows from {n} positions -> {out / 'rows.json'}", file=sys.stderr)
@@ -215,7 +215,7 @@ def _claim_traces(out: Path, pair, name: str) -> None:
         raise InvalidInputError(f"{out} holds the traces of another model pair ({held}), not of {name}: "
                                 "write to another folder or delete its traces/")
     if held is None:
-        write_text_atomic(marker, json.dumps({"pair": name}))
+        write_text_atomic(marker, json_text({"pair": name}))
 
 
 def trace_shard(load_pair, *, prompts, temperature, out, shard_id, max_new_tokens, batch_size, seed, num_drafts,

@@ -214,7 +214,8 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                     acceptance=acc,
                     acceptance_ci=ci,
                     optimal=opt,
-                    efficiency=acc / opt if opt > 0 else float("nan"),
+                    efficiency=acc / opt if opt > 0 else None,
+                    **({} if opt > 0 else {"efficiency_undefined": "α* = 0 in this cell: acceptance / α* is 0/0"}),
                     positions=len(vals),
                     method=method,
                 )
@@ -284,7 +285,8 @@ def token_figure(rows, out: Path) -> Path:
     datasets = list(dict.fromkeys(r["dataset"] for r in sel))
     width = 0.8 / max(1, len(datasets))
     for j, d in enumerate(datasets):
-        eff = [next((r["efficiency"] for r in sel if r["verifier"] == n and r["dataset"] == d), np.nan) for n in names]
+        eff = [next((r["efficiency"] for r in sel if r["verifier"] == n and r["dataset"] == d), None) for n in names]
+        eff = [np.nan if e is None else e for e in eff]
         ax.bar(np.arange(len(names)) + j * width, eff, width, label=d.split(" ")[0])
     ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=45, ha="right")
     ax.set_ylabel("efficiency (acceptance / α* of its law)")

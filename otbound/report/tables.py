@@ -10,13 +10,12 @@ optional ``acceptance_ci`` (half width of the 95% interval), ``efficiency`` (acc
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from otbound._io import atomic_path
+from otbound._io import atomic_path, json_text
 from otbound._validation import SAMPLINGS
 
 
@@ -145,7 +144,12 @@ def write_report(
     ]
     md += list(sections)
     md += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
-    payload = json.dumps({"title": title, "meta": meta or {}, "rows": rows}, indent=1, default=float)
+    nulled: list = []
+    payload = json_text({"title": title, "meta": meta or {}, "rows": rows}, indent=1, nulled=nulled, default=float)
+    if nulled:  # strict JSON has no NaN: say which values are empty and why
+        meta = dict(meta or {}, **{"null values": f"{', '.join(nulled)}: not finite (undefined: a ratio to a zero "
+                                                 "α*, or an interval from a single cluster), written as null"})
+        payload = json_text({"title": title, "meta": meta, "rows": rows}, indent=1, default=float)
     # both files written in full under temporary names first, then moved into place: a full disk or an
     # interrupted run leaves the previous pair (or none), never a report.md without its report.json
     with atomic_path(out / "report.json") as tmp_json, atomic_path(out / "report.md") as tmp_md:
