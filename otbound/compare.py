@@ -356,6 +356,7 @@ def main(argv=None) -> Path:
     """Run the command line; every failure a user can cause ends in one line on stderr and exit
     status 2 (Ctrl-C: one line, status 130, the finished shards kept for a rerun to resume)."""
     args = parse_args(argv)
+    plots.use_file_backend()  # figures go to files only (a notebook importing otbound keeps its backend)
     retain_freed_memory()  # a long-running command: reuse freed pages instead of faulting in fresh ones
     try:
         engine = make_executor(args.engine, address=args.address,

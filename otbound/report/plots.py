@@ -2,6 +2,10 @@
 
 ``figure(ncols=1)`` sets the style and gives a figure sized for a paper column (3.4 in wide per panel, 8-pt text);
 ``save(fig, path_without_suffix, formats=("png", "pdf"))`` writes each format and closes it.
+
+Importing this module leaves matplotlib's backend as the user has it (inline in Jupyter, a window in
+a desktop session, Agg where there is no display): figures drawn with :func:`figure` show where the
+user's figures show. Command lines that only write files choose Agg themselves (:func:`use_file_backend`).
 """
 
 from __future__ import annotations
@@ -9,11 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from otbound._io import atomic_path  # noqa: E402
+from otbound._io import atomic_path
 
 STYLE = {
     "font.size": 8,
@@ -32,6 +34,15 @@ STYLE = {
     "axes.spines.right": False,
 }
 COLUMN_WIDTH_IN = 3.4
+
+
+def use_file_backend() -> None:
+    """Switch matplotlib to Agg, for a command line that writes figures to files and shows none.
+
+    Called by the command lines (``python -m otbound.compare``, the figure scripts), never on import,
+    so a notebook or an interactive session keeps its own backend.
+    """
+    matplotlib.use("Agg")
 
 
 def figure(ncols: int = 1, nrows: int = 1, height: float = 2.4, **kwargs):
