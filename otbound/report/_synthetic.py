@@ -127,7 +127,9 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
     rows : list of dict
         Per (family, T, K, draft law, verifier): ``dataset``, ``temperature``, ``num_drafts``,
         ``sampling``, ``verifier`` (``"optimal"`` for α*), ``lossless``, ``acceptance``,
-        ``acceptance_ci``, ``optimal``, ``efficiency``, ``positions`` (instances), ``method``.
+        ``acceptance_ci``, ``optimal``, ``efficiency``, ``gap`` and ``gap_ci`` (the paired gap
+        acceptance − α* over the same instances, mean and 95% half width), ``positions`` (instances),
+        ``method``.
     skipped : list of str
         The verifiers, K and instances not measured, with the reason.
 
@@ -190,7 +192,7 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                 except InvalidInputError as err:  # too few surviving draft tokens, or denormals it cannot resolve
                     unmeasured.setdefault((law, k), []).append(str(err))
             for law, a in bound.items():
-                per.setdefault((law, "optimal", "exact"), []).append((a, a))
+                per.setdefault((law, "optimal"), []).append((a, a, "exact"))
             for name, ver in verifiers.items():
                 if ver.sampling not in bound:
                     continue
@@ -199,10 +201,14 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                 except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
                     skipped.add(f"{name} at K={k}: {err}")
                     continue
-                per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
-        for (law, name, method), vals in per.items():
+                per.setdefault((ver.sampling, name), []).append((acc, bound[ver.sampling], method))
+        for (law, name), vals in per.items():
+            # one row per verifier: Monte Carlo when any of its instances is estimated
+            method = "monte_carlo" if any(m == "monte_carlo" for *_, m in vals) else "exact"
+            vals = [(a, o) for a, o, _ in vals]
             acc, ci = tables.mean_ci([a for a, _ in vals])
             opt = float(np.mean([o for _, o in vals]))
+            gap, gap_ci = tables.mean_ci([a - o for a, o in vals])  # paired: the same instances
             rows.append(
                 dict(
                     dataset=f"{family} (V={vocab_size})",
@@ -215,6 +221,8 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                     acceptance_ci=ci,
                     optimal=opt,
                     efficiency=acc / opt if opt > 0 else float("nan"),
+                    gap=gap,
+                    gap_ci=gap_ci,
                     positions=len(vals),
                     method=method,
                 )
