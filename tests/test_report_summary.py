@@ -91,7 +91,7 @@ def test_closest_verifier_has_the_smallest_gap(synthetic):
             assert cell.startswith(f"**{', '.join(leaders)}** {round(best, 4) + 0.0:+.4f} ± "), cell
             runner = [g for v, g in gaps.items() if v not in leaders]
             if runner:
-                assert f"; next " in cell and f"{round(max(runner), 4) + 0.0:+.4f}" in cell.split("; next ")[1]
+                assert "; next " in cell and f"{round(max(runner), 4) + 0.0:+.4f}" in cell.split("; next ")[1]
             checked += 1
     assert checked >= 6
 

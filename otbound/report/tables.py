@@ -255,7 +255,8 @@ def summary_markdown(found: dict) -> str:
                     continue
                 lead = _leaders(b["ranking"], "optimal")
                 rest = b["ranking"][len(lead):]
-                cell = f"**{', '.join(e['sampling'] for e in lead)}** {lead[0]['optimal']:.4f} ± {lead[0]['optimal_ci']:.4f}"
+                names = ", ".join(e["sampling"] for e in lead)
+                cell = f"**{names}** {lead[0]['optimal']:.4f} ± {lead[0]['optimal_ci']:.4f}"
                 if rest:
                     cell += f"; next {rest[0]['sampling']} {rest[0]['optimal']:.4f} ± {rest[0]['optimal_ci']:.4f}"
                 cells.append(cell)
@@ -303,7 +304,8 @@ def environment(wall_time_s: float | None = None) -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
     mem = _memory_bytes()
-    machine = {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory (GB)": None if mem is None else round(mem / 1e9, 1),
+    machine = {"cpu": _cpu_model(), "cores": os.cpu_count(),
+               "memory (GB)": None if mem is None else round(mem / 1e9, 1),
                "system": f"{platform.system()} {platform.release()}"}
     env = {"versions": versions, "machine": machine}
     if wall_time_s is not None:
