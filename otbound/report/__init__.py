@@ -10,7 +10,7 @@ Measurements
     for a language-model pair, resumably, measuring each trace as it is sampled.
 Paired statistics
     :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure` (its panels:
-    :func:`paired_panels`),
+    :func:`paired_panels`, one per draft law of :func:`gap_laws`),
     :func:`max_gap_half_width` — each verifier's gap to α* and the difference between verifiers on
     the same positions, cluster-robust over prompts.
 Synthetic section
@@ -58,6 +58,7 @@ from otbound.report._end_to_end import (
 from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace, stored_measurement
 from otbound.report._metrics import METRIC_NAMES, engine_metrics, metrics_from_levels
 from otbound.report._paired import (
+    gap_laws,
     max_gap_half_width,
     paired_differences,
     paired_figure,
@@ -73,7 +74,8 @@ __all__ = [
     "end_to_end_section", "measure_run", "tree_expected_accepted",
     "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",
     "METRIC_NAMES", "engine_metrics", "metrics_from_levels",
-    "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "max_gap_half_width",
+    "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "gap_laws",
+    "max_gap_half_width",
     "measure_laws", "measure_trace", "stored_measurement", "paired_differences", "paired_figure", "paired_panels",
     "paired_section", "paired_tables",
     "plots", "run_real_report", "synthetic_pair", "synthetic_rows", "tables", "token_figure",

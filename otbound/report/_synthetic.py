@@ -234,13 +234,15 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
 
 
 def token_figure(rows, out: Path) -> Path:
-    """α* against K per draft law and dataset (left); verifier efficiency at K = 2 (the largest K
-    when it is 1) (right), at the middle temperature.
+    """One message: which draft law's optimum α* is highest, and how it grows with K. One panel per
+    dataset (shared y axis), α* of each draft law against K with its 95% band, at the middle temperature;
+    each law in its colour (:func:`otbound.report.plots.color`) and named at the end of its line. The
+    verifiers' gaps to these bounds are the report's summary and tables (and ``paired_gaps.png``).
 
     Parameters
     ----------
     rows : list of dict
-        Rows of :func:`synthetic_rows`.
+        Rows of :func:`synthetic_rows` (or :func:`otbound.report.aggregate`).
     out : pathlib.Path
         Folder the figure is written to, as ``token_bounds.png``.
 
@@ -262,41 +264,27 @@ def token_figure(rows, out: Path) -> Path:
     ...     print(isinstance(path, Path), path.name, path.exists())
     True token_bounds.png True
     """
-    fig, axes = plots.figure(ncols=2)
-    ax = axes[0, 0]
-    t_mid = sorted({r["temperature"] for r in rows})[len({r["temperature"] for r in rows}) // 2]
-    for d in dict.fromkeys(r["dataset"] for r in rows):
-        for law, style in (("with_replacement", "-o"), ("without_replacement", "--s"), ("greedy", ":^")):
-            pts = sorted(
-                (r["num_drafts"], r["acceptance"])
-                for r in rows
-                if r["verifier"] == "optimal"
-                and r["sampling"] == law
-                and r["dataset"] == d
-                and r["temperature"] == t_mid
-            )
-            if pts:
-                ax.plot(*zip(*pts), style, label=f"{d.split(' ')[0]}, {law.replace('_', ' ')}")
-    ax.set_xlabel("number of drafts K")
-    ax.set_ylabel("optimal acceptance α*")
-    ax.set_title(f"OT bound, T = {t_mid}")
-    ax.legend(frameon=False)
-    ax = axes[0, 1]
-    k_max = max(r["num_drafts"] for r in rows if r["verifier"] != "optimal")
-    sel = [
-        r
-        for r in rows
-        if r["verifier"] != "optimal" and r["num_drafts"] == (2 if k_max >= 2 else k_max) and r["temperature"] == t_mid
-    ]
-    names = list(dict.fromkeys(r["verifier"] for r in sel))
-    datasets = list(dict.fromkeys(r["dataset"] for r in sel))
-    width = 0.8 / max(1, len(datasets))
-    for j, d in enumerate(datasets):
-        eff = [next((r["efficiency"] for r in sel if r["verifier"] == n and r["dataset"] == d), np.nan) for n in names]
-        ax.bar(np.arange(len(names)) + j * width, eff, width, label=d.split(" ")[0])
-    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=45, ha="right")
-    ax.set_ylabel("efficiency (acceptance / α* of its law)")
-    ax.set_ylim(0.0, 1.02)
-    ax.set_title(f"verifiers at K = {2 if k_max >= 2 else k_max}, T = {t_mid}")
-    ax.legend(frameon=False)
+    opt = [r for r in rows if r["verifier"] == "optimal" and r.get("acceptance") is not None]
+    temps = sorted({r["temperature"] for r in opt})
+    t_mid = temps[len(temps) // 2]
+    datasets = list(dict.fromkeys(r["dataset"] for r in opt))
+    ks = sorted({r["num_drafts"] for r in opt})
+    fig, axes = plots.figure(ncols=len(datasets), height=2.6, sharey=True)
+    for ax, d in zip(axes[0], datasets):
+        ends = []
+        for law in [s for s in SAMPLINGS if any(r["sampling"] == s for r in opt)]:
+            pts = sorted((r["num_drafts"], r["acceptance"], r.get("acceptance_ci") or 0.0) for r in opt
+                         if r["sampling"] == law and r["dataset"] == d and r["temperature"] == t_mid)
+            if not pts:
+                continue
+            x, y, h = (np.array(v, dtype=float) for v in zip(*pts))
+            ax.plot(x, y, plots.LAW_STYLES.get(law, "-o"), color=plots.color(law))
+            ax.fill_between(x, y - h, y + h, color=plots.color(law), alpha=0.15, linewidth=0)
+            ends.append((law.replace("_", " "), y[-1], plots.color(law)))
+        plots.integer_ticks(ax, ks)
+        ax.set_xlabel("number of drafts K")
+        ax.set_title(f"{d}, T = {t_mid:g}")
+        ax.set_ylim(0.0, 1.02)
+        plots.label_ends(ax, ends)
+    axes[0, 0].set_ylabel("optimal acceptance α* (95% band)")
     return plots.save(fig, out / "token_bounds")[0]
