@@ -403,6 +403,11 @@ def _run(args, engine) -> Path:
         from otbound.report import run_real_report
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
+        from otbound.report._real import first_run_notice
+
+        notice = first_run_notice(pair, out)  # the first run's time, memory and disk, before any download
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
         if args.verify and isinstance(pair, str):
             from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted
 
