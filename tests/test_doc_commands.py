@@ -1,14 +1,14 @@
 """The documentation's commands and code run as written.
 
-Every ``python -m otbound.X ...`` and ``python experiments/X.py ...`` line of a shell block of the
-pages (docs/**/*.md, README.md) is parsed by that command's own argument parser (its ``main`` runs up
-to its ``parse_args``), so a renamed or removed flag fails here. Commands that need the real Qwen pair
-are marked ``[real pair]`` (a visible comment above them in the block, applying down to the next
-comment; this test checks that exactly those commands are marked); the others that are cheap run as
-written, in an empty folder, with the exit status the page states (0 unless a comment above says ``exit status N``). The python blocks (not in
-doctest form: those run through pytest's ``--doctest-glob``) run page by page, except those marked
-``[real pair]``. With ``OTBOUND_REAL_DOCS=1`` and the pair converted in the cache, the marked
-commands run too (the main job takes half an hour: never by default).
+Every ``python -m otbound.X ...`` and ``python experiments/X.py ...`` line of a shell block of the pages
+(docs/**/*.md, README.md) is parsed by that command's own argument parser (its ``main`` runs up to its
+``parse_args``), so a renamed or removed flag fails here. Commands that need the real Qwen pair are
+marked ``[real pair]`` (a visible comment above them in the block, applying down to the next comment;
+this test checks that exactly those commands are marked); the others that are cheap run as written, in an
+empty folder, with the exit status the page states (0 unless a comment above says ``exit status N``). The
+python blocks (not in doctest form: those run through pytest's ``--doctest-glob``) run page by page,
+except those marked ``[real pair]``. With ``OTBOUND_REAL_DOCS=1`` and the pair converted in the cache,
+the marked commands run too (the main job takes half an hour: never by default).
 """
 
 from __future__ import annotations
