@@ -403,7 +403,7 @@ def _run(args, engine) -> Path:
         from otbound.report import run_real_report
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
-        from otbound.report._real import first_run_notice
+        from otbound.report import first_run_notice
 
         notice = first_run_notice(pair, out)  # the first run's time, memory and disk, before any download
         if notice:

@@ -182,7 +182,11 @@ def test_first_run_notice_comes_before_any_download(tmp_path, monkeypatch, capsy
 
 def test_no_notice_once_converted(tmp_path, monkeypatch):
     monkeypatch.setenv("OTBOUND_CACHE", str(tmp_path))
-    monkeypatch.setattr(_offline, "converted_problem", lambda model, full=False: None)
+    models = [_offline.OFFLINE_MODELS[m] for m in _offline.OFFLINE_PAIRS["qwen2.5-coder"]]
+    for model in models:
+        assert _real.first_run_notice("qwen2.5-coder", tmp_path) is not None  # one still to convert
+        model.converted_dir.mkdir(parents=True)
+        (model.converted_dir / "otbound-source.json").write_text("{}")
     assert _real.first_run_notice("qwen2.5-coder", tmp_path) is None
 
 

@@ -7,7 +7,8 @@ Measurements
     (dataset, T, K), on the token layer's batched kernel (:class:`otbound.token.LawBatch`: one ratio
     sort per row for every law, K and closed-form verifier, torch on CPU or CUDA);
     :func:`run_real_report` does it all
-    for a language-model pair, resumably, measuring each trace as it is sampled.
+    for a language-model pair, resumably, measuring each trace as it is sampled;
+    :func:`first_run_notice` states what its first run costs (:data:`FIRST_RUN`, measured).
 Paired statistics
     :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure` (its panels:
     :func:`paired_panels`, one per draft law of :func:`gap_laws`),
@@ -66,10 +67,11 @@ from otbound.report._paired import (
     paired_section,
     paired_tables,
 )
-from otbound.report._real import run_real_report
+from otbound.report._real import FIRST_RUN, first_run_notice, run_real_report
 from otbound.report._synthetic import SYNTHETIC_FAMILIES, synthetic_pair, synthetic_rows, token_figure
 
 __all__ = [
+    "FIRST_RUN", "first_run_notice",
     "EndToEndRow", "IterationMeasure", "end_to_end_figure", "end_to_end_markdown", "end_to_end_rows",
     "end_to_end_section", "measure_run", "tree_expected_accepted",
     "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",

@@ -42,11 +42,11 @@ def first_run_notice(pair, out) -> str | None:
     True
     """
     from otbound.lm import OFFLINE_MODELS, PAIRS
-    from otbound.lm._offline import converted_problem
 
     if not isinstance(pair, str) or pair not in PAIRS:
         return None
-    if all(converted_problem(OFFLINE_MODELS[m]) is None for m in PAIRS[pair]):
+    # converted before (its folder's marker is written last); the full check comes with the load
+    if all((OFFLINE_MODELS[m].converted_dir / "otbound-source.json").is_file() for m in PAIRS[pair]):
         return None
     c = FIRST_RUN
     lines = [

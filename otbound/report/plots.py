@@ -48,11 +48,11 @@ COLORS = {
     # draft laws
     "with_replacement": "#1f77b4", "without_replacement": "#d62728", "greedy": "#2ca02c", "deterministic": "#7f7f7f",
     # token-level verifiers, by law
-    "nss": "#9ecae1", "rrs": "#1f77b4", "kseq": "#17becf", "khisti_is": "#9467bd", "khisti_lp": "#c5b0d5",
+    "nss": "#6baed6", "rrs": "#1f77b4", "kseq": "#17becf", "khisti_is": "#9467bd", "khisti_lp": "#54278f",
     "ot": "#08306b",
     "rrs_wor": "#ff7f0e", "ot_wor_top": "#e377c2", "ot_wor_iid": "#8c564b", "ot_wor": "#d62728",
     "spechub": "#bcbd22",  # the greedy verifier shares its law's name and colour
-    "onehot": "#7f7f7f", "nss_deterministic": "#c7c7c7",
+    "onehot": "#969696", "nss_deterministic": "#525252",
     # block-level verifiers
     "token": "#1f77b4", "block": "#ff7f0e", "multipath_rrs": "#17becf", "multipath_kseq": "#9467bd",
     "traversal": "#2ca02c", "spectr_gbv": "#e377c2", "causal_optimal": "#d62728", "hsd": "#8c564b",
