@@ -241,7 +241,17 @@ def _law_of(rows):
 
 def gap_laws(rows, pair_rows, t) -> list:
     """The draft laws that have at least one verifier's paired gap at temperature ``t``, in the order
-    of :data:`otbound.SAMPLINGS`: the panels of :func:`paired_panels`."""
+    of :data:`otbound.SAMPLINGS`: the panels of :func:`paired_panels`.
+
+    Examples
+    --------
+    >>> from otbound.report import gap_laws
+    >>> pairs = [dict(kind="gap", a=name, temperature=1.0) for name in ("greedy", "rrs", "rrs_wor")]
+    >>> gap_laws([], pairs, 1.0)      # the verifiers' laws from the registry when the rows do not say
+    ['with_replacement', 'without_replacement', 'greedy']
+    >>> gap_laws([], pairs, 0.7)
+    []
+    """
     from otbound._validation import SAMPLINGS
 
     law = _law_of(rows)
