@@ -53,10 +53,10 @@ COLORS = {
     "rrs_wor": "#ff7f0e", "ot_wor_top": "#e377c2", "ot_wor_iid": "#8c564b", "ot_wor": "#d62728",
     "spechub": "#bcbd22",  # the greedy verifier shares its law's name and colour
     "onehot": "#969696", "nss_deterministic": "#525252",
-    # block-level verifiers
-    "token": "#1f77b4", "block": "#ff7f0e", "multipath_rrs": "#17becf", "multipath_kseq": "#9467bd",
-    "traversal": "#2ca02c", "spectr_gbv": "#e377c2", "causal_optimal": "#d62728", "hsd": "#8c564b",
-    "univer": "#bcbd22", "static_tree": "#7f7f7f",
+    # block-level verifiers (shown beside the token-level ones in the end-to-end figure: colours of their own)
+    "token": "#a6761d", "block": "#e7298a", "multipath_rrs": "#66a61e", "multipath_kseq": "#7570b3",
+    "traversal": "#1b9e77", "spectr_gbv": "#d95f02", "causal_optimal": "#000000", "hsd": "#a65628",
+    "univer": "#e6ab02", "static_tree": "#666666",
 }
 #: line style and marker of each draft law where several laws share a panel
 LAW_STYLES = {"with_replacement": "-o", "without_replacement": "--s", "greedy": ":^", "deterministic": "-.D"}
