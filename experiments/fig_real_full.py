@@ -49,6 +49,8 @@ from pathlib import Path
 import _common
 
 NAME = "fig_real_full"
+#: the README's figure: the T = 1 panels of this one (with a JSON sidecar naming what it shows)
+MAIN_JOB = "main_job"
 COMMAND = ("python -m otbound.compare --datasets humaneval mtbench --num-prompts 164 --max-new-tokens 64 "
            "--temperature 0.7 1.0 --num-drafts 2 3 4 8 --store-logits none --out /work/runs/full")
 #: the run's configuration: the command above with compare's defaults filled in
@@ -234,7 +236,8 @@ def tables(results) -> str:
         "",
         "Token-level acceptance α = P(emitted token ∈ drafts). Cells: mean over positions ± 95% half width "
         "(cluster-robust over prompts); for a verifier, (efficiency = acceptance / α* of its draft law) and the "
-        "paired gap to α* on the same positions ± 95% half width.",
+        "paired gap to α* on the same positions ± 95% half width. †: Monte Carlo estimate "
+        f"({params['mc_samples']} draft tuples per position); every other cell is exact.",
     ]
     notes += [""] + [f"- not run: `{name}` — {why}" for name, why in _skipped(res["rows"]).items()]
     return ("\n".join(notes) + "\n\n" + paper_tables(res["rows"]) + "\n\n## Paired differences on the same "
@@ -242,18 +245,32 @@ def tables(results) -> str:
 
 
 def draw(results, out, formats) -> list:
-    """Per temperature (one row of panels each): α* against K with 95% bands, and each verifier's
-    paired gap to α* (:func:`otbound.report.paired_panels`)."""
-    from otbound.report import paired_panels, plots
+    """Each verifier's paired gap to α* of its law against K (:func:`otbound.report.paired_panels`):
+    one row of panels (one per draft law) per temperature in ``fig_real_full``, and the T = 1 row
+    alone as the README's ``main_job`` figure, with ``main_job.json`` naming the verifiers and laws
+    it shows (checked against the package's registries by the tests)."""
+    from otbound.report import gap_laws, paired_panels, plots
 
     rows = [r for r in results["results"]["rows"] if r["acceptance"] is not None]
+    paired = results["results"]["paired"]
     temps = sorted({r["temperature"] for r in rows})
-    fig, axes = plots.figure(ncols=2, nrows=len(temps), height=3.0)
-    fig.set_size_inches(2 * plots.COLUMN_WIDTH_IN + 4.0, 3.0 * len(temps))  # room for the legends on the right
+    ncols = max(len(gap_laws(rows, paired, t)) for t in temps)
+    fig, axes = plots.figure(ncols=ncols, nrows=len(temps), height=2.8, sharey="row")
     for ax_row, t in zip(axes, temps):
-        paired_panels(ax_row, rows, results["results"]["paired"], t,
-                      legend=dict(loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=1))
-    return _common.save_real_pair_figure(fig, results, out, NAME, formats)
+        paired_panels(ax_row, rows, paired, t)
+    paths = _common.save_real_pair_figure(fig, results, out, NAME, formats)
+    t = 1.0 if 1.0 in temps else temps[-1]
+    laws = gap_laws(rows, paired, t)
+    fig, axes = plots.figure(ncols=len(laws), height=2.8, sharey=True)
+    shown = paired_panels(axes[0], rows, paired, t)
+    paths += _common.save_real_pair_figure(fig, results, out, MAIN_JOB, ("png",))
+    sidecar = Path(out) / f"{MAIN_JOB}.json"
+    _common.write_json(sidecar, {
+        "figure": f"{MAIN_JOB}.png", "drawn_by": "experiments/fig_real_full.py", "source": results["results"]["source"],
+        "results_created": results["meta"]["created"], "command": results["params"]["command"],
+        "temperature": t, "draft_laws": laws, "verifiers": shown,
+        "prompts": results["results"]["prompts"], "wall_time_s": results["results"]["wall_time_s"]})
+    return paths + [sidecar]
 
 
 def main(argv=None) -> list:

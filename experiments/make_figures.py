@@ -38,6 +38,9 @@ def main(argv=None) -> dict:
     ap = _common.parser(__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=SCRIPTS, default=None, help="run only these scripts")
     args, _ = ap.parse_known_args(argv)
+    from otbound.report import plots
+
+    plots.use_file_backend()  # files only, no windows
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
     if args.only:  # drop "--only a b ..." before handing the options to each script
         i = passthrough.index("--only")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import os
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -23,6 +25,44 @@ EMD_MAX_ITER = 10_000_000
 HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 #: last resort of :func:`solve_lp` (tolerances 1e-9: the accuracy the tests allow an LP value)
 HIGHS_FALLBACK_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
+
+
+_HIGHSPY_QUIET = False
+
+
+def quiet_highspy() -> None:
+    """Create highspy's first ``Highs`` object with the process's standard output closed.
+
+    highspy prints its banner ("Running HiGHS ...: Copyright ...") from C++ when the first ``Highs`` of a
+    process is constructed, before any option (``output_flag``, ``log_to_console``) can be set, so
+    cvxpy's HiGHS solve puts it in every notebook cell and report that first uses it. The banner is
+    printed once per process: after this call no ``Highs`` prints it. Idempotent; a no-op without
+    highspy.
+
+    Examples
+    --------
+    >>> from otbound._solvers import quiet_highspy
+    >>> quiet_highspy()
+    """
+    global _HIGHSPY_QUIET
+    if _HIGHSPY_QUIET:
+        return
+    _HIGHSPY_QUIET = True
+    try:
+        import highspy
+    except ImportError:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            try:
+                highspy.Highs()
+            finally:
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)
 
 
 def emd(a: np.ndarray, b: np.ndarray, cost: np.ndarray, *, max_iter: int = EMD_MAX_ITER) -> np.ndarray:

@@ -33,6 +33,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from otbound._backend import retain_freed_memory
@@ -356,6 +357,8 @@ def main(argv=None) -> Path:
     """Run the command line; every failure a user can cause ends in one line on stderr and exit
     status 2 (Ctrl-C: one line, status 130, the finished shards kept for a rerun to resume)."""
     args = parse_args(argv)
+    args.started = time.monotonic()  # the report records its wall time
+    plots.use_file_backend()  # figures go to files only (a notebook importing otbound keeps its backend)
     retain_freed_memory()  # a long-running command: reuse freed pages instead of faulting in fresh ones
     try:
         engine = make_executor(args.engine, address=args.address,
@@ -400,6 +403,11 @@ def _run(args, engine) -> Path:
         from otbound.report import run_real_report
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
+        from otbound.report import first_run_notice
+
+        notice = first_run_notice(pair, out)  # the first run's time, memory and disk, before any download
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
         if args.verify and isinstance(pair, str):
             from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted
 
@@ -425,7 +433,7 @@ def _run(args, engine) -> Path:
             target_settings=sampling_settings(args)[0],
             draft_settings=sampling_settings(args)[1],
         )
-        skipped = sorted({f"{r['verifier']} at K={r['num_drafts']}" for r in rows if r["acceptance"] is None})
+        skipped = []  # the skipped rows carry their reasons: the report lists them
         capped = sorted({(r["dataset"], r["temperature"], r["num_drafts"], r["capped_positions"], r["positions"])
                          for r in rows if r.get("capped_positions")}, key=str)
         meta = {
@@ -444,8 +452,6 @@ def _run(args, engine) -> Path:
 
     meta["target sampling"], meta["draft sampling"] = describe_settings(args.temperature, *sampling_settings(args))
     meta["settings"] = effective_settings(args)
-    if skipped:
-        meta["skipped"] = "; ".join(skipped)
     token_rows = [r for r in rows if r["acceptance"] is not None]
     figures = [token_figure(token_rows, out)] if token_rows else []
     sections = []
@@ -478,6 +484,8 @@ def _run(args, engine) -> Path:
         sections=sections,
         figures=figures,
         meta=meta,
+        skipped=skipped,
+        wall_time_s=time.monotonic() - args.started,
     )
     # an earlier mode's files do not belong to this report: its figures and the trace report's rows
     mine = {Path(f).stem for f in figures}

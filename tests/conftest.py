@@ -86,3 +86,22 @@ def binned_chi2_pvalue(tokens, p, key, bins: int = 16) -> float:
     exp = np.bincount(bin_of, weights=p, minlength=bins) * tokens.size
     keep = exp > 0
     return float(scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+def report_bytes(path) -> bytes:
+    """A report file's bytes with its wall time (the one thing two runs of the same report do not share)
+    blanked: report.json's ``environment["wall time (s)"]``, report.md's ``- wall time:`` line; other
+    files as they are."""
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(path)
+    data = path.read_bytes()
+    if path.name == "report.json":
+        obj = json.loads(data)
+        obj.get("environment", {}).pop("wall time (s)", None)
+        return json.dumps(obj, sort_keys=True).encode()
+    if path.name == "report.md":
+        return re.sub(rb"(?m)^- wall time: .*$", b"- wall time:", data)
+    return data

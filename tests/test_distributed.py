@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import report_bytes
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -165,7 +166,7 @@ def test_ray_synthetic_and_block_report_identical_to_local(ray_cluster, tmp_path
     local = compare.main(SYNTH + ["--out", str(tmp_path / "local")])
     dist = compare.main(SYNTH + ["--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"])
     for name in ("report.json", "report.md"):
-        assert (dist / name).read_bytes() == (local / name).read_bytes()
+        assert report_bytes(dist / name) == report_bytes(local / name)
     workers = {c["worker"] for c in read_checkpoints(dist).values()}
     assert len(read_checkpoints(dist)) == 2 * 2 + 2 * 2 and len(workers) == 2  # 4 synthetic + 4 block cells
 

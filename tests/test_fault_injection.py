@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import report_bytes
 
 from otbound import compare
 
@@ -104,16 +105,16 @@ def _kill_at(target, out: Path, delay: float) -> None:
 def _kill_then_finish(target, tmp_path, files, kills=3, seed=0):
     reference = tmp_path / "reference"
     seconds = _run(target, reference)
-    expected = {name: (reference / name).read_bytes() for name in files}
+    expected = {name: report_bytes(reference / name) for name in files}
     rng = np.random.default_rng(seed)
     out = tmp_path / "killed"
     for delay in np.sort(rng.uniform(0.1, 1.0, kills)) * seconds:
         _kill_at(target, out, float(delay))
         for name, data in expected.items():  # absent, or whole and equal: never a mix of two runs
-            assert not (out / name).exists() or (out / name).read_bytes() == data, (name, delay)
+            assert not (out / name).exists() or report_bytes(out / name) == data, (name, delay)
     _run(target, out)  # takes over the dead run's lock, resumes, finishes
     for name, data in expected.items():
-        assert (out / name).read_bytes() == data, name
+        assert report_bytes(out / name) == data, name
 
 
 def test_killed_synthetic_report_resumes_bit_for_bit(tmp_path):

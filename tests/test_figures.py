@@ -382,3 +382,46 @@ def test_stored_full_results_are_sane(name):
         for r in res["results"]["rows"]:
             if r["method"] == "exact":
                 assert r["acceptance"] <= r["optimal"] + 1e-9
+
+
+def test_readme_figure_names_exist():
+    """The README's figure (figures/main_job.png) shows only verifiers and draft laws the package has:
+    its sidecar (written with it by fig_real_full) names them, and they are the ones with a paired gap
+    at its temperature in the stored real-pair results it was drawn from."""
+    from otbound import SAMPLINGS, VERIFIERS
+
+    readme = (ROOT / "README.md").read_text()
+    assert "(figures/main_job.png)" in readme
+    side = json.loads((ROOT / "figures" / "main_job.json").read_text())
+    assert side["figure"] == "main_job.png" and (ROOT / "figures" / "main_job.png").is_file()
+    assert side["verifiers"] and set(side["verifiers"]) <= set(VERIFIERS), set(side["verifiers"]) - set(VERIFIERS)
+    assert side["draft_laws"] and set(side["draft_laws"]) <= set(SAMPLINGS)
+    stored = json.loads((ROOT / "data" / "results" / "fig_real_full.json").read_text())
+    gaps = {r["a"] for r in stored["results"]["paired"] if r["kind"] == "gap"
+            and r["temperature"] == side["temperature"]}
+    assert set(side["verifiers"]) == gaps
+    assert side["results_created"] == stored["meta"]["created"]
+
+
+def test_quick_run_writes_the_readme_figure(quick):
+    out = quick[0]
+    side = json.loads((out / "main_job.json").read_text())
+    assert (out / "main_job.png").stat().st_size > 1000
+    res = _results(out, "fig_real_full")
+    assert set(side["verifiers"]) == {r["a"] for r in res["results"]["paired"] if r["kind"] == "gap"
+                                      and r["temperature"] == side["temperature"]}
+
+
+def test_one_colour_per_name():
+    """Every draft law and verifier of the registries has its own colour: the verifiers (token and block
+    level, which the end-to-end figure shows together) all differ, and so do the laws."""
+    from otbound import BLOCK_VERIFIERS, SAMPLINGS, VERIFIERS
+    from otbound.report import plots
+
+    assert set(SAMPLINGS) | set(VERIFIERS) | set(BLOCK_VERIFIERS) <= set(plots.COLORS)
+    assert len({plots.color(s) for s in SAMPLINGS}) == len(SAMPLINGS)
+    for law in SAMPLINGS:
+        names = [n for n, v in VERIFIERS.items() if v.sampling == law]
+        assert len({plots.color(n) for n in names}) == len(names), law
+    names = set(VERIFIERS) | set(BLOCK_VERIFIERS)
+    assert len({plots.color(n) for n in names}) == len(names)

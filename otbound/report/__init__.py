@@ -7,10 +7,11 @@ Measurements
     (dataset, T, K), on the token layer's batched kernel (:class:`otbound.token.LawBatch`: one ratio
     sort per row for every law, K and closed-form verifier, torch on CPU or CUDA);
     :func:`run_real_report` does it all
-    for a language-model pair, resumably, measuring each trace as it is sampled.
+    for a language-model pair, resumably, measuring each trace as it is sampled;
+    :func:`first_run_notice` states what its first run costs (:data:`FIRST_RUN`, measured).
 Paired statistics
     :func:`paired_differences`, :func:`paired_tables`, :func:`paired_figure` (its panels:
-    :func:`paired_panels`),
+    :func:`paired_panels`, one per draft law of :func:`gap_laws`),
     :func:`max_gap_half_width` — each verifier's gap to α* and the difference between verifiers on
     the same positions, cluster-robust over prompts.
 Synthetic section
@@ -58,6 +59,7 @@ from otbound.report._end_to_end import (
 from otbound.report._measure import aggregate, cluster_mean_ci, measure_laws, measure_trace, stored_measurement
 from otbound.report._metrics import METRIC_NAMES, engine_metrics, metrics_from_levels
 from otbound.report._paired import (
+    gap_laws,
     max_gap_half_width,
     paired_differences,
     paired_figure,
@@ -65,15 +67,17 @@ from otbound.report._paired import (
     paired_section,
     paired_tables,
 )
-from otbound.report._real import run_real_report
+from otbound.report._real import FIRST_RUN, first_run_notice, run_real_report
 from otbound.report._synthetic import SYNTHETIC_FAMILIES, synthetic_pair, synthetic_rows, token_figure
 
 __all__ = [
+    "FIRST_RUN", "first_run_notice",
     "EndToEndRow", "IterationMeasure", "end_to_end_figure", "end_to_end_markdown", "end_to_end_rows",
     "end_to_end_section", "measure_run", "tree_expected_accepted",
     "LocalExecutor", "RayExecutor", "Shard", "make_executor", "read_checkpoints", "run_shards",
     "METRIC_NAMES", "engine_metrics", "metrics_from_levels",
-    "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "max_gap_half_width",
+    "SYNTHETIC_FAMILIES", "aggregate", "block_markdown", "block_section", "cluster_mean_ci", "gap_laws",
+    "max_gap_half_width",
     "measure_laws", "measure_trace", "stored_measurement", "paired_differences", "paired_figure", "paired_panels",
     "paired_section", "paired_tables",
     "plots", "run_real_report", "synthetic_pair", "synthetic_rows", "tables", "token_figure",

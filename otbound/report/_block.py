@@ -211,7 +211,7 @@ def _figure(rows, block_lens, names, vocab_size):
             else:
                 law = next(r["sampling"] for r in sel if r["name"] == name)
                 label = name if law == "with_replacement" else f"{name} (own {law}, m = K)"
-                ax.errorbar(ks, vals, yerr=2 * errs, marker="o", label=label, capsize=2)
+                ax.errorbar(ks, vals, yerr=2 * errs, marker="o", label=label, capsize=2, color=plots.color(name))
         ax.set_title(f"L = {length}, V = {vocab_size}")
         ax.set_xlabel("number of drafts K")
         ax.set_ylabel("E[τ] (accepted, bonus excluded)")

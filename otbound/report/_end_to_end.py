@@ -657,8 +657,8 @@ def end_to_end_figure(rows, path):
     ax.legend(frameon=False)
     ax = axes[0, 1]
     ells = np.arange(1, length + 1)
-    for i, r in enumerate(sel):
-        ax.plot(ells, r.per_position_acceptance, "-o", color=f"C{i % 10}", label=r.verifier, alpha=0.8)
+    for r in sel:
+        ax.plot(ells, r.per_position_acceptance, "-o", color=plots.color(r.verifier), label=r.verifier, alpha=0.8)
     bound = next((r.position_bound for r in sel if r.position_bound is not None), None)
     if bound is not None:
         ax.plot(ells, bound, "k--", label="causal optimum")

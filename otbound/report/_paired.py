@@ -9,8 +9,7 @@ intervals: the position-to-position variation of α* (most of the spread) cancel
 are correlated), the Monte Carlo noise of an estimated verifier included.
 
 :func:`paired_differences` gives the rows, :func:`paired_tables` the markdown, :func:`paired_figure`
-the figure: α* against K with interval bands, and each verifier's paired gap to α* on an axis
-zoomed to the data.
+the figure: each verifier's paired gap to α* of its own law against K, one panel per draft law.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from __future__ import annotations
 from itertools import combinations
 from pathlib import Path
 
+import matplotlib.lines
 import numpy as np
 
 from otbound.report import plots
@@ -177,11 +177,13 @@ def max_gap_half_width(pair_rows) -> float:
 
 
 def paired_figure(rows, pair_rows, out, temperature=None):
-    """Left: α* against K per law and dataset with 95% bands (integer K ticks). Right: each
-    verifier's paired gap to α* of its law against K with 95% error bars, the axis zoomed to the
-    data (a verifier more than 3× further below the bound than all others, typically nss, is named
-    in the legend with its worst gap instead of squashing the rest). One temperature (default: the
-    middle one); legends below the panels.
+    """One message: how far each verifier stays below the optimum α* of its own draft law, and how
+    that changes with K. One panel per draft law (shared y axis), each verifier's paired gap to α*
+    (acceptance − α* on the same positions, 95% error bars, cluster-robust) against K, in its colour
+    (:func:`otbound.report.plots.color`) and named at the end of its line; datasets told apart by
+    marker. A verifier more than 3× further below the bound than all others (typically nss) is
+    named under its panel with its worst gap instead of squashing the rest. One temperature
+    (default: the middle one).
 
     Parameters
     ----------
@@ -222,36 +224,60 @@ def paired_figure(rows, pair_rows, out, temperature=None):
 
     temps = sorted({r["temperature"] for r in rows})
     t = temps[len(temps) // 2] if temperature is None else temperature
-    fig, axes = plots.figure(ncols=2, height=2.8)
+    laws = gap_laws(rows, pair_rows, t)
+    fig, axes = plots.figure(ncols=max(1, len(laws)), height=2.8, sharey=True)
     paired_panels(axes[0], rows, pair_rows, t)
     return plots.save(fig, Path(out) / "paired_gaps")[0]
 
 
-#: where :func:`paired_panels` puts each panel's legend (keywords of ``Axes.legend``): below the panel
-LEGEND_BELOW = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+def _law_of(rows):
+    """{verifier: its draft law} from the rows (the registry's for a name the rows do not carry)."""
+    from otbound.token.verifiers import VERIFIERS
+
+    law = {n: v.sampling for n, v in VERIFIERS.items()}
+    law.update({r["verifier"]: r["sampling"] for r in rows if r.get("sampling") and r["verifier"] != "optimal"})
+    return law
 
 
-def paired_panels(axes, rows, pair_rows, t, legend=LEGEND_BELOW) -> None:
-    """The two panels of :func:`paired_figure` at temperature ``t``, drawn into ``axes`` (two Axes);
-    ``legend``: keywords of each panel's ``Axes.legend`` (default: below the panel).
+def gap_laws(rows, pair_rows, t) -> list:
+    """The draft laws that have at least one verifier's paired gap at temperature ``t``, in the order
+    of :data:`otbound.SAMPLINGS`: the panels of :func:`paired_panels`.
+
+    Examples
+    --------
+    >>> from otbound.report import gap_laws
+    >>> pairs = [dict(kind="gap", a=name, temperature=1.0) for name in ("greedy", "rrs", "rrs_wor")]
+    >>> gap_laws([], pairs, 1.0)      # the verifiers' laws from the registry when the rows do not say
+    ['with_replacement', 'without_replacement', 'greedy']
+    >>> gap_laws([], pairs, 0.7)
+    []
+    """
+    from otbound._validation import SAMPLINGS
+
+    law = _law_of(rows)
+    present = {law.get(r["a"]) for r in pair_rows if r["kind"] == "gap" and r["temperature"] == t}
+    return [s for s in SAMPLINGS if s in present]
+
+
+def paired_panels(axes, rows, pair_rows, t) -> list:
+    """The panels of :func:`paired_figure` at temperature ``t``, one per law of :func:`gap_laws`,
+    drawn into ``axes`` (as many Axes, sharing their y axis); returns the verifier names drawn.
 
     Parameters
     ----------
     axes : sequence of matplotlib.axes.Axes
-        The two panels: α* with its bands, then the paired gaps.
+        One panel per law of :func:`gap_laws`.
     rows : list of dict
         Rows of :func:`otbound.report.aggregate` (with an acceptance).
     pair_rows : list of dict
         Rows of :func:`paired_differences` of the same results.
     t : float
         The temperature drawn.
-    legend : dict
-        Keywords of each panel's ``Axes.legend``.
 
     Returns
     -------
-    None
-        The panels are drawn in place.
+    list of str
+        The verifiers shown (named on the panels, on the axis or below it).
 
     Examples
     --------
@@ -268,55 +294,63 @@ def paired_panels(axes, rows, pair_rows, t, legend=LEGEND_BELOW) -> None:
     >>> results = [measure_trace(r, (2,), verifiers=["rrs", "kseq"], samplings=("with_replacement",))
     ...            for r in records]
     >>> pair_rows = paired_differences(results)
-    >>> fig, axes = plt.subplots(1, 2)
-    >>> paired_panels(axes, aggregate(results), pair_rows, 1.0)
-    >>> axes[1].get_title()
-    "verifiers' gap to the bound, T = 1.0"
+    >>> fig, axes = plt.subplots(1, 1, squeeze=False)
+    >>> paired_panels(axes[0], aggregate(results), pair_rows, 1.0)
+    ['kseq', 'rrs']
+    >>> axes[0, 0].get_title()
+    'with replacement, T = 1'
     >>> plt.close(fig)
     """
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    styles = {"with_replacement": "-o", "without_replacement": "--s", "greedy": ":^"}
-    ks = sorted({r["num_drafts"] for r in rows})
-    ax = axes[0]
-    for i, d in enumerate(datasets):
-        for law, style in styles.items():
-            pts = sorted((r["num_drafts"], r["acceptance"], r["acceptance_ci"] or 0.0) for r in rows
-                         if r["verifier"] == "optimal" and r["sampling"] == law and r["dataset"] == d
-                         and r["temperature"] == t)
-            if not pts:
-                continue
-            x, y, h = (np.array(v, dtype=float) for v in zip(*pts))
-            (line,) = ax.plot(x, y, style, color=f"C{i}", label=f"{d}, {law.replace('_', ' ')}")
-            ax.fill_between(x, y - h, y + h, color=line.get_color(), alpha=0.15, linewidth=0)
-    ax.set_xticks(ks)
-    ax.set_xlabel("number of drafts K")
-    ax.set_ylabel("optimal acceptance α* (95% band)")
-    ax.set_title(f"OT bound, T = {t}")
-    ax.legend(frameon=False, **legend)
-    ax = axes[1]
+    law = _law_of(rows)
+    laws = gap_laws(rows, pair_rows, t)
     gaps = [r for r in pair_rows if r["kind"] == "gap" and r["temperature"] == t]
-    names = list(dict.fromkeys(r["a"] for r in gaps))
-    off_axis = _far_below(gaps, names)
-    offsets = np.linspace(-0.25, 0.25, max(1, len(names) * len(datasets)))
-    j = 0
-    for i, d in enumerate(datasets):
-        for n in names:
-            pts = sorted((r["num_drafts"], r["difference"], r["difference_ci"]) for r in gaps
-                         if r["a"] == n and r["dataset"] == d)
-            if pts and n not in off_axis:
+    datasets = list(dict.fromkeys(r["dataset"] for r in gaps))
+    ks = sorted({r["num_drafts"] for r in gaps})
+    shown, drawn, off = [], {}, {}
+    for s in laws:
+        mine = [r for r in gaps if law.get(r["a"]) == s]
+        names = sorted(dict.fromkeys(r["a"] for r in mine))
+        off[s] = _far_below(mine, names)
+        drawn[s] = [n for n in names if n not in off[s]]
+        shown += names
+    on_axis = [r for r in gaps if r["a"] in {n for s in laws for n in drawn[s]}]
+    lo = min((r["difference"] - r["difference_ci"] for r in on_axis), default=-0.01)
+    hi = max((r["difference"] + r["difference_ci"] for r in on_axis), default=0.0)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    pad = 0.08 * ((hi - lo) or 0.01)
+    shift = 0.06 * (ks[-1] - ks[0] if len(ks) > 1 else 1.0)
+    for ax, s in zip(axes, laws):
+        ends = []
+        for n in drawn[s]:
+            last = []
+            for i, d in enumerate(datasets):
+                pts = sorted((r["num_drafts"], r["difference"], r["difference_ci"]) for r in gaps
+                             if r["a"] == n and r["dataset"] == d)
+                if not pts:
+                    continue
                 x, y, h = (np.array(v, dtype=float) for v in zip(*pts))
-                ax.errorbar(x + offsets[j], y, yerr=h, fmt="o" if i == 0 else "s", color=f"C{names.index(n)}",
-                            capsize=2, label=f"{n} ({d})", alpha=1.0 if i == 0 else 0.6)
-            j += 1
-    if off_axis:  # a far worse verifier (typically nss) would squash the others onto one line
-        worst = {n: min(r["difference"] for r in gaps if r["a"] == n) for n in off_axis}
-        ax.plot([], [], " ", label="off axis: " + ", ".join(f"{n} (to {v:+.3f})" for n, v in worst.items()))
-    ax.axhline(0.0, color="black", linewidth=0.6)
-    ax.set_xticks(ks)
-    ax.set_xlabel("number of drafts K")
-    ax.set_ylabel("acceptance − α* of its law (paired, 95%)")
-    ax.set_title(f"verifiers' gap to the bound, T = {t}")
-    ax.legend(frameon=False, **legend)
+                c = plots.color(n)
+                ax.errorbar(x + (i - (len(datasets) - 1) / 2) * shift, y, yerr=h, fmt="-" + plots.marker(i),
+                            color=c, mfc=c if i == 0 else "white", capsize=2, linewidth=0.9)
+                last.append(y[-1])
+            ends.append((n, float(np.mean(last)), plots.color(n)))
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        plots.integer_ticks(ax, ks)
+        ax.set_xlim(ks[0] - 3 * shift, ks[-1] + 3 * shift)
+        ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xlabel("number of drafts K")
+        ax.set_title(f"{s.replace('_', ' ')}, T = {t:g}")
+        plots.label_ends(ax, ends)
+        if off[s]:  # a far worse verifier (typically nss) would squash the others onto one line
+            worst = ", ".join(f"{n} (down to {min(r['difference'] for r in gaps if r['a'] == n):+.3f})"
+                              for n in off[s])
+            ax.text(0.02, 0.02, f"off axis: {worst}", transform=ax.transAxes, fontsize=6.5, va="bottom")
+    axes[0].set_ylabel("acceptance − α* of its law\n(paired, 95% interval)")
+    if len(datasets) > 1:  # datasets by marker: one small legend for the whole figure
+        handles = [matplotlib.lines.Line2D([], [], color="0.3", marker=plots.marker(i), linestyle="",
+                                           mfc="0.3" if i == 0 else "white") for i in range(len(datasets))]
+        axes[0].figure.legend(handles, datasets, loc="outside upper center", ncol=len(datasets), frameon=False)
+    return shown
 
 
 def _far_below(gaps, names):

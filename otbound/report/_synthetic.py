@@ -127,7 +127,9 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
     rows : list of dict
         Per (family, T, K, draft law, verifier): ``dataset``, ``temperature``, ``num_drafts``,
         ``sampling``, ``verifier`` (``"optimal"`` for α*), ``lossless``, ``acceptance``,
-        ``acceptance_ci``, ``optimal``, ``efficiency``, ``positions`` (instances), ``method``.
+        ``acceptance_ci``, ``optimal``, ``efficiency``, ``gap`` and ``gap_ci`` (the paired gap
+        acceptance − α* over the same instances, mean and 95% half width), ``positions`` (instances),
+        ``method``.
     skipped : list of str
         The verifiers, K and instances not measured, with the reason.
 
@@ -190,7 +192,7 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                 except InvalidInputError as err:  # too few surviving draft tokens, or denormals it cannot resolve
                     unmeasured.setdefault((law, k), []).append(str(err))
             for law, a in bound.items():
-                per.setdefault((law, "optimal", "exact"), []).append((a, a))
+                per.setdefault((law, "optimal"), []).append((a, a, "exact"))
             for name, ver in verifiers.items():
                 if ver.sampling not in bound:
                     continue
@@ -199,10 +201,14 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                 except InvalidInputError as err:  # too many drafts for the verifier, or its exact object too large
                     skipped.add(f"{name} at K={k}: {err}")
                     continue
-                per.setdefault((ver.sampling, name, method), []).append((acc, bound[ver.sampling]))
-        for (law, name, method), vals in per.items():
+                per.setdefault((ver.sampling, name), []).append((acc, bound[ver.sampling], method))
+        for (law, name), vals in per.items():
+            # one row per verifier: Monte Carlo when any of its instances is estimated
+            method = "monte_carlo" if any(m == "monte_carlo" for *_, m in vals) else "exact"
+            vals = [(a, o) for a, o, _ in vals]
             acc, ci = tables.mean_ci([a for a, _ in vals])
             opt = float(np.mean([o for _, o in vals]))
+            gap, gap_ci = tables.mean_ci([a - o for a, o in vals])  # paired: the same instances
             rows.append(
                 dict(
                     dataset=f"{family} (V={vocab_size})",
@@ -216,6 +222,8 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
                     optimal=opt,
                     efficiency=acc / opt if opt > 0 else None,
                     **({} if opt > 0 else {"efficiency_undefined": "α* = 0 in this cell: acceptance / α* is 0/0"}),
+                    gap=gap,
+                    gap_ci=gap_ci,
                     positions=len(vals),
                     method=method,
                 )
@@ -227,13 +235,15 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
 
 
 def token_figure(rows, out: Path) -> Path:
-    """α* against K per draft law and dataset (left); verifier efficiency at K = 2 (the largest K
-    when it is 1) (right), at the middle temperature.
+    """One message: which draft law's optimum α* is highest, and how it grows with K. One panel per
+    dataset (shared y axis), α* of each draft law against K with its 95% band, at the middle temperature;
+    each law in its colour (:func:`otbound.report.plots.color`) and named at the end of its line. The
+    verifiers' gaps to these bounds are the report's summary and tables (and ``paired_gaps.png``).
 
     Parameters
     ----------
     rows : list of dict
-        Rows of :func:`synthetic_rows`.
+        Rows of :func:`synthetic_rows` (or :func:`otbound.report.aggregate`).
     out : pathlib.Path
         Folder the figure is written to, as ``token_bounds.png``.
 
@@ -255,42 +265,27 @@ def token_figure(rows, out: Path) -> Path:
     ...     print(isinstance(path, Path), path.name, path.exists())
     True token_bounds.png True
     """
-    fig, axes = plots.figure(ncols=2)
-    ax = axes[0, 0]
-    t_mid = sorted({r["temperature"] for r in rows})[len({r["temperature"] for r in rows}) // 2]
-    for d in dict.fromkeys(r["dataset"] for r in rows):
-        for law, style in (("with_replacement", "-o"), ("without_replacement", "--s"), ("greedy", ":^")):
-            pts = sorted(
-                (r["num_drafts"], r["acceptance"])
-                for r in rows
-                if r["verifier"] == "optimal"
-                and r["sampling"] == law
-                and r["dataset"] == d
-                and r["temperature"] == t_mid
-            )
-            if pts:
-                ax.plot(*zip(*pts), style, label=f"{d.split(' ')[0]}, {law.replace('_', ' ')}")
-    ax.set_xlabel("number of drafts K")
-    ax.set_ylabel("optimal acceptance α*")
-    ax.set_title(f"OT bound, T = {t_mid}")
-    ax.legend(frameon=False)
-    ax = axes[0, 1]
-    k_max = max(r["num_drafts"] for r in rows if r["verifier"] != "optimal")
-    sel = [
-        r
-        for r in rows
-        if r["verifier"] != "optimal" and r["num_drafts"] == (2 if k_max >= 2 else k_max) and r["temperature"] == t_mid
-    ]
-    names = list(dict.fromkeys(r["verifier"] for r in sel))
-    datasets = list(dict.fromkeys(r["dataset"] for r in sel))
-    width = 0.8 / max(1, len(datasets))
-    for j, d in enumerate(datasets):
-        eff = [next((r["efficiency"] for r in sel if r["verifier"] == n and r["dataset"] == d), None) for n in names]
-        eff = [np.nan if e is None else e for e in eff]
-        ax.bar(np.arange(len(names)) + j * width, eff, width, label=d.split(" ")[0])
-    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=45, ha="right")
-    ax.set_ylabel("efficiency (acceptance / α* of its law)")
-    ax.set_ylim(0.0, 1.02)
-    ax.set_title(f"verifiers at K = {2 if k_max >= 2 else k_max}, T = {t_mid}")
-    ax.legend(frameon=False)
+    opt = [r for r in rows if r["verifier"] == "optimal" and r.get("acceptance") is not None]
+    temps = sorted({r["temperature"] for r in opt})
+    t_mid = temps[len(temps) // 2]
+    datasets = list(dict.fromkeys(r["dataset"] for r in opt))
+    ks = sorted({r["num_drafts"] for r in opt})
+    fig, axes = plots.figure(ncols=len(datasets), height=2.6, sharey=True)
+    for ax, d in zip(axes[0], datasets):
+        ends = []
+        for law in [s for s in SAMPLINGS if any(r["sampling"] == s for r in opt)]:
+            pts = sorted((r["num_drafts"], r["acceptance"], r.get("acceptance_ci") or 0.0) for r in opt
+                         if r["sampling"] == law and r["dataset"] == d and r["temperature"] == t_mid)
+            if not pts:
+                continue
+            x, y, h = (np.array(v, dtype=float) for v in zip(*pts))
+            ax.plot(x, y, plots.LAW_STYLES.get(law, "-o"), color=plots.color(law))
+            ax.fill_between(x, y - h, y + h, color=plots.color(law), alpha=0.15, linewidth=0)
+            ends.append((law.replace("_", " "), y[-1], plots.color(law)))
+        plots.integer_ticks(ax, ks)
+        ax.set_xlabel("number of drafts K")
+        ax.set_title(f"{d}, T = {t_mid:g}")
+        ax.set_ylim(0.0, 1.02)
+        plots.label_ends(ax, ends)
+    axes[0, 0].set_ylabel("optimal acceptance α* (95% band)")
     return plots.save(fig, out / "token_bounds")[0]

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse
 
 from otbound._backend import on_one_cpu_thread, to_numpy
-from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, solve_lp
+from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, quiet_highspy, solve_lp
 from otbound._validation import InvalidInputError, as_law, as_pair, check_num_drafts
 from otbound.token._kernel import LawBatch
 from otbound.token.draft_laws import DRAFT_LAWS, draft_law, inclusion_probabilities
@@ -292,6 +292,7 @@ def optimal_acceptance_lp(
             x = cp.Variable(ne, nonneg=True)
             prob = cp.Problem(cp.Maximize(cp.sum(x)), [a_ub @ x <= b_ub])
             if "HIGHS" in cp.installed_solvers():
+                quiet_highspy()  # no banner in the caller's output (notebook cells, reports)
                 prob.solve(solver=cp.HIGHS, **HIGHS_OPTIONS)
             else:
                 prob.solve()
