@@ -159,3 +159,16 @@ def test_registered_and_declared():
     v = VERIFIERS["gls"]
     assert isinstance(v, GumbelListVerifier)
     assert v.lossless and v.sampling == "with_replacement" and v.max_drafts is None
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_laws_exact_when_the_ratios_span_many_scales(k):
+    """Tokens likely under p that q almost never drafts (p/q ~ 2e9): the quadrature's exponentials
+    have rates from 1 to ~1e9 and the laws still sum to 1 and to p, to 1e-12."""
+    p, q = np.array([1 - 1e-9, 5e-10, 5e-10]), np.array([5e-10, 5e-10, 1 - 1e-9])
+    joint = draft_joint(q, k, "with_replacement").ravel()
+    tuples = np.stack(np.unravel_index(np.arange(joint.size), (3,) * k), axis=1)
+    laws = GLS.conditional_law(p, q, tuples)
+    np.testing.assert_allclose(laws.sum(1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(joint @ laws, p, atol=1e-12)
+    assert laws[0, 0] == pytest.approx(1.0, abs=1e-9)  # drafts all 0: the p-likely token, accepted
