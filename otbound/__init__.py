@@ -42,6 +42,7 @@ from otbound.block.models import (
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
 from otbound.token import SamplingParams
+from otbound.token._temperature import DraftTemperature, best_draft_temperature, draft_temperature_curve
 from otbound.token.bounds import (
     LPDual,
     TokenBound,
@@ -114,6 +115,9 @@ __all__ = [
     "mixture_model",
     "objectives",
     "optimal_acceptance",
+    "best_draft_temperature",
+    "draft_temperature_curve",
+    "DraftTemperature",
     "optimal_acceptance_brute_force",
     "optimal_acceptance_lp",
     "prefix_law",
