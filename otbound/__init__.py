@@ -41,8 +41,7 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
-from otbound.token import SamplingParams
-from otbound.token._temperature import DraftTemperature, best_draft_temperature, draft_temperature_curve
+from otbound.token import DraftTemperature, SamplingParams, best_draft_temperature, draft_temperature_curve
 from otbound.token.bounds import (
     LPDual,
     TokenBound,
