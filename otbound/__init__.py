@@ -41,7 +41,14 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
-from otbound.token import DraftTemperature, SamplingParams, best_draft_temperature, draft_temperature_curve
+from otbound.token import (
+    DraftTemperature,
+    SamplingParams,
+    best_draft_temperature,
+    draft_temperature_curve,
+    drafts_for_certain_acceptance,
+    optimal_acceptance_limit,
+)
 from otbound.token.bounds import (
     LPDual,
     TokenBound,
@@ -117,6 +124,8 @@ __all__ = [
     "best_draft_temperature",
     "draft_temperature_curve",
     "DraftTemperature",
+    "drafts_for_certain_acceptance",
+    "optimal_acceptance_limit",
     "optimal_acceptance_brute_force",
     "optimal_acceptance_lp",
     "prefix_law",

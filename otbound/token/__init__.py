@@ -13,6 +13,7 @@ acceptance α*(p, Q) and the token-level verifiers.
   :mod:`otbound.token._search`.
 * :mod:`otbound.token.logits` — sampling settings (:class:`SamplingParams`: temperature, top-k,
   top-p, min-p, repetition penalty), applied in one place: logits → laws.
+* :func:`optimal_acceptance_limit`, :func:`drafts_for_certain_acceptance` — α* as K grows.
 * :func:`best_draft_temperature`, :func:`draft_temperature_curve` — α* as a function of the draft
   temperature, and its best τ per position and per run.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
@@ -22,6 +23,7 @@ Modules form a DAG: ``_deterministic``, ``_wor`` → ``_search`` → ``_kernel``
 """
 
 from otbound.token._kernel import LawBatch
+from otbound.token._limits import drafts_for_certain_acceptance, optimal_acceptance_limit
 from otbound.token._settings import SamplingParams, describe_settings, settings_at
 from otbound.token._temperature import DraftTemperature, best_draft_temperature, draft_temperature_curve
 from otbound.token.bounds import (
@@ -47,6 +49,8 @@ from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 
 __all__ = [
+    "drafts_for_certain_acceptance",
+    "optimal_acceptance_limit",
     "DraftTemperature",
     "best_draft_temperature",
     "draft_temperature_curve",
