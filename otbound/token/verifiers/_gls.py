@@ -115,15 +115,16 @@ def _prod_except(f: np.ndarray) -> np.ndarray:
     return left * right
 
 
-def _integrate(fun, shape, phi_max: float):
-    """``∫_0^∞ fun(w) dw`` in ``t = log w`` over ``[−log φ_max − 40, log 80]``, split every
+def _integrate(fun, shape, bound: float):
+    """``∫_0^∞ fun(w) dw`` in ``t = log w`` over ``[−log bound − 39, log 80]``, split every
     ``_T_STEP``: each exponential ``e^{−c w}`` of the integrand (``1 ≤ c ≤ φ_max``) is a bump of
     width ~1 in t, so none is missed however far apart the rates are (``φ_max`` reaches ``1e9`` when
-    q puts ``1e-9`` on a likely token). The ends cut at most ``K e^{−40}`` (the integrand is at most
-    ``K max(1, r_y) e^{−w r_y}``-shaped near 0) and ``80^K e^{−80}`` (it decays like ``e^{−K w}``)."""
+    q puts ``1e-9`` on a likely token). ``bound`` bounds the integrand near 0 (``K(1 + φ_max)`` for a
+    law, ``K²`` for the acceptance), so the lower end cuts at most ``e^{−39} < 2e-17``; the upper end
+    cuts at most ``80^K e^{−80}`` (the integrand decays like ``e^{−K w}``)."""
     import scipy.integrate  # imported here: it costs ~0.2 s at ``import otbound``
 
-    lo, hi = -np.log(phi_max) - 40.0, np.log(80.0)
+    lo, hi = -np.log(bound) - 39.0, np.log(80.0)
     points = np.arange(lo + _T_STEP, hi, _T_STEP)
     value, _ = scipy.integrate.quad_vec(lambda t: np.exp(t) * fun(np.exp(t)), lo, hi, epsabs=QUAD_ATOL,
                                         epsrel=QUAD_RTOL, norm="max", limit=4000, points=points,
@@ -194,7 +195,7 @@ class GumbelListVerifier(Verifier):
                 np.add.at(cont, (rows, drafts[:, k]), a[drafts[:, k]] * others[:, k])
             return cont.ravel()
 
-        law = _integrate(integrand, (n, v), float(aux.phi[-1]))
+        law = _integrate(integrand, (n, v), drafts.shape[1] * (1.0 + float(aux.phi[-1])))
         return np.maximum(law, 0.0)
 
     def _laws_single(self, aux, x):
@@ -246,7 +247,7 @@ class GumbelListVerifier(Verifier):
             cont = float(pt @ (gbar * d * geo))
             return np.array([k * (a * fbar ** (k - 1) + cont)])
 
-        return float(_integrate(integrand, (1,), float(aux.phi[-1]))[0])
+        return float(_integrate(integrand, (1,), float(k * k))[0])
 
     # -- the procedure with its own clocks ---------------------------------------------------------
 
