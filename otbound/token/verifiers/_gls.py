@@ -256,6 +256,8 @@ class GumbelListVerifier(Verifier):
 
         The clocks ``S`` (n, K, V) are drawn from ``rng`` first (one ``exponential`` call), so the
         same seed gives the same clocks whatever q is: the tokens depend on p and the seed only.
+        Holds ``n·K·V`` float64 clocks at once (for tests, the conformance kit and small V; the
+        verifier's :meth:`sample` draws the clocks given the drafts, ``n·V`` at a time).
 
         Examples
         --------
