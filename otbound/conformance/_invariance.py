@@ -42,6 +42,16 @@ class InvarianceCounterexample:
         The drafts each run produced.
     token, token_other : int
         The tokens each run emitted (different).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.conformance import check_drafter_invariance
+    >>> from otbound.conformance.examples import specinfer_procedure
+    >>> c = check_drafter_invariance(specinfer_procedure, instances=2, runs=8).counterexample
+    >>> _, token = specinfer_procedure(c.p, c.q, 2, np.random.default_rng(list(c.stream)))
+    >>> token == c.token != c.token_other   # it reproduces
+    True
     """
 
     p: np.ndarray
@@ -72,6 +82,14 @@ class InvarianceResult:
         The first differing stream.
     passed : bool
         ``differing == 0`` (a property).
+
+    Examples
+    --------
+    >>> from otbound.conformance import check_drafter_invariance
+    >>> from otbound.conformance.examples import gls_procedure
+    >>> res = check_drafter_invariance(gls_procedure, instances=2, runs=8)
+    >>> res.passed, res.runs, res.summary().endswith("(K = 2)")
+    (True, 16, True)
     """
 
     name: str

@@ -57,6 +57,17 @@ class TemperaturePlan:
         The temperature of the candidate of highest predicted speed-up over all plans.
     best : otbound.plan.Candidate
         That candidate.
+
+    Examples
+    --------
+    >>> from otbound.plan import plan_draft_temperatures, synthetic_laws, synthetic_cost_model
+    >>> tp = plan_draft_temperatures(synthetic_laws(num_traces=2, positions=5), synthetic_cost_model(), (0.7, 1.0),
+    ...                              max_drafts=1, verifiers=("rrs",), laws=("with_replacement",), max_depth=2,
+    ...                              budgets=(2,))
+    >>> [row["temperature"] for row in tp.summary()]
+    [0.7, 1.0]
+    >>> tp.best.predicted_speedup == max(plan.best().predicted_speedup for plan in tp.plans)
+    True
     """
 
     temperatures: list

@@ -58,6 +58,15 @@ class DraftTemperature:
     sampling : str
     xatol : float
         The tolerance of the refinement in log τ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound import best_draft_temperature
+    >>> p, z = np.array([[0.9, 0.05, 0.05], [0.4, 0.3, 0.3]]), np.log([[0.4, 0.3, 0.3], [0.9, 0.05, 0.05]])
+    >>> res = best_draft_temperature(p, z, 1)
+    >>> res.temperature.round(3).tolist(), res.acceptance.round(6).tolist(), res.curve.shape
+    ([0.1, 10.047], [1.0, 1.0], (2, 49))
     """
 
     temperature: object

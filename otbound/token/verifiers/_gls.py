@@ -77,18 +77,23 @@ class _Ratios:
         # K = 1: C_j = ∫_{ρ_0}^{ρ_j} dm/φ², tail = ∫_{ρ_last}^∞ dm/φ² = 1/φ(ρ_last)
         self.c = np.concatenate([[0.0], np.cumsum(self.delta / (self.phi[:-1] * self.phi[1:]))])  # (n,)
         self.tail = 1.0 / self.phi[-1]
+        self._sd = slope[:-1] * self.delta  # (n − 1,) φ(ρ_{j+1}) − φ(ρ_j)
+        self._minus_inv_slope = -1.0 / slope[:-1]  # (n − 1,)
 
-    def f_sorted(self, w: float) -> np.ndarray:
+    def f_sorted(self, w: float, e_phi: np.ndarray | None = None) -> np.ndarray:
         """``F(w; ρ_j)`` at every breakpoint (n,): suffix sums of the segments' integrals
-        ``e^{−w φ(ρ_j)} w Δ_j (1 − e^{−x})/x`` with ``x = w s_j Δ_j``, plus the tail ``e^{−w φ(ρ_last)}``."""
-        x = w * self.slope[:-1] * self.delta  # (n − 1,)
-        safe = x > 1e-300
-        ex = np.ones_like(x)
-        ex[safe] = -np.expm1(-x[safe]) / x[safe]  # (1 − e^{−x})/x, 1 at x = 0
-        seg = np.exp(-w * self.phi[:-1]) * (w * self.delta * ex)  # (n − 1,)
+        ``e^{−w φ(ρ_j)} (1 − e^{−w s_j Δ_j}) / s_j`` (``s_j ≥ q`` of the first token > 0, ``expm1``
+        keeps short segments exact), plus the tail ``e^{−w φ(ρ_last)}``. ``e_phi``: ``e^{−w φ}``
+        if already computed."""
+        if e_phi is None:
+            e_phi = np.exp(-w * self.phi)  # (n,)
+        seg = np.expm1(-w * self._sd)  # (n − 1,) −(1 − e^{−w s Δ})
+        seg *= e_phi[:-1]
+        seg *= self._minus_inv_slope
         t = np.empty(self.rho.size)
-        t[-1] = np.exp(-w * self.phi[-1])
-        t[:-1] = np.cumsum(seg[::-1])[::-1] + t[-1]
+        t[-1] = e_phi[-1]
+        t[:-1] = np.cumsum(seg[::-1])[::-1]
+        t[:-1] += e_phi[-1]
         return t
 
     def f_tokens(self, w: float) -> np.ndarray:
@@ -232,10 +237,11 @@ class GumbelListVerifier(Verifier):
         q_before = np.concatenate([[0.0], np.cumsum(qt)[:-1]])  # (n,) q(r_x before r_y)
 
         def integrand(w):
-            ft = aux.f_sorted(w)  # (n,) F(w; r_y) by ratio
+            e_phi = np.exp(-w * aux.phi)  # (n,)
+            ft = aux.f_sorted(w, e_phi)  # (n,) F(w; r_y) by ratio
             d = qt * ft  # (n,)
             fbar = float(d.sum())
-            a = float(pt @ np.exp(-w * aux.phi))
+            a = float(pt @ e_phi)
             # Ḡ_y = Σ_{x: r_x < r_y} q_x F_x − F_y q(r_x < r_y): prefix sums over the sorted row
             qf_before = np.cumsum(d) - d
             gbar = np.maximum(qf_before - ft * q_before, 0.0)  # (n,) drafted y; q_y = 0 tokens: D_y = 0
