@@ -60,5 +60,29 @@ def test_bad_temperatures():
     for taus, match in [((), "at least one"), ((1.0, 1.0), "distinct"), ((0.0,), "positive")]:
         with pytest.raises(InvalidInputError, match=match):
             plan_draft_temperatures(laws, synthetic_cost_model(), taus, max_drafts=1)
-    with pytest.raises(InvalidInputError, match="no temperature"):
+    with pytest.raises(InvalidInputError, match="only the sampled laws"):
         plan_draft_temperatures(laws, synthetic_cost_model(), (1.0,), max_drafts=1, laws=("deterministic",))
+
+
+def test_command_line(tmp_path, capsys):
+    """``--draft-temperatures``: temperatures.json with each temperature's best and the best over all;
+    a bad temperature or no sampled law exits 2 with one line, before any work."""
+    import json
+
+    from otbound.plan.__main__ import main
+
+    out = tmp_path / "plan"
+    main(["--synthetic", "--max-drafts", "2", "--max-depth", "2", "--budgets", "2", "--laws", "with_replacement",
+          "--verifiers", "rrs", "--draft-temperatures", "0.5", "1.0", "--out", str(out), "--quiet"])
+    body = json.loads((out / "temperatures.json").read_text())
+    rows = body["per_temperature"]
+    assert [r["temperature"] for r in rows] == [0.5, 1.0]
+    assert body["best"]["predicted_speedup"] == max(r["predicted_speedup"] for r in rows)
+    plain = json.loads((out / "plan.json").read_text())
+    best_plain = max(c["predicted_speedup"] for c in plain["candidates"])
+    assert rows[1]["predicted_speedup"] == pytest.approx(best_plain, abs=1e-12)  # τ = 1: the traces' own law
+    for extra in (["--draft-temperatures", "0"], ["--laws", "deterministic", "--draft-temperatures", "1.0"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["--synthetic", "--out", str(tmp_path / "bad"), "--quiet", *extra])
+        assert exc.value.code == 2
+    assert not (tmp_path / "bad" / "plan.json").exists()

@@ -14,6 +14,7 @@ over a continuum of τ is :func:`otbound.best_draft_temperature`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -88,6 +89,24 @@ class TemperaturePlan:
         return out
 
 
+def check_temperatures(temperatures, laws, *, sampled_only: bool = False) -> list[float]:
+    """The temperatures as floats, refused (``InvalidInputError``) unless distinct, positive and
+    finite, and ``laws`` hold a sampled law (``sampled_only``: nothing but sampled laws)."""
+    taus = [float(t) for t in temperatures]
+    if not taus:
+        raise InvalidInputError("give at least one draft temperature")
+    if any(not (np.isfinite(t) and t > 0) for t in taus) or len(set(taus)) != len(taus):
+        raise InvalidInputError(f"draft temperatures must be distinct, positive and finite, got {taus}")
+    sampled = [s for s in laws if s in ("with_replacement", "without_replacement")]
+    if sampled_only and len(sampled) != len(list(laws)):
+        raise InvalidInputError(f"only the sampled laws have a temperature, got {list(laws)}: plan the deterministic "
+                                "law (τ → 0) with make_plan")
+    if not sampled:
+        raise InvalidInputError("draft temperatures apply to the sampled laws: include with_replacement or "
+                                "without_replacement")
+    return taus
+
+
 def plan_draft_temperatures(laws_per_trace, cost, temperatures=(0.5, 0.75, 1.0, 1.5), *, max_drafts: int,
                             verifiers=DEFAULT_VERIFIERS, laws=("with_replacement", "without_replacement"),
                             mc_samples: int = 16, seed: int = 0, source=None, **plan_options) -> TemperaturePlan:
@@ -126,13 +145,7 @@ def plan_draft_temperatures(laws_per_trace, cost, temperatures=(0.5, 0.75, 1.0, 
     >>> tp.best_temperature in (0.5, 1.0), len(tp.plans)
     (True, 2)
     """
-    taus = [float(t) for t in temperatures]
-    if not taus:
-        raise InvalidInputError("give at least one draft temperature")
-    if any(not (np.isfinite(t) and t > 0) for t in taus) or len(set(taus)) != len(taus):
-        raise InvalidInputError(f"draft temperatures must be distinct, positive and finite, got {taus}")
-    if "deterministic" in laws:
-        raise InvalidInputError("the deterministic law has no temperature: plan it with make_plan (τ → 0)")
+    taus = check_temperatures(temperatures, laws, sampled_only=True)
     plans = []
     for tau in taus:
         scaled = [(p, draft_law_at_temperature(q, tau)) for p, q in laws_per_trace]
@@ -142,3 +155,17 @@ def plan_draft_temperatures(laws_per_trace, cost, temperatures=(0.5, 0.75, 1.0, 
         plans.append(make_plan(table, cost, laws=list(laws), **plan_options))
     i = int(np.argmax([p.best().predicted_speedup for p in plans]))
     return TemperaturePlan(taus, plans, taus[i], plans[i].best())
+
+
+def write_temperature_plans(tp: TemperaturePlan, out) -> Path:
+    """``<out>/temperatures.json``: per temperature its best candidate (:meth:`TemperaturePlan.summary`)
+    and the best over all (atomically). Returns the path."""
+    import json
+
+    from otbound._io import write_text_atomic
+
+    body = {"temperatures": tp.temperatures, "best_temperature": tp.best_temperature,
+            "best": tp.best.as_dict(), "per_temperature": tp.summary()}
+    path = Path(out) / "temperatures.json"
+    write_text_atomic(path, json.dumps(json.loads(json.dumps(body, default=float)), indent=1) + "\n")
+    return path
