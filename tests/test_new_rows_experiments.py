@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -31,6 +32,16 @@ def test_gls_real_on_tiny_traces(tmp_path, monkeypatch):
         if k == "1":
             assert e["rrs"]["gap"] == pytest.approx(0.0, abs=1e-12)
             assert e["gls"]["gap"] < 0  # no rejection step: below 1 − TV
+
+
+def test_gls_real_monte_carlo_brackets_the_exact_value(tmp_path, monkeypatch):
+    """--mc-samples: the Monte Carlo mean at K = 2 within 5 standard errors (0.5/√(N·positions)) of
+    the exact one on the same traces."""
+    mod = _load("gls_real", monkeypatch)
+    exact = mod.main(["--tiny", "--num-drafts", "2"])["by_k"]["2"]["gls"]["mean"]
+    res = mod.main(["--tiny", "--num-drafts", "2", "--mc-samples", "4000", "--seed", "3"])
+    assert res["gls_method"].startswith("exact at K = 1, Monte Carlo")
+    assert abs(res["by_k"]["2"]["gls"]["mean"] - exact) < 5 * 0.5 / np.sqrt(4000 * res["positions"])
 
 
 def test_draft_temperature_real_on_tiny_traces(tmp_path, monkeypatch):
