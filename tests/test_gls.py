@@ -65,7 +65,8 @@ def test_single_draft_worked_example():
 
 
 def test_daliri_lower_bound():
-    """K = 1: (1 − TV)/(1 + TV) ≤ α ≤ 1 − TV (Daliri et al. 2408.07978, Thm 3; the coupling bound)."""
+    """K = 1: (1 − TV)/(1 + TV) ≤ α ≤ 1 − TV (the lower bound of Daliri et al. 2408.07978; the upper
+    one is the coupling bound)."""
     for p, q in ADVERSARIAL + _pairs(40, 6, vmax=12):
         tv = 0.5 * np.abs(p - q).sum()
         acc = GLS.acceptance(p, q, 1)
