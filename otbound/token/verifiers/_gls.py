@@ -150,8 +150,8 @@ class GumbelListVerifier(Verifier):
 
     References
     ----------
-    Rowan, Phan, Khisti, "Gumbel-max list sampling", arXiv 2506.05632; Daliri, Musco, Suresh,
-    "Coupling without communication and drafter-invariant speculative decoding", arXiv 2408.07978.
+    Rowan, Phan, Khisti, arXiv 2506.05632 (Gumbel-max list sampling); Daliri, Musco, Suresh,
+    arXiv 2408.07978 (drafter-invariant speculative decoding, K = 1).
 
     Examples
     --------
