@@ -22,6 +22,7 @@ from pathlib import Path
 from otbound import plan as pl
 from otbound._validation import SAMPLINGS, InvalidInputError
 from otbound.plan import CostCurve
+from otbound.plan._temperature import check_temperatures, write_temperature_plans
 
 PROG = "python -m otbound.plan"
 
@@ -126,8 +127,6 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     given = _check_args(args)
     if args.draft_temperatures:  # refused before any work
-        from otbound.plan._temperature import check_temperatures
-
         check_temperatures(args.draft_temperatures, args.laws)
     verifiers = args.verifiers or pl.DEFAULT_VERIFIERS
     out = Path(args.out)
@@ -194,8 +193,6 @@ def run(args) -> dict:
     plan.config.update(seconds=round(time.perf_counter() - t0, 1), command=" ".join([PROG] + sys.argv[1:]))
     paths = pl.write_plan(plan, out)
     if args.draft_temperatures:
-        from otbound.plan._temperature import write_temperature_plans
-
         sampled = [s for s in args.laws if s in ("with_replacement", "without_replacement")]
         tp = pl.plan_draft_temperatures(laws if args.synthetic else [(r.p, r.q) for r in records], cost,
                                         args.draft_temperatures, max_drafts=args.max_drafts, laws=sampled,
