@@ -41,7 +41,14 @@ from otbound.block.models import (
     zipf_model,
 )
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockSample
-from otbound.token import SamplingParams
+from otbound.token import (
+    DraftTemperature,
+    SamplingParams,
+    best_draft_temperature,
+    draft_temperature_curve,
+    drafts_for_certain_acceptance,
+    optimal_acceptance_limit,
+)
 from otbound.token.bounds import (
     LPDual,
     TokenBound,
@@ -114,6 +121,11 @@ __all__ = [
     "mixture_model",
     "objectives",
     "optimal_acceptance",
+    "best_draft_temperature",
+    "draft_temperature_curve",
+    "DraftTemperature",
+    "drafts_for_certain_acceptance",
+    "optimal_acceptance_limit",
     "optimal_acceptance_brute_force",
     "optimal_acceptance_lp",
     "prefix_law",

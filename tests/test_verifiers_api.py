@@ -32,13 +32,14 @@ def test_registry():
         "ot_wor_top",
         "ot_wor_iid",
         "ot_wor",
+        "gls",
     }
     assert otbound.VERIFIERS is otbound.token.verifiers.VERIFIERS
     assert all(isinstance(v, otbound.Verifier) and v.name == k for k, v in VERIFIERS.items())
     laws = {k: v.sampling for k, v in VERIFIERS.items()}
     assert laws["rrs_wor"] == laws["ot_wor_top"] == laws["ot_wor_iid"] == laws["ot_wor"] == "without_replacement"
     assert laws["greedy"] == laws["spechub"] == "greedy"
-    assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot")} == {"with_replacement"}
+    assert {laws[k] for k in ("nss", "rrs", "kseq", "khisti_is", "khisti_lp", "ot", "gls")} == {"with_replacement"}
     assert VERIFIERS["spechub"].max_drafts == VERIFIERS["khisti_lp"].max_drafts == 2
     assert all(v.max_drafts is None for k, v in VERIFIERS.items() if k not in ("spechub", "khisti_lp"))
     assert all(v.lossless is True and v.reference for v in VERIFIERS.values())  # no token verifier is found lossy

@@ -12,6 +12,8 @@ one, and its acceptance against α* (token level) or ``E[τ]`` against U_causal 
 * :func:`route_randomness` — run unmodified torch / numpy engine code in exact mode (its
   ``torch.rand`` comparisons, ``torch.multinomial``, ``Categorical.sample``, ``rng.choice`` routed to
   ``coin`` / ``draw``; :func:`exponential_race` for the argmax of an exponential race);
+* :func:`check_drafter_invariance` — a drafting-and-verification procedure's output does not depend
+  on the draft law given its randomness (two draft laws on the same seeded stream);
 * :func:`enumerate_outcomes` — the exact law of any function of ``coin`` / ``draw``;
 * :mod:`otbound.conformance.adapters` — the installed transformers' ``_speculative_sampling`` and
   the package's own verifiers; :mod:`otbound.conformance.examples` (SpecInfer RRS written against
@@ -32,6 +34,7 @@ from otbound.conformance._adapters import (
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._drafting import DraftingScheme, top_k_tree
 from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
+from otbound.conformance._invariance import InvarianceCounterexample, InvarianceResult, check_drafter_invariance
 from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
 from otbound.conformance._routing import LazyUniform, RoutedGenerator, exponential_race, route_randomness
 from otbound.conformance._stats import power, samples_for_power
@@ -46,6 +49,8 @@ __all__ = [
     "Counterexample",
     "DraftingScheme",
     "InstanceReport",
+    "InvarianceCounterexample",
+    "InvarianceResult",
     "LazyUniform",
     "RoutedGenerator",
     "TokenInstance",
@@ -53,6 +58,7 @@ __all__ = [
     "block_instances",
     "block_sample_adapter",
     "check_block_verifier",
+    "check_drafter_invariance",
     "check_token_verifier",
     "enumerate_outcomes",
     "exponential_race",

@@ -12,6 +12,9 @@ The function is called as (``--level``, ``--mode``):
 * block, exact: ``verify(target, draft, blocks, coin, draw) -> tokens``
 * block, sample: ``verify(target, draft, blocks, rng) -> tokens`` (``--batch``: blocks (n, K, L) -> (n, L + 1))
 
+``--drafter-invariance`` (token level) checks a procedure ``procedure(p, q, K, rng) -> (drafts, token)``
+instead (:func:`otbound.conformance.check_drafter_invariance`): exit 1 when its token depends on q.
+
 ``--as-sampler`` runs a coin/draw (exact-mode) function in sample mode through
 :func:`otbound.conformance.as_sampler`. ``--drafting top-k`` (block level) drafts the deterministic
 top-K tree (:func:`otbound.conformance.top_k_tree`); ``--drafting MODULE:NAME`` a user's
@@ -48,6 +51,7 @@ from otbound import InvalidInputError
 from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._drafting import as_drafting, top_k_tree
+from otbound.conformance._invariance import check_drafter_invariance
 from otbound.conformance._token import check_token_verifier
 from otbound.conformance._tree import MAX_BRANCHES, VIOLATIONS, ConformanceError, raise_recorded
 
@@ -114,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="block level: 'top-k' (the deterministic top-K tree, K = --num-drafts) or MODULE:NAME / "
                     "file.py:NAME of a DraftingScheme (default: K i.i.d. blocks)")  # fmt: skip
     ap.add_argument("--mode", choices=("exact", "sample"), default="exact", help="default exact")
+    ap.add_argument("--drafter-invariance", action="store_true",
+                    help="token level: FUNCTION is a procedure(p, q, K, rng) -> (drafts, token); check that "
+                    "its token does not depend on q given the stream (exit 1 with a counterexample if it does)")
     ap.add_argument("--batch", action="store_true", help="sample mode: the function takes and returns batches")
     ap.add_argument(
         "--as-sampler", action="store_true", help="sample mode: FUNCTION is a coin/draw verifier, run with a generator"
@@ -201,6 +208,9 @@ def _check_options(args) -> None:
         raise _UsageError("--block-len applies to --level block only")
     if args.level == "token" and args.drafting is not None:
         raise _UsageError("--drafting applies to --level block only (token drafts follow --sampling)")
+    if args.drafter_invariance and (args.level != "token" or args.mode != "exact" or args.sampling is not None):
+        raise _UsageError("--drafter-invariance checks a token-level procedure on i.i.d. drafts: "
+                          "use --level token without --mode sample or --sampling")
     if args.level == "block" and args.sampling is not None:
         raise _UsageError("--sampling applies to --level token only (block drafts are K i.i.d. blocks)")
     if args.mode == "exact":
@@ -312,6 +322,17 @@ def _time_limit(seconds: float, message: str = "the check did not finish within 
 
 def _run(args):
     verify = load(args.function)
+    if args.drafter_invariance:
+        if _takes(verify, 4) is False:
+            raise _UsageError(f"{args.function}{inspect.signature(verify)} cannot be called as "
+                              "procedure(p, q, num_drafts, rng) -> (drafts, token)")
+        out = _check_out(args.out)
+        with _time_limit(args.time_limit):
+            result = check_drafter_invariance(
+                _guarded(verify), vocab_size=DEFAULT_VOCAB["token"] if args.vocab_size is None else args.vocab_size,
+                num_drafts=args.num_drafts, seed=args.seed, name=args.function,
+                instances=DEFAULT_INSTANCES["token"] if args.instances is None else args.instances)
+        return result, out
     _check_signature(verify, args)
     drafting = _drafting(args.drafting)
     if drafting == "top-k":

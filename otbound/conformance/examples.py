@@ -19,6 +19,12 @@ Defective verifiers, short re-implementations of three defects found in public c
 * :func:`block_cumulative_products` — block verification that accepts ``x_{1:i}`` while the product
   of ``i`` uniforms is at most the product of the ratios ``p(x_j|x_<j)/q(x_j|x_<j)``.
 
+Drafting-and-verification procedures ``procedure(p, q, num_drafts, rng) -> (drafts, token)`` for
+:func:`otbound.conformance.check_drafter_invariance`:
+
+* :func:`gls_procedure` — Gumbel-max list sampling from its shared clocks (drafter-invariant);
+* :func:`specinfer_procedure` — drafts from q, then SpecInfer's RRS (lossless, not drafter-invariant).
+
 The truncation class (verifier and drafter on different sampling settings):
 
 * :func:`rrs_truncated_q` — RRS reading a top-2-truncated q while the drafts come from q.
@@ -155,3 +161,24 @@ def rrs_truncated_q(p, q, drafts, coin, draw):
             return int(x)
         cur = _residual(cur, fed)
     return draw(cur)
+
+
+# -- procedures (drafts and verification from one generator) ------------------------------------------
+
+
+def gls_procedure(p, q, num_drafts, rng):
+    """Gumbel-max list sampling (Rowan et al. 2506.05632) run from its own clocks, drawn first from
+    ``rng``: ``(drafts (K,), token)``; the token depends on p and the clocks only."""
+    from otbound import VERIFIERS
+
+    drafts, tokens = VERIFIERS["gls"].draft_and_verify(p, q, num_drafts, 1, rng)
+    return drafts[0], int(tokens[0])
+
+
+def specinfer_procedure(p, q, num_drafts, rng):
+    """K drafts i.i.d. from q (inverse CDF of ``rng``'s uniforms), then SpecInfer's RRS on the same
+    ``rng``: ``(drafts (K,), token)``. Lossless; the token follows the drafts, so it depends on q."""
+    from otbound import VERIFIERS, sample_drafts
+
+    drafts = sample_drafts(q, num_drafts, "with_replacement", 1, rng)
+    return drafts[0], int(VERIFIERS["rrs"].sample(p, q, drafts, rng).tokens[0])

@@ -9,6 +9,8 @@ mean acceptance length is predicted along the traces with the verifier's exact p
 every node); trees come from a Sequoia-style dynamic program under a node budget
 (:func:`best_tree`); the speed-up over plain decoding from a cost model measured on the models
 (:func:`measure_forward_costs`, :func:`measure_verify_costs`) or given (:class:`CostCurve`).
+:func:`plan_draft_temperatures` adds the drafter's temperature as a dimension (the traces'
+draft law rescaled, ``q^{1/τ}``, planned per τ, the best chosen over all).
 ``python -m otbound.plan`` writes ``plan.json``, ``plan.md`` and ``plan.png``
 (docs/guide/planner.md).
 
@@ -62,6 +64,7 @@ from otbound.plan._sources import (
     table_from_records,
     trace_files,
 )
+from otbound.plan._temperature import TemperaturePlan, draft_law_at_temperature, plan_draft_temperatures
 from otbound.plan._tree import TreeShapeVerifier
 
 __all__ = [
@@ -73,4 +76,5 @@ __all__ = [
     "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "TreeShapeVerifier",
     "window_levels",
     "write_plan",
+    "TemperaturePlan", "draft_law_at_temperature", "plan_draft_temperatures",
 ]

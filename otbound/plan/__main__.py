@@ -30,6 +30,7 @@ from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import SAMPLINGS, InvalidInputError
 from otbound.plan import CostCurve
 from otbound.plan._search import check_search_size
+from otbound.plan._temperature import check_temperatures, write_temperature_plans
 
 #: largest forward size (new tokens) --cost-sizes may ask for
 MAX_COST_SIZE = 1 << 16
@@ -68,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--draft-cost", default=None, help="draft forward seconds 'n:s,n:s,...' (n new tokens)")
     ap.add_argument("--target-cost", default=None, help="target forward seconds 'n:s,n:s,...'")
     ap.add_argument("--cost", default=None, help="a cost.json written by an earlier --device run")
+    ap.add_argument("--draft-temperatures", type=float, nargs="+", default=None, metavar="TAU",
+                    help="also plan the sampled laws with the drafter at these temperatures (relative to the "
+                    "traces'), writing temperatures.json with the best over all")
     ap.add_argument("--mc-samples", type=int, default=16)
     ap.add_argument("--remeasure", action="store_true",
                     help="measure every acceptance here, not reusing the run folder's stored measurements (measure/)")
@@ -141,6 +145,8 @@ def run(args) -> dict:
 
     t0 = time.perf_counter()
     given = _check_args(args)
+    if args.draft_temperatures:  # refused before any work
+        check_temperatures(args.draft_temperatures, args.laws)
     verifiers = args.verifiers or pl.DEFAULT_VERIFIERS
     out = Path(args.out)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
@@ -215,6 +221,14 @@ def run(args) -> dict:
     best = plan.best()
     paths = pl.write_plan(plan, out, extra={"cost.json": cost_dict} if cost_dict is not None and given is None
                           else None)
+    if args.draft_temperatures:
+        sampled = [s for s in args.laws if s in ("with_replacement", "without_replacement")]
+        tp = pl.plan_draft_temperatures(laws if args.synthetic else [(r.p, r.q) for r in records], cost,
+                                        args.draft_temperatures, max_drafts=args.max_drafts, laws=sampled,
+                                        verifiers=[v for v in verifiers if v in table.acceptance],
+                                        mc_samples=args.mc_samples, seed=args.seed, source=table.source,
+                                        max_depth=args.max_depth, budgets=args.budgets or pl.DEFAULT_BUDGETS)
+        paths["temperatures"] = write_temperature_plans(tp, out)
     say(f"otbound.plan: best {best.draft_law} {pl.shape_label(best.shape)} with {best.verifier}: "
         f"mean acceptance length {best.mean_acceptance_length:.3f} "
         f"(bound {best.bound_mean_acceptance_length:.3f}), predicted speed-up {best.predicted_speedup:.3f}; "

@@ -13,6 +13,9 @@ acceptance α*(p, Q) and the token-level verifiers.
   :mod:`otbound.token._search`.
 * :mod:`otbound.token.logits` — sampling settings (:class:`SamplingParams`: temperature, top-k,
   top-p, min-p, repetition penalty), applied in one place: logits → laws.
+* :func:`optimal_acceptance_limit`, :func:`drafts_for_certain_acceptance` — α* as K grows.
+* :func:`best_draft_temperature`, :func:`draft_temperature_curve` — α* as a function of the draft
+  temperature, and its best τ per position and per run.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 
 Modules form a DAG: ``_deterministic``, ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` →
@@ -20,7 +23,9 @@ Modules form a DAG: ``_deterministic``, ``_wor`` → ``_search`` → ``_kernel``
 """
 
 from otbound.token._kernel import LawBatch
+from otbound.token._limits import drafts_for_certain_acceptance, optimal_acceptance_limit
 from otbound.token._settings import SamplingParams, describe_settings, settings_at
+from otbound.token._temperature import DraftTemperature, best_draft_temperature, draft_temperature_curve
 from otbound.token.bounds import (
     LPDual,
     Relaxation,
@@ -44,6 +49,11 @@ from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import VERIFIERS, Verifier, VerifierRun, VerifierSample
 
 __all__ = [
+    "drafts_for_certain_acceptance",
+    "optimal_acceptance_limit",
+    "DraftTemperature",
+    "best_draft_temperature",
+    "draft_temperature_curve",
     "DRAFT_LAWS",
     "DraftLaw",
     "LawBatch",

@@ -27,7 +27,9 @@ ot_wor            without_replacement yes      per (p, q, K) the better of ot_wo
 ``ot_wor_iid`` reaches at least α* with replacement (exact acceptance at K ≤ 2); the deterministic
 verifiers reach α* = p(top-K(q)). ``NaiveVerifier(sampling)`` and ``OptimalVerifier(sampling)``
 build the same verifiers for another draft law. :func:`run` draws drafts, verifies them and reports
-the Monte Carlo acceptance with a CI.
+the Monte Carlo acceptance with a CI. ``gls`` (Gumbel-max list sampling) couples i.i.d. drafts
+and the target sample through shared exponential clocks: drafter-invariant, exact law closed at K = 1
+and a one-dimensional quadrature at K ≥ 2.
 """
 
 import numpy as np
@@ -44,6 +46,7 @@ from otbound.token.verifiers._base import (
     wilson_interval,
 )
 from otbound.token.verifiers._deterministic import MembershipVerifier, OneHotVerifier
+from otbound.token.verifiers._gls import GumbelListVerifier
 from otbound.token.verifiers._greedy import GreedyVerifier, SpecHubVerifier
 from otbound.token.verifiers._importance import (
     ImportanceSamplingVerifier,
@@ -81,6 +84,7 @@ VERIFIERS: dict[str, Verifier] = {
         OptimalWithoutReplacementVerifier(),
         IIDStreamVerifier(),
         BestWithoutReplacementVerifier(),
+        GumbelListVerifier(),
     )
 }
 
@@ -169,4 +173,5 @@ __all__ = [
     "truncation_size",
     "IIDStreamVerifier",
     "BestWithoutReplacementVerifier",
+    "GumbelListVerifier",
 ]
