@@ -49,7 +49,9 @@ def to_numpy(x):
     ([0.5, 0.5], None)
     """
     if is_torch(x):
-        return x.detach().to("cpu").double().numpy(), x.device
+        x_cpu = x.detach().to("cpu")
+        # a complex tensor stays complex, for the caller's check to refuse by name (a cast would drop it)
+        return (x_cpu.numpy() if x_cpu.is_complex() else x_cpu.double().numpy()), x.device
     return x, None
 
 

@@ -394,11 +394,13 @@ def stored_measurement(record, cache_dir):
     return _int_keys(stored)
 
 
-def _record_laws(record):
+def _record_laws(record, *, device_path: bool = False):
     """``(p, q)`` of a record: float64 laws of its logits under its sampling settings (softmax of
     logits / T by default). Logits in numpy or on the CPU:
     :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
-    an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
+    an accelerator: :meth:`otbound.SamplingParams.laws` there, the same steps in torch (equal up to
+    float64 rounding, ~1e-16, every cut decided alike). ``device_path=True`` takes the accelerator's
+    path for CPU tensors too (the tests compare the two paths on the CPU)."""
     from otbound._backend import is_torch
     from otbound.token.logits import laws_from_logits
 
@@ -406,14 +408,9 @@ def _record_laws(record):
         return record.p, record.q
     settings = record.sampling_params()
     ctx = record.contexts() if any(s.needs_context for s in settings) else None
-    if record.target_logits.device.type == "cpu":
+    if record.target_logits.device.type == "cpu" and not device_path:
         return tuple(laws_from_logits(x.float().numpy(), s, ctx)
                      for x, s in zip((record.target_logits, record.draft_logits), settings))
-    import torch
-
-    if settings == (SamplingParams(record.temperature),) * 2:
-        return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
-                     for x in (record.target_logits, record.draft_logits))
     return tuple(s.laws(x.double(), ctx) for x, s in zip((record.target_logits, record.draft_logits), settings))
 
 
