@@ -84,6 +84,42 @@ def wrap_like(value, device):
     return torch.as_tensor(np.asarray(value, dtype=np.float64), device=device)
 
 
+_ACCELERATOR_PATHS = [False]  # set by accelerator_paths()
+
+
+@contextlib.contextmanager
+def accelerator_paths():
+    """Inside the block, code written for an accelerator runs on CPU tensors too.
+
+    Some computations take one path on the CPU (numpy on a row's memory, row by row) and another
+    on an accelerator (batched torch); both must give the same numbers. CI has no accelerator, so
+    the tests run the accelerator's paths on the CPU under this switch and compare them with the
+    CPU's. Every such branch asks :func:`on_accelerator`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound._backend import accelerator_paths, on_accelerator
+    >>> x = torch.zeros(2)
+    >>> with accelerator_paths():
+    ...     inside = on_accelerator(x)
+    >>> inside, on_accelerator(x)
+    (True, False)
+    """
+    before = _ACCELERATOR_PATHS[0]
+    _ACCELERATOR_PATHS[0] = True
+    try:
+        yield
+    finally:
+        _ACCELERATOR_PATHS[0] = before
+
+
+def on_accelerator(x) -> bool:
+    """Whether a torch tensor takes the accelerator's path: it is on a device other than the CPU, or
+    the caller is inside :func:`accelerator_paths`."""
+    return _ACCELERATOR_PATHS[0] or x.device.type != "cpu"
+
+
 def retain_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed memory for reuse in this process (an explicit opt-in; the
     command line ``python -m otbound.compare`` calls it, library calls never do).

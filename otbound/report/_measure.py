@@ -394,21 +394,21 @@ def stored_measurement(record, cache_dir):
     return _int_keys(stored)
 
 
-def _record_laws(record, *, device_path: bool = False):
+def _record_laws(record):
     """``(p, q)`` of a record: float64 laws of its logits under its sampling settings (softmax of
     logits / T by default). Logits in numpy or on the CPU:
     :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
     an accelerator: :meth:`otbound.SamplingParams.laws` there, the same steps in torch (equal up to
-    float64 rounding, ~1e-16, every cut decided alike). ``device_path=True`` takes the accelerator's
-    path for CPU tensors too (the tests compare the two paths on the CPU)."""
-    from otbound._backend import is_torch
+    float64 rounding, ~1e-16, every cut decided alike; taken on the CPU too inside
+    :func:`otbound._backend.accelerator_paths`, where the tests compare the two)."""
+    from otbound._backend import is_torch, on_accelerator
     from otbound.token.logits import laws_from_logits
 
     if not is_torch(record.target_logits):
         return record.p, record.q
     settings = record.sampling_params()
     ctx = record.contexts() if any(s.needs_context for s in settings) else None
-    if record.target_logits.device.type == "cpu" and not device_path:
+    if not on_accelerator(record.target_logits):
         return tuple(laws_from_logits(x.float().numpy(), s, ctx)
                      for x, s in zip((record.target_logits, record.draft_logits), settings))
     return tuple(s.laws(x.double(), ctx) for x, s in zip((record.target_logits, record.draft_logits), settings))
