@@ -338,30 +338,32 @@ def _apply(s: SamplingParams, logits, context):
     operations in both libraries (so the two agree to rounding, and every cut alike, see
     :data:`CUT_RTOL`)."""
     ops = _Torch(logits) if is_torch(logits) else _Numpy(logits)
-    z = ops.float64()
-    _check_logits(z, ops)
+    z = ops.float64()  # a private copy
+    top = _check_logits(z, ops)  # (…, 1) the rows' largest logits
     v = z.shape[-1]
     mask = None
     if s.needs_context:
         mask = ops.from_numpy(_context_mask(context, tuple(z.shape), np.asarray), z)
     with np.errstate(over="ignore", under="ignore"):
-        a = _scaled(s, z, mask, None)
-        scale = _overflow_scale(s, z, a, ops)
+        a = _scaled(s, z, mask, None)  # without a penalty, z itself divided in place
+        # the rows' largest processed logit: division by T > 0 keeps the order (also when rounded)
+        a_top = top / s.temperature if mask is None else ops.amax(a)
+        scale = _overflow_scale(s, a, a_top, ops)
         if scale is not None:  # rows whose processed logits overflow: computed at a power-of-two scale
-            a = _scaled(s, z, mask, scale)
+            a = _scaled(s, ops.float64(), mask, scale)
         if s.top_k is not None:
             kth = ops.kth_largest(a, min(s.top_k, v))
             a = _where(a < kth, ops.neg_inf, a)
         if s.top_p is not None:
             order = ops.ascending(a)
-            cum = _softmax(ops.take(a, order), scale).cumsum(-1)
+            cum = _softmax(ops.take(a, order), scale, inplace=True).cumsum(-1)
             remove = cum <= (1.0 - s.top_p) * (1.0 + CUT_RTOL)
             remove[..., -1:] = False  # the largest token always stays
             a = _where(ops.unsort(order, remove), ops.neg_inf, a)
         if s.min_p is not None:
             ratio = _numerators(a, scale)  # p / max p, exactly 1 at the largest token
             a = _where(ratio < s.min_p * (1.0 - CUT_RTOL), ops.neg_inf, a)
-        return _softmax(a, scale)
+        return _softmax(a, scale, inplace=True)  # a is this call's own array
 
 
 def _where(cond, value, x):
@@ -385,7 +387,7 @@ def _scaled(s: SamplingParams, z, mask, scale):
     ``z/r``, then ``/T`` — or, where ``scale = (k1, k2)`` (…, 1) is given, the same divided by
     ``2**(k1 + k2)``: by ``2**k1`` before the penalty and ``2**k2`` before the temperature (exact
     powers of two, applied where the values are largest, so that the entries that matter keep
-    their precision)."""
+    their precision). Without a penalty or a scale ``z`` (a private copy) is divided in place."""
     if scale is not None:
         z = _times_pow2(z, -scale[0])
     if mask is not None:
@@ -394,24 +396,25 @@ def _scaled(s: SamplingParams, z, mask, scale):
     if scale is not None:
         z = _times_pow2(z, -scale[1])
     if s.temperature != 1.0:
-        z = z / s.temperature
+        z /= s.temperature
     return z
 
 
-def _overflow_scale(s: SamplingParams, z, a, ops):
-    """``None`` when the processed logits ``a`` are safe — every row's largest finite and above
-    −2**1022, and no ``z·r`` overflowed before a division by T > 1, so any entry overflowed to −inf
-    is truly below the largest by more than 2**1022 and has probability exactly 0 — else the
-    powers of two ``(k1, k2)`` (…, 1) of :func:`_scaled` that keep each row's processed logits
+def _overflow_scale(s: SamplingParams, a, a_top, ops):
+    """``None`` when the processed logits ``a`` are safe — every row's largest ``a_top`` finite and
+    above −2**1022, and no ``z·r`` overflowed before a division by T > 1, so any entry overflowed
+    to −inf is truly below the largest by more than 2**1022 and has probability exactly 0 — else
+    the powers of two ``(k1, k2)`` (…, 1) of :func:`_scaled` that keep each row's processed logits
     below ``2**_SCALE_EXP`` in magnitude (0 for the safe rows)."""
-    top = ops.amax(a)
-    safe = (top > -(2.0**1022)) & (top < math.inf)
-    finite = z > -math.inf
+    safe = (a_top > -(2.0**1022)) & (a_top < math.inf)
     if s.needs_context and s.temperature > 1.0:
         # z·r overflowed before a division by T > 1 that could have brought it back in range
-        safe = safe & ~((a == -math.inf) & finite).any(-1, keepdims=True)
+        z = ops.float64()
+        safe = safe & ~((a == -math.inf) & (z > -math.inf)).any(-1, keepdims=True)
     if bool(safe.all()):
         return None
+    z = ops.float64()
+    finite = z > -math.inf
     e_z = ops.to_numpy(ops.amax(ops.exponent(_where(~finite, 0.0, z)))).astype(np.int64)  # |z| < 2**e_z
     e_c = 0
     if s.needs_context:
@@ -442,30 +445,46 @@ def _like(a: np.ndarray, x):
     return torch.as_tensor(a, dtype=torch.float64, device=x.device)
 
 
-def _numerators(a, scale):
-    """``exp(a·2**scale − max)`` along the last axis: the softmax numerators, 1 at the largest entry."""
-    d = a - (a.max(axis=-1, keepdims=True) if isinstance(a, np.ndarray) else a.amax(dim=-1, keepdim=True))
+def _numerators(a, scale, inplace=False):
+    """``exp(a·2**scale − max)`` along the last axis: the softmax numerators, 1 at the largest entry
+    (in ``a``'s own memory where ``inplace``, else a new array)."""
+    if isinstance(a, np.ndarray):
+        top = a.max(axis=-1, keepdims=True)
+        d = np.subtract(a, top, out=a if inplace else None)
+        if scale is not None:
+            d = _times_pow2(d, scale[0] + scale[1])  # an entry overflowing to −inf has numerator exactly 0
+        return np.exp(d, out=d)
+    top = a.amax(dim=-1, keepdim=True)
+    d = a.sub_(top) if inplace else a - top
     if scale is not None:
-        d = _times_pow2(d, scale[0] + scale[1])  # an entry overflowing to −inf has numerator exactly 0
-    return np.exp(d) if isinstance(d, np.ndarray) else d.exp()
+        d = _times_pow2(d, scale[0] + scale[1])
+    return d.exp_()
 
 
-def _softmax(a, scale=None):
-    e = _numerators(a, scale)
-    return e / e.sum(-1, keepdims=True) if isinstance(e, np.ndarray) else e / e.sum(dim=-1, keepdim=True)
+def _softmax(a, scale=None, inplace=False):
+    """The softmax along the last axis (of ``a·2**scale``; in ``a``'s own memory where ``inplace``)."""
+    e = _numerators(a, scale, inplace)
+    if isinstance(e, np.ndarray):
+        e /= e.sum(-1, keepdims=True)
+        return e
+    return e.div_(e.sum(dim=-1, keepdim=True))
 
 
-def _check_logits(z, ops) -> None:
+def _check_logits(z, ops):
+    """The rows' largest logits (…, 1), after refusing an empty vocabulary, a NaN or +inf entry and
+    a row of only −inf (one reduction: a row's max is NaN or +inf exactly when it holds one)."""
     if z.ndim == 0 or z.shape[-1] == 0:
         raise InvalidInputError(f"logits must have a non-empty vocabulary axis, got shape {tuple(z.shape)}")
-    bad = (z != z) | (z == math.inf)
-    if bool(bad.any()):
+    top = ops.amax(z)
+    if not bool((top < math.inf).all()):
+        bad = (z != z) | (z == math.inf)
         where = tuple(int(i) for i in np.argwhere(ops.to_numpy(bad))[0])
         raise InvalidInputError(f"logits have a NaN or +inf entry at index {where}")
-    dead = (z == -math.inf).all(-1)
-    if bool(dead.any()):
-        raise InvalidInputError(f"logits row {tuple(int(i) for i in np.argwhere(ops.to_numpy(dead))[0])} is -inf "
+    if bool((top == -math.inf).any()):
+        dead = ops.to_numpy((top == -math.inf)[..., 0])
+        raise InvalidInputError(f"logits row {tuple(int(i) for i in np.argwhere(np.atleast_1d(dead))[0])} is -inf "
                                 "everywhere: no law")
+    return top
 
 
 def _context_mask(context, shape, to_array) -> np.ndarray:
