@@ -116,7 +116,15 @@ def accelerator_paths():
 
 def on_accelerator(x) -> bool:
     """Whether a torch tensor takes the accelerator's path: it is on a device other than the CPU, or
-    the caller is inside :func:`accelerator_paths`."""
+    the caller is inside :func:`accelerator_paths`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound._backend import on_accelerator
+    >>> on_accelerator(torch.zeros(2))
+    False
+    """
     return _ACCELERATOR_PATHS[0] or x.device.type != "cpu"
 
 
