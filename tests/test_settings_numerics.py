@@ -247,3 +247,19 @@ def test_the_record_laws_device_path_runs_on_the_cpu_and_agrees():
             c = np.repeat(ctx[:1], 6, 0) if s.needs_context else None
             np.testing.assert_allclose(x, s.laws(z.double().numpy(), c), rtol=0, atol=1e-15)
 
+
+
+def test_decoding_at_a_temperature_that_overflows_float32_draws_the_greedy_limit():
+    from otbound.lm import tiny_pair
+    from otbound.lm._decode import sample_continuations
+
+    pair = tiny_pair()
+    prompts = [[1, 2, 3], [4, 5], [6]]
+    conts, logits = sample_continuations(pair.target, prompts, temperature=1e-300, max_new_tokens=5,
+                                         vocab_size=pair.vocab_size, generator=torch.Generator().manual_seed(0))
+    for cont, rows in zip(conts, logits):
+        assert len(cont) == 5
+        # the law at T → 0 is one-hot on the largest logit (these rows have no tie at the top)
+        top2 = torch.topk(rows, 2, dim=-1).values
+        assert bool((top2[:, 0] > top2[:, 1]).all())
+        assert cont == rows.argmax(-1).tolist()
