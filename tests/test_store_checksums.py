@@ -1,5 +1,6 @@
 """The checksums of stored tensors cover dtype, shape and bytes: each field flipped alone (the other
-two kept exactly) is refused, by the digest and by a trace store file read back."""
+two kept exactly) is refused, by the digest and by a trace store file read back; so is each field a
+converted model folder's manifest records (the file list, size, modification time, SHA-256)."""
 
 import json
 
@@ -80,3 +81,43 @@ def test_trace_store_refuses_each_field_flipped(tmp_path, field):
         _store.read(path)
     # the metadata untouched: the refusal is the tensors' checksum, not the metadata's
     assert json.loads(meta_text)["meta_sha256"]
+
+
+def test_folder_manifest_refuses_each_recorded_field_changed_alone(tmp_path):
+    import os
+
+    from otbound._integrity import check_manifest, folder_manifest
+
+    (tmp_path / "sub").mkdir()
+    files = {"a.bin": b"\x00\x01\x02\x03", "sub/b.txt": b"hello"}
+    for rel, data in files.items():
+        (tmp_path / rel).write_bytes(data)
+    manifest = folder_manifest(tmp_path)
+    assert check_manifest(tmp_path, manifest, full=True) is None
+    assert check_manifest(tmp_path, manifest, full=False) is None
+    target = tmp_path / "sub/b.txt"
+    st = target.stat()
+
+    # the bytes alone (same size, modification time put back): the full check's SHA-256 refuses it
+    target.write_bytes(b"hellO")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert check_manifest(tmp_path, manifest, full=True) == (
+        "sub/b.txt: SHA-256 differs from the one recorded at conversion")
+    # the modification time alone (the bytes put back): the fast check refuses it, the full check passes
+    target.write_bytes(b"hello")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert check_manifest(tmp_path, manifest, full=False) == "sub/b.txt: modified after conversion"
+    assert check_manifest(tmp_path, manifest, full=True) is None
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # the size: both checks
+    target.write_bytes(b"hello!")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for full in (False, True):
+        assert check_manifest(tmp_path, manifest, full=full) == "sub/b.txt: 6 bytes, recorded 5"
+    target.write_bytes(b"hello")
+    # the list of files: one more, one fewer
+    (tmp_path / "extra").write_bytes(b"")
+    assert "unexpected ['extra']" in check_manifest(tmp_path, manifest, full=False)
+    (tmp_path / "extra").unlink()
+    (tmp_path / "a.bin").unlink()
+    assert "missing ['a.bin']" in check_manifest(tmp_path, manifest, full=True)
