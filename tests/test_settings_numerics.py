@@ -101,6 +101,16 @@ COMPLEX_CALLS = {
 }
 
 
+def _measure_laws(p, q):
+    from otbound.report import measure_laws
+
+    return measure_laws(p, q, (2,), verifiers=["rrs"])
+
+
+COMPLEX_CALLS["p"].append(lambda: _measure_laws(P[None] + 0.1j, Q[None]))
+COMPLEX_CALLS["q"].append(lambda: _measure_laws(torch.tensor(P[None]), torch.tensor(Q[None]) + 0.1j))
+
+
 @pytest.mark.parametrize("name, call", [(n, c) for n, calls in COMPLEX_CALLS.items() for c in calls])
 def test_complex_input_is_refused_naming_the_argument(name, call):
     with warnings.catch_warnings():

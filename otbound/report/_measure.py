@@ -39,7 +39,7 @@ import scipy.stats
 
 from otbound._backend import on_one_cpu_thread, positive_counts
 from otbound._io import safe_name, write_text_atomic
-from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_sampling
+from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_real, check_sampling
 from otbound.token import SamplingParams
 
 MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
@@ -158,8 +158,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     needed = sorted(set(samplings) | {VERIFIERS[n].sampling for n in names})
     if device is None:
         device = p.device if isinstance(p, torch.Tensor) else "cpu"
-    p = torch.as_tensor(p, dtype=torch.float64)
-    q = torch.as_tensor(q, dtype=torch.float64)
+    p = torch.as_tensor(check_real(p, "p"), dtype=torch.float64)
+    q = torch.as_tensor(check_real(q, "q"), dtype=torch.float64)
     if p.ndim == 1:
         p, q = p.reshape(1, -1), q.reshape(1, -1)
     b = _default_batch_size(p.shape[-1], device) if batch_size is None else batch_size
