@@ -49,7 +49,9 @@ def to_numpy(x):
     ([0.5, 0.5], None)
     """
     if is_torch(x):
-        return x.detach().to("cpu").double().numpy(), x.device
+        x_cpu = x.detach().to("cpu")
+        # a complex tensor stays complex, for the caller's check to refuse by name (a cast would drop it)
+        return (x_cpu.numpy() if x_cpu.is_complex() else x_cpu.double().numpy()), x.device
     return x, None
 
 
@@ -80,6 +82,50 @@ def wrap_like(value, device):
     import torch
 
     return torch.as_tensor(np.asarray(value, dtype=np.float64), device=device)
+
+
+_ACCELERATOR_PATHS = [False]  # set by accelerator_paths()
+
+
+@contextlib.contextmanager
+def accelerator_paths():
+    """Inside the block, code written for an accelerator runs on CPU tensors too.
+
+    Some computations take one path on the CPU (numpy on a row's memory, row by row) and another
+    on an accelerator (batched torch); both must give the same numbers. CI has no accelerator, so
+    the tests run the accelerator's paths on the CPU under this switch and compare them with the
+    CPU's. Every such branch asks :func:`on_accelerator`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound._backend import accelerator_paths, on_accelerator
+    >>> x = torch.zeros(2)
+    >>> with accelerator_paths():
+    ...     inside = on_accelerator(x)
+    >>> inside, on_accelerator(x)
+    (True, False)
+    """
+    before = _ACCELERATOR_PATHS[0]
+    _ACCELERATOR_PATHS[0] = True
+    try:
+        yield
+    finally:
+        _ACCELERATOR_PATHS[0] = before
+
+
+def on_accelerator(x) -> bool:
+    """Whether a torch tensor takes the accelerator's path: it is on a device other than the CPU, or
+    the caller is inside :func:`accelerator_paths`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound._backend import on_accelerator
+    >>> on_accelerator(torch.zeros(2))
+    False
+    """
+    return _ACCELERATOR_PATHS[0] or x.device.type != "cpu"
 
 
 def retain_freed_memory() -> bool:

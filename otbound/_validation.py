@@ -34,11 +34,39 @@ class InvalidInputError(ValueError):
     """
 
 
+def check_real(x, name: str):
+    """``x`` unchanged if it holds real numbers; an error naming ``name`` if its dtype is complex.
+
+    A complex value is never a probability nor a logit: casting it to float64 would silently drop
+    its imaginary part, so every public entry that takes laws or logits (numpy arrays, sequences
+    or torch tensors) refuses it here, whatever the imaginary part.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound._validation import check_real
+    >>> check_real([0.5, 0.5], "p")
+    [0.5, 0.5]
+    >>> check_real(np.array([0.5, 0.5]) + 0.1j, "p")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: p must hold real numbers, got complex values (dtype complex128)
+    """
+    is_complex = getattr(x, "is_complex", None)  # a torch tensor, checked without importing torch
+    if callable(is_complex) and hasattr(x, "detach"):
+        if is_complex():
+            raise InvalidInputError(f"{name} must hold real numbers, got complex values (dtype {x.dtype})")
+        return x
+    if np.iscomplexobj(x):
+        raise InvalidInputError(f"{name} must hold real numbers, got complex values (dtype {np.asarray(x).dtype})")
+    return x
+
+
 def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
     """Return ``x`` as a float64 array of laws along the last axis, checked and renormalised.
 
-    Checks: at least 1-D, non-empty last axis, finite, non-negative, each row summing to 1 within
-    ``LAW_ATOL``. ``ndim`` (if given) demands an exact number of dimensions.
+    Checks: real (:func:`check_real`), at least 1-D, non-empty last axis, finite, non-negative,
+    each row summing to 1 within ``LAW_ATOL``. ``ndim`` (if given) demands an exact number of dimensions.
 
     Parameters
     ----------
@@ -67,7 +95,7 @@ def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
         ...
     otbound._validation.InvalidInputError: q does not sum to 1 (row () sums to 1.1; tolerance 1e-06)
     """
-    a = np.asarray(x, dtype=np.float64)
+    a = np.asarray(check_real(x, name), dtype=np.float64)
     if a.ndim == 0:
         raise InvalidInputError(f"{name} must be an array of probabilities, got a scalar")
     if ndim is not None and a.ndim != ndim:

@@ -302,7 +302,9 @@ def test_hsd_exceeds_causal_bound():
     """HSD's E[τ] lies above U_causal, the most any lossless verifier reaches at K = 1 (possible only
     because one iteration is not lossless); at L = 2 it equals the joint-OT value U_joint.
     Sun et al.'s toy: 4/3 = U_joint > 11/9 = U_causal at L = 2 (one-iteration error 2/27);
-    at L = 3, U_causal = 5/3 < E[τ] = 16/9 < U_joint = 50/27."""
+    at L = 3, U_causal = 5/3 < E[τ] = 16/9 < U_joint = 50/27 (16/9: the backward branch of the public
+    code's ``transformers/generation/utils.py`` at commit 747d2594; its ``algorithm_clean.py`` at commit
+    89745108, capping by min(P, Q), gives 50/27 instead)."""
     tg, dr = sun_toy()
     assert exact("hsd", tg, dr, 2, 1, 2) == pytest.approx(12 / 9, abs=1e-12)
     assert BLOCK_VERIFIERS["hsd"].lossless_error(tg, dr, vocab_size=2, num_drafts=1, block_len=2) == pytest.approx(

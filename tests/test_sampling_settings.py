@@ -1,6 +1,7 @@
 """SamplingParams against transformers' own logits processors (float64, 1e-12), validation, and the
-stated tie rule at the top-p cut."""
+stated rules at the cuts (masses on a cut, ties straddling it)."""
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -20,8 +21,16 @@ from otbound import InvalidInputError, SamplingParams, laws_from_logits
 TOL = 1e-12
 
 
-def reference(s: SamplingParams, logits: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-    """transformers' processors in generate's order, in float64, then softmax."""
+def reference(s: SamplingParams, logits: np.ndarray, context: np.ndarray | None, on_cut: bool = False) -> np.ndarray:
+    """transformers' processors in generate's order, in float64, then softmax.
+
+    ``on_cut``: top-p and min-p lowered by 1e-12, so that a mass *on* a cut in exact arithmetic
+    (which transformers' float64 puts on either side by rounding) falls on the side the stated rule
+    gives it — removed at top-p (``≤``), kept at min-p (``<``) — and nothing else moves (masses
+    this close to a cut without being on it have probability ~1e-12 on random logits)."""
+    if on_cut:
+        s = dataclasses.replace(s, top_p=None if s.top_p is None else max(s.top_p - 1e-12, 0.0),
+                                min_p=None if s.min_p is None else max(s.min_p - 1e-12, 0.0))
     procs = LogitsProcessorList()
     if s.repetition_penalty is not None:
         procs.append(RepetitionPenaltyLogitsProcessor(s.repetition_penalty))
@@ -89,7 +98,7 @@ def test_matches_transformers(s, v, ties):
     ours = s.laws(logits, context)
     assert ours.dtype == np.float64 and ours.shape == logits.shape
     np.testing.assert_allclose(ours.sum(-1), 1.0, atol=1e-14)
-    ref = reference(s, logits, context)
+    ref = reference(s, logits, context, on_cut=True)
     straddled = _straddled_rows(s, logits, context)
     # rows off such ties: equal entry by entry
     np.testing.assert_allclose(ours[~straddled], ref[~straddled], atol=TOL, rtol=0)
@@ -103,17 +112,17 @@ def test_matches_transformers(s, v, ties):
     np.testing.assert_allclose(t.numpy(), ours, atol=TOL, rtol=0)
 
 
-def test_tie_rule_at_top_p_cut_favours_lower_index():
-    # 16 tokens (torch's CPU sort is stable at this size): flipping the vocabulary turns
-    # transformers' stable choice (lower index removed first) into the stated rule (higher first)
+def test_tie_rule_at_top_p_cut_removes_the_lower_index_first():
+    # 16 tokens (torch's CPU sort is stable at this size): transformers' own choice, which is the
+    # stated rule (a stable ascending sort: of equal logits the lower index is removed first)
     rng = np.random.default_rng(3)
     s = SamplingParams(1.0, top_p=0.5)
     logits = rng.integers(-2, 2, size=(40, 16)).astype(np.float64)
     ours = s.laws(logits)
-    flipped = reference(s, logits[:, ::-1].copy(), None)[:, ::-1]
-    np.testing.assert_allclose(ours, flipped, atol=TOL, rtol=0)
-    # a hand case: four equal tokens, top-p 0.5 keeps the two of lowest index
-    np.testing.assert_allclose(s.laws(np.zeros(4)), [0.5, 0.5, 0.0, 0.0], atol=TOL)
+    np.testing.assert_allclose(ours, reference(s, logits, None, on_cut=True), atol=TOL, rtol=0)
+    # a hand case: four equal tokens, top-p 0.5 keeps the two of highest index
+    np.testing.assert_allclose(s.laws(np.zeros(4)), [0.0, 0.0, 0.5, 0.5], atol=TOL)
+    np.testing.assert_allclose(s.laws(torch.zeros(4)).numpy(), [0.0, 0.0, 0.5, 0.5], atol=TOL)
 
 
 def test_top_k_keeps_ties_at_the_kth_value():

@@ -142,7 +142,8 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
                          stop_ids=(), generator=None):
     """Sample a continuation of each prompt (token lists) from ``model`` at ``temperature``,
     batched with a KV cache: ``x_t ~ softmax(logits[:vocab_size] / T)`` (float32 softmax, torch
-    multinomial with ``generator``); ``temperature`` may be an :class:`otbound.SamplingParams`,
+    multinomial with ``generator``; where ``logits / T`` overflows float32, the exact float64 law of
+    :meth:`otbound.SamplingParams.laws`); ``temperature`` may be an :class:`otbound.SamplingParams`,
     whose law (float64, on the model's device; a repetition penalty reads the prompt and the
     tokens drawn so far) is then sampled. Each continuation ends at its first stop token
     (included) or after ``max_new_tokens``.
@@ -153,6 +154,8 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
     """
     import torch
     from transformers import DynamicCache
+
+    from otbound.token import SamplingParams
 
     dev = next(model.parameters()).device
     ids, mask, pos = left_pad(prompts, dev)
@@ -169,6 +172,8 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
         step_logits.append(last)
         if settings is None:
             law = torch.softmax(last / temperature, dim=-1)
+            if not bool(torch.isfinite(law).all()):  # logits / T overflowed float32: the exact law instead
+                law = SamplingParams(float(temperature)).laws(last)
         else:
             law = settings.laws(last, context)
         tok = torch.multinomial(law, 1, generator=generator).squeeze(1)

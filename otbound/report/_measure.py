@@ -39,7 +39,14 @@ import scipy.stats
 
 from otbound._backend import on_one_cpu_thread, positive_counts
 from otbound._io import json_text, safe_name, write_text_atomic
-from otbound._validation import SAMPLINGS, InvalidInputError, check_num_drafts, check_positive_int, check_sampling
+from otbound._validation import (
+    SAMPLINGS,
+    InvalidInputError,
+    check_num_drafts,
+    check_positive_int,
+    check_real,
+    check_sampling,
+)
 from otbound.token import SamplingParams
 
 MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
@@ -159,8 +166,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     needed = sorted(set(samplings) | {VERIFIERS[n].sampling for n in names})
     if device is None:
         device = p.device if isinstance(p, torch.Tensor) else "cpu"
-    p = torch.as_tensor(p, dtype=torch.float64)
-    q = torch.as_tensor(q, dtype=torch.float64)
+    p = torch.as_tensor(check_real(p, "p"), dtype=torch.float64)
+    q = torch.as_tensor(check_real(q, "q"), dtype=torch.float64)
     if p.ndim == 1:
         p, q = p.reshape(1, -1), q.reshape(1, -1)
     b = _default_batch_size(p.shape[-1], device) if batch_size is None else batch_size
@@ -399,22 +406,19 @@ def _record_laws(record):
     """``(p, q)`` of a record: float64 laws of its logits under its sampling settings (softmax of
     logits / T by default). Logits in numpy or on the CPU:
     :func:`otbound.laws_from_logits`, bit for bit what a reread of the stored trace gives; torch tensors on
-    an accelerator: the same max-shifted formula there (equal up to float64 rounding, ~1e-16)."""
-    from otbound._backend import is_torch
+    an accelerator: :meth:`otbound.SamplingParams.laws` there, the same steps in torch (equal up to
+    float64 rounding, ~1e-16, every cut decided alike; taken on the CPU too inside
+    :func:`otbound._backend.accelerator_paths`, where the tests compare the two)."""
+    from otbound._backend import is_torch, on_accelerator
     from otbound.token.logits import laws_from_logits
 
     if not is_torch(record.target_logits):
         return record.p, record.q
     settings = record.sampling_params()
     ctx = record.contexts() if any(s.needs_context for s in settings) else None
-    if record.target_logits.device.type == "cpu":
+    if not on_accelerator(record.target_logits):
         return tuple(laws_from_logits(x.float().numpy(), s, ctx)
                      for x, s in zip((record.target_logits, record.draft_logits), settings))
-    import torch
-
-    if settings == (SamplingParams(record.temperature),) * 2:
-        return tuple(torch.softmax(x.double() / float(record.temperature), dim=-1)
-                     for x in (record.target_logits, record.draft_logits))
     return tuple(s.laws(x.double(), ctx) for x, s in zip((record.target_logits, record.draft_logits), settings))
 
 

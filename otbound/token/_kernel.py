@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from otbound._backend import is_torch, on_one_cpu_thread, one_cpu_thread, positive_counts
-from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_sampling
+from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_real, check_sampling
 from otbound.token import _search, _wor
 
 _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
@@ -220,7 +220,7 @@ def _check_torch(p, q, device):
     torch = _torch()
     out, mins = [], []
     for name, x in (("p", p), ("q", q)):
-        x = torch.as_tensor(x, device=device).to(torch.float64)
+        x = torch.as_tensor(check_real(x, name), device=device).to(torch.float64)
         if x.ndim == 0:
             raise InvalidInputError(f"{name} must be an array of probabilities, got a scalar")
         if x.shape[-1] == 0:

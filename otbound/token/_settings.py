@@ -10,17 +10,31 @@ _get_logits_processor``, ``min_tokens_to_keep = 1``)::
     z   = z / T                                                                (temperature)
     z_i = −inf  unless z_i ≥ the k-th largest z                                (top-k; ties kept)
     z_i = −inf  for the ascending-sorted prefix whose softmax mass is ≤ 1 − top_p  (top-p; the
-                largest token always kept)
+                largest token always kept; ties: the lower index first)
     z_i = −inf  where softmax(z)_i < min_p · max softmax(z)                    (min-p)
     law = softmax(z)                                   (−inf → probability 0)
 
 Every step matches transformers' ``RepetitionPenaltyLogitsProcessor``, ``TemperatureLogitsWarper``,
 ``TopKLogitsWarper``, ``TopPLogitsWarper`` and ``MinPLogitsWarper`` to 1e-12 in float64 (the
-tests run transformers' own classes on random and tie-heavy logits). One rule is stated here
-because transformers leaves it to the sort: when tokens of *equal* logit straddle the top-p cut,
-transformers removes whichever of them ``torch.sort`` (unstable on CPU above 16 entries, different
-on CUDA) happens to put first; here the tokens of **higher index are removed first** (ties favour
-the lower index, as in deterministic drafting). Off such ties the two agree exactly.
+tests run transformers' own classes on random and tie-heavy logits). Three rules are stated here
+because transformers leaves them to rounding or to its sort, and numpy and torch (CPU or CUDA)
+apply each identically:
+
+* **Masses on a cut.** The comparisons ``≤ 1 − top_p`` (top-p) and ``< min_p · max`` (min-p)
+  are those of exact arithmetic, with masses within a relative :data:`CUT_RTOL` ``= 1e-9`` of the
+  cut counted as equal to it: such a token is removed at top-p (``≤``) and kept at min-p (``<``).
+  Two libraries' float64 softmax and cumsum differ by rounding (≲ 1e-11 relative), so without
+  the tolerance a token exactly on a cut (``log([1, 2, 3] / 6)`` at min_p = 2/3; four masses
+  1/2, 1/4, 1/8, 1/8 at top_p = 0.75 are exact in binary and need none) lands on either side.
+  Where a cut lands exactly in binary, transformers agrees bit for bit; at decimal settings
+  (top_p = 0.8 is not 4/5 in binary) transformers' side is its rounding's.
+* **Ties straddling the top-p cut.** The sort is stable ascending: of equal logits the **lower
+  index is removed first** (the higher kept) — what transformers' ``torch.sort`` does whenever it
+  is stable (CPU, V ≤ 16); above that transformers' sort is unstable and its choice arbitrary.
+* **Overflow.** Where ``z · r`` or ``z / T`` would overflow float64 (a temperature of 1e-310, a
+  logit of 1e308 at T = 0.5, a penalty of 1e308), the row is computed at a power-of-two scale
+  (exact), so the law is the exact one — one-hot or uniform over the tied maxima in the limit,
+  never NaN.
 
 The draft and the target each have their own settings; lossless always means the target's law
 after its settings, and a verifier always reads the draft's law after the draft's settings
@@ -35,7 +49,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from otbound._backend import is_torch
-from otbound._validation import InvalidInputError
+from otbound._validation import InvalidInputError, check_real
 
 _FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
 
@@ -204,8 +218,8 @@ class SamplingParams:
         Raises
         ------
         InvalidInputError
-            Empty vocabulary axis, NaN / +inf logits, a row of only ``-inf``, a missing or
-            misshapen context.
+            Empty vocabulary axis, complex, NaN or +inf logits, a row of only ``-inf``, a missing
+            or misshapen context.
 
         Examples
         --------
@@ -213,57 +227,264 @@ class SamplingParams:
         >>> s = SamplingParams(repetition_penalty=2.0)
         >>> s.laws(np.array([2.0, 2.0, -1.0]), context=[0]).round(4).tolist()
         [0.2595, 0.7054, 0.0351]
+        >>> SamplingParams(temperature=1e-310).laws(np.array([-1.0, -2.0])).tolist()  # the greedy limit
+        [1.0, 0.0]
+        >>> SamplingParams(min_p=2 / 3).laws(np.log([1, 2, 3])).round(4).tolist()  # 2/6 is on the cut: kept
+        [0.0, 0.4, 0.6]
         """
-        if is_torch(logits):
-            return _laws_torch(self, logits, context)
-        z = np.array(logits, dtype=np.float64)  # a copy: modified in place below
-        _check_logits(z)
-        v = z.shape[-1]
-        if self.needs_context:
-            z = np.where(_context_mask(context, z.shape, np.asarray), _penalise(z, self.repetition_penalty), z)
-        if self.temperature != 1.0:
-            z /= self.temperature
-        if self.top_k is not None:
-            k = min(self.top_k, v)
-            kth = np.partition(z, v - k, axis=-1)[..., v - k : v - k + 1]
-            z[z < kth] = -np.inf
-        if self.top_p is not None:
-            # ascending by logit, ties: the higher index first (so removed first)
-            order = v - 1 - np.argsort(np.flip(z, -1), axis=-1, kind="stable")
-            zs = np.take_along_axis(z, order, -1)
-            cum = np.cumsum(_softmax(zs), axis=-1)
-            remove = cum <= 1.0 - self.top_p
-            remove[..., -1:] = False
-            drop = np.zeros_like(remove)
-            np.put_along_axis(drop, order, remove, -1)
-            z[drop] = -np.inf
-        if self.min_p is not None:
-            probs = _softmax(z)
-            drop = probs < self.min_p * probs.max(axis=-1, keepdims=True)
-            z[drop] = -np.inf  # the largest token is never below min_p · itself
-        return _softmax(z)
+        return _apply(self, logits, context)
 
 
-def _penalise(z, r):
-    return np.where(z < 0, z * r, z / r)
+#: relative tolerance of the top-p and min-p cuts: a cumulative mass within a factor 1 ± CUT_RTOL of
+#: 1 − top_p, or a probability within it of min_p · (largest probability), is *on* the cut. Far above
+#: the float64 rounding that separates two array libraries' softmax and cumsum (a sum of n positive
+#: terms is exact to a relative n·2⁻⁵³ ≈ 1.7e-11 at n = 151,936), so numpy and torch, CPU and CUDA,
+#: decide every cut alike; far below any setting's resolution.
+CUT_RTOL = 1e-9
+
+#: processed logits are kept below 2**_SCALE_EXP in magnitude (so a difference of two stays finite)
+_SCALE_EXP = 1021
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    m = z.max(axis=-1, keepdims=True)
-    e = np.exp(z - m)
-    return e / e.sum(axis=-1, keepdims=True)
+class _Numpy:
+    """The array operations of :func:`_apply` in numpy (a twin of :class:`_Torch`)."""
+
+    neg_inf = -np.inf
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def float64(self):
+        return np.array(check_real(self.logits, "logits"), dtype=np.float64)  # a copy: modified below
+
+    @staticmethod
+    def to_numpy(x):
+        return x
+
+    @staticmethod
+    def from_numpy(x, like):
+        return x
+
+    @staticmethod
+    def amax(x):
+        return x.max(axis=-1, keepdims=True)
+
+    @staticmethod
+    def kth_largest(x, k):
+        v = x.shape[-1]
+        return np.partition(x, v - k, axis=-1)[..., v - k : v - k + 1]
+
+    @staticmethod
+    def ascending(x):
+        return np.argsort(x, axis=-1, kind="stable")  # ties: the lower index first
+
+    @staticmethod
+    def take(x, idx):
+        return np.take_along_axis(x, idx, -1)
+
+    @staticmethod
+    def unsort(idx, values):
+        out = np.zeros_like(values)
+        np.put_along_axis(out, idx, values, -1)
+        return out
+
+    @staticmethod
+    def exponent(x):
+        return np.frexp(x)[1]
 
 
-def _check_logits(z) -> None:
+class _Torch:
+    """The array operations of :func:`_apply` in torch, on the input's device."""
+
+    neg_inf = -math.inf
+
+    def __init__(self, logits):
+        import torch
+
+        self.torch, self.logits = torch, logits
+
+    def float64(self):
+        return check_real(self.logits, "logits").detach().to(self.torch.float64).clone()
+
+    @staticmethod
+    def to_numpy(x):
+        return x.cpu().numpy()
+
+    def from_numpy(self, x, like):
+        return self.torch.as_tensor(x, device=like.device)
+
+    @staticmethod
+    def amax(x):
+        return x.amax(dim=-1, keepdim=True)
+
+    def kth_largest(self, x, k):
+        return self.torch.topk(x, k, dim=-1).values[..., -1:]
+
+    def ascending(self, x):
+        return self.torch.sort(x, dim=-1, stable=True).indices  # ties: the lower index first
+
+    def take(self, x, idx):
+        return self.torch.gather(x, -1, idx)
+
+    def unsort(self, idx, values):
+        return self.torch.zeros_like(values).scatter(-1, idx, values)
+
+    def exponent(self, x):
+        return self.torch.frexp(x)[1]
+
+
+def _apply(s: SamplingParams, logits, context):
+    """:meth:`SamplingParams.laws` on numpy or torch input: the same steps with the same float64
+    operations in both libraries (so the two agree to rounding, and every cut alike, see
+    :data:`CUT_RTOL`)."""
+    ops = _Torch(logits) if is_torch(logits) else _Numpy(logits)
+    z = ops.float64()  # a private copy
+    top = _check_logits(z, ops)  # (…, 1) the rows' largest logits
+    v = z.shape[-1]
+    mask = None
+    if s.needs_context:
+        mask = ops.from_numpy(_context_mask(context, tuple(z.shape), np.asarray), z)
+    with np.errstate(over="ignore", under="ignore"):
+        a = _scaled(s, z, mask, None)  # without a penalty, z itself divided in place
+        # the rows' largest processed logit: division by T > 0 keeps the order (also when rounded)
+        a_top = top / s.temperature if mask is None else ops.amax(a)
+        scale = _overflow_scale(s, a, a_top, ops)
+        if scale is not None:  # rows whose processed logits overflow: computed at a power-of-two scale
+            a = _scaled(s, ops.float64(), mask, scale)
+        if s.top_k is not None:
+            kth = ops.kth_largest(a, min(s.top_k, v))
+            a = _where(a < kth, ops.neg_inf, a)
+        if s.top_p is not None:
+            order = ops.ascending(a)
+            cum = _softmax(ops.take(a, order), scale, inplace=True).cumsum(-1)
+            remove = cum <= (1.0 - s.top_p) * (1.0 + CUT_RTOL)
+            remove[..., -1:] = False  # the largest token always stays
+            a = _where(ops.unsort(order, remove), ops.neg_inf, a)
+        if s.min_p is not None:
+            ratio = _numerators(a, scale)  # p / max p, exactly 1 at the largest token
+            a = _where(ratio < s.min_p * (1.0 - CUT_RTOL), ops.neg_inf, a)
+        return _softmax(a, scale, inplace=True)  # a is this call's own array
+
+
+def _where(cond, value, x):
+    """``x`` with the scalar ``value`` where ``cond`` (numpy or torch)."""
+    if isinstance(x, np.ndarray):
+        return np.where(cond, value, x)
+    return x.masked_fill(cond, value)
+
+
+def _select(cond, x, y):
+    """``x`` where ``cond``, else ``y`` (numpy or torch)."""
+    if isinstance(x, np.ndarray):
+        return np.where(cond, x, y)
+    import torch
+
+    return torch.where(cond, x, y)
+
+
+def _scaled(s: SamplingParams, z, mask, scale):
+    """The logits after the repetition penalty and the temperature — transformers' ``z·r`` or
+    ``z/r``, then ``/T`` — or, where ``scale = (k1, k2)`` (…, 1) is given, the same divided by
+    ``2**(k1 + k2)``: by ``2**k1`` before the penalty and ``2**k2`` before the temperature (exact
+    powers of two, applied where the values are largest, so that the entries that matter keep
+    their precision). Without a penalty or a scale ``z`` (a private copy) is divided in place."""
+    if scale is not None:
+        z = _times_pow2(z, -scale[0])
+    if mask is not None:
+        r = s.repetition_penalty
+        z = _select(mask, _select(z < 0, z * r, z / r), z)
+    if scale is not None:
+        z = _times_pow2(z, -scale[1])
+    if s.temperature != 1.0:
+        z /= s.temperature
+    return z
+
+
+def _overflow_scale(s: SamplingParams, a, a_top, ops):
+    """``None`` when the processed logits ``a`` are safe — every row's largest ``a_top`` finite and
+    above −2**1022, and no ``z·r`` overflowed before a division by T > 1, so any entry overflowed
+    to −inf is truly below the largest by more than 2**1022 and has probability exactly 0 — else
+    the powers of two ``(k1, k2)`` (…, 1) of :func:`_scaled` that keep each row's processed logits
+    below ``2**_SCALE_EXP`` in magnitude (0 for the safe rows)."""
+    safe = (a_top > -(2.0**1022)) & (a_top < math.inf)
+    if s.needs_context and s.temperature > 1.0:
+        # z·r overflowed before a division by T > 1 that could have brought it back in range
+        z = ops.float64()
+        safe = safe & ~((a == -math.inf) & (z > -math.inf)).any(-1, keepdims=True)
+    if bool(safe.all()):
+        return None
+    z = ops.float64()
+    finite = z > -math.inf
+    e_z = ops.to_numpy(ops.amax(ops.exponent(_where(~finite, 0.0, z)))).astype(np.int64)  # |z| < 2**e_z
+    e_c = 0
+    if s.needs_context:
+        r = s.repetition_penalty
+        e_c = max(int(np.frexp(r)[1]), int(np.frexp(1.0 / r)[1]), 0)  # r, 1/r < 2**e_c
+    e_t = int(np.frexp(s.temperature)[1])  # T ≥ 2**(e_t − 1)
+    k1 = np.maximum(0, e_z + e_c - _SCALE_EXP)  # |z·c| / 2**k1 < 2**_SCALE_EXP
+    k2 = np.maximum(0, e_z + e_c - k1 - e_t + 1 - _SCALE_EXP)  # and after /T as well
+    unsafe = ~ops.to_numpy(safe)
+    return ops.from_numpy(k1 * unsafe, z), ops.from_numpy(k2 * unsafe, z)
+
+
+def _times_pow2(x, k):
+    """``x · 2**k`` for integer ``k`` (…, 1), in steps of at most 2**±1000 (each an exact power of
+    two, so the product is exact unless it under- or overflows; an overflow gives ±inf)."""
+    k_np = k if isinstance(k, np.ndarray) else k.cpu().numpy()
+    while np.any(k_np != 0):
+        step = np.clip(k_np, -1000, 1000)
+        factor = np.ldexp(1.0, step)
+        x = x * (factor if isinstance(x, np.ndarray) else _like(factor, x))
+        k_np = k_np - step
+    return x
+
+
+def _like(a: np.ndarray, x):
+    import torch
+
+    return torch.as_tensor(a, dtype=torch.float64, device=x.device)
+
+
+def _numerators(a, scale, inplace=False):
+    """``exp(a·2**scale − max)`` along the last axis: the softmax numerators, 1 at the largest entry
+    (in ``a``'s own memory where ``inplace``, else a new array)."""
+    if isinstance(a, np.ndarray):
+        top = a.max(axis=-1, keepdims=True)
+        d = np.subtract(a, top, out=a if inplace else None)
+        if scale is not None:
+            d = _times_pow2(d, scale[0] + scale[1])  # an entry overflowing to −inf has numerator exactly 0
+        return np.exp(d, out=d)
+    top = a.amax(dim=-1, keepdim=True)
+    d = a.sub_(top) if inplace else a - top
+    if scale is not None:
+        d = _times_pow2(d, scale[0] + scale[1])
+    return d.exp_()
+
+
+def _softmax(a, scale=None, inplace=False):
+    """The softmax along the last axis (of ``a·2**scale``; in ``a``'s own memory where ``inplace``)."""
+    e = _numerators(a, scale, inplace)
+    if isinstance(e, np.ndarray):
+        e /= e.sum(-1, keepdims=True)
+        return e
+    return e.div_(e.sum(dim=-1, keepdim=True))
+
+
+def _check_logits(z, ops):
+    """The rows' largest logits (…, 1), after refusing an empty vocabulary, a NaN or +inf entry and
+    a row of only −inf (one reduction: a row's max is NaN or +inf exactly when it holds one)."""
     if z.ndim == 0 or z.shape[-1] == 0:
         raise InvalidInputError(f"logits must have a non-empty vocabulary axis, got shape {tuple(z.shape)}")
-    bad = np.isnan(z) | (z == np.inf)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
+    top = ops.amax(z)
+    if not bool((top < math.inf).all()):
+        bad = (z != z) | (z == math.inf)
+        where = tuple(int(i) for i in np.argwhere(ops.to_numpy(bad))[0])
         raise InvalidInputError(f"logits have a NaN or +inf entry at index {where}")
-    dead = np.all(z == -np.inf, axis=-1)
-    if np.any(dead):
-        raise InvalidInputError(f"logits row {tuple(int(i) for i in np.argwhere(dead)[0])} is -inf everywhere: no law")
+    if bool((top == -math.inf).any()):
+        dead = ops.to_numpy((top == -math.inf)[..., 0])
+        raise InvalidInputError(f"logits row {tuple(int(i) for i in np.argwhere(np.atleast_1d(dead))[0])} is -inf "
+                                "everywhere: no law")
+    return top
 
 
 def _context_mask(context, shape, to_array) -> np.ndarray:
@@ -286,43 +507,6 @@ def _context_mask(context, shape, to_array) -> np.ndarray:
     safe = np.where((flat < 0) | (flat >= v), v, flat)  # padding and out-of-vocabulary ids land in a dropped column
     mask[np.arange(flat.shape[0])[:, None], safe] = True
     return mask[:, :v].reshape(shape)
-
-
-def _laws_torch(s: SamplingParams, logits, context):
-    """:meth:`SamplingParams.laws` for torch input, on its device (the same steps, in float64)."""
-    import torch
-
-    z = logits.detach().to(torch.float64).clone()
-    if z.ndim == 0 or z.shape[-1] == 0:
-        raise InvalidInputError(f"logits must have a non-empty vocabulary axis, got shape {tuple(z.shape)}")
-    if bool((torch.isnan(z) | (z == float("inf"))).any()):
-        raise InvalidInputError("logits have a NaN or +inf entry")
-    if bool((z == float("-inf")).all(dim=-1).any()):
-        raise InvalidInputError("a logits row is -inf everywhere: no law")
-    v = z.shape[-1]
-    if s.needs_context:
-        mask = torch.as_tensor(_context_mask(context, tuple(z.shape), np.asarray), device=z.device)
-        r = s.repetition_penalty
-        z = torch.where(mask, torch.where(z < 0, z * r, z / r), z)
-    if s.temperature != 1.0:
-        z = z / s.temperature
-    neg = torch.tensor(float("-inf"), dtype=z.dtype, device=z.device)
-    if s.top_k is not None:
-        k = min(s.top_k, v)
-        kth = torch.topk(z, k, dim=-1).values[..., -1:]
-        z = torch.where(z < kth, neg, z)
-    if s.top_p is not None:
-        # ascending by logit, ties: the higher index first (a stable sort of the flipped row)
-        order = v - 1 - torch.sort(torch.flip(z, (-1,)), dim=-1, stable=True).indices
-        cum = torch.softmax(torch.gather(z, -1, order), dim=-1).cumsum(dim=-1)
-        remove = cum <= 1.0 - s.top_p
-        remove[..., -1:] = False
-        drop = torch.zeros_like(remove).scatter(-1, order, remove)
-        z = torch.where(drop, neg, z)
-    if s.min_p is not None:
-        probs = torch.softmax(z, dim=-1)
-        z = torch.where(probs < s.min_p * probs.amax(dim=-1, keepdim=True), neg, z)
-    return torch.softmax(z, dim=-1)
 
 
 def as_sampling_params(settings, name: str = "settings") -> SamplingParams:

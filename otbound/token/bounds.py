@@ -32,7 +32,7 @@ import scipy.sparse
 
 from otbound._backend import on_one_cpu_thread, to_numpy
 from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, quiet_highspy, solve_lp
-from otbound._validation import InvalidInputError, as_law, as_pair, check_num_drafts
+from otbound._validation import InvalidInputError, as_law, as_pair, check_num_drafts, check_real
 from otbound.token._kernel import LawBatch
 from otbound.token.draft_laws import DRAFT_LAWS, draft_law, inclusion_probabilities
 
@@ -184,7 +184,7 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
 
 def _check_joint(p, draft_joint):
     p = as_law(to_numpy(p)[0], "p", ndim=1)
-    joint = np.asarray(to_numpy(draft_joint)[0], dtype=np.float64)
+    joint = np.asarray(check_real(to_numpy(draft_joint)[0], "draft_joint"), dtype=np.float64)
     v = p.size
     if joint.ndim < 1 or any(s != v for s in joint.shape):
         raise InvalidInputError(f"draft_joint must have shape (V,)*K with V = {v}, got {joint.shape}")

@@ -19,8 +19,10 @@ def laws_from_logits(logits, temperature, context=None) -> np.ndarray:
     """Float64 laws along the last axis: ``softmax(logits / T)``, or the law of a
     :class:`otbound.SamplingParams`.
 
-    ``p(x) = exp(z_x / T − m) / Σ_y exp(z_y / T − m)`` with ``m = max_y z_y / T`` (max-shifted, so
-    no overflow); each row sums to 1 within ~1e-16·sqrt(V) float64 rounding. With settings, the
+    ``p(x) = exp(z_x / T − m) / Σ_y exp(z_y / T − m)`` with ``m = max_y z_y / T`` (max-shifted;
+    where ``z / T`` itself would overflow float64, a row is computed at a power-of-two scale, so a
+    tiny T or a huge logit gives its exact law, never NaN); each row sums to 1 within
+    ~1e-16·sqrt(V) float64 rounding. NaN, +inf and complex logits are refused. With settings, the
     steps of :meth:`otbound.SamplingParams.laws` (repetition penalty, temperature, top-k, top-p,
     min-p, transformers' order and semantics).
 
@@ -53,8 +55,4 @@ def laws_from_logits(logits, temperature, context=None) -> np.ndarray:
     t = float(temperature)
     if not (np.isfinite(t) and t > 0):
         raise InvalidInputError(f"temperature must be finite and > 0, got {temperature!r}")
-    x = np.asarray(logits, dtype=np.float64) / t
-    x -= x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
-    return x
+    return SamplingParams(t).laws(np.asarray(logits))  # numpy out, as documented, for torch input too

@@ -1,6 +1,9 @@
 """Hierarchical speculative decoding, single draft (Zhou et al., "Hierarchical Speculative Decoding",
 arXiv 2601.05724; public code github.com/ZhouYuxuanYX/Hierarchical-Speculative-Decoding, the
-``backward`` branch of ``_speculative_sampling``, the "clever" setting without forward sampling).
+``backward`` branch of ``_speculative_sampling`` in ``transformers/generation/utils.py`` as of commit
+``747d2594031d8e93bf65f9444489ad155b4c7f76``, the "clever" setting without forward sampling; the
+repository's earlier ``algorithm_clean.py``, commit ``89745108cd6c2eab5e4939fd4f78bb12610046c9``,
+caps the prefix mass by ``min(P_k, Q_k)`` instead and is not what this module follows).
 
 For a draft block ``x_{1:L}`` with joint prefix probabilities ``P_k = p(x_{1:k})``,
 ``Q_k = q(x_{1:k})`` and ``R_k = P_k / Q_k``, HSD caps the target's joint prefix mass by the running

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otbound._backend import on_accelerator
 from otbound._validation import check_sampling
 from otbound.token.draft_laws import inclusion_probabilities
 from otbound.token.verifiers._base import Verifier, draw
@@ -96,7 +97,7 @@ def _missed_mass(batch, k):
         torch = _torch()
         top = max(k, _SHARED_K)
         sums = torch.empty((top, batch.rows), dtype=torch.float64, device=batch.p.device)  # (top, B)
-        parts = [slice(i, i + 1) for i in range(batch.rows)] if batch.p.device.type == "cpu" else [slice(None)]
+        parts = [slice(None)] if on_accelerator(batch.p) else [slice(i, i + 1) for i in range(batch.rows)]
         for rows in parts:
             miss = torch.rsub(batch.q[rows], 1.0)  # (b, V): 1 − q
             missed = torch.mul(batch.p[rows], miss)  # (b, V): p (1 − q)^j, j = 1, 2, ...

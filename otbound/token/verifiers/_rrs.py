@@ -49,6 +49,7 @@ import math
 
 import numpy as np
 
+from otbound._backend import on_accelerator
 from otbound._validation import InvalidInputError
 from otbound.token._kernel import greedy_split_rows
 from otbound.token.verifiers._base import SequentialVerifier, ratio_min1, residual
@@ -244,7 +245,7 @@ def _rrs_wor_exact(batch, k):
     h2 = srt.h(mu2)  # (B, 1)
     n_mu2 = srt.count_below(mu2)  # (B, 1)
     top = greedy_split_rows(batch, 1)[2]  # (B, 1): the largest q per row
-    if srt.r.device.type != "cpu":
+    if on_accelerator(srt.r):
         return 1.0 - _rejected_twice(srt, h1, mu2, h2, n_mu2, top)
     scalars = _first_draft_scalars(srt, mu2, h2, n_mu2)  # every row's at once; the sums row by row
     return 1.0 - torch.cat([_rejected_twice(srt.row(i), h1[i : i + 1], mu2[i : i + 1], h2[i : i + 1],
@@ -368,7 +369,7 @@ def _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, s2_floor=None, scalars
             far = _crossing(h2[row], gap[row], s2[row])  # (f,) the drafts whose μ_3 crosses
             if not far.numel():  # the floor of S_2 is a bound: no draft crosses after all
                 continue
-            if far.device.type == "cpu":  # numpy on the row's memory, a window of it per draft
+            if not on_accelerator(far):  # numpy on the row's memory, a window of it per draft
                 s_far = torch.from_numpy(s2[row].numpy().take(far.numpy()))  # (f,)
                 general = torch.from_numpy(_crossing_round(srt, row, float(mu2[row, 0]), float(h2[row, 0]),
                                                            int(n_mu2[row, 0]), s_far.numpy()))  # (f,)
@@ -399,7 +400,7 @@ def _crossing(h2, gap, s2):
     (:func:`_product_threshold`), one comparison and ``flatnonzero`` (a third of the time of torch's
     ``nonzero``)."""
     torch = _torch()
-    if s2.device.type != "cpu":
+    if on_accelerator(s2):
         return torch.nonzero(h2 > gap * s2)[:, 0]
     g, h = float(gap), float(h2)
     t = _product_threshold(h, g)
@@ -482,7 +483,7 @@ def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n0=None, h
     hi = srt.count_below(mu_next) if hi is None else hi
     pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
     safe_h = torch.where(h > 0, h, torch.ones_like(h))
-    search = _bisect_rejected if hi.device.type == "cpu" else _bisect_rejected_torch
+    search = _bisect_rejected_torch if on_accelerator(hi) else _bisect_rejected
     return search(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u)
 
 
