@@ -49,7 +49,7 @@ from otbound._validation import (
 )
 from otbound.token import SamplingParams
 
-MEASURE_VERSION = 3  # 3: the optimal verifier is registered once, as ot (cached measurements name it ot_fast)
+MEASURE_VERSION = 4  # 4: one rule at the top-p / min-p cuts for numpy and torch (laws on a cut may differ from 3)
 
 
 #: bytes of working memory per (row, token) of a measurement (a dozen float64 / int64 rows)
