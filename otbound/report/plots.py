@@ -49,7 +49,7 @@ COLORS = {
     "with_replacement": "#1f77b4", "without_replacement": "#d62728", "greedy": "#2ca02c", "deterministic": "#7f7f7f",
     # token-level verifiers, by law
     "nss": "#6baed6", "rrs": "#1f77b4", "kseq": "#17becf", "khisti_is": "#9467bd", "khisti_lp": "#54278f",
-    "ot": "#08306b",
+    "ot": "#08306b", "gls": "#4a1486",
     "rrs_wor": "#ff7f0e", "ot_wor_top": "#e377c2", "ot_wor_iid": "#8c564b", "ot_wor": "#d62728",
     "spechub": "#bcbd22",  # the greedy verifier shares its law's name and colour
     "onehot": "#969696", "nss_deterministic": "#525252",
