@@ -21,6 +21,7 @@ nss_deterministic deterministic       yes      Y ~ p, accepted iff Y ∈ top-K(q
 ot_wor_top        without_replacement yes      the optimum seen through the top-m tokens of q
 ot_wor_iid        without_replacement yes      ot on K i.i.d. draws rebuilt from the drafts
 ot_wor            without_replacement yes      per (p, q, K) the better of ot_wor_top and ot_wor_iid
+gls               with_replacement    yes      Gumbel-max list sampling, drafter-invariant (2506.05632)
 ================= =================== ======== =====================================================
 
 ``ot_wor_top`` has an exact residual and reaches α* when the top-m tokens hold all of q;
