@@ -51,11 +51,13 @@ class FolderLockedError(RuntimeError):
     """
 
 
-def content_key(obj) -> str:
+def content_key(obj, *, default=repr) -> str:
     """SHA-256 (hex) of ``obj`` as canonical JSON: the content key of a configuration.
 
-    ``sha256(json.dumps(obj, sort_keys=True, default=repr))``: keys sorted at every level, floats as
-    Python writes them (``repr``, shortest round-trip), anything JSON cannot hold by its ``repr``.
+    ``sha256(json.dumps(obj, sort_keys=True, default=default))``: keys sorted at every level, floats
+    as Python writes them (``repr``, shortest round-trip), anything JSON cannot hold by
+    ``default(x)`` (its ``repr`` unless told otherwise). The one implementation of the package's
+    canonical hash: caches, stored results, plans and checkpoints all call it.
     Caches and stored results are keyed by the content they were computed from (never by a file
     name), and stored files carry the key of their content as their checksum.
 
@@ -63,6 +65,8 @@ def content_key(obj) -> str:
     ----------
     obj : JSON-able object
         The configuration (dicts, lists, strings, numbers, None).
+    default : callable, optional
+        What an object JSON cannot hold is written as (``json.dumps``'s ``default``); ``repr``.
 
     Returns
     -------
@@ -76,8 +80,10 @@ def content_key(obj) -> str:
     True
     >>> ob.content_key({"a": 1})[:12], ob.content_key({"a": 1.0}) == ob.content_key({"a": 1})
     ('f9d86028c6e0', False)
+    >>> ob.content_key({"a": {1, 2}}, default=sorted) == ob.content_key({"a": [1, 2]})
+    True
     """
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=default).encode()).hexdigest()
 
 
 def tensor_digest(array) -> str:

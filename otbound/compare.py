@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from otbound._backend import retain_freed_memory
+from otbound._cli import OneLineParser, exit_error
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
 from otbound.lm import HashMismatchError, ModelUnavailableError
@@ -53,13 +54,6 @@ from otbound.report import (
 # ---------------------------------------------------------------------------------------------
 # flag checks: every flag is validated before any work (argparse types and check_args); a failure
 # exits with status 2 and one line
-
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (no usage dump), exit status 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def positive_int(text: str) -> int:
@@ -253,7 +247,7 @@ def _writable(folder: Path) -> bool:
 
 
 def parse_args(argv=None):
-    ap = Parser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m otbound.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", action="store_true", help="synthetic laws instead of a language-model pair")
     ap.add_argument("--block", action="store_true", help="add the synthetic block-level section")
     ap.add_argument("--out", default="otbound-report", help="output folder (default: %(default)s)")
@@ -366,17 +360,15 @@ def main(argv=None) -> Path:
         with output_lock(args.out):  # one run per folder: a second one stops here, naming the holder
             return _run(args, engine)
     except FolderLockedError as err:
-        sys.exit(f"{PROG}: error: {err}")
+        exit_error(err, PROG)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the finished shards are kept in {Path(args.out) / 'shards'} "
               "(rerun the same command to resume)", file=sys.stderr)
         raise SystemExit(130) from None
     except (InvalidInputError, ModelUnavailableError, HashMismatchError) as err:
-        print(f"{PROG}: error: {' '.join(str(err).split())}", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_error(err, PROG)
     except OSError as err:  # e.g. a full disk: the previous report, if any, is still in place
-        print(f"{PROG}: error: {err.strerror or err} ({err.filename or args.out})", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_error(f"{err.strerror or err} ({err.filename or args.out})", PROG)
 
 
 def _run(args, engine) -> Path:

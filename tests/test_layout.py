@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otbound"
 #: top-level modules every layer may use
-SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay"}
+SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay", "_cli"}
 
 
 def _run(code: str) -> str:

@@ -170,15 +170,19 @@ def test_size_guards_refuse_before_allocating():
 # output folder: lock and atomic writes
 
 
-def test_second_run_on_a_folder_is_refused_naming_the_holder(tmp_path):
+def test_second_run_on_a_folder_is_refused_naming_the_holder(tmp_path, capsys):
     with output_lock(tmp_path):
         holder = json.loads((tmp_path / LOCK_NAME).read_text())
         assert holder["pid"] == os.getpid()
         with pytest.raises(FolderLockedError, match=f"pid {os.getpid()} on host"):
             with output_lock(tmp_path):
                 pass
-        with pytest.raises(SystemExit, match=f"pid {os.getpid()}"):
+        with pytest.raises(SystemExit) as exc:
             compare.main(["--synthetic", "--out", str(tmp_path)])
+        err = capsys.readouterr().err.splitlines()
+        assert exc.value.code == 2, "a locked folder is a failure the user caused: exit status 2"
+        assert len(err) == 1 and err[0].startswith("python -m otbound.compare: error: ")
+        assert f"pid {os.getpid()}" in err[0]
     assert not (tmp_path / LOCK_NAME).exists()
 
 

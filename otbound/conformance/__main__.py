@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from otbound import InvalidInputError
+from otbound._cli import print_error
 from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
 from otbound.conformance._drafting import as_drafting, top_k_tree
@@ -298,7 +299,7 @@ def _time_limit(seconds: float, message: str = "the check did not finish within 
     def stop(signum, frame):
         _EXPIRED.append(time.monotonic())
         if _EXPIRED[-1] - _EXPIRED[0] >= HARD_STOP_SECONDS:
-            _fail(f"error: {message} (it caught the interruption and went on: stopped)")
+            print_error(f"{message} (it caught the interruption and went on: stopped)")
             sys.stderr.flush()
             os._exit(2)
         raise _Timeout
@@ -376,25 +377,25 @@ def main(argv=None) -> int:
         print("python -m otbound.conformance: interrupted; no verdict, no report written", file=sys.stderr)
         return 130
     except _UsageError as exc:
-        return _fail(f"error: {exc}")
+        return print_error(exc)
     except _Timeout:
-        return _fail(f"error: {args.function} did not finish within --time-limit {args.time_limit:g} s")
+        return print_error(f"{args.function} did not finish within --time-limit {args.time_limit:g} s")
     except _Crash as exc:
         sig = SIGNATURES[(args.level, "exact" if args.as_sampler else args.mode)]
-        return _fail(
-            f"error: {args.function} raised {exc} when called as {sig} at {args.level} level "
+        return print_error(
+            f"{args.function} raised {exc} when called as {sig} at {args.level} level "
             f"(if it is not a {args.level} verifier: {OTHER_LEVEL[args.level]})"
         )
     except ConformanceError as exc:
         wrong_level = any(m in str(exc) for m in ("sequence of token ids", "BlockModel"))
         hint = f" ({OTHER_LEVEL['block']}?)" if args.level == "block" and wrong_level else ""
-        return _fail(f"error: {args.function} broke the verifier contract: {exc}{hint}")
+        return print_error(f"{args.function} broke the verifier contract: {exc}{hint}")
     except InvalidInputError as exc:
-        return _fail(f"error: {exc}")
+        return print_error(exc)
     except OSError as exc:
-        return _fail(f"error: cannot write the report: {exc}")
+        return print_error(f"cannot write the report: {exc}")
     except Exception as exc:  # noqa: BLE001 — the contract of a command line: one line, never a traceback
-        return _fail(f"error: {type(exc).__name__}: {exc}")
+        return print_error(f"{type(exc).__name__}: {exc}")
     try:
         print(result.summary())
         print(f"\nreport: {out / 'report.md'}, {out / 'report.json'}")
@@ -402,11 +403,6 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader left (`| head`): the verdict stands, no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if result.passed else 1
-
-
-def _fail(line: str) -> int:
-    print(" ".join(line.split("\n")), file=sys.stderr)
-    return 2
 
 
 if __name__ == "__main__":

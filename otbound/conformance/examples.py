@@ -38,13 +38,7 @@ from numpy.polynomial import Polynomial
 from otbound import BLOCK_VERIFIERS
 from otbound.block.verifiers.chain import block_schedule
 from otbound.conformance._adapters import block_adapter
-
-
-def _residual(a, b):
-    """``norm((a − b)_+)``; ``a`` when that is empty (a branch of probability 0)."""
-    d = np.maximum(a - b, 0.0)
-    s = d.sum()
-    return d / s if s > 0 else a
+from otbound.token.verifiers import residual
 
 
 def rrs(p, q, drafts, coin, draw):
@@ -54,7 +48,7 @@ def rrs(p, q, drafts, coin, draw):
     for x in drafts:
         if coin(min(1.0, cur[x] / q[x])):
             return int(x)
-        cur = _residual(cur, q)
+        cur = residual(cur, q)
     return draw(cur)
 
 
@@ -128,7 +122,7 @@ def block_cumulative_products(target, draft, blocks, coin, draw):
     passed = [1.0] + stay_above(thresholds)
     for i in range(len(x)):
         if not coin(passed[i + 1] / passed[i] if passed[i] > 0 else 0.0):
-            return list(x[:i]) + [draw(_residual(target(x[:i]), draft(x[:i])))]
+            return list(x[:i]) + [draw(residual(target(x[:i]), draft(x[:i])))]
     return list(x) + [draw(target(x))]
 
 
@@ -159,7 +153,7 @@ def rrs_truncated_q(p, q, drafts, coin, draw):
         ratio = np.inf if fed[x] == 0 else cur[x] / fed[x]
         if coin(min(1.0, ratio)):
             return int(x)
-        cur = _residual(cur, fed)
+        cur = residual(cur, fed)
     return draw(cur)
 
 

@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 from otbound import plan as pl
+from otbound._cli import OneLineParser, exit_error
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import SAMPLINGS, InvalidInputError
 from otbound.plan import CostCurve
@@ -38,13 +39,8 @@ MAX_COST_SIZE = 1 << 16
 PROG = "python -m otbound.plan"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit status 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("run", nargs="?", help="a report's run folder (with traces/)")
     ap.add_argument("--synthetic", action="store_true", help="plan on a synthetic pair (seconds)")
     ap.add_argument("--collect", action="store_true", help="collect traces of --pair into <out>/traces first")
@@ -259,23 +255,20 @@ def main(argv=None) -> dict:
     try:
         return _locked_run(args)
     except (InvalidInputError, FolderLockedError) as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_error(exc, PROG)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; nothing was written (a previous plan in {args.out} is unchanged)",
               file=sys.stderr)
         raise SystemExit(130) from None
     except OSError as exc:  # e.g. a full disk: the previous plan, if any, is still in place
-        print(f"{PROG}: error: {exc.strerror or exc} ({exc.filename or args.out}); a previous plan in {args.out} "
-              "is unchanged", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_error(f"{exc.strerror or exc} ({exc.filename or args.out}); a previous plan in {args.out} is unchanged",
+                   PROG)
     except RuntimeError as exc:  # a model that cannot be loaded
         from otbound.lm import HashMismatchError, ModelUnavailableError
 
         if not isinstance(exc, (ModelUnavailableError, HashMismatchError)):
             raise
-        print(f"{PROG}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_error(str(exc).splitlines()[0], PROG)
 
 
 if __name__ == "__main__":

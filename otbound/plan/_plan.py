@@ -366,9 +366,3 @@ def write_plan(plan: Plan, out, extra: dict | None = None) -> dict:
     paths = {"json": out / "plan.json", "markdown": out / "plan.md", "figure": out / "plan.png"}
     return dict(paths, **{Path(name).stem: out / name for name in extra or {}})
 
-
-def check_budgets(budgets) -> list:
-    budgets = [int(n) for n in budgets]
-    if not budgets or min(budgets) < 1:
-        raise InvalidInputError(f"every node budget must be at least one node, got {budgets}")
-    return budgets

@@ -104,13 +104,6 @@ def table_from_records(records, *, max_drafts: int, verifiers=DEFAULT_VERIFIERS,
     return table
 
 
-def check_depth(records, max_depth: int) -> None:
-    longest = max(r.positions for r in records)
-    if max_depth > longest:
-        raise InvalidInputError(f"max_depth {max_depth} is deeper than the traces allow (longest trace: "
-                                f"{longest} positions)")
-
-
 #: the synthetic pair's vocabulary
 SYNTHETIC_VOCAB = 16
 

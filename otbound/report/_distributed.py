@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import json
 import os
 import socket
@@ -41,7 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from otbound._integrity import CorruptFileError
+from otbound._integrity import CorruptFileError, content_key
 from otbound._io import progress_bar, write_text_atomic
 from otbound._validation import InvalidInputError, check_positive_int
 
@@ -103,9 +102,8 @@ class Shard:
         The arguments named in ``unkeyed`` (where the shard runs, e.g. its output folder's absolute
         path) are left out, so a folder copied or moved elsewhere keeps its checkpoints."""
         kwargs = {k: v for k, v in self.kwargs.items() if k not in self.unkeyed}
-        text = json.dumps([CHECKPOINT_VERSION, f"{self.fn.__module__}.{self.fn.__qualname__}", self.pair, kwargs],
-                          sort_keys=True, default=_plain)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return content_key([CHECKPOINT_VERSION, f"{self.fn.__module__}.{self.fn.__qualname__}", self.pair, kwargs],
+                           default=_plain)
 
 
 def _plain(obj):
@@ -447,7 +445,7 @@ def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str =
         nonlocal units
         done = json.loads(json.dumps(done))  # the stored form (JSON keys), checksummed as it is read back
         text = json.dumps({"id": shard.id, "fingerprint": shard.fingerprint(), **done,
-                           "sha256": _result_digest(done["result"])})
+                           "sha256": content_key(done["result"])})
         if out is not None:
             write_text_atomic(checkpoint_path(out, shard), text)
         results[shard.id] = json.loads(text)["result"]
@@ -464,17 +462,12 @@ def run_shards(shards, out, executor=None, *, progress: bool = True, desc: str =
     return [results[i] for i in ids]
 
 
-def _result_digest(result) -> str:
-    """SHA-256 of a shard result's canonical JSON (sorted keys): the checksum of its checkpoint."""
-    return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
-
-
 def _load_checkpoint(path: Path) -> dict:
     """A checkpoint that passes its checksum; :class:`CorruptFileError` if it is truncated, not
     UTF-8, not JSON, lacks a field or fails the checksum (an edited value)."""
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        ok = isinstance(stored, dict) and stored.get("sha256") == _result_digest(stored["result"])
+        ok = isinstance(stored, dict) and stored.get("sha256") == content_key(stored["result"])
     except (UnicodeDecodeError, ValueError, KeyError) as exc:
         raise CorruptFileError(f"{path}: unreadable checkpoint ({type(exc).__name__})") from None
     if not ok:

@@ -509,18 +509,6 @@ def _context_mask(context, shape, to_array) -> np.ndarray:
     return mask[:, :v].reshape(shape)
 
 
-def as_sampling_params(settings, name: str = "settings") -> SamplingParams:
-    """``settings`` as :class:`SamplingParams`: one already, a temperature (float), or a dict of
-    fields; anything else is an error naming ``name``."""
-    if isinstance(settings, SamplingParams):
-        return settings
-    if isinstance(settings, dict):
-        return SamplingParams.from_dict(settings)
-    if _is_number(settings):
-        return SamplingParams(temperature=float(settings))
-    raise InvalidInputError(f"{name} must be a SamplingParams, a temperature or a dict of settings, got {settings!r}")
-
-
 def settings_at(temperature, target=None, draft=None) -> tuple[SamplingParams, SamplingParams]:
     """The target's and the draft's :class:`SamplingParams` at target temperature ``temperature``.
 

@@ -92,13 +92,6 @@ class _RandomChoices:
         return int(inverse_cdf(law, np.array([self._next()]))[0])
 
 
-def residual(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """``norm((weights)_+)``; ``fallback`` when the positive part is empty (a zero-probability branch)."""
-    w = np.maximum(weights, 0.0)
-    s = w.sum()
-    return w / s if s > 0 else fallback
-
-
 @dataclass
 class DraftLawBounds:
     """U_causal and U_joint (docs/theory/block-bounds.md) of the draft-tuple law a verifier is run with.

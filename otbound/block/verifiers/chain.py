@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.block.verifiers._base import BlockVerifier, residual
+from otbound.block.verifiers._base import BlockVerifier
+from otbound.token.verifiers import residual
 
 
 def block_schedule(target, draft, tokens: tuple, *, root_p: float = 1.0, root_law=None) -> list:
@@ -89,7 +90,7 @@ class TokenChain(BlockVerifier):
         for i, x in enumerate(tokens):
             pre = tokens[:i]
             p, q = target(pre), draft(pre)
-            steps.append((min(1.0, float(p[x]) / float(q[x])), residual(p - q, p)))
+            steps.append((min(1.0, float(p[x]) / float(q[x])), residual(p, q)))
         return tokens, steps, target(tokens)
 
     def walk(self, inst, coin, draw):

@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.block.verifiers._base import BlockVerifier, residual
+from otbound.block.verifiers._base import BlockVerifier
+from otbound.token.verifiers import residual
 
 EPS = 1e-20  # as in the reference implementation
 
@@ -103,7 +104,7 @@ class SpecTrGBV(BlockVerifier):
     def _correction(p_next, q_next, big_p, big_q, k):
         joint_p = big_p * p_next
         m = np.minimum(big_q * q_next / (joint_p + EPS), 1.0)
-        return residual(joint_p * (1.0 - m**k), p_next)
+        return residual(joint_p * (1.0 - m**k), 0.0, p_next)
 
     def walk(self, inst, coin, draw):
         drafts, h, h_full, corr = inst

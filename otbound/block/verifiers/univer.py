@@ -70,8 +70,9 @@ import numpy as np
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block._plain import causal_lp_tuples, joint_ot_tuples
 from otbound.block._tree import build_tree
-from otbound.block.verifiers._base import MAX_EXACT_TUPLES, BlockVerifier, DraftLawBounds, _models, residual
+from otbound.block.verifiers._base import MAX_EXACT_TUPLES, BlockVerifier, DraftLawBounds, _models
 from otbound.token.draft_laws import inverse_cdf
+from otbound.token.verifiers import residual
 
 
 def _split(q, m: int, where: str):
@@ -249,7 +250,7 @@ class UniVer(BlockVerifier):
                 rem = stop + not_v + sum(marg[j:])  # = 1 − Σ_{i<j} P(u_i), summed without cancellation
                 visit(pre + (t,), min(1.0, marg[j] / rem) if rem > 0 else 0.0)
             # f = 1 when nothing is left: the node is then reached with probability 0
-            sched.append((stop / (stop + not_v) if stop + not_v > 0 else 1.0, pre, residual(stop_pos, p_here)))
+            sched.append((stop / (stop + not_v) if stop + not_v > 0 else 1.0, pre, residual(stop_pos, 0.0, p_here)))
 
         visit((), 1.0)
         return sched

@@ -43,6 +43,7 @@ from otbound.token.verifiers._base import (
     VerifierRun,
     VerifierSample,
     _check_laws,
+    residual,
     support_tuples,
     wilson_interval,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "VerifierRun",
     "run",
     "support_tuples",
+    "residual",
     "NaiveVerifier",
     "RRSVerifier",
     "RRSWithoutReplacementVerifier",

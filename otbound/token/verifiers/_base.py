@@ -632,11 +632,29 @@ def _mass_on_drafts(laws: np.ndarray, drafts: np.ndarray) -> np.ndarray:
     return np.where(mask, laws, 0.0).sum(axis=1)
 
 
-def residual(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``norm((a − b)_+)`` along the last axis; rows of zero mass (never reached) are returned as ``a``."""
-    d = np.maximum(a - b, 0.0)
-    mass = d.sum(axis=-1, keepdims=True)
-    return np.where(mass > 0, d / np.where(mass > 0, mass, 1.0), a)
+def residual(a: np.ndarray, b, fallback: np.ndarray | None = None) -> np.ndarray:
+    """``norm((a − b)_+)`` along the last axis: the law a rejection corrects from.
+
+    Rows of zero mass (a branch of probability 0, never reached) are ``fallback``, ``a`` unless
+    given. The one residual of the token and block verifiers: ``b = 0`` normalises a weight vector
+    (``norm(w_+)``). A new array always (never ``a`` or ``fallback`` itself).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token.verifiers import residual
+    >>> residual(np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.6, 0.2]))   # (0.3, 0, 0) normalised
+    array([1., 0., 0.])
+    >>> residual(np.array([0.5, 0.5]), np.array([0.5, 0.5]), np.array([0.0, 1.0]))   # nothing left
+    array([0., 1.])
+    """
+    d = np.maximum(a - b, 0.0)  # (..., V)
+    if d.ndim == 1:  # one law (the block verifiers' and the kit's per-prefix calls): no masked division
+        s = d.sum()
+        if s > 0:
+            return d / s
+    mass = d.sum(axis=-1, keepdims=True)  # (..., 1)
+    return np.where(mass > 0, d / np.where(mass > 0, mass, 1.0), a if fallback is None else fallback)
 
 
 def ratio_min1(num: np.ndarray, den: np.ndarray) -> np.ndarray:
