@@ -110,14 +110,18 @@ class LawBatch:
         else:
             self.device = None
             p, q, q_min = _check_numpy(p, q)
+            v = p.shape[-1]
             self.q_min = torch.from_numpy(q_min.reshape(-1))  # (B,): from the check's pass
+            if bool((q_min > 0).all()):  # every token of every row has q > 0: no count needed
+                self.support = v
+            numpy_rows = (p.reshape(-1, v), q.reshape(-1, v))  # (B, V) each, what numpy_rows() gives
             p, q = torch.from_numpy(p), torch.from_numpy(q)
         self.shape = tuple(p.shape[:-1])
         self.vocab = int(p.shape[-1])
         self.p = p.reshape(-1, self.vocab)  # (B, V) float64
         self.q = q.reshape(-1, self.vocab)  # (B, V) float64
         self.seed = seed
-        self._memo: dict = {}
+        self._memo: dict = {} if self.device is not None else {"numpy": numpy_rows}
         if check_overflow:
             self._check_overflow()
 
@@ -227,7 +231,8 @@ def _check_numpy(p, q):
         a = np.ascontiguousarray(a, dtype=np.float64)
         s = a.sum(axis=-1, keepdims=True)  # (..., 1)
         lows = a.min(axis=-1, keepdims=True)  # (..., 1): NaN where the row holds one
-        if not (np.isfinite(s).all() and not (lows < 0.0).any() and (np.abs(s - 1.0) <= LAW_ATOL).all()):
+        # a NaN or infinite sum fails the first test; a NaN entry makes its row's sum NaN
+        if not ((np.abs(s - 1.0) <= LAW_ATOL).all() and not (lows < 0.0).any()):
             return (*_as_pair_with_min(p, q),)
         arrays.append((a / s, lows, s))
     (p, _, _), (q, lows, s) = arrays
@@ -694,14 +699,19 @@ def _with_replacement_buckets(P, Q, k: int):
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
-        b, _, bp, bq, ids, _ = _search._bucket_sums(p, q, float(k), out=scratch)
+        b, top = _search._ratio_buckets(p, q, float(k), out=scratch)  # (V,) bucket ids ≤ top
+        lo = int(b.min())
+        b -= lo  # ids from 0: the sums' tables span the row's buckets only (not 2^15 ids below K)
+        bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (top − lo + 1,)
+        bq = np.bincount(b, weights=q, minlength=top - lo + 1)
+        ids = np.flatnonzero(bq[: top - lo] > 0)  # (nb,) the buckets holding q-mass, by increasing ratio
         if ids.size == 0:
             continue
-        bp, bq = bp[ids], bq[ids]  # (nb,) each: the buckets holding q-mass, by increasing ratio
+        bp, bq = bp[ids], bq[ids]  # (nb,) each
         cp, cq = np.cumsum(bp), np.cumsum(bq)  # (nb,) each: Pc, Qc at the bucket ends
         best = min(0.0, float((cp - power(cq, k)).min()))
         p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
-        r_lo, r_hi = _search._bucket_floor(ids), _search._bucket_floor(ids + 1)  # (nb,) each
+        r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
         kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
         cand = np.flatnonzero(p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN)
         if cand.size:
