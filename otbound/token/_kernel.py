@@ -914,7 +914,8 @@ def greedy_split_rows(batch: LawBatch, m: int):
         torch = _torch()
         p, q = batch.p, batch.q
         if q.device.type == "cpu":  # a partition per row (torch.topk costs several times more on one core)
-            idx = torch.from_numpy(np.stack([top_tokens(row, width) for row in q.numpy()]))  # (B, width)
+            idx = torch.from_numpy(np.stack([top_tokens(row, width) for row in q.numpy()])  # (B, width)
+                                   if batch.rows else np.zeros((0, width), dtype=np.int64))
             return _split_from(p, q, idx)
         vals, idx = torch.topk(q, min(width + 1, batch.vocab), dim=1)  # (B, width + 1) each
         # a tie cut at the edge of the top width (the next value equals the edge): the lowest indices
