@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import otbound as ob
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -759,7 +759,8 @@ def _without_replacement(batch, k, want_sets):
     """K = 2 closed form on the sorted prefixes; K ≥ 3 the branch and bound of
     :mod:`otbound.token._search` (on the CPU, rows in lockstep; on the rows as sorted here for values, on the
     rows as given for binding sets). On the CPU, rows the batch has not sorted (a single call) take
-    the search on the rows as given at every K (a bucketing pass per row instead of a sort). Rows with a positive q below ``_wor.CLOCK_FLOOR`` go through
+    the search on the rows as given at every K (a bucketing pass per row instead of a sort). Rows
+    with a positive q below ``_wor.CLOCK_FLOOR`` go through
     the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
     torch = _torch()
     if not want_sets and batch.p.device.type == "cpu" and "sorted" not in batch.__dict__:
