@@ -679,6 +679,7 @@ def _with_replacement(batch, k, want_sets):
 
 
 _KINK_MARGIN = 1e-13  # a bucket is opened where its bound is below the best f found plus this (rounding)
+_STATIONARY_SLACK = 1.0 + 1e-12  # the stationarity test is a filter: borderline buckets are kept
 
 
 def _with_replacement_buckets(P, Q, k: int):
@@ -692,16 +693,19 @@ def _with_replacement_buckets(P, Q, k: int):
     bucket of ratios [r_lo, r_hi) and masses (p_b, q_b) after (P0, Q0), a prefix adding q-mass x adds
     p-mass ≥ max(r_lo x, p_b − r_hi (q_b − x)), so f ≥ P0 + r_lo x* − (Q0 + x*)^K at the kink
     x* = (r_hi q_b − p_b)/(r_hi − r_lo) (concave on each side of it; the ends are bucket-end values).
-    Only the buckets whose bound is below the least bucket-end f (plus ``_KINK_MARGIN``) are sorted
-    token by token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
+    Only the buckets whose bound is below the least bucket-end f (plus ``_KINK_MARGIN``) and that can
+    hold the end of a minimiser H* (stationarity: ``K Q0^(K−1) ≤ r_hi`` and
+    ``r_lo ≤ K (Q0 + q_b)^(K−1)``, since p/q ≤ K q(H*)^(K−1) on H* and ≥ off it) are sorted token by
+    token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
     rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured)."""
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
         b, top = _search._ratio_buckets(p, q, float(k), out=scratch)  # (V,) bucket ids ≤ top
-        lo = int(b.min())
-        b -= lo  # ids from 0: the sums' tables span the row's buckets only (not 2^15 ids below K)
+        lo = int(b.min()) if b.size < top else 0  # a short row: ids from 0, tables over its own buckets
+        if lo:
+            b -= lo
         bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (top − lo + 1,)
         bq = np.bincount(b, weights=q, minlength=top - lo + 1)
         ids = np.flatnonzero(bq[: top - lo] > 0)  # (nb,) the buckets holding q-mass, by increasing ratio
@@ -713,7 +717,13 @@ def _with_replacement_buckets(P, Q, k: int):
         p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
         r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
         kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
-        cand = np.flatnonzero(p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN)
+        low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
+        # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
+        # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
+        slack = _STATIONARY_SLACK
+        lead_0, lead_1 = (power(x, k - 1) if k > 1 else np.ones_like(x) for x in (q0, cq))  # Q^(K−1), (nb,)
+        stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
+        cand = np.flatnonzero(low & stationary)
         if cand.size:
             toks = _search._bucket_tokens(b, ids[cand], p, q)  # (t,) by ratio, ties by index
             pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)

@@ -89,7 +89,7 @@ def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None):
     sums = _wor.KeySums(b, top)
     # the ids lie in [lo, top]: the sums are made over those (zeros below, never read), so that a
     # short row does not pay for tables of the 2^15 ids below the cut
-    lo = int(b.min()) if b.size else top
+    lo = int(b.min()) if 0 < b.size < top else 0
     bp, bq = np.zeros(top + 1), np.zeros(top + 1)  # (top + 1,) each
     if lo:
         shifted = _wor.KeySums(b - lo, top - lo)
