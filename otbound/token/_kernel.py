@@ -77,7 +77,8 @@ class LawBatch:
     ----------
     p, q : array_like or torch.Tensor, shape (V,) or (..., V)
         Target and draft laws along the last axis (same shape; each row sums to 1 within
-        ``LAW_ATOL`` and is renormalised). Torch tensors stay on their device (CPU or CUDA).
+        ``LAW_ATOL`` and is renormalised; a numpy law summing to exactly 1 is not copied). Torch
+        tensors stay on their device (CPU or CUDA).
     seed : int, sequence of ints or numpy.random.SeedSequence
         Seeds the batch's torch generator (Monte Carlo estimates, e.g. RRS without replacement at
         K ≥ 3).
@@ -220,7 +221,9 @@ class LawBatch:
 def _check_numpy(p, q):
     """``(p, q, q_min)``: numpy laws checked and renormalised as :func:`otbound._validation.as_pair`
     does (the same ``x / x.sum(-1)``, bit for bit), contiguous float64, and the smallest renormalised
-    q of each row (shape ``q.shape[:-1]``). A real array passes on two reductions per law (its
+    q of each row (shape ``q.shape[:-1]``). A float64 law whose rows all sum to exactly 1 is held as
+    given, without a copy (dividing by 1 would copy it unchanged; the kernel never writes to the laws).
+    A real array passes on two reductions per law (its
     rows' sums and minima: a finite sum of entries ≥ 0 has finite entries); anything else, or any
     failed condition, is handed to ``as_pair``, whose checks and messages apply."""
     arrays = []
@@ -234,7 +237,9 @@ def _check_numpy(p, q):
         # a NaN or infinite sum fails the first test; a NaN entry makes its row's sum NaN
         if not ((np.abs(s - 1.0) <= LAW_ATOL).all() and not (lows < 0.0).any()):
             return (*_as_pair_with_min(p, q),)
-        arrays.append((a / s, lows, s))
+        if not bool((s == 1.0).all()):  # x / 1 = x exactly: such a law is held as given, not copied
+            a = a / s
+        arrays.append((a, lows, s))
     (p, _, _), (q, lows, s) = arrays
     if p.shape != q.shape:
         return (*_as_pair_with_min(p, q),)
