@@ -236,14 +236,15 @@ def _check_numpy(p, q):
             total, low = float(a.sum()), float(a.min())
             if not (abs(total - 1.0) <= LAW_ATOL and low >= 0.0):
                 return (*_as_pair_with_min(p, q),)
-            arrays.append((a if total == 1.0 else a / total, np.float64(low), np.float64(total)))
+            keep = total == 1.0 and a.flags.writeable  # torch refuses to wrap a read-only array
+            arrays.append((a if keep else a / total, np.float64(low), np.float64(total)))
             continue
         s = a.sum(axis=-1, keepdims=True)  # (..., 1)
         lows = a.min(axis=-1, keepdims=True)  # (..., 1): NaN where the row holds one
         # a NaN or infinite sum fails the first test; a NaN entry makes its row's sum NaN
         if not ((np.abs(s - 1.0) <= LAW_ATOL).all() and not (lows < 0.0).any()):
             return (*_as_pair_with_min(p, q),)
-        if not bool((s == 1.0).all()):  # x / 1 = x exactly: such a law is held as given, not copied
+        if not (a.flags.writeable and bool((s == 1.0).all())):  # x / 1 = x: such a law is held as given
             a = a / s
         arrays.append((a, lows, s))
     (p, _, _), (q, lows, s) = arrays
