@@ -71,3 +71,19 @@ def test_timed_call_is_the_public_value(suite):
     f = np.cumsum(p[order]) - np.cumsum(q[order]) ** 2
     expected = 1.0 + min(0.0, f.min())
     assert bench.call(p, q, bench.k, bench.law) == pytest.approx(expected, abs=1e-12)
+
+
+def test_cross_version_benchmark_runs_and_compares_values():
+    """experiments/bench_public.py against this same checkout: every call timed for both, and the
+    two loads' values equal (the same code), so the value check it applies to two versions holds."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        bench = importlib.import_module("bench_public")
+    finally:
+        sys.path.pop(0)
+    out = bench.main(["--against", str(ROOT), "--quick", "--families", "far", "ties"])
+    rows = [v for k, v in out.items() if isinstance(k, tuple)]
+    assert len(rows) == 2 * len(bench.CALLS)
+    assert all(r["max_diff"] == 0.0 and r["this_x_sort"] > 0 and r["ratio"] > 0 for r in rows)
