@@ -77,7 +77,8 @@ class LawBatch:
     ----------
     p, q : array_like or torch.Tensor, shape (V,) or (..., V)
         Target and draft laws along the last axis (same shape; each row sums to 1 within
-        ``LAW_ATOL`` and is renormalised). Torch tensors stay on their device (CPU or CUDA).
+        ``LAW_ATOL`` and is renormalised; a numpy law summing to exactly 1 is not copied). Torch
+        tensors stay on their device (CPU or CUDA).
     seed : int, sequence of ints or numpy.random.SeedSequence
         Seeds the batch's torch generator (Monte Carlo estimates, e.g. RRS without replacement at
         K ≥ 3).
@@ -109,14 +110,19 @@ class LawBatch:
             self.q_min = q_min.reshape(-1)  # (B,): from the check's pass (the cached property otherwise)
         else:
             self.device = None
-            p, q = as_pair(p, q)
-            p, q = torch.from_numpy(np.ascontiguousarray(p)), torch.from_numpy(np.ascontiguousarray(q))
+            p, q, q_min = _check_numpy(p, q)
+            v = p.shape[-1]
+            self.q_min = torch.from_numpy(q_min.reshape(-1))  # (B,): from the check's pass
+            if bool((q_min > 0).all()):  # every token of every row has q > 0: no count needed
+                self.support = v
+            numpy_rows = (p.reshape(-1, v), q.reshape(-1, v))  # (B, V) each, what numpy_rows() gives
+            p, q = torch.from_numpy(p), torch.from_numpy(q)
         self.shape = tuple(p.shape[:-1])
         self.vocab = int(p.shape[-1])
         self.p = p.reshape(-1, self.vocab)  # (B, V) float64
         self.q = q.reshape(-1, self.vocab)  # (B, V) float64
         self.seed = seed
-        self._memo: dict = {}
+        self._memo: dict = {} if self.device is not None else {"numpy": numpy_rows}
         if check_overflow:
             self._check_overflow()
 
@@ -210,6 +216,48 @@ class LawBatch:
             raise InvalidInputError(
                 f"p/q overflows float64 at {where} (p = {float(self.p[r, i]):.3g}, q = {float(q[r, i]):.3g}): "
                 f"set such denormal q entries to 0")
+
+
+def _check_numpy(p, q):
+    """``(p, q, q_min)``: numpy laws checked and renormalised as :func:`otbound._validation.as_pair`
+    does (the same ``x / x.sum(-1)``, bit for bit), contiguous float64, and the smallest renormalised
+    q of each row (shape ``q.shape[:-1]``). A float64 law whose rows all sum to exactly 1 is held as
+    given, without a copy (dividing by 1 would copy it unchanged; the kernel never writes to the laws).
+    A real array passes on two reductions per law (its
+    rows' sums and minima: a finite sum of entries ≥ 0 has finite entries); anything else, or any
+    failed condition, is handed to ``as_pair``, whose checks and messages apply."""
+    arrays = []
+    for x in (p, q):
+        a = np.asarray(x)
+        if a.dtype.kind not in "biuf" or a.ndim == 0 or a.shape[-1] == 0:
+            return (*_as_pair_with_min(p, q),)
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        if a.ndim == 1:  # one law: the same tests on Python floats (fewer numpy calls for a short row)
+            total, low = float(a.sum()), float(a.min())
+            if not (abs(total - 1.0) <= LAW_ATOL and low >= 0.0):
+                return (*_as_pair_with_min(p, q),)
+            keep = total == 1.0 and a.flags.writeable  # torch refuses to wrap a read-only array
+            arrays.append((a if keep else a / total, np.float64(low), np.float64(total)))
+            continue
+        s = a.sum(axis=-1, keepdims=True)  # (..., 1)
+        lows = a.min(axis=-1, keepdims=True)  # (..., 1): NaN where the row holds one
+        # a NaN or infinite sum fails the first test; a NaN entry makes its row's sum NaN
+        if not ((np.abs(s - 1.0) <= LAW_ATOL).all() and not (lows < 0.0).any()):
+            return (*_as_pair_with_min(p, q),)
+        if not (a.flags.writeable and bool((s == 1.0).all())):  # x / 1 = x: such a law is held as given
+            a = a / s
+        arrays.append((a, lows, s))
+    (p, _, _), (q, lows, s) = arrays
+    if p.shape != q.shape:
+        return (*_as_pair_with_min(p, q),)
+    # min_j fl(q_j/s) = fl(min_j q_j / s): division by s > 0 is monotone
+    return p, q, np.asarray(lows / s)[..., 0] if q.ndim > 1 else np.asarray(lows / s)
+
+
+def _as_pair_with_min(p, q):
+    """:func:`otbound._validation.as_pair` (raising for malformed laws) and the rows' smallest q."""
+    p, q = as_pair(p, q)
+    return np.ascontiguousarray(p), np.ascontiguousarray(q), q.min(axis=-1)
 
 
 def _check_torch(p, q, device):
@@ -545,11 +593,32 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
     """``(α* (B,), binding sets (B, V) bool or None)`` for a checked K (module docstring)."""
     if sampling == "with_replacement" or (sampling == "without_replacement" and k == 1):
         return _with_replacement(batch, k, want_sets)
-    if sampling == "greedy":
-        return _greedy(batch, k, want_sets)
-    if sampling == "deterministic":
-        return _deterministic(batch, k, want_sets)
+    if sampling in ("greedy", "deterministic"):
+        if not want_sets and batch.p.device.type == "cpu" and "sorted" not in batch.__dict__:
+            return _torch().from_numpy(_top_law_rows(*batch.numpy_rows(), k, sampling)), None
+        return (_greedy if sampling == "greedy" else _deterministic)(batch, k, want_sets)
     return _without_replacement(batch, k, want_sets)
+
+
+def _top_law_rows(P, Q, k: int, sampling: str):
+    """α* of the greedy or deterministic law for rows not sorted by ratio (numpy (B, V) each, a
+    single call's rows), row by row in numpy: G by a partition (:func:`top_tokens`), then
+    α*_det = p(G) (G the K largest q) or α*_greedy = p(G) + Σ_x min(p, q') with G the K − 1 largest
+    q and q' = q|_{V∖G} / q(V∖G) (zero on G; q(V∖G) summed directly, never as 1 − q(G)): a
+    partition and, for the greedy law, three passes over the row. The values of :func:`_greedy` and
+    :func:`_deterministic` to float64 rounding (their batched torch form; ≤ 1e-15 measured)."""
+    out = np.empty(P.shape[0])  # (B,)
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        if sampling == "deterministic":
+            out[i] = p[top_tokens(q, k)].sum()
+            continue
+        g = top_tokens(q, k - 1)  # (K − 1,)
+        rest = q.copy()  # (V,) q off G, then q'
+        rest[g] = 0.0
+        rest /= rest.sum()
+        out[i] = p[g].sum() + np.minimum(p, rest, out=rest).sum()
+    return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
 def _deterministic(batch, k, want_sets):
@@ -596,8 +665,10 @@ def _with_replacement(batch, k, want_sets):
     they are many, and on an accelerator, every column is. The blocks' first and last columns of Pc
     and Qc come from contiguous copies shared by every K (:func:`_block_columns`)."""
     torch = _torch()
-    srt = batch.sorted
     dev = batch.p.device
+    if dev.type == "cpu" and not want_sets and "sorted" not in batch.__dict__:
+        return torch.from_numpy(_with_replacement_buckets(*batch.numpy_rows(), k)), None
+    srt = batch.sorted
     m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=dev))
     m = min(m, srt.pc.shape[1])
     pc, qc = srt.pc[:, :m], srt.qc[:, :m]  # (B, m) views; column 0 is the empty set: f = 0
@@ -618,6 +689,65 @@ def _with_replacement(batch, k, want_sets):
     f = torch.sub(pc.gather(1, cols), power(qc.gather(1, cols), k))  # (B, c·width)
     best, at = f.min(1)  # the first least f: at its first column
     return _prefix_result(srt, best, cols.gather(1, at[:, None])[:, 0], want_sets)
+
+
+_KINK_MARGIN = 1e-13  # a bucket is opened where its bound is below the best f found plus this (rounding)
+_STATIONARY_SLACK = 1.0 + 1e-12  # the stationarity test is a filter: borderline buckets are kept
+
+
+def _with_replacement_buckets(P, Q, k: int):
+    """With-replacement α* of rows not sorted by ratio (numpy (B, V) each; a single call's rows): the
+    bound of :func:`_with_replacement` on ratio buckets instead of column blocks, so that only the
+    tokens of the buckets that can hold the minimum are sorted.
+
+    The tokens are bucketed by the bits of p/q (32 buckets per octave; those of ratio above the
+    bucket of K, and q = 0, dropped: :func:`otbound.token._search._ratio_buckets`); a bucket's p and
+    q masses give f = Pc − Qc^K exactly at every bucket end, prefixes of the ratio order. Inside a
+    bucket of ratios [r_lo, r_hi) and masses (p_b, q_b) after (P0, Q0), a prefix adding q-mass x adds
+    p-mass ≥ max(r_lo x, p_b − r_hi (q_b − x)), so f ≥ P0 + r_lo x* − (Q0 + x*)^K at the kink
+    x* = (r_hi q_b − p_b)/(r_hi − r_lo) (concave on each side of it; the ends are bucket-end values).
+    Only the buckets whose bound is below the least bucket-end f (plus ``_KINK_MARGIN``) and that can
+    hold the end of a minimiser H* (stationarity: ``K Q0^(K−1) ≤ r_hi`` and
+    ``r_lo ≤ K (Q0 + q_b)^(K−1)``, since p/q ≤ K q(H*)^(K−1) on H* and ≥ off it) are sorted token by
+    token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
+    rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured)."""
+    out = np.ones(P.shape[0])  # (B,)
+    scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        b, top = _search._ratio_buckets(p, q, float(k), out=scratch)  # (V,) bucket ids ≤ top
+        lo = int(b.min()) if b.size < top else 0  # a short row: ids from 0, tables over its own buckets
+        if lo:
+            b -= lo
+        bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (top − lo + 1,)
+        bq = np.bincount(b, weights=q, minlength=top - lo + 1)
+        ids = np.flatnonzero(bq[: top - lo] > 0)  # (nb,) the buckets holding q-mass, by increasing ratio
+        if ids.size == 0:
+            continue
+        bp, bq = bp[ids], bq[ids]  # (nb,) each
+        cp, cq = np.cumsum(bp), np.cumsum(bq)  # (nb,) each: Pc, Qc at the bucket ends
+        best = min(0.0, float((cp - power(cq, k)).min()))
+        p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
+        r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
+        kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
+        low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
+        # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
+        # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
+        slack = _STATIONARY_SLACK
+        lead_0, lead_1 = (power(x, k - 1) if k > 1 else np.ones_like(x) for x in (q0, cq))  # Q^(K−1), (nb,)
+        stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
+        cand = np.flatnonzero(low & stationary)
+        if cand.size:
+            toks = _search._bucket_tokens(b, ids[cand], p, q)  # (t,) by ratio, ties by index
+            pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
+            first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
+            cps, cqs = np.cumsum(p[toks]), np.cumsum(q[toks])  # (t,) each
+            base_p = np.where(first > 0, cps[first - 1], 0.0)
+            base_q = np.where(first > 0, cqs[first - 1], 0.0)
+            f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
+            best = min(best, float(f.min()))
+        out[i] = 1.0 + best
+    return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
 def _block_columns(batch, width: int):
@@ -651,9 +781,16 @@ def _open_columns(open_, width: int, m: int):
 def _without_replacement(batch, k, want_sets):
     """K = 2 closed form on the sorted prefixes; K ≥ 3 the branch and bound of
     :mod:`otbound.token._search` (on the CPU, rows in lockstep; on the rows as sorted here for values, on the
-    rows as given for binding sets). Rows with a positive q below ``_wor.CLOCK_FLOOR`` go through
+    rows as given for binding sets). On the CPU, rows the batch has not sorted (a single call) take
+    the search on the rows as given at every K (a bucketing pass per row instead of a sort). Rows
+    with a positive q below ``_wor.CLOCK_FLOOR`` go through
     the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
     torch = _torch()
+    if not want_sets and batch.p.device.type == "cpu" and "sorted" not in batch.__dict__:
+        # rows not sorted (a single call): the search on the rows as given, bucketing each row once
+        # (cheaper than sorting it whole); the same values as on sorted rows to rounding
+        vals = _search.without_replacement(*batch.numpy_rows(), k, False)[0]
+        return torch.from_numpy(np.clip(vals, 0.0, 1.0)), None
     tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch))  # (B,), every K
     if k >= 3 or bool(tiny.any()):
         if want_sets:
@@ -800,6 +937,10 @@ def greedy_split_rows(batch: LawBatch, m: int):
     def build():
         torch = _torch()
         p, q = batch.p, batch.q
+        if q.device.type == "cpu":  # a partition per row (torch.topk costs several times more on one core)
+            idx = torch.from_numpy(np.stack([top_tokens(row, width) for row in q.numpy()])  # (B, width)
+                                   if batch.rows else np.zeros((0, width), dtype=np.int64))
+            return _split_from(p, q, idx)
         vals, idx = torch.topk(q, min(width + 1, batch.vocab), dim=1)  # (B, width + 1) each
         # a tie cut at the edge of the top width (the next value equals the edge): the lowest indices
         # among the tied values, from the row; ties inside it only: the lower index first
@@ -812,18 +953,25 @@ def greedy_split_rows(batch: LawBatch, m: int):
             else:
                 v_row, i_row = vals[row].cpu().numpy(), idx[row].cpu().numpy()
                 idx[row] = torch.as_tensor(i_row[np.lexsort((i_row, -v_row))], device=q.device)
-        pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)
-        in_g = qg.sum(1, keepdim=True)
-        outside = q.sum(1, keepdim=True) - in_g
-        for row in torch.nonzero(in_g[:, 0] > 0.5).flatten().tolist():  # one row at a time: no (·, V) gather
-            outside[row] = q[row].scatter(0, idx[row], 0.0).sum()
-        rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # (B, width)
-        return idx, pg, qg, outside, rest
+        return _split_from(p, q, idx)
 
     idx, pg, qg, outside, rest = batch.memo(("greedy_split", width), build)
     if m == width:
         return idx, pg, qg, outside, rest
     return idx[:, :m], pg[:, :m], qg[:, :m], rest[:, m : m + 1], rest[:, :m]
+
+
+def _split_from(p, q, idx):
+    """``(idx, pg, qg, outside, rest)`` of :func:`greedy_split_rows` from the selected tokens ``idx``
+    (B, width)."""
+    torch = _torch()
+    pg, qg = torch.gather(p, 1, idx), torch.gather(q, 1, idx)  # (B, width) each
+    in_g = qg.sum(1, keepdim=True)  # (B, 1)
+    outside = q.sum(1, keepdim=True) - in_g  # (B, 1)
+    for row in torch.nonzero(in_g[:, 0] > 0.5).flatten().tolist():  # one row at a time: no (·, V) gather
+        outside[row] = q[row].scatter(0, idx[row], 0.0).sum()
+    rest = outside + torch.flip(torch.cumsum(torch.flip(qg, [1]), 1), [1])  # (B, width)
+    return idx, pg, qg, outside, rest
 
 
 def _min_sum(batch, c):

@@ -87,8 +87,18 @@ def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None):
     :class:`otbound.token._wor.KeySums` of ``b`` (a row in any order)."""
     b, top = _ratio_buckets(p, q, limit, out=out)
     sums = _wor.KeySums(b, top)
-    bp, bq = sums(p), sums(q)
-    return b, top, bp, bq, np.flatnonzero(bq[:top] > 0), sums
+    # the ids lie in [lo, top]: the sums are made over those (zeros below, never read), so that a
+    # short row does not pay for tables of the 2^15 ids below the cut
+    lo = int(b.min()) if 0 < b.size < top else 0
+    bp, bq = np.zeros(top + 1), np.zeros(top + 1)  # (top + 1,) each
+    if lo:
+        shifted = _wor.KeySums(b - lo, top - lo)
+        shifted.into(p, bp[lo:])
+        shifted.into(q, bq[lo:])
+    else:
+        sums.into(p, bp)
+        sums.into(q, bq)
+    return b, top, bp, bq, lo + np.flatnonzero(bq[lo:top] > 0), sums
 
 
 # the largest q's kept per row by RowRuns: the 2K + 30 of every K ≤ MAX_FAST_DRAFTS
@@ -357,11 +367,14 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         if nb == 0:
             return 1.0, None
         # q mass from bucket j up, summed from the top (accurate when small) over the buckets holding any
-        held = np.flatnonzero(bq)
+        held = ids[0] + np.flatnonzero(bq[ids[0] :])  # the buckets holding q (none below the first id)
         tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
         out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
         bucket_p, bucket_q = bp[ids], bq[ids]
-        key = np.full(top_id + 1, nb)  # every token's index in ids (nb: above the cut)
+        # every token's index in ids (nb: above the cut); no token lies below the first id (a bucket
+        # below the cut holding a token holds its q > 0), so the entries below it are never read
+        key = np.empty(top_id + 1, dtype=np.int64)
+        key[ids[0] :] = nb
         key[ids] = np.arange(nb)
         chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
     else:

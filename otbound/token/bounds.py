@@ -164,9 +164,9 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
     law = draft_law(sampling)
     batch = LawBatch(p, q)
     k = batch.check_num_drafts(num_drafts, sampling)
+    values, sets = law.optimal_acceptance(batch, k, want_sets=return_certificate)
     if not return_certificate:
-        return batch.wrap(batch.optimal_acceptance(k, sampling))
-    values, sets = law.optimal_acceptance(batch, k, want_sets=True)
+        return batch.wrap(values)
     sets = sets.reshape(batch.shape + (batch.vocab,))
     return TokenBound(
         value=batch.wrap(values),

@@ -1,0 +1,62 @@
+"""Where the time of a single ``otbound.optimal_acceptance`` call goes at V = 151,936: each step of
+the call's CPU path timed alone on the same rows, alternated with one ``np.sort`` of the row's
+ratios and with one pass over p and q (``p + q``), as multiples of the sort (medians over rows
+and repeats, CPU time of the process).
+
+    OMP_NUM_THREADS=1 python experiments/bench_public_steps.py [--family zipf_noise] [--rows 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from bench_engine import FAMILIES, LM_VOCAB, rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", default="zipf_noise", choices=FAMILIES)
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    import otbound as ob
+
+    p, q = rows(args.family, args.rows, LM_VOCAB)
+    s = p[0].sum()
+    steps = {
+        "one pass over p and q (p + q)": lambda i: p[i] + q[i],
+        "law checks: sum, min, renormalise (p and q)": lambda i: [(x.sum(), x.min(), x / s) for x in (p[i], q[i])],
+        "ratio p/q and its bucket ids": lambda i: (np.bitwise_and(np.divide(p[i], q[i]).view(np.uint64),
+                                                                  np.uint64(0x7FFF_FFFF_FFFF_FFFF)) >> np.uint64(47)),
+        "two bincounts (bucket sums of p and q)": lambda i: [np.bincount((p[i].view(np.uint64) >> np.uint64(47))
+                                                                         .view(np.int64) - 0, weights=x)
+                                                             for x in (p[i], q[i])],
+        "top-8 partition of q": lambda i: np.argpartition(q[i], LM_VOCAB - 8),
+        "with_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2),
+        "without_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "without_replacement"),
+        "without_replacement K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "without_replacement"),
+        "greedy K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "greedy"),
+        "deterministic K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "deterministic"),
+    }
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, p / q, np.inf)
+    out = {name: [] for name in steps}
+    for _ in range(args.repeats):
+        for i in range(args.rows):
+            for name, fn in steps.items():
+                fn(i)
+                t0 = time.process_time()
+                np.sort(ratio[i])
+                t1 = time.process_time()
+                fn(i)
+                out[name].append((time.process_time() - t1) / (t1 - t0))
+    for name, x in out.items():
+        print(f"{name:45s} {statistics.median(x):6.2f}x np.sort", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()

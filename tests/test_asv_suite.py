@@ -1,0 +1,89 @@
+"""The asv suite (benchmarks/benchmarks/) cannot rot: every benchmark's setup and timed functions run
+once at a tiny vocabulary, its row families are those of experiments/bench_engine.py, and it times
+the public calls (its values are those of the library)."""
+
+import importlib.util
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return _module(ROOT / "benchmarks" / "benchmarks" / "public_calls.py", "asv_public_calls")
+
+
+def test_asv_configuration_names_the_suite_and_the_existing_environment():
+    text = (ROOT / "benchmarks" / "asv.conf.json").read_text()
+    conf = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))  # asv allows // comments
+    assert conf["environment_type"] == "existing"
+    assert (ROOT / "benchmarks" / conf["benchmark_dir"] / "__init__.py").is_file()
+    assert (ROOT / "benchmarks" / conf["repo"] / "pyproject.toml").is_file()
+
+
+def test_suite_row_families_are_the_benchmarks(suite):
+    engine = _module(ROOT / "experiments" / "bench_engine.py", "bench_engine_for_asv")
+    assert set(suite.FAMILIES) == set(engine.FAMILIES)
+    for fam in engine.FAMILIES:
+        for a, b in zip(suite.rows(fam, 2, 50), engine.rows(fam, 2, 50)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_every_benchmark_runs_once_at_a_tiny_vocabulary(suite):
+    vocab = 12
+    ran = 0
+    for cls in (suite.OptimalAcceptance, suite.MeasureLaws, suite.VerifierAcceptance):
+        names = [n for n in dir(cls) if n.startswith(("time_", "track_"))]
+        assert names, cls.__name__
+        for combo in itertools.product(*cls.params):
+            args = tuple(vocab if isinstance(a, int) else a for a in combo)  # the vocabulary made tiny
+            bench = cls()
+            bench.setup(*args)
+            for name in names:
+                out = getattr(bench, name)(*args)
+                if name.startswith("track_"):
+                    assert math.isfinite(out) and out > 0
+                ran += 1
+    assert ran >= len(suite.CALLS) * len(suite.FAMILIES)
+
+
+def test_timed_call_is_the_public_value(suite):
+    """What the suite times is the public call on its row: its value is α* of that row (with
+    replacement at K = 2: 1 + min over prefixes of the ratio order of Pc − Qc², computed here)."""
+    bench = suite.OptimalAcceptance()
+    bench.setup("far", 40, "with_replacement:2")
+    p, q = bench.p, bench.q
+    order = np.argsort(p / q, kind="stable")
+    f = np.cumsum(p[order]) - np.cumsum(q[order]) ** 2
+    expected = 1.0 + min(0.0, f.min())
+    assert bench.call(p, q, bench.k, bench.law) == pytest.approx(expected, abs=1e-12)
+
+
+def test_cross_version_benchmark_runs_and_compares_values():
+    """experiments/bench_public.py against this same checkout: every call timed for both, and the
+    two loads' values equal (the same code), so the value check it applies to two versions holds."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        bench = importlib.import_module("bench_public")
+    finally:
+        sys.path.pop(0)
+    out = bench.main(["--against", str(ROOT), "--quick", "--families", "far", "ties"])
+    rows = [v for k, v in out.items() if isinstance(k, tuple)]
+    assert len(rows) == 2 * len(bench.CALLS)
+    assert all(r["max_diff"] == 0.0 and r["this_x_sort"] > 0 and r["ratio"] > 0 for r in rows)
