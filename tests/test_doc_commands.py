@@ -141,6 +141,7 @@ def _needs_pair(kind, name, args) -> bool:
         return name == "otbound.plan" and "--synthetic" not in args
     stem = Path(name).stem
     return ("real" in stem or stem in ("plan_positional_check", "truncation_mismatch") or "--from-run" in args
+            or "--pair" in args
             or (stem == "make_figures" and "--recompute" in args))
 
 
