@@ -18,17 +18,17 @@ Examples
 'draft-simple n_max=4 p_min=0 [qwen]'
 """
 
-from otbound.engine._audit import SpecConfig, counter_metrics, hashed_seed, run_configuration
-from otbound.engine._client import EngineError, counter_delta, parse_prometheus, spec_counters
+from otbound.engine._audit import SpecConfig, counter_metrics, hashed_seed
+from otbound.engine._client import EngineError, parse_prometheus, spec_counters
 from otbound.engine._laws import LawSource, Sampling, ServerLaws, TinyLaws, llama_sampler_law
-from otbound.engine._lossless import detectable_tv, enumerate_cells, lossless_test
+from otbound.engine._lossless import detectable_tv
 from otbound.engine._report import load_engine_json, recompute_figures
 from otbound.engine._run import ENGINE_FORMAT, REAL_CONFIGS, SYNTHETIC_CONFIGS, run_audit
 from otbound.engine._server import SPEC_TYPES, LlamaServer, children_of, free_port
 
 __all__ = [
     "ENGINE_FORMAT", "EngineError", "LawSource", "LlamaServer", "REAL_CONFIGS", "SPEC_TYPES", "SYNTHETIC_CONFIGS",
-    "Sampling", "ServerLaws", "SpecConfig", "TinyLaws", "children_of", "counter_delta", "counter_metrics",
-    "detectable_tv", "enumerate_cells", "free_port", "hashed_seed", "llama_sampler_law", "load_engine_json",
-    "lossless_test", "parse_prometheus", "recompute_figures", "run_audit", "run_configuration", "spec_counters",
+    "Sampling", "ServerLaws", "SpecConfig", "TinyLaws", "children_of", "counter_metrics", "detectable_tv",
+    "free_port", "hashed_seed", "llama_sampler_law", "load_engine_json", "parse_prometheus", "recompute_figures",
+    "run_audit", "spec_counters",
 ]

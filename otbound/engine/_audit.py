@@ -43,7 +43,14 @@ from otbound.report import cluster_mean_ci
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """One speculative configuration: the server's drafting flags and the requests' sampling."""
+    """One speculative configuration: the server's drafting flags and the requests' sampling.
+
+    Examples
+    --------
+    >>> from otbound.engine import Sampling, SpecConfig
+    >>> SpecConfig("draft-simple", 8, 0.75, Sampling.named("default", 1.0)).label()
+    'draft-simple n_max=8 p_min=0.75 [default T=1]'
+    """
 
     spec_type: str
     draft_max: int

@@ -14,7 +14,17 @@ import urllib.request
 
 
 class EngineError(RuntimeError):
-    """A serving engine could not be started, reached or kept running; the message says which and why."""
+    """A serving engine could not be started, reached or kept running; the message says which and why.
+
+    Examples
+    --------
+    >>> from otbound.engine import EngineError, spec_counters
+    >>> try:
+    ...     spec_counters("http://127.0.0.1:9")   # nothing listens on the discard port
+    ... except EngineError as err:
+    ...     print(str(err).split(":")[0] + ":" + str(err).split(":")[1] + ":" + str(err).split(":")[2])
+    no answer from http://127.0.0.1:9/metrics
+    """
 
 
 #: the speculative-decoding counters llama.cpp's ``/metrics`` exposes (vLLM's names, ``llamacpp:`` prefix)
@@ -105,6 +115,20 @@ def spec_counters(base: str, timeout: float = 30.0) -> dict:
         ``{"draft_tokens", "accepted_tokens", "drafts"}`` (floats; NaN if the server does not report
         them), ``"accepted_per_pos"`` (list, position 0 first), ``"raw"`` (every ``spec_decode`` line
         as served) and ``"prefix"`` (the metric prefix, e.g. ``"llamacpp:"``).
+
+    Raises
+    ------
+    EngineError
+        Nothing answers at ``base``, or ``/metrics`` is not served (llama-server needs ``--metrics``).
+
+    Examples
+    --------
+    >>> from otbound.engine import EngineError, spec_counters
+    >>> try:
+    ...     spec_counters("http://127.0.0.1:9")
+    ... except EngineError as err:
+    ...     print("refused")
+    refused
     """
     status, raw = _request(base.rstrip("/") + "/metrics", timeout=timeout)
     if status != 200:

@@ -76,7 +76,20 @@ class Sampling:
 
 
 class LawSource:
-    """The interface of a law source (module docstring)."""
+    """The interface of a law source (module docstring): subclasses implement :meth:`target`,
+    :meth:`draft` and :meth:`draft_choice`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.engine import LawSource
+    >>> class Uniform(LawSource):
+    ...     name = "uniform over 4 tokens"
+    ...     def target(self, context, sampling, n):
+    ...         return np.arange(4)[:n], np.full(4, 0.25)[:n]
+    >>> Uniform().target([1, 2], None, 2), Uniform().describe()
+    ((array([0, 1]), array([0.25, 0.25])), {'source': 'uniform over 4 tokens'})
+    """
 
     name = "abstract"
 
@@ -110,7 +123,18 @@ def _probs_of(reply: dict) -> tuple[np.ndarray, np.ndarray]:
 
 class ServerLaws(LawSource):
     """Laws read from llama.cpp servers: ``target_url`` serves the target, ``draft_url`` the draft as its
-    main model (either may be None where its laws are not needed). Each context is asked once."""
+    main model (either may be None where its laws are not needed). Each context is asked once.
+
+    Examples
+    --------
+    >>> from otbound.engine import EngineError, Sampling, ServerLaws
+    >>> laws = ServerLaws("http://127.0.0.1:9")
+    >>> try:
+    ...     laws.target([1, 2, 3], Sampling.named("qwen"), n=20)
+    ... except EngineError:
+    ...     print("no server at", laws.target_url)
+    no server at http://127.0.0.1:9
+    """
 
     name = "llama-server n_probs (post_sampling_probs)"
 
@@ -213,8 +237,22 @@ def llama_sampler_law(logits, params: dict) -> np.ndarray:
 
 
 class TinyLaws(LawSource):
-    """Laws computed from a tiny GGUF pair's weights (:class:`otbound.lm._tiny_gguf.TinyGGUFPair`) by an
-    independent float64 forward and :func:`llama_sampler_law`: a check of what llama.cpp reports."""
+    """Laws computed from a tiny GGUF pair's weights (:class:`otbound.lm.TinyGGUFPair`) by an
+    independent float64 forward and :func:`llama_sampler_law`: a check of what llama.cpp reports.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.engine import Sampling, TinyLaws
+    >>> from otbound.lm import write_tiny_gguf_pair
+    >>> laws = TinyLaws(write_tiny_gguf_pair(tempfile.mkdtemp()))
+    >>> ids, probs = laws.target([72, 101], Sampling.named("topk4"), n=10)
+    >>> len(ids), round(float(probs.sum()), 12)
+    (4, 1.0)
+    >>> token, p = laws.draft_choice([72, 101])
+    >>> 0.1 <= p <= 1.0
+    True
+    """
 
     name = "numpy forward of the tiny GGUF pair"
 

@@ -46,7 +46,27 @@ def recompute_figures(configuration: dict) -> list[str]:
 
 
 def load_engine_json(path) -> dict:
-    """Read ``engine.json``, checking its checksum and that its figures recompute from its counters."""
+    """Read ``engine.json``, checking its checksum and that its figures recompute from its counters.
+
+    Raises
+    ------
+    otbound._integrity.CorruptFileError
+        A file that is not a complete audit, fails its checksum, or holds figures its counters disagree with.
+
+    Examples
+    --------
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> from otbound._integrity import CorruptFileError
+    >>> from otbound.engine import load_engine_json
+    >>> path = Path(tempfile.mkdtemp()) / "engine.json"
+    >>> _ = path.write_text(json.dumps({"configurations": [], "sha256": "0" * 64}))
+    >>> try:
+    ...     load_engine_json(path)
+    ... except CorruptFileError as err:
+    ...     print(str(err).split(": ", 1)[1])
+    checksum mismatch (the file was altered or damaged)
+    """
     path = Path(path)
     try:
         record = json.loads(path.read_text())

@@ -117,6 +117,24 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
     -------
     dict
         The content of ``engine.json``.
+
+    Raises
+    ------
+    otbound.InvalidInputError
+        Bad settings, an unknown pair; nothing is written.
+    EngineError
+        A server that does not start, is not reachable, or dies during the audit (no ``engine.json`` is left).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound import InvalidInputError
+    >>> from otbound.engine import run_audit
+    >>> try:
+    ...     run_audit(tempfile.mkdtemp(), synthetic=True, n_predict=1)
+    ... except InvalidInputError as err:
+    ...     print(err)
+    need n_predict >= 2 and seeds >= 1, got 1 and 3
     """
     modes = sum([bool(synthetic), url is not None])
     if modes != 1 and not (pair and url is None and not synthetic):

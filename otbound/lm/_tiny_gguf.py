@@ -61,6 +61,12 @@ class TinyGGUFConfig:
         Rotary embedding base θ.
     rms_eps : float
         RMS norm ε.
+
+    Examples
+    --------
+    >>> from otbound.lm import TinyGGUFConfig
+    >>> TinyGGUFConfig(vocab_size=264).head_dim
+    8
     """
 
     vocab_size: int
@@ -96,6 +102,14 @@ class TinyGGUFPair:
         The id of ``<|endoftext|>`` (the last token; also the BOS id, never added to a prompt).
     merges : list of str
         The BPE merges (``"a b"``), in rank order.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import write_tiny_gguf_pair
+    >>> pair = write_tiny_gguf_pair(tempfile.mkdtemp(), vocab_size=260)
+    >>> len(pair.text_ids()), pair.tokens[pair.eos_id]
+    (259, '<|endoftext|>')
     """
 
     target: Path
