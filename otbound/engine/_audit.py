@@ -37,7 +37,7 @@ import numpy as np
 
 from otbound._validation import InvalidInputError
 from otbound.engine._client import EngineError, completion, counter_delta, spec_counters
-from otbound.engine._laws import LawSource, Sampling
+from otbound.engine._laws import IGNORE_EOS, LawSource, Sampling
 from otbound.report import cluster_mean_ci
 
 
@@ -88,7 +88,7 @@ def generate(url: str, prompts, *, n_predict: int, sampling: Sampling, seeds_per
         for r in range(seeds_per_prompt):
             seed = hashed_seed(label, i, r)
             body = {"prompt": [int(t) for t in prompt], "n_predict": int(n_predict), "seed": seed,
-                    "return_tokens": True, "cache_prompt": False, "ignore_eos": True, **sampling.params}
+                    "return_tokens": True, "cache_prompt": False, **sampling.params, **IGNORE_EOS}
             reply = completion(url, body, timeout=timeout)
             tokens = reply.get("tokens")
             if tokens is None:

@@ -112,8 +112,8 @@ def spec_counters(base: str, timeout: float = 30.0) -> dict:
     Returns
     -------
     dict
-        ``{"draft_tokens", "accepted_tokens", "drafts"}`` (floats; NaN if the server does not report
-        them), ``"accepted_per_pos"`` (list, position 0 first), ``"raw"`` (every ``spec_decode`` line
+        ``{"draft_tokens", "accepted_tokens", "drafts"}`` (floats; 0 where the server does not serve
+        the counter yet), ``"accepted_per_pos"`` (list, position 0 first), ``"raw"`` (every ``spec_decode`` line
         as served) and ``"prefix"`` (the metric prefix, e.g. ``"llamacpp:"``).
 
     Raises
@@ -139,7 +139,7 @@ def spec_counters(base: str, timeout: float = 30.0) -> dict:
     prefix = next((k[: -len(SPEC_COUNTERS[0])] for k in parsed if k.endswith(SPEC_COUNTERS[0])), "llamacpp:")
     out["prefix"] = prefix
     for key, name in zip(("draft_tokens", "accepted_tokens", "drafts"), SPEC_COUNTERS):
-        value = parsed.get(prefix + name, math.nan)
+        value = parsed.get(prefix + name, 0.0)  # a counter not served yet has not counted anything
         out[key] = float(value) if not isinstance(value, dict) else math.nan
     per = parsed.get(prefix + PER_POS, {})
     positions = {}

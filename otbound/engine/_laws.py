@@ -30,6 +30,10 @@ from otbound.lm import tiny_gguf_logits
 
 #: llama.cpp's draft-simple sampler: top-k 10, nothing else (``common/speculative.cpp``)
 DRAFT_TOP_K = 10
+#: sent with every sampled request and every law asked for at served settings: the end-of-text
+#: tokens get probability 0, so every continuation has the length asked for (the law tested is the
+#: target's with end of text excluded, the same on both sides)
+IGNORE_EOS = {"ignore_eos": True}
 
 
 @dataclass(frozen=True)
@@ -155,10 +159,10 @@ class ServerLaws(LawSource):
         return self._cache[key]
 
     def target(self, context, sampling, n):
-        return self._ask(self.target_url, "target", context, sampling.params, n)
+        return self._ask(self.target_url, "target", context, {**sampling.params, **IGNORE_EOS}, n)
 
     def draft(self, context, sampling, n):
-        return self._ask(self.draft_url, "draft", context, sampling.params, n)
+        return self._ask(self.draft_url, "draft", context, {**sampling.params, **IGNORE_EOS}, n)
 
     def draft_choice(self, context):
         ids, probs = self._ask(self.draft_url, "draft", context,
@@ -195,7 +199,7 @@ def llama_sampler_law(logits, params: dict) -> np.ndarray:
     >>> np.round(law, 4).tolist()
     [0.625, 0.375, 0.0, 0.0]
     """
-    known = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "samplers"}
+    known = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "samplers", "ignore_eos"}
     extra = set(params) - known
     if extra or float(params.get("repeat_penalty", 1.0)) != 1.0:
         raise InvalidInputError(f"this law source models temperature, top-k, top-p and min-p only; got {params}")
@@ -272,11 +276,16 @@ class TinyLaws(LawSource):
         order = order[law[order] > 0]
         return order.astype(np.int64), law[order]
 
+    def _no_eos(self, logits):
+        out = np.array(logits, dtype=np.float64)
+        out[self.pair.eos_id] = -np.inf  # IGNORE_EOS: llama.cpp biases end-of-text tokens by -inf
+        return out
+
     def target(self, context, sampling, n):
-        return self._top(llama_sampler_law(self._logits("target", context), sampling.params), n)
+        return self._top(llama_sampler_law(self._no_eos(self._logits("target", context)), sampling.params), n)
 
     def draft(self, context, sampling, n):
-        return self._top(llama_sampler_law(self._logits("draft", context), sampling.params), n)
+        return self._top(llama_sampler_law(self._no_eos(self._logits("draft", context)), sampling.params), n)
 
     def draft_choice(self, context):
         law = llama_sampler_law(self._logits("draft", context),
