@@ -40,6 +40,9 @@ from otbound.engine._client import EngineError, completion, counter_delta, spec_
 from otbound.engine._laws import IGNORE_EOS, LawSource, Sampling
 from otbound.report import cluster_mean_ci
 
+#: level of the one-sided test "the engine accepts more than the bound of its scheme allows"
+ABOVE_BOUND_LEVEL = 0.001
+
 
 @dataclass(frozen=True)
 class SpecConfig:
@@ -200,6 +203,7 @@ def prediction_figures(iters, node_probs, confidence: float = 0.95) -> dict:
     expected, observed = np.array(expected), np.array(observed, dtype=np.float64)
     drafted = sum(len(it["draft"]) for it in iters)
     diff_mean, diff_half = cluster_mean_ci(observed - expected, clusters, confidence)
+    _, strict_half = cluster_mean_ci(observed - expected, clusters, 1.0 - 2 * ABOVE_BOUND_LEVEL)
     obs_mean, obs_half = cluster_mean_ci(observed, clusters, confidence)
     return {
         "predicted_mean_acceptance_length": 1.0 + float(expected.mean()),
@@ -209,6 +213,9 @@ def prediction_figures(iters, node_probs, confidence: float = 0.95) -> dict:
         "reconstructed_mean_acceptance_length_interval": [1.0 + obs_mean - obs_half, 1.0 + obs_mean + obs_half],
         "engine_minus_bound": diff_mean,
         "engine_minus_bound_interval": [diff_mean - diff_half, diff_mean + diff_half],
+        # one-sided test at level ABOVE_BOUND_LEVEL: is the engine's acceptance above the bound of its scheme?
+        "exceeds_bound": bool(diff_mean - strict_half > 0),
+        "exceeds_bound_level": ABOVE_BOUND_LEVEL,
     }
 
 

@@ -20,6 +20,7 @@ source (full logits through the bindings, stored traces) plugs in by implementin
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,8 @@ DRAFT_TOP_K = 10
 #: tokens get probability 0, so every continuation has the length asked for (the law tested is the
 #: target's with end of text excluded, the same on both sides)
 IGNORE_EOS = {"ignore_eos": True}
+#: seeds tried for one law (module docstring of :class:`ServerLaws`)
+_SEED_TRIES = 32
 
 
 @dataclass(frozen=True)
@@ -150,12 +153,18 @@ class ServerLaws(LawSource):
     def _ask(self, url: str | None, role: str, context, params: dict, n: int):
         if url is None:
             raise InvalidInputError(f"the {role}'s laws are needed but no {role} server is given")
-        key = (role, tuple(int(t) for t in context), tuple(sorted(params.items())), int(n))
+        key = (role, tuple(int(t) for t in context), json.dumps(params, sort_keys=True), int(n))
         if key not in self._cache:
-            body = {"prompt": [int(t) for t in context], "n_predict": 1, "n_probs": int(n),
-                    "post_sampling_probs": True, "seed": 1, "cache_prompt": True, **params}
-            self.queries += 1
-            self._cache[key] = _probs_of(completion(url, body, timeout=self.timeout))
+            # llama-server reports no probabilities when the sampled token leaves incomplete UTF-8 text
+            # (a byte of a longer character): the law does not depend on the seed, so another is tried
+            for seed in range(1, _SEED_TRIES + 1):
+                body = {"prompt": [int(t) for t in context], "n_predict": 1, "n_probs": int(n),
+                        "post_sampling_probs": True, "seed": seed, "cache_prompt": True, **params}
+                self.queries += 1
+                reply = completion(url, body, timeout=self.timeout)
+                if reply.get("completion_probabilities"):
+                    break
+            self._cache[key] = _probs_of(reply)
         return self._cache[key]
 
     def target(self, context, sampling, n):

@@ -6,7 +6,8 @@ each. The cells are fixed before sampling from the target's post-sampling laws a
 every sequence whose tokens are each among the ``n`` most likely of the target's law at their
 prefix (``n_probs``; where ``n`` covers the support, as under top-k, the tree is the whole support),
 one cell per sequence with its exact probability ``Π_j p(y_j | prompt, y_<j)``, and one "rest" cell
-with the remaining mass. The histogram of the continuations over these cells is G-tested against
+with the remaining mass; cells expected to hold fewer than five samples are pooled with the rest
+(:func:`histogram_test`). The histogram of the continuations over these cells is G-tested against
 their probabilities (:func:`otbound.conformance._stats.g_test`), and the smallest total variation
 the test detects at α = 0.01 with 80% power is stated (:func:`otbound.conformance._stats.power`:
 a lower bound on power over every distortion of that size). The same test on the same number of
@@ -27,6 +28,8 @@ from otbound.engine._laws import LawSource, Sampling
 
 #: the test's level and the power at which the detectable distance is stated
 LEVEL, POWER = 0.01, 0.8
+#: cells expected to hold fewer samples than this are pooled before the test
+MIN_EXPECTED = 5.0
 
 
 def detectable_tv(samples: int, df: int, level: float = LEVEL, target_power: float = POWER) -> float:
@@ -76,23 +79,44 @@ def enumerate_cells(laws: LawSource, prompt, sampling: Sampling, depth: int, n: 
 
 
 def histogram_test(sequences, cells, probs, rest: float) -> dict:
-    """G-test of ``sequences`` over the cells (plus the rest cell if it has mass or counts)."""
+    """G-test of ``sequences`` over the cells (module docstring).
+
+    The cells whose expected count ``n·prob`` is below :data:`MIN_EXPECTED` are pooled, with the rest
+    cell, into one cell before the test (a choice made from the laws and ``n`` alone, before looking at
+    the samples), so that the chi-square law of the statistic holds; the detectable total variation is
+    then that of the laws coarsened to the tested cells. A sample in a cell of probability 0 rejects.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.engine._lossless import histogram_test
+    >>> cells, probs = [(0,), (1,), (2,)], np.array([0.5, 0.499, 0.001])
+    >>> res = histogram_test([(0,)] * 50 + [(1,)] * 50, cells, probs, rest=0.0)
+    >>> res["cells"], res["pooled_cells"], round(res["p_value"], 3)   # the 0.001 cell joins the 0.499 one
+    (2, 1, 1.0)
+    """
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1)
     for s in sequences:
         counts[index.get(tuple(s), len(cells))] += 1
     law = np.append(probs, rest)
-    if rest == 0.0 and counts[-1] == 0:
-        counts, law = counts[:-1], law[:-1]
-    g, p = g_test(counts, law)
     n = int(counts.sum())
+    small = law * n < MIN_EXPECTED
+    small[-1] = True  # the rest cell is always pooled (it may hold mass the top-n lists left out)
+    pooled_law, pooled_counts = law[small].sum(), counts[small].sum()
+    law, counts = law[~small], counts[~small]
+    if law.size and pooled_law * n < MIN_EXPECTED:  # a small pool joins the smallest tested cell
+        j = int(np.argmin(law))
+        law[j], counts[j] = law[j] + pooled_law, counts[j] + pooled_counts
+    elif pooled_law > 0 or pooled_counts > 0:
+        law, counts = np.append(law, pooled_law), np.append(counts, pooled_counts)
+    g, p = g_test(counts, law)
     df = degrees_of_freedom(law)
-    expected = law / law.sum() * n
     tv = 0.5 * float(np.abs(counts / max(n, 1) - law / law.sum()).sum())
-    return {"samples": n, "cells": int(law.size), "df": df, "g": g, "p_value": p,
-            "detectable_tv": detectable_tv(n, df), "empirical_tv": tv, "rest_mass": rest,
-            "rest_count": int(counts[-1]) if law.size > len(cells) else 0,
-            "min_expected": float(expected[law > 0].min()) if n else math.nan,
+    return {"samples": n, "cells": int(law.size), "pooled_cells": int(small[:-1].sum()), "df": df, "g": g,
+            "p_value": p, "detectable_tv": detectable_tv(n, df), "empirical_tv": tv, "rest_mass": rest,
+            "pooled_mass": float(pooled_law), "pooled_count": int(pooled_counts),
+            "min_expected": float((law * n)[law > 0].min()) if n else math.nan,
             "level": LEVEL, "power": POWER}
 
 

@@ -294,19 +294,25 @@ def _check_laws(laws: ServerLaws, tiny_laws: TinyLaws, samplings, limit: int = 3
     """The engine's laws against the independent numpy forward's at the contexts the audit asked about
     (synthetic pair only): largest total variation of the target's laws, largest difference of the
     draft's top-10 probability, and how often the drafted token agrees."""
-    by_params = {s.key(): s for s in samplings}
-    worst_t, worst_d, agree, n_t, n_d = 0.0, 0.0, 0, 0, 0
-    for (role, context, params, n), (ids, probs) in list(laws._cache.items()):
-        if role == "draft" and dict(params).get("samplers") == ["top_k"] and n_d < limit:
+    by_params = {json.dumps(s.params, sort_keys=True): s for s in samplings}
+    tvs, worst_d, agree, n_t, n_d, support_differs = [], 0.0, 0, 0, 0, 0
+    for (role, context, text, n), (ids, probs) in list(laws._cache.items()):
+        params = json.loads(text)
+        served = json.dumps({k: v for k, v in params.items() if k != "ignore_eos"}, sort_keys=True)
+        if role == "draft" and params.get("samplers") == ["top_k"] and n_d < limit:
             tok, p = tiny_laws.draft_choice(list(context))
             agree += int(tok == int(ids[0]))
             worst_d = max(worst_d, abs(p - float(probs[0])))
             n_d += 1
-        elif role == "target" and params in by_params and n_t < limit:
-            a_ids, a_p = tiny_laws.target(list(context), by_params[params], n)
+        elif role == "target" and served in by_params and n_t < limit:
+            a_ids, a_p = tiny_laws.target(list(context), by_params[served], n)
             va, vb = dict(zip(a_ids.tolist(), a_p.tolist())), dict(zip(ids.tolist(), probs.tolist()))
-            worst_t = max(worst_t, 0.5 * sum(abs(va.get(t, 0.0) - vb.get(t, 0.0)) for t in set(va) | set(vb)))
+            tvs.append(0.5 * sum(abs(va.get(t, 0.0) - vb.get(t, 0.0)) for t in set(va) | set(vb)))
+            support_differs += int(set(va) != set(vb))
             n_t += 1
-    return {"source": tiny_laws.name, "target_laws_checked": n_t, "max_tv_target_laws": worst_t,
+    tvs = np.array(tvs) if tvs else np.array([np.nan])
+    return {"source": tiny_laws.name, "target_laws_checked": n_t, "max_tv_target_laws": float(tvs.max()),
+            "median_tv_target_laws": float(np.median(tvs)), "p95_tv_target_laws": float(np.quantile(tvs, 0.95)),
+            "target_supports_differing": support_differs,
             "draft_choices_checked": n_d, "draft_choices_agreeing": agree, "max_abs_diff_draft_top_prob": worst_d,
             "note": "llama.cpp computes in float32 (f16 KV cache); the numpy forward in float64"}
