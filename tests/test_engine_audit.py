@@ -188,3 +188,33 @@ def test_real_llama_server_serves_the_tiny_pair_with_its_own_laws(build, tmp_pat
             np.testing.assert_allclose(p, rp, atol=2e-3)  # float32 and an f16 KV cache in llama.cpp
         pid = srv.pid
     assert not _alive(pid)
+
+
+def test_url_mode_audits_a_running_server_as_configured(build, tmp_path):
+    """--url: a server someone else started; its counters, its laws (n_predict = 1 never drafts) and the
+    lossless test work without local models; the prediction needs the draft's laws, so it is absent."""
+    from otbound.engine import LlamaServer, run_audit
+    from otbound.engine._laws import Sampling
+
+    pair = write_tiny_gguf_pair(tmp_path / "pair", seed=2)
+    with LlamaServer(build.binary("llama-server"), pair.target, draft=pair.draft, spec_type="draft-simple",
+                     draft_max=3, ctx_size=512) as srv:
+        prompts_before = srv.url
+        record = run_audit(tmp_path / "out", url=srv.url, configs=[("draft-simple", 3, 0.0)],
+                           samplings=[Sampling.named("topk4")], num_prompts=2,
+                           seeds_per_prompt=2, n_predict=12, lossless_samples=300, progress=False,
+                           prompt_source=str(_prompt_file(tmp_path)))
+    assert prompts_before and record["engine"]["url"] == srv.url
+    (conf,) = record["configurations"]
+    assert conf["config"]["spec_type"] == "draft-simple" and conf["config"]["draft_max"] == 3
+    assert conf["counters"]["drafts"] > 0 and recompute_figures(conf) == []
+    assert conf["predicted_mean_acceptance_length"] is None and conf["best_alternative"] is None
+    assert conf["lossless"]["samples"] == 300 and conf["lossless"]["p_value"] >= 0.01
+    assert record["controls"] == {}
+
+
+def _prompt_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "x", "token_ids": [72, 101, 108, 108, 111]}\n'
+                    '{"prompt": "y", "token_ids": [87, 111, 114, 108, 100, 33]}\n')
+    return path

@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--engine", default="llama.cpp", help=f"the engine to build and run (one of {', '.join(ENGINES)})")
     ap.add_argument("--out", default="otbound-engine", help="output folder (default: ./otbound-engine)")
     ap.add_argument("--config", type=_config, action="append", default=None, metavar="TYPE:N_MAX:P_MIN",
-                    help="a speculative configuration (repeatable; local modes)")
+                    help="a speculative configuration (repeatable; with --url: the one the server runs)")
     ap.add_argument("--sampling", action="append", default=None, metavar="NAME[@T]",
                     help="sampling preset: default@T (llama.cpp's chain at temperature T), qwen, topk4 (repeatable)")
     ap.add_argument("--num-prompts", type=int, default=4)
@@ -85,8 +85,6 @@ def run(args) -> dict:
         raise InvalidInputError("choose --synthetic, --pair NAME or --url URL")
     if args.synthetic and args.pair is not None:
         raise InvalidInputError("--synthetic uses its own tiny pair; drop --pair")
-    if args.url is not None and args.config:
-        raise InvalidInputError("--config applies to local servers; a --url server is audited as it is configured")
     return run_audit(args.out, synthetic=args.synthetic, url=args.url, pair=args.pair, configs=args.config,
                      samplings=_samplings(args.sampling), num_prompts=args.num_prompts, seeds_per_prompt=args.seeds,
                      n_predict=args.n_predict, lossless_samples=args.lossless_samples,

@@ -62,10 +62,7 @@ def _server_info(url: str) -> dict:
         props = get_json(url, "/props")
     except EngineError:
         return {}
-    settings = props.get("default_generation_settings", {}) or {}
-    params = settings.get("params", settings)
-    return {"build_info": props.get("build_info"), "model_path": props.get("model_path"),
-            "speculative": {k: v for k, v in params.items() if str(k).startswith("speculative")}}
+    return {"build_info": props.get("build_info"), "model_path": props.get("model_path")}
 
 
 def _pair_files(pair: str, progress: bool):
@@ -162,10 +159,11 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
             if not health(url):
                 raise EngineError(f"nothing healthy is listening at {url} (GET /health failed)")
             info = _server_info(url)
-            spec = info.get("speculative", {})
-            types = spec.get("speculative.types") or spec.get("speculative.type") or "unknown"
-            kind = str(types).split(",")[0].strip("[]\" ") or "unknown"
-            config_list = [(kind, int(spec.get("speculative.n_max", 0) or 0), float(spec.get("speculative.p_min", 0)))]
+            # llama-server reads its drafting flags at start-up and does not report them (its /props
+            # shows the per-request defaults): the caller declares them, else they are "as served"
+            if configs and len(list(configs)) > 1:
+                raise InvalidInputError("a --url server runs one configuration: declare at most one --config")
+            config_list = list(configs) if configs else [("as-served", 0, 0.0)]
             record["engine"] = {"name": "llama.cpp-compatible server", "url": url, **info}
             draft_url = None
             if pair is not None:
@@ -175,6 +173,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                                                             startup_timeout=startup_timeout))
                 draft_url = draft_srv.url
             laws = ServerLaws(url, draft_url)
+            prediction_laws = laws if draft_url is not None else None
             prompts = _prompts(url, synthetic=False, num=num_prompts, source=prompt_source, seed=seed, vocab=None)
             spec_servers = {config_list[0]: None}
             off_url = None
@@ -196,6 +195,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
             dft = stack.enter_context(LlamaServer(binary, draft_path, ctx_size=ctx, startup_timeout=startup_timeout))
             off_url = off.url
             laws = ServerLaws(off.url, dft.url)
+            prediction_laws = laws
             record["engine"] = {"name": "llama.cpp llama-server", **build.describe(), "binary": str(binary),
                                 "sha256": file_sha256(binary), "models": model_info,
                                 "build_info": _server_info(off.url).get("build_info")}
@@ -220,7 +220,8 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                                   server_hook) as (spec_url, alive):
                     total = num_prompts * seeds_per_prompt + lossless_samples
                     with _bar(total, config.label(), progress) as bar:
-                        res = run_configuration(spec_url, off_url, config, prompts, laws=laws, n_predict=n_predict,
+                        res = run_configuration(spec_url, off_url, config, prompts, laws=prediction_laws,
+                                                n_predict=n_predict,
                                                 seeds_per_prompt=seeds_per_prompt, n_probs=n_probs, progress=bar,
                                                 check_alive=alive)
                         res["lossless"] = lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
