@@ -91,7 +91,7 @@ def generate(url: str, prompts, *, n_predict: int, sampling: Sampling, seeds_per
         for r in range(seeds_per_prompt):
             seed = hashed_seed(label, i, r)
             body = {"prompt": [int(t) for t in prompt], "n_predict": int(n_predict), "seed": seed,
-                    "return_tokens": True, "cache_prompt": False, **sampling.params, **IGNORE_EOS}
+                    "return_tokens": True, "cache_prompt": True, **sampling.params, **IGNORE_EOS}
             reply = completion(url, body, timeout=timeout)
             tokens = reply.get("tokens")
             if tokens is None:
