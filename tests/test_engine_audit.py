@@ -149,6 +149,7 @@ def test_server_that_dies_mid_run_is_one_line_and_leaves_no_result(build, tmp_pa
     (["--url", "http://127.0.0.1:9"], "nothing healthy is listening at http://127.0.0.1:9"),
     (["--synthetic", "--sampling", "hot"], "unknown sampling preset 'hot'"),
     (["--synthetic", "--config", "draft-simple:x"], "expected TYPE:N_MAX:P_MIN"),
+    (["--synthetic", "--lossless-depth", "2"], "--lossless-depth must be at least 3"),
     ([], "choose --synthetic, --pair NAME or --url URL"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):

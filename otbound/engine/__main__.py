@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, default=3, help="requests per prompt in the acceptance run")
     ap.add_argument("--n-predict", type=int, default=32, help="tokens per request in the acceptance run")
     ap.add_argument("--lossless-samples", type=int, default=1500)
-    ap.add_argument("--lossless-depth", type=int, default=3, help="tokens per continuation of the lossless test")
+    ap.add_argument("--lossless-depth", type=int, default=3,
+                    help="tokens per lossless-test continuation (>= 3: fewer are never drafted)")
     ap.add_argument("--n-probs", type=int, default=20, help="tokens of each law asked for (the rest: one cell)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--startup-timeout", type=float, default=180.0)

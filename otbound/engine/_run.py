@@ -137,8 +137,13 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
     if modes != 1 and not (pair and url is None and not synthetic):
         raise InvalidInputError("choose one of --synthetic, --pair NAME or --url URL")
     check_inputs([[0]], n_predict, seeds_per_prompt)
-    if lossless_depth < 1 or lossless_samples < 1 or n_probs < 1 or num_prompts < 1:
-        raise InvalidInputError("lossless depth, samples, n_probs and prompts must be positive")
+    if lossless_samples < 1 or n_probs < 1 or num_prompts < 1:
+        raise InvalidInputError("lossless samples, n_probs and prompts must be positive")
+    if lossless_depth < 3:
+        # llama-server drafts at most n_predict − 2 tokens after the first: a continuation of two
+        # tokens is never speculated, and its test would say nothing about speculation
+        raise InvalidInputError(f"--lossless-depth must be at least 3 (continuations of fewer tokens are never "
+                                f"speculated by llama-server), got {lossless_depth}")
     out = Path(out)
     if samplings is None:
         samplings = ([Sampling.named("topk4")] if synthetic else
