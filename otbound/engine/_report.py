@@ -157,7 +157,7 @@ def engine_figure(record: dict, path) -> None:
     ax.set_xticks(x, [f"{c['config']['spec_type'].replace('draft-', '')}\nn={c['config']['draft_max']} "
                       f"p={c['config']['p_min']:g}" for c in confs], fontsize=6)
     ax.set_ylabel("mean acceptance length")
-    ax.legend(loc="upper left", fontsize=6)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, fontsize=6)
     plots.save(fig, Path(path).with_suffix(""), formats=("png",))
 
 
