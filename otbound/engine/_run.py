@@ -216,7 +216,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
             if off_url is not None:
                 controls[sampling.name] = lossless_test(off_url, laws, prompts[0], sampling, depth=lossless_depth,
                                                         samples=lossless_samples, n=n_probs, cells=cells,
-                                                        label=f"control {sampling.name}")
+                                                        label=f"control {sampling.name} seed={seed}")
             for spec_type, n_max, p_min in config_list:
                 config = SpecConfig(spec_type, int(n_max), float(p_min), sampling)
                 if progress:
@@ -231,7 +231,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                                                 check_alive=alive)
                         res["lossless"] = lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
                                                         samples=lossless_samples, n=n_probs, cells=cells,
-                                                        label=f"lossless {config.label()}", progress=bar)
+                                                        label=f"lossless {config.label()} seed={seed}", progress=bar)
                     alive()
                 results.append(res)
         if synthetic:
