@@ -88,6 +88,7 @@ API_PACKAGES = [
     "otbound.lm",
     "otbound.report",
     "otbound.conformance",
+    "otbound.engine",
 ]
 
 
