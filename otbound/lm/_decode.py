@@ -138,6 +138,32 @@ def stop_token_ids(tokenizer, model) -> list[int]:
     return sorted(ids)
 
 
+def draw_tokens(last, temperature, context=None, generator=None):
+    """One token per row drawn from the law of ``last`` (float32 logits ``(batch, V)``, torch):
+    ``softmax(last / T)`` for a float ``temperature`` (float32), else the law of an
+    :class:`otbound.SamplingParams` (float64; a repetition penalty reads ``context``, int64
+    ``(batch, n)`` with ``-1`` padding), sampled by ``torch.multinomial`` with ``generator``.
+
+    The one sampling step of every backend's continuation sampler, so that equal logits and an
+    equal generator state give equal tokens whichever backend computed the logits.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm._decode import draw_tokens
+    >>> last = torch.tensor([[0.0, 50.0, 0.0], [60.0, 0.0, 0.0]])
+    >>> draw_tokens(last, 1.0, generator=torch.Generator().manual_seed(0)).tolist()
+    [1, 0]
+    """
+    import torch
+
+    if hasattr(temperature, "laws"):
+        law = temperature.laws(last, context)
+    else:
+        law = torch.softmax(last / temperature, dim=-1)
+    return torch.multinomial(law, 1, generator=generator).squeeze(1)
+
+
 def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vocab_size: int,
                          stop_ids=(), generator=None):
     """Sample a continuation of each prompt (token lists) from ``model`` at ``temperature``,
@@ -167,11 +193,7 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
     for step in range(max_new_tokens):
         last = logits[:, -1, :vocab_size].float()
         step_logits.append(last)
-        if settings is None:
-            law = torch.softmax(last / temperature, dim=-1)
-        else:
-            law = settings.laws(last, context)
-        tok = torch.multinomial(law, 1, generator=generator).squeeze(1)
+        tok = draw_tokens(last, temperature, context, generator)
         if context is not None:
             context = torch.cat([context, torch.where(done, -1, tok)[:, None]], dim=1)
         steps.append(torch.where(done, -1, tok))
