@@ -142,6 +142,8 @@ class LlamaCppModel:
         :func:`otbound.lm.stop_token_ids` as for a transformers model.
     """
 
+    backend = "llama.cpp"
+
     def __init__(self, path, *, context: int = DEFAULT_CONTEXT, threads: int | None = None, build=None):
         llama_cpp = bindings(build)
         threads = threads or default_threads()
@@ -197,6 +199,18 @@ class LlamaCppModel:
             raise InvalidInputError(f"start must lie in [0, {len(tokens)}), got {start}")
         self.reset()
         return self._decode(tokens, start)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions of the sequence (drop the later ones from the KV cache)."""
+        if not 0 <= length <= self._past:
+            raise InvalidInputError(f"cannot keep {length} of a sequence of {self._past} tokens")
+        self._llm._ctx.kv_cache_seq_rm(0, length, -1)
+        self._past = length
+
+    def extend_all(self, tokens) -> np.ndarray:
+        """Append ``tokens`` to the sequence: float32 ``(len(tokens), V)``, the logits after each (as a
+        decoder's forward over new tokens on its KV cache)."""
+        return self._decode(tokens, 0)
 
     def begin(self, tokens) -> np.ndarray:
         """Start a sequence: float32 ``(V,)``, the logits after its last token."""

@@ -167,7 +167,14 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
     """Median seconds of one forward of ``model`` (a causal LM of transformers) with ``n`` new
     tokens on a KV cache of ``context`` tokens, for each ``n`` in ``sizes``: the call the decoders
     make (:func:`otbound.lm.forward`, logits of every new token); the cache is cropped back to
-    ``context`` between calls. Random token ids (the cost does not depend on them)."""
+    ``context`` between calls. Random token ids (the cost does not depend on them).
+
+    A llama.cpp model (``pair.draft`` / ``pair.target`` of a pair loaded with
+    ``backend="llama.cpp"``) is timed the same way on its own kernels: ``n`` new tokens decoded on a
+    KV cache of ``context`` tokens, logits of every new token, the cache truncated back between calls."""
+    if getattr(model, "backend", None) == "llama.cpp":
+        return _measure_llama_forward(model, vocab_size=vocab_size, sizes=sizes, context=context, repeats=repeats,
+                                      seed=seed, source=source)
     import torch
     from transformers import DynamicCache
 
@@ -188,6 +195,23 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
             t0 = time.perf_counter()
             forward(model, new, cache=cache)
             sync()
+            times.append(time.perf_counter() - t0)
+        secs.append(float(np.median(times[1:])))
+    return CostCurve(list(sizes), secs, source)
+
+
+def _measure_llama_forward(model, *, vocab_size, sizes, context, repeats, seed, source) -> CostCurve:
+    """:func:`measure_forward_costs` on a llama.cpp model (:class:`otbound.lm._llama_backend.LlamaCppModel`)."""
+    rng = np.random.default_rng(seed)
+    model.logits(rng.integers(0, vocab_size, context).tolist(), context - 1)  # the context, in the KV cache
+    secs = []
+    for n in sizes:
+        new = rng.integers(0, vocab_size, int(n)).tolist()
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up
+            model.truncate(context)
+            t0 = time.perf_counter()
+            model.extend_all(new)
             times.append(time.perf_counter() - t0)
         secs.append(float(np.median(times[1:])))
     return CostCurve(list(sizes), secs, source)
