@@ -221,6 +221,18 @@ def test_missing_gguf_files_and_one_token_prompts_are_refused(llama, gguf, tmp_p
         llama.target.logits([1, gguf.config.vocab_size])
 
 
+def test_decoders_and_tree_collectors_refuse_the_llama_pair(llama, tmp_path):
+    from otbound.lm import collect_block_traces, greedy_decode, speculative_sample
+
+    with pytest.raises(InvalidInputError, match="needs the transformers backend"):
+        greedy_decode(llama, [1, 2, 3], 4)
+    with pytest.raises(InvalidInputError, match="needs the transformers backend"):
+        speculative_sample(llama, [1, 2, 3], num_drafts=2, block_len=2, max_new_tokens=4)
+    collect_traces(llama, [Prompt("a", "tiny", "", (1, 2, 3))], tmp_path / "t", max_new_tokens=3, progress=False)
+    with pytest.raises(InvalidInputError, match="needs the transformers backend"):
+        collect_block_traces(llama, tmp_path / "t", tmp_path / "b", num_drafts=2, block_length=2, progress=False)
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--backend", "llama.cpp", "--dtype", "float32"], "--dtype does not apply to --backend llama.cpp"),
     (["--backend", "llama.cpp", "--device", "cpu"], "--device does not apply to --backend llama.cpp"),

@@ -8,6 +8,28 @@ positions (padded and unpadded logits agree to ~1e-6 in float32; the tests check
 from __future__ import annotations
 
 
+def require_transformers(pair, what: str) -> None:
+    """Refuse a pair run by another backend where ``what`` needs transformers models (their KV caches
+    copied across a batch of drafts, as block traces, draft trees and the decoders use them).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from otbound.lm._decode import require_transformers
+    >>> require_transformers(SimpleNamespace(backend="transformers"), "greedy_decode")   # silent
+    >>> require_transformers(SimpleNamespace(backend="llama.cpp"), "greedy_decode")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: greedy_decode needs the transformers backend ...
+    """
+    backend = getattr(pair, "backend", "transformers")
+    if backend != "transformers":
+        from otbound._validation import InvalidInputError
+
+        raise InvalidInputError(f"{what} needs the transformers backend (it copies the models' KV caches across a "
+                                f"batch of drafts); this pair runs on {backend}: load it with backend='transformers'")
+
+
 def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
     """The logits of one forward of a causal LM, without autograd: the call every decoder of
     :mod:`otbound.lm` makes.

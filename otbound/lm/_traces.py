@@ -55,7 +55,13 @@ from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import _store
-from otbound.lm._decode import prefix_cache, sample_continuations, stop_token_ids, teacher_forced_logits
+from otbound.lm._decode import (
+    prefix_cache,
+    require_transformers,
+    sample_continuations,
+    stop_token_ids,
+    teacher_forced_logits,
+)
 from otbound.lm._prompts import encode_prompt
 from otbound.token import SamplingParams, settings_at
 from otbound.token.logits import laws_from_logits
@@ -576,6 +582,8 @@ def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: st
     todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
     if todo and callable(pair):
         pair = pair()
+    if todo:
+        require_transformers(pair, label)
     bar = progress_bar(len(todo), label, progress)
     for f, o in todo:
         (record,) = load_traces(f)
