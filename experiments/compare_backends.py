@@ -66,9 +66,16 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="backends")
     args = ap.parse_args(argv)
 
-    from otbound.lm import OFFLINE_MODELS, PAIRS, collect_traces, load_pair, load_prompts, load_traces
-    from otbound.lm._llama_cpp import llama_cpp_build
-    from otbound.lm._offline import ensure_gguf
+    from otbound.lm import (
+        OFFLINE_MODELS,
+        PAIRS,
+        collect_traces,
+        ensure_gguf,
+        llama_cpp_build,
+        load_pair,
+        load_prompts,
+        load_traces,
+    )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -103,8 +110,9 @@ def main(argv=None) -> dict:
     if args.transformers:
         import torch
 
-        from otbound.lm._decode import teacher_forced_logits
+        from otbound.lm import forward
         from otbound.report import measure_laws
+        from otbound.token import laws_from_logits
 
         t0 = time.perf_counter()
         hf = load_pair(args.pair, device="cpu", dtype="float32")
@@ -114,10 +122,11 @@ def main(argv=None) -> dict:
         for r in records:
             prompt, cont = r.tokens[:r.prompt_length].tolist(), r.continuation.tolist()
             t0 = time.perf_counter()
-            (lt,) = teacher_forced_logits(hf.target, [prompt], [cont], vocab_size=hf.vocab_size)
-            (ld,) = teacher_forced_logits(hf.draft, [prompt], [cont], vocab_size=hf.vocab_size)
+            ids = torch.tensor([prompt + cont[:-1]])  # row t scores cont[t] after prompt + cont[:t]
+            rows = slice(len(prompt) - 1, len(prompt) - 1 + len(cont))
+            lt = forward(hf.target, ids)[0, rows, :hf.vocab_size].float()
+            ld = forward(hf.draft, ids)[0, rows, :hf.vocab_size].float()
             t_forward += time.perf_counter() - t0
-            from otbound.token.logits import laws_from_logits
 
             p_h = laws_from_logits(lt.numpy(), args.temperature)
             q_h = laws_from_logits(ld.numpy(), args.temperature)

@@ -41,6 +41,7 @@ from otbound.lm._blocks import (
 )
 from otbound.lm._decode import cache_prefix, forward, left_pad, prefix_cache, stop_token_ids
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
+from otbound.lm._llama_cpp import llama_cpp_build
 from otbound.lm._models import (
     QWEN_SHAPES,
     ModelPair,
@@ -51,7 +52,7 @@ from otbound.lm._models import (
     resolve_device,
     resolve_dtype,
 )
-from otbound.lm._offline import OFFLINE_MODELS, ensure_converted
+from otbound.lm._offline import OFFLINE_MODELS, ensure_converted, ensure_gguf
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import (
@@ -85,5 +86,6 @@ __all__ = [
     "settings_dir", "trace_path", "tree_block_models",
     "TREES_FORMAT", "DraftTreeRecord", "collect_draft_trees", "load_draft_trees",
     "verify_offline_model",
+    "ensure_gguf", "llama_cpp_build",
     "cache_prefix", "forward", "left_pad", "prefix_cache", "stop_token_ids",
 ]

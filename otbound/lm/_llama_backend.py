@@ -29,14 +29,15 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
 from otbound._validation import InvalidInputError
+from otbound.lm._decode import draw_tokens
 from otbound.lm._errors import ModelUnavailableError
+from otbound.lm._llama_cpp import llama_cpp_build
 
 #: the language-model backends of :func:`otbound.lm.load_pair` and ``python -m otbound.compare``
 BACKENDS = ("transformers", "llama.cpp")
@@ -97,8 +98,6 @@ def bindings(build=None):
         ``llama_cpp`` is already imported.
     """
     if build is None:
-        from otbound.lm._llama_cpp import llama_cpp_build
-
         build = llama_cpp_build()
     package = Path(build.python_path) / "llama_cpp"
     loaded = sys.modules.get("llama_cpp")
@@ -227,47 +226,7 @@ class LlamaCppModel:
             llm.close()
 
 
-def load_llama_pair(refs, pair_name: str, *, sources: dict, context: int = DEFAULT_CONTEXT,
-                    threads: int | None = None, progress: bool = True):
-    """A :class:`otbound.lm.ModelPair` of two GGUF files run by llama.cpp (``backend="llama.cpp"``).
-
-    ``refs``: the (draft, target) GGUF paths. The tokenizer is the Hugging Face tokenizer read from
-    each GGUF (both must agree, :func:`otbound.lm.check_same_tokenizer`); prompts are encoded by it and
-    their ids fed to llama.cpp unchanged. ``sources`` is recorded as the pair's sources.
-    """
-    import torch
-
-    from otbound.lm._errors import TokenizerMismatchError
-    from otbound.lm._llama_cpp import llama_cpp_build
-    from otbound.lm._models import ModelPair, check_same_tokenizer
-
-    build = llama_cpp_build(progress=progress)
-    models, toks, seconds = [], [], {}
-    try:
-        for role, path in zip(("draft", "target"), refs):
-            t0 = time.perf_counter()
-            toks.append(_gguf_tokenizer(Path(path)))
-            models.append(LlamaCppModel(path, context=context, threads=threads, build=build))
-            seconds[role] = time.perf_counter() - t0
-            if progress:
-                print(f"otbound: loaded {role} {Path(path).name} (llama.cpp) in {seconds[role]:.1f} s", file=sys.stderr)
-        check_same_tokenizer(toks[0], toks[1], sources["draft"]["id"], sources["target"]["id"])
-        widths = [m.vocab_size for m in models]
-        vocab = min(widths)
-        if toks[1] is not None and vocab < len(toks[1]):
-            raise TokenizerMismatchError(f"logit widths {widths} (draft, target) do not cover the tokenizer's "
-                                         f"{len(toks[1])} tokens")
-    except BaseException:
-        for m in models:
-            m.close()
-        raise
-    info = build.describe()
-    info.pop("root")
-    return ModelPair(pair_name, models[0], models[1], toks[1], torch.device("cpu"), "gguf", vocab, sources, seconds,
-                     backend="llama.cpp", backend_info=info)
-
-
-def _gguf_tokenizer(path: Path):
+def gguf_tokenizer(path: Path):
     """The Hugging Face tokenizer stored in a GGUF file (the transformers path's tokenizer of it)."""
     from transformers import AutoTokenizer
 
@@ -288,8 +247,6 @@ def sample_continuation(model: LlamaCppModel, prompt, *, temperature, max_new_to
     ``(len(continuation), vocab_size)`` each token was drawn from.
     """
     import torch
-
-    from otbound.lm._decode import draw_tokens
 
     if len(prompt) < 2:
         raise InvalidInputError("the llama.cpp backend needs prompts of at least 2 tokens: its law at the first "

