@@ -4,7 +4,9 @@ A GGUF pair (the registered offline pair's files as assembled, no conversion, or
 is loaded through llama.cpp's Python bindings, from the one llama.cpp build of
 :func:`otbound.lm._llama_cpp.llama_cpp_build` (its shared ``libllama`` and the bindings' pure-Python
 package from the same pinned source distribution; nothing is built twice). Quantised weights stay
-quantised and memory-mapped; llama.cpp computes in float32.
+quantised and memory-mapped; llama.cpp computes in float32 and keeps its KV cache in float32
+(:data:`KV_CACHE`; its default float16 cache moved the tiny test models' logits by up to 1.6e-2, the
+float32 one by 2e-5, against a float64 forward of the same weights).
 
 Each :class:`LlamaCppModel` evaluates one token sequence at a time in its own context and returns the
 float32 logits (all V entries) of exactly the positions asked for: row ``t`` of :meth:`LlamaCppModel.logits`
@@ -43,6 +45,8 @@ from otbound.lm._llama_cpp import llama_cpp_build
 BACKENDS = ("transformers", "llama.cpp")
 #: the default context length of a llama.cpp model (prompt + continuation, in tokens)
 DEFAULT_CONTEXT = 4096
+#: the KV cache's element type (recorded in every trace's ``backend_info``)
+KV_CACHE = "f32"
 #: tokens per llama.cpp decode call (its output buffer holds this many rows of V logits)
 _BATCH = 256
 
@@ -149,7 +153,8 @@ class LlamaCppModel:
         self.path = Path(path)
         self.context = int(context)
         self._llm = llama_cpp.Llama(model_path=str(self.path), n_ctx=self.context, n_batch=_BATCH, n_ubatch=_BATCH,
-                                    n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False)
+                                    n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False,
+                                    type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
         self.vocab_size = int(self._llm.n_vocab())
         eos = int(self._llm.token_eos())
         self.generation_config = SimpleNamespace(eos_token_id=eos if eos >= 0 else None)

@@ -11,7 +11,7 @@ from pathlib import Path
 from otbound._integrity import file_sha256
 from otbound._validation import InvalidInputError
 from otbound.lm._errors import ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._llama_backend import DEFAULT_CONTEXT, LlamaCppModel, check_backend, gguf_tokenizer
+from otbound.lm._llama_backend import DEFAULT_CONTEXT, KV_CACHE, LlamaCppModel, check_backend, gguf_tokenizer
 from otbound.lm._llama_cpp import llama_cpp_build
 from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, converted_digest, ensure_converted, ensure_gguf
 
@@ -323,6 +323,7 @@ def _llama_pair(refs, pair_name: str, *, sources: dict, context: int, threads: i
         raise
     info = build.describe()
     info.pop("root")
+    info["kv_cache"] = KV_CACHE
     return ModelPair(pair_name, models[0], models[1], toks[1], torch.device("cpu"), "gguf", vocab, sources, seconds,
                      backend="llama.cpp", backend_info=info)
 
