@@ -14,6 +14,7 @@
 
 Writes ``<out>/backends.json`` and prints a markdown table. Runs in a fresh process per backend
 measurement would be cleaner for RSS; here the llama.cpp figures are taken before transformers loads.
+It also measures the planner's forward-cost curves on llama.cpp (``otbound.plan.measure_forward_costs``).
 
     python experiments/compare_backends.py --num-prompts 3 --max-new-tokens 32 --out backends
     python experiments/compare_backends.py --num-prompts 20 --transformers --out backends   # ~13 GB
@@ -63,6 +64,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--transformers", action="store_true",
                     help="also score the same tokens with the transformers pair (float32, ~13 GB) and compare laws")
     ap.add_argument("--num-drafts", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--cost-sizes", type=int, nargs="+", default=[1, 4, 16, 32],
+                    help="new-token counts of the forward-cost curves")
     ap.add_argument("--out", default="backends")
     args = ap.parse_args(argv)
 
@@ -103,6 +106,12 @@ def main(argv=None) -> dict:
     result["llama_cpp"] = {"positions": n, "seconds": round(seconds, 1),
                            "positions_per_second": round(n / seconds, 2), "peak_rss_gib": round(_peak_rss_gib(), 2),
                            "threads": args.threads, "backend_info": pair.backend_info}
+    from otbound.plan import measure_forward_costs
+
+    result["llama_cpp"]["forward_seconds"] = {  # the planner's cost curves, on llama.cpp's kernels
+        role: measure_forward_costs(model, vocab_size=pair.vocab_size, device="cpu", sizes=args.cost_sizes,
+                                    context=128, repeats=3).as_dict()
+        for role, model in (("draft", pair.draft), ("target", pair.target))}
     pair.draft.close()
     pair.target.close()
     del pair
