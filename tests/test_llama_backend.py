@@ -233,6 +233,23 @@ def test_decoders_and_tree_collectors_refuse_the_llama_pair(llama, tmp_path):
         collect_block_traces(llama, tmp_path / "t", tmp_path / "b", num_drafts=2, block_length=2, progress=False)
 
 
+def test_compare_runs_on_the_llama_cpp_backend_from_text_prompts(llama, gguf, tmp_path):
+    from otbound import compare
+
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ("hello there", "the rest is here")))
+    out = compare.main(["--backend", "llama.cpp", "--pair", f"{gguf.draft},{gguf.target}", "--datasets", str(data),
+                        "--num-prompts", "2", "--max-new-tokens", "4", "--temperature", "1.0", "--num-drafts", "2",
+                        "--verifiers", "rrs", "--out", str(tmp_path / "out")])
+    report = json.loads((out / "report.json").read_text())
+    assert "llama.cpp" in json.dumps(report)
+    records = list(load_traces(out / "traces"))
+    assert len(records) == 2 and {r.meta["backend"] for r in records} == {"llama.cpp"}
+    # the prompts were encoded by the GGUF's tokenizer: "hello there" is he·l·l·o·Ġt·he·re
+    first = next(r for r in records if r.prompt_length == 7)
+    assert first.tokens[:7].tolist() == llama.tokenizer("hello there", add_special_tokens=False).input_ids
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--backend", "llama.cpp", "--dtype", "float32"], "--dtype does not apply to --backend llama.cpp"),
     (["--backend", "llama.cpp", "--device", "cpu"], "--device does not apply to --backend llama.cpp"),
