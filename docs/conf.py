@@ -77,6 +77,7 @@ API_PACKAGES = [
     "otbound.lm",
     "otbound.report",
     "otbound.conformance",
+    "otbound.engine",
 ]
 
 

@@ -39,7 +39,7 @@ def test_objectives_still_reachable_from_the_top_level():
 
 #: the layers, lowest first: a module imports only from its own layer, a lower one, or the shared base
 #: (``ROOT`` is the facade ``otbound/__init__.py``, which gathers the token and block layers)
-LAYER_ORDER = ("token", "block", "objectives", "ROOT", "lm", "report", "plan", "conformance", "compare")
+LAYER_ORDER = ("token", "block", "objectives", "ROOT", "lm", "report", "plan", "conformance", "engine", "compare")
 
 
 def _module_name(file: Path) -> str:

@@ -34,7 +34,7 @@ from otbound.conformance._drafting import DraftingScheme, top_k_tree
 from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
 from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
 from otbound.conformance._routing import LazyUniform, RoutedGenerator, exponential_race, route_randomness
-from otbound.conformance._stats import power, samples_for_power
+from otbound.conformance._stats import degrees_of_freedom, g_test, power, samples_for_power
 from otbound.conformance._token import check_token_verifier
 from otbound.conformance._tree import ConformanceError, enumerate_outcomes
 
@@ -57,6 +57,8 @@ __all__ = [
     "enumerate_outcomes",
     "exponential_race",
     "power",
+    "degrees_of_freedom",
+    "g_test",
     "route_randomness",
     "samples_for_power",
     "token_instances",

@@ -106,7 +106,18 @@ def samples_for_power(df: int, distortion: float, level: float, target_power: fl
 
 def g_test(counts: np.ndarray, law: np.ndarray) -> tuple[float, float]:
     """``(G statistic, p-value)`` of ``counts`` against ``law`` (same shape); inf/0 if a count lands
-    where the law is 0."""
+    where the law is 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.conformance import g_test
+    >>> g, pval = g_test(np.array([30, 70]), np.array([0.3, 0.7]))
+    >>> round(g, 12), round(pval, 12)
+    (0.0, 1.0)
+    >>> g_test(np.array([1, 9]), np.array([0.0, 1.0]))
+    (inf, 0.0)
+    """
     counts = np.asarray(counts, dtype=np.float64).ravel()
     law = np.asarray(law, dtype=np.float64).ravel()
     pos = law > 0
@@ -120,4 +131,12 @@ def g_test(counts: np.ndarray, law: np.ndarray) -> tuple[float, float]:
 
 
 def degrees_of_freedom(law: np.ndarray) -> int:
+    """Degrees of freedom of the G-test against ``law``: its cells of positive probability − 1.
+
+    Examples
+    --------
+    >>> from otbound.conformance import degrees_of_freedom
+    >>> degrees_of_freedom([0.5, 0.0, 0.5])
+    1
+    """
     return int(np.count_nonzero(np.asarray(law) > 0)) - 1

@@ -41,7 +41,7 @@ from otbound.lm._blocks import (
 )
 from otbound.lm._decode import cache_prefix, forward, left_pad, prefix_cache, stop_token_ids
 from otbound.lm._errors import HashMismatchError, ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._llama_cpp import llama_cpp_build
+from otbound.lm._llama_cpp import BuildError, LlamaCppBuild, llama_cpp_build
 from otbound.lm._models import (
     QWEN_SHAPES,
     ModelPair,
@@ -67,6 +67,7 @@ from otbound.lm._prompts import (
 from otbound.lm._specsample import Iteration, LiveModels, SpecSampleRun, resolve_verifier, speculative_sample
 from otbound.lm._speculative import GreedyRun, greedy_decode
 from otbound.lm._tiny import tiny_pair, tiny_prompts
+from otbound.lm._tiny_gguf import TinyGGUFConfig, TinyGGUFPair, tiny_gguf_logits, write_tiny_gguf_pair
 from otbound.lm._traces import TRACE_FORMAT, TraceRecord, collect_traces, load_traces, settings_dir, trace_path
 from otbound.lm._trees import TREES_FORMAT, DraftTreeRecord, collect_draft_trees, load_draft_trees
 from otbound.lm._wheels import cache_root
@@ -86,6 +87,8 @@ __all__ = [
     "settings_dir", "trace_path", "tree_block_models",
     "TREES_FORMAT", "DraftTreeRecord", "collect_draft_trees", "load_draft_trees",
     "verify_offline_model",
-    "ensure_gguf", "llama_cpp_build",
+    "ensure_gguf",
     "cache_prefix", "forward", "left_pad", "prefix_cache", "stop_token_ids",
+    "BuildError", "LlamaCppBuild", "llama_cpp_build",
+    "TinyGGUFConfig", "TinyGGUFPair", "tiny_gguf_logits", "write_tiny_gguf_pair",
 ]

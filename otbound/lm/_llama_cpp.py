@@ -75,7 +75,14 @@ BINARIES = ("bin/llama-server", "bin/llama-speculative", "bin/llama-speculative-
 
 
 class BuildError(RuntimeError):
-    """llama.cpp could not be fetched or built; the message names the step and where its log is."""
+    """llama.cpp could not be fetched or built; the message names the step and where its log is.
+
+    Examples
+    --------
+    >>> from otbound.lm import BuildError
+    >>> str(BuildError("llama.cpp's build failed; see build.log"))
+    "llama.cpp's build failed; see build.log"
+    """
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,14 @@ class LlamaCppBuild:
         16 hex digits of SHA-256 over the sdist's SHA-256, the flags and the targets.
     flags : tuple of str
         The cmake flags.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from otbound.lm import LlamaCppBuild
+    >>> build = LlamaCppBuild(Path("/cache/llama.cpp/0.3.36-abc"), "0.3.36", "abc", ())
+    >>> build.bin_dir.as_posix(), build.source.as_posix()
+    ('/cache/llama.cpp/0.3.36-abc/build/bin', '/cache/llama.cpp/0.3.36-abc/src/vendor/llama.cpp')
     """
 
     root: Path

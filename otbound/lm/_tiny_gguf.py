@@ -8,7 +8,9 @@ tensors under llama.cpp's Qwen2 names. Both files share one tokenizer, so llama.
 a draft/target pair (``llama-server -m target.gguf -md draft.gguf``).
 
 The target has random weights with its output layer scaled so that its laws are peaked (logits
-of standard deviation ``sharpness``); the draft is the target with every tensor perturbed by
+of standard deviation ``sharpness``; the byte tokens 0x80–0xFF, never a whole UTF-8 character, get
+logit 0, far below the top, since llama-server reports no probabilities for a token that leaves
+incomplete UTF-8 text); the draft is the target with every tensor perturbed by
 ``noise`` × N(0, std²) (std: the tensor's own scale) and its logits sharpened by
 ``draft_sharpen``: a draft that mostly agrees with the target, so that acceptance is worth testing.
 Two independently random models never accept a draft.
@@ -61,6 +63,12 @@ class TinyGGUFConfig:
         Rotary embedding base θ.
     rms_eps : float
         RMS norm ε.
+
+    Examples
+    --------
+    >>> from otbound.lm import TinyGGUFConfig
+    >>> TinyGGUFConfig(vocab_size=264).head_dim
+    8
     """
 
     vocab_size: int
@@ -96,6 +104,14 @@ class TinyGGUFPair:
         The id of ``<|endoftext|>`` (the last token; also the BOS id, never added to a prompt).
     merges : list of str
         The BPE merges (``"a b"``), in rank order.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound.lm import write_tiny_gguf_pair
+    >>> pair = write_tiny_gguf_pair(tempfile.mkdtemp(), vocab_size=260)
+    >>> len(pair.text_ids()), pair.tokens[pair.eos_id]
+    (259, '<|endoftext|>')
     """
 
     target: Path
@@ -139,6 +155,9 @@ def _random_weights(cfg: TinyGGUFConfig, rng: np.random.Generator, sharpness: fl
     w["output_norm.weight"] = np.ones(d, dtype=np.float32)
     # the normalised hidden state has unit RMS, so logits have standard deviation ≈ sharpness
     w["output.weight"] = mat(V, d, sharpness / np.sqrt(d))
+    # bytes 0x80-0xFF (never a whole UTF-8 character) get logit 0, far below the top of the others:
+    # llama-server returns no probabilities for a token that leaves incomplete UTF-8 text
+    w["output.weight"][0x80:0x100] = 0.0
     return w
 
 
