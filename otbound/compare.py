@@ -222,9 +222,6 @@ def _check_device_and_dtype(parser, args) -> None:
             parser.error("--backend llama.cpp runs a model pair; the synthetic report has none: drop one of them")
         if args.end_to_end:
             parser.error("--end-to-end decodes with the transformers backend only; drop --backend llama.cpp")
-        if args.verify:
-            parser.error("--verify rehashes the converted float32 folders of the transformers backend; the llama.cpp "
-                         "backend checks the assembled GGUF files itself")
     args.device = "auto" if args.device is None else args.device
     args.dtype = "auto" if args.dtype is None else args.dtype
 
@@ -338,7 +335,8 @@ def parse_args(argv=None):
                     help="tokens generated per prompt in the end-to-end section")
     ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument(
-        "--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)"
+        "--verify", action="store_true", help="rehash every model file before use: the converted folders "
+        "(transformers) or the assembled GGUF files (llama.cpp); else sizes and times"
     )
     ap.add_argument("--backend", choices=("transformers", "llama.cpp"), default="transformers",
                     help="what runs the models: transformers (the GGUF pair dequantised and converted once to float32 "
@@ -426,10 +424,13 @@ def _run(args, engine) -> Path:
 
         pair = tuple(args.pair.split(",")) if "," in args.pair else args.pair
         if args.verify and isinstance(pair, str):
-            from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted
+            from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted, ensure_gguf
 
-            for name in PAIRS[pair]:
-                ensure_converted(OFFLINE_MODELS[name], verify_files=True)  # full check (rebuilt if damaged)
+            for name in PAIRS[pair]:  # full check (rebuilt if damaged) of what the backend loads
+                if args.backend == "llama.cpp":
+                    ensure_gguf(OFFLINE_MODELS[name], verify_file=True)
+                else:
+                    ensure_converted(OFFLINE_MODELS[name], verify_files=True)
         rows = run_real_report(
             pair=pair,
             datasets=args.datasets,

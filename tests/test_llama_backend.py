@@ -290,3 +290,46 @@ def test_the_real_pair_where_the_cache_holds_its_gguf_files(build):
     finally:
         pair.draft.close()
         pair.target.close()
+
+
+def _fake_model(tmp_path, monkeypatch, payload: bytes, sha256: str | None = None):
+    """An offline model of two part wheels holding ``payload`` in a temporary cache (no network)."""
+    import hashlib
+    import zipfile
+
+    from otbound.lm._offline import OfflineModel, _parts
+
+    monkeypatch.setenv("OTBOUND_CACHE", str(tmp_path / "cache"))
+    parts = _parts("fake-gguf-part", "1.0", 2)
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    half = len(payload) // 2
+    for i, (part, chunk) in enumerate(zip(parts, (payload[:half], payload[half:])), start=1):
+        with zipfile.ZipFile(tmp_path / "cache" / "wheels" / f"{part.module}-1.0-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"{part.module}/data/part0{i}.bin", chunk)
+    digest = sha256 or hashlib.sha256(payload).hexdigest()
+    return OfflineModel("fake", "fake.gguf", parts, len(payload), digest, "none")
+
+
+def test_ensure_gguf_assembles_once_checks_and_reassembles_a_damaged_file(tmp_path, monkeypatch):
+    from otbound.lm import ensure_gguf
+
+    payload = bytes(range(256)) * 40
+    model = _fake_model(tmp_path, monkeypatch, payload)
+    path = ensure_gguf(model, download=False, progress=False)
+    assert path.read_bytes() == payload
+    mtime = path.stat().st_mtime_ns
+    assert ensure_gguf(model, download=False, progress=False) == path and path.stat().st_mtime_ns == mtime
+    damaged = bytearray(payload)
+    damaged[7] ^= 1
+    path.write_bytes(bytes(damaged))                        # same size: only a rehash sees it
+    assert ensure_gguf(model, download=False, progress=False).read_bytes() == bytes(damaged)
+    assert ensure_gguf(model, download=False, progress=False, verify_file=True).read_bytes() == payload
+
+
+def test_ensure_gguf_refuses_bytes_of_another_checksum(tmp_path, monkeypatch):
+    from otbound.lm import HashMismatchError, ensure_gguf
+
+    model = _fake_model(tmp_path, monkeypatch, b"not the pinned model" * 10, sha256="0" * 64)
+    with pytest.raises(HashMismatchError, match="Refusing to load it"):
+        ensure_gguf(model, download=False, progress=False)
+    assert [f.name for f in (tmp_path / "cache" / "gguf").iterdir()] == [".fake.gguf.lock"]   # no bytes kept
