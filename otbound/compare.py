@@ -157,7 +157,11 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
                          "nor 'DRAFT,TARGET'")
         if len(args.pair.split(",")) > 2 or any(not s for s in args.pair.split(",")):
             parser.error(f"--pair {args.pair!r}: expected a registered name or 'DRAFT,TARGET'")
-        if "," in args.pair:
+        if "," in args.pair and args.backend == "llama.cpp":
+            for ref in args.pair.split(","):
+                if not Path(ref).expanduser().is_file():
+                    parser.error(f"--pair: GGUF file {ref!r} does not exist (--backend llama.cpp reads GGUF files)")
+        elif "," in args.pair:
             from otbound.lm import looks_like_path
 
             for ref in args.pair.split(","):
@@ -200,8 +204,21 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
 
 
 def _check_device_and_dtype(parser, args) -> None:
-    """--device and --dtype, checked in every mode (also those that load no model)."""
+    """--backend, --device and --dtype, checked in every mode (also those that load no model); the
+    defaults (``"auto"``) are filled in after."""
     from otbound.lm import resolve_device, resolve_dtype
+
+    if args.backend == "llama.cpp":
+        for flag, value in (("--device", args.device), ("--dtype", args.dtype)):
+            if value is not None:
+                parser.error(f"{flag} does not apply to --backend llama.cpp (it runs the GGUF weights as stored, on "
+                             "the CPU); drop it")
+        if args.synthetic:
+            parser.error("--backend llama.cpp runs a model pair; the synthetic report has none: drop one of them")
+        if args.end_to_end:
+            parser.error("--end-to-end decodes with the transformers backend only; drop --backend llama.cpp")
+    args.device = "auto" if args.device is None else args.device
+    args.dtype = "auto" if args.dtype is None else args.dtype
 
     try:
         device = resolve_device(args.device)
@@ -313,12 +330,18 @@ def parse_args(argv=None):
                     help="tokens generated per prompt in the end-to-end section")
     ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument(
-        "--verify", action="store_true", help="rehash every converted model file before use (else sizes and times)"
+        "--verify", action="store_true", help="rehash every model file before use: the converted folders "
+        "(transformers) or the assembled GGUF files (llama.cpp); else sizes and times"
     )
-    ap.add_argument("--device", default="auto", help="model device; each trace is measured there as it is sampled "
-                    "(default: cuda if available)")
-    ap.add_argument("--dtype", default="auto", help="model dtype: float32, bfloat16, float16 (default: bfloat16 on "
-                    "CUDA and on CPUs with native bfloat16, else float32)")
+    ap.add_argument("--backend", choices=("transformers", "llama.cpp"), default="transformers",
+                    help="what runs the models: transformers (the GGUF pair dequantised and converted once to float32 "
+                         "safetensors) or llama.cpp (the GGUF files as stored, on the CPU; built once from the pinned "
+                         "llama-cpp-python source); traces, shards and measurements of one are never used for the "
+                         "other (default: %(default)s)")
+    ap.add_argument("--device", default=None, help="model device (transformers); each trace is measured there as it "
+                    "is sampled (default: cuda if available)")
+    ap.add_argument("--dtype", default=None, help="model dtype (transformers): float32, bfloat16, float16 (default: "
+                    "bfloat16 on CUDA and on CPUs with native bfloat16, else float32)")
     ap.add_argument("--batch-size", type=positive_int, default=None,
                     help="prompts per collection batch within a shard (default: the whole shard)")
     ap.add_argument("--store-logits", choices=("float16", "float32", "none"), default="float16",
@@ -401,10 +424,13 @@ def _run(args, engine) -> Path:
         if notice:
             print(notice, file=sys.stderr, flush=True)
         if args.verify and isinstance(pair, str):
-            from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted
+            from otbound.lm import OFFLINE_MODELS, PAIRS, ensure_converted, ensure_gguf
 
-            for name in PAIRS[pair]:
-                ensure_converted(OFFLINE_MODELS[name], verify_files=True)  # full check (rebuilt if damaged)
+            for name in PAIRS[pair]:  # full check (rebuilt if damaged) of what the backend loads
+                if args.backend == "llama.cpp":
+                    ensure_gguf(OFFLINE_MODELS[name], verify_file=True)
+                else:
+                    ensure_converted(OFFLINE_MODELS[name], verify_files=True)
         rows = run_real_report(
             pair=pair,
             datasets=args.datasets,
@@ -424,6 +450,7 @@ def _run(args, engine) -> Path:
             engine=engine,
             target_settings=sampling_settings(args)[0],
             draft_settings=sampling_settings(args)[1],
+            backend=args.backend,
         )
         skipped = []  # the skipped rows carry their reasons: the report lists them
         capped = sorted({(r["dataset"], r["temperature"], r["num_drafts"], r["capped_positions"], r["positions"])
@@ -431,6 +458,7 @@ def _run(args, engine) -> Path:
         meta = {
             "mode": "language models",
             "pair": args.pair,
+            "backend": args.backend,
             "prompts per dataset": args.num_prompts,
             "new tokens": args.max_new_tokens,
             "seed": args.seed,

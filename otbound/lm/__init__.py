@@ -52,7 +52,7 @@ from otbound.lm._models import (
     resolve_device,
     resolve_dtype,
 )
-from otbound.lm._offline import OFFLINE_MODELS, ensure_converted
+from otbound.lm._offline import OFFLINE_MODELS, ensure_converted, ensure_gguf
 from otbound.lm._offline import OFFLINE_PAIRS as PAIRS
 from otbound.lm._offline import verify as verify_offline_model
 from otbound.lm._prompts import (
@@ -87,6 +87,7 @@ __all__ = [
     "settings_dir", "trace_path", "tree_block_models",
     "TREES_FORMAT", "DraftTreeRecord", "collect_draft_trees", "load_draft_trees",
     "verify_offline_model",
+    "ensure_gguf",
     "cache_prefix", "forward", "left_pad", "prefix_cache", "stop_token_ids",
     "BuildError", "LlamaCppBuild", "llama_cpp_build",
     "TinyGGUFConfig", "TinyGGUFPair", "tiny_gguf_logits", "write_tiny_gguf_pair",

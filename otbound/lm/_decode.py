@@ -8,6 +8,28 @@ positions (padded and unpadded logits agree to ~1e-6 in float32; the tests check
 from __future__ import annotations
 
 
+def require_transformers(pair, what: str) -> None:
+    """Refuse a pair run by another backend where ``what`` needs transformers models (their KV caches
+    copied across a batch of drafts, as block traces, draft trees and the decoders use them).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from otbound.lm._decode import require_transformers
+    >>> require_transformers(SimpleNamespace(backend="transformers"), "greedy_decode")   # silent
+    >>> require_transformers(SimpleNamespace(backend="llama.cpp"), "greedy_decode")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: greedy_decode needs the transformers backend ...
+    """
+    backend = getattr(pair, "backend", "transformers")
+    if backend != "transformers":
+        from otbound._validation import InvalidInputError
+
+        raise InvalidInputError(f"{what} needs the transformers backend (it copies the models' KV caches across a "
+                                f"batch of drafts); this pair runs on {backend}: load it with backend='transformers'")
+
+
 def forward(model, ids, mask=None, pos=None, cache=None, keep: int = 0):
     """The logits of one forward of a causal LM, without autograd: the call every decoder of
     :mod:`otbound.lm` makes.
@@ -138,6 +160,36 @@ def stop_token_ids(tokenizer, model) -> list[int]:
     return sorted(ids)
 
 
+def draw_tokens(last, temperature, context=None, generator=None):
+    """One token per row drawn from the law of ``last`` (float32 logits ``(batch, V)``, torch):
+    ``softmax(last / T)`` for a float ``temperature`` (float32), else the law of an
+    :class:`otbound.SamplingParams` (float64; a repetition penalty reads ``context``, int64
+    ``(batch, n)`` with ``-1`` padding), sampled by ``torch.multinomial`` with ``generator``.
+
+    The one sampling step of every backend's continuation sampler, so that equal logits and an
+    equal generator state give equal tokens whichever backend computed the logits.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otbound.lm._decode import draw_tokens
+    >>> last = torch.tensor([[0.0, 50.0, 0.0], [60.0, 0.0, 0.0]])
+    >>> draw_tokens(last, 1.0, generator=torch.Generator().manual_seed(0)).tolist()
+    [1, 0]
+    """
+    import torch
+
+    if hasattr(temperature, "laws"):
+        law = temperature.laws(last, context)
+    else:
+        law = torch.softmax(last / temperature, dim=-1)
+        if not bool(torch.isfinite(law).all()):  # logits / T overflowed float32: the exact law instead
+            from otbound.token import SamplingParams
+
+            law = SamplingParams(float(temperature)).laws(last)
+    return torch.multinomial(law, 1, generator=generator).squeeze(1)
+
+
 def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vocab_size: int,
                          stop_ids=(), generator=None):
     """Sample a continuation of each prompt (token lists) from ``model`` at ``temperature``,
@@ -155,8 +207,6 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
     import torch
     from transformers import DynamicCache
 
-    from otbound.token import SamplingParams
-
     dev = next(model.parameters()).device
     ids, mask, pos = left_pad(prompts, dev)
     stop = torch.as_tensor(list(stop_ids), dtype=torch.long, device=dev)
@@ -170,13 +220,7 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
     for step in range(max_new_tokens):
         last = logits[:, -1, :vocab_size].float()
         step_logits.append(last)
-        if settings is None:
-            law = torch.softmax(last / temperature, dim=-1)
-            if not bool(torch.isfinite(law).all()):  # logits / T overflowed float32: the exact law instead
-                law = SamplingParams(float(temperature)).laws(last)
-        else:
-            law = settings.laws(last, context)
-        tok = torch.multinomial(law, 1, generator=generator).squeeze(1)
+        tok = draw_tokens(last, temperature, context, generator)
         if context is not None:
             context = torch.cat([context, torch.where(done, -1, tok)[:, None]], dim=1)
         steps.append(torch.where(done, -1, tok))

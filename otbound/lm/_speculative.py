@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otbound._validation import InvalidInputError
-from otbound.lm._decode import forward, stop_token_ids
+from otbound.lm._decode import forward, require_transformers, stop_token_ids
 
 
 @dataclass
@@ -93,6 +93,7 @@ def greedy_decode(pair, prompt_ids, max_new_tokens: int, *, block_length: int = 
     >>> spec.tokens == plain.tokens, plain.target_calls, spec.target_calls, spec.accepted
     (True, 8, 3, 7)
     """
+    require_transformers(pair, "greedy_decode")
     if isinstance(block_length, bool) or not isinstance(block_length, int) or block_length < 0:
         raise InvalidInputError(f"block_length must be a non-negative integer, got {block_length!r}")
     stops = set(stop_token_ids(pair.tokenizer, pair.target))

@@ -23,7 +23,9 @@ tensor             shape, dtype                meaning
 =================  ==========================  =============================================
 
 and JSON metadata (prompt id, dataset, temperature, prompt_length, the pair and its sources with
-SHA-256, model dtype, seed, both models' sampling settings ``target_sampling`` / ``draft_sampling``
+SHA-256, model dtype, the backend that ran the models (``backend``: ``"transformers"`` or
+``"llama.cpp"``; for llama.cpp ``backend_info`` holds the bindings' version, the build key and its
+cmake flags), seed, both models' sampling settings ``target_sampling`` / ``draft_sampling``
 (:class:`otbound.SamplingParams` fields; the target sampled its continuation under its own), ...).
 The laws are *defined* as the float64 laws of the stored logits under those settings — by default
 the softmax of the logits divided by T (:func:`otbound.token.laws_from_logits`; a repetition
@@ -52,8 +54,15 @@ import numpy as np
 from otbound._integrity import CorruptFileError
 from otbound._io import progress_bar, safe_name, temperature_dir
 from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
+from otbound.lm import _llama_backend as llama
 from otbound.lm import _store
-from otbound.lm._decode import prefix_cache, sample_continuations, stop_token_ids, teacher_forced_logits
+from otbound.lm._decode import (
+    prefix_cache,
+    require_transformers,
+    sample_continuations,
+    stop_token_ids,
+    teacher_forced_logits,
+)
 from otbound.lm._prompts import encode_prompt
 from otbound.token import SamplingParams, settings_at
 from otbound.token.logits import laws_from_logits
@@ -217,9 +226,26 @@ class TraceRecord(LogitLaws):
 
 
 def _config(pair, max_new_tokens, seed, logits_dtype) -> dict:
-    return {"pair": pair.name, "sources": pair.sources, "model_dtype": str(pair.dtype).removeprefix("torch."),
-            "max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype,
-            "vocab_size": int(pair.vocab_size)}
+    config = {"pair": pair.name, "sources": pair.sources, "model_dtype": str(pair.dtype).removeprefix("torch."),
+              "max_new_tokens": int(max_new_tokens), "seed": int(seed), "logits_dtype": logits_dtype,
+              "vocab_size": int(pair.vocab_size), "backend": backend_of(pair)}
+    if getattr(pair, "backend_info", None):
+        config["backend_info"] = pair.backend_info
+    return config
+
+
+def backend_of(pair_or_meta) -> str:
+    """The backend that ran a pair, or that collected a trace (its metadata; traces from before the
+    backend was recorded were collected by transformers).
+
+    Examples
+    --------
+    >>> backend_of({"pair": "p"}), backend_of({"backend": "llama.cpp"})
+    ('transformers', 'llama.cpp')
+    """
+    if isinstance(pair_or_meta, dict):
+        return pair_or_meta.get("backend", "transformers")
+    return getattr(pair_or_meta, "backend", "transformers")
 
 
 def trace_path(out, prompt, temperature, target=None, draft=None) -> Path:
@@ -350,6 +376,8 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     if not todo:
         return [path for row in paths for path in row]
     bs = batch_size or (32 if pair.device.type == "cuda" else 8)
+    if backend_of(pair) == "llama.cpp":  # one sequence at a time: a batch of one, seeded as such
+        bs = 1
     stops = stop_token_ids(pair.tokenizer, pair.target)
     bar = progress_bar(len(todo), "traces", progress)
     n_pos, t0 = 0, time.perf_counter()
@@ -368,10 +396,17 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
             encoded = [enc for _, _, enc in mine[start:start + bs]]
             batch_seed = zlib.crc32(f"{seed}|{temp!r}|{chunk[0][0].dataset}|{chunk[0][0].id}".encode())
             gen = torch.Generator(device=pair.device).manual_seed(batch_seed)
-            conts, tl = sample_continuations(pair.target, encoded, temperature=settings[temp][0],
-                                             max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size,
-                                             stop_ids=stops, generator=gen)
-            dl = teacher_forced_logits(pair.draft, encoded, conts, vocab_size=pair.vocab_size)
+            if backend_of(pair) == "llama.cpp":
+                cont, lt = llama.sample_continuation(pair.target, encoded[0], temperature=settings[temp][0],
+                                                     max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size,
+                                                     stop_ids=stops, generator=gen)
+                conts, tl = [cont], [lt]
+                dl = [llama.teacher_forced_logits(pair.draft, encoded[0], cont, vocab_size=pair.vocab_size)]
+            else:
+                conts, tl = sample_continuations(pair.target, encoded, temperature=settings[temp][0],
+                                                 max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size,
+                                                 stop_ids=stops, generator=gen)
+                dl = teacher_forced_logits(pair.draft, encoded, conts, vocab_size=pair.vocab_size)
             for (prompt, path), enc, cont, lt, ld in zip(chunk, encoded, conts, tl, dl):
                 if path not in missing:
                     continue
@@ -400,6 +435,7 @@ def _settings_meta(target: SamplingParams, draft: SamplingParams) -> dict:
 
 def _check_config(path: Path, config: dict) -> None:
     meta = _store.read_meta(path)
+    meta.setdefault("backend", backend_of(meta))
     diff = {k: (meta.get(k), v) for k, v in config.items() if meta.get(k) != v}
     if diff:
         raise InvalidInputError(
@@ -427,6 +463,7 @@ def _check_one_pair(paths) -> None:
     seen = {}
     for path in paths:
         meta = _store.read_meta(path)
+        meta.setdefault("backend", backend_of(meta))
         key = tuple(json.dumps(meta.get(k), sort_keys=True) for k in _PAIR_FIELDS)
         seen.setdefault(key, path)
     if len(seen) > 1:
@@ -437,7 +474,7 @@ def _check_one_pair(paths) -> None:
         )
 
 
-_PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size")
+_PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size", "backend", "backend_info")
 
 
 def load_traces(path, *, dataset: str | None = None, temperature: float | None = None, target_settings=None,
@@ -549,6 +586,8 @@ def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: st
     todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
     if todo and callable(pair):
         pair = pair()
+    if todo:
+        require_transformers(pair, label)
     bar = progress_bar(len(todo), label, progress)
     for f, o in todo:
         (record,) = load_traces(f)

@@ -181,7 +181,9 @@ def run(args) -> dict:
             if pair is None:
                 from otbound.lm import load_pair
 
-                pair = load_pair(records[0].meta.get("pair") or args.pair, device=args.device, dtype=args.dtype)
+                backend = records[0].meta.get("backend", "transformers")  # the kernels the traces ran on
+                name = (records[0].meta.get("pair") or args.pair).removesuffix(f" [{backend}]")
+                pair = load_pair(name, device=args.device, dtype=args.dtype, backend=backend)
             sizes = sorted(set(args.cost_sizes or default_cost_sizes(args)) | {1})
             say(f"otbound.plan: measuring forward costs on {pair.device} ...")
             kw = dict(vocab_size=pair.vocab_size, device=pair.device, sizes=sizes, repeats=args.cost_repeats,

@@ -245,7 +245,14 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
     make (:func:`otbound.lm.forward`, logits of every new token); the cache is cropped back to
     ``context`` between calls. Random token ids (the cost does not depend on them). The machine's
     load and the spread of the repeats are recorded in the curve's ``timing`` (module docstring);
-    an unstable measurement warns (:class:`UnstableTimingWarning`)."""
+    an unstable measurement warns (:class:`UnstableTimingWarning`).
+
+    A llama.cpp model (``pair.draft`` / ``pair.target`` of a pair loaded with
+    ``backend="llama.cpp"``) is timed the same way on its own kernels: ``n`` new tokens decoded on a
+    KV cache of ``context`` tokens, logits of every new token, the cache truncated back between calls."""
+    if getattr(model, "backend", None) == "llama.cpp":
+        return _measure_llama_forward(model, vocab_size=vocab_size, sizes=sizes, context=context, repeats=repeats,
+                                      seed=seed, source=source)
     import torch
     from transformers import DynamicCache
 
@@ -274,6 +281,29 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
     if timing["unstable"]:
         warnings.warn(f"forward times of {source} are unstable: {timing['unstable']}; the cost model may mislead "
                       "(measure on an idle machine, or with more --cost-repeats)", UnstableTimingWarning, stacklevel=2)
+    return CostCurve(list(sizes), secs, source, timing)
+
+
+def _measure_llama_forward(model, *, vocab_size, sizes, context, repeats, seed, source) -> CostCurve:
+    """:func:`measure_forward_costs` on a llama.cpp model (:class:`otbound.lm._llama_backend.LlamaCppModel`)."""
+    rng = np.random.default_rng(seed)
+    model.logits(rng.integers(0, vocab_size, context).tolist(), context - 1)  # the context, in the KV cache
+    secs, all_times = [], []
+    load_before = os.getloadavg()[0]
+    for n in sizes:
+        new = rng.integers(0, vocab_size, int(n)).tolist()
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up
+            model.truncate(context)
+            t0 = time.perf_counter()
+            model.extend_all(new)
+            times.append(time.perf_counter() - t0)
+        secs.append(float(np.median(times[1:])))
+        all_times.append(times[1:])
+    timing = timing_stability(all_times, load_before, os.getloadavg()[0], os.cpu_count() or 1)
+    if timing["unstable"]:
+        warnings.warn(f"forward times of {source} are unstable: {timing['unstable']}; the cost model may mislead "
+                      "(measure on an idle machine, or with more --cost-repeats)", UnstableTimingWarning, stacklevel=3)
     return CostCurve(list(sizes), secs, source, timing)
 
 

@@ -89,7 +89,8 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
                     progress: bool = True, *, dtype="auto", device="auto", verifiers=None, samplings=SAMPLINGS,
                     mc_samples: int = 16, seed: int = 0, batch_size: int | None = None, store_logits: str = "float16",
                     measure_batch_size: int | None = None, prompts_per_shard: int = 8, engine="local",
-                    address: str | None = None, target_settings=None, draft_settings=None) -> list[dict]:
+                    address: str | None = None, target_settings=None, draft_settings=None,
+                    backend: str = "transformers") -> list[dict]:
     """Collect traces (resumable, ``<out>/traces``), measure every position (cached in
     ``<out>/measure``) and return the rows of :func:`otbound.report.aggregate` (also written to
     ``<out>/rows.json``; the paired differences of :func:`otbound.report.paired_differences` go to
@@ -127,6 +128,10 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     ``target_settings`` / ``draft_settings``: sampling settings besides T (dicts of
     :class:`otbound.SamplingParams` fields; :func:`otbound.token.settings_at`), recorded in every
     trace and keying its folder, the shards and the measurement cache.
+
+    ``backend``: what runs a named pair (:func:`otbound.lm.load_pair`: ``"transformers"`` or
+    ``"llama.cpp"``); a llama.cpp pair's name carries ``" [llama.cpp]"``, so its traces, shards and
+    measurements are never those of the transformers pair.
 
     Parameters
     ----------
@@ -170,6 +175,8 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
         Ray cluster address (``engine="ray"`` only).
     target_settings, draft_settings : dict, optional
         Sampling settings besides T.
+    backend : {"transformers", "llama.cpp"}
+        What runs a pair given by name or ids/paths.
 
     Returns
     -------
@@ -210,12 +217,14 @@ def run_real_report(pair="qwen2.5-coder", datasets=("humaneval", "mtbench"), num
     name, spec = pair_name(pair), pair
     executor = make_executor(engine, address=address)
     if not (hasattr(pair, "target") or callable(pair)):  # download/conversion bars only in this process
-        if progress and isinstance(executor, LocalExecutor) and isinstance(pair, str):
+        if progress and isinstance(executor, LocalExecutor) and isinstance(pair, str) and backend == "transformers":
             from otbound.lm import PAIRS
 
             if pair in PAIRS:
                 prepare_pair(pair)
-        pair = functools.partial(load_pair, pair, device=device, dtype=dtype,
+        if backend != "transformers":  # the name load_pair gives such a pair
+            name = f"{name} [{backend}]"
+        pair = functools.partial(load_pair, pair, device=device, dtype=dtype, backend=backend,
                                  progress=progress and isinstance(executor, LocalExecutor))
     prompts_per_shard = check_positive_int(prompts_per_shard, "prompts_per_shard")
     measure = dict(num_drafts=[int(k) for k in num_drafts], verifiers=None if verifiers is None else list(verifiers),
