@@ -85,3 +85,37 @@ def test_rrs_wor_monte_carlo_torch_search_and_crossings_equal_the_cpu(family, mo
         assert cpu[k][1] == device[k][1] == "monte_carlo"
         # the same paths (one generator, one seed): the same estimate, to rounding
         np.testing.assert_allclose(device[k][0].numpy(), cpu[k][0].numpy(), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement", "greedy", "deterministic"])
+def test_kernel_accelerator_paths_equal_the_cpu_paths_and_the_brute_force(family, sampling):
+    """α* of the batched kernel (the sort on the device, the block bound over whole columns, the
+    top-K selection by torch.topk, the batched min-sum) under ``accelerator_paths()`` equals the CPU
+    paths (single calls and sorted batches), and both equal the LP of a brute-force enumeration at
+    small V. Tolerance 1e-12 (float64 sums in another order)."""
+    from otbound import draft_joint, optimal_acceptance, optimal_acceptance_brute_force
+    from otbound.report import measure_laws
+
+    p, q = laws(FAMILIES[family], rows=4, vocab=7, seed=5)
+    for k in (2, 3):
+        cpu_single = np.array([optimal_acceptance(p[i], q[i], k, sampling=sampling) for i in range(len(p))])
+        cpu_batch = np.asarray(optimal_acceptance(torch.from_numpy(p), torch.from_numpy(q), k, sampling=sampling))
+        with accelerator_paths():
+            dev = np.asarray(optimal_acceptance(torch.from_numpy(p), torch.from_numpy(q), k, sampling=sampling))
+            dev_sets = optimal_acceptance(torch.from_numpy(p), torch.from_numpy(q), k, sampling=sampling,
+                                          return_certificate=True)
+        brute = np.array([optimal_acceptance_brute_force(p[i], draft_joint(q[i], k, sampling)).value
+                          for i in range(len(p))])
+        np.testing.assert_allclose(dev, cpu_single, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(cpu_batch, cpu_single, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(dev, brute, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(dev_sets.value), brute, rtol=0, atol=1e-9)
+    # the measurement (sorted rows) on both paths, full-size rows
+    p, q = laws(FAMILIES[family], rows=3, vocab=2000, seed=6)
+    cpu = measure_laws(p, q, (2, 4), samplings=(sampling,), verifiers=())
+    with accelerator_paths():
+        dev = measure_laws(p, q, (2, 4), samplings=(sampling,), verifiers=())
+    for k in (2, 4):
+        np.testing.assert_allclose(np.asarray(dev["optimal"][sampling][k]), np.asarray(cpu["optimal"][sampling][k]),
+                                   rtol=0, atol=1e-12)

@@ -48,7 +48,7 @@ import math
 
 import numpy as np
 
-from otbound._backend import is_torch, on_one_cpu_thread, one_cpu_thread, positive_counts
+from otbound._backend import is_torch, on_accelerator, on_one_cpu_thread, one_cpu_thread, positive_counts
 from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_real, check_sampling
 from otbound.token import _search, _wor
 
@@ -439,7 +439,7 @@ class SortedRows:
 
     def __init__(self, p, q):
         self.v = p.shape[1]
-        if p.device.type == "cpu":
+        if not on_accelerator(p):
             self._sort_cpu(p, q)
         else:
             torch = _torch()
@@ -594,7 +594,7 @@ def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = Fal
     if sampling == "with_replacement" or (sampling == "without_replacement" and k == 1):
         return _with_replacement(batch, k, want_sets)
     if sampling in ("greedy", "deterministic"):
-        if not want_sets and batch.p.device.type == "cpu" and "sorted" not in batch.__dict__:
+        if not want_sets and not on_accelerator(batch.p) and "sorted" not in batch.__dict__:
             return _torch().from_numpy(_top_law_rows(*batch.numpy_rows(), k, sampling)), None
         return (_greedy if sampling == "greedy" else _deterministic)(batch, k, want_sets)
     return _without_replacement(batch, k, want_sets)
@@ -786,7 +786,7 @@ def _without_replacement(batch, k, want_sets):
     with a positive q below ``_wor.CLOCK_FLOOR`` go through
     the search, whose :func:`otbound.token._wor.clock_law` drops or refuses such tokens."""
     torch = _torch()
-    if not want_sets and batch.p.device.type == "cpu" and "sorted" not in batch.__dict__:
+    if not want_sets and not on_accelerator(batch.p) and "sorted" not in batch.__dict__:
         # rows not sorted (a single call): the search on the rows as given, bucketing each row once
         # (cheaper than sorting it whole); the same values as on sorted rows to rounding
         vals = _search.without_replacement(*batch.numpy_rows(), k, False)[0]
@@ -844,7 +844,7 @@ def _pair_closed_form(batch, want_sets):
         return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
     qs = srt.qs[:, : m - 1]  # (B, m − 1): column c is the prefix of c + 1 tokens
     width = _BOUND_BLOCK
-    if srt.r.device.type != "cpu" or m <= 4 * width:
+    if on_accelerator(srt.r) or m <= 4 * width:
         suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
         rest = 1.0 - qs
         if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
@@ -912,7 +912,7 @@ def _top_at_edge(q_row, edge, m: int):
     as :func:`top_tokens`) given ``edge``, the m-th largest value: the tokens of q ≥ edge (a few
     more than m where the edge is tied), sorted stably by decreasing q. One pass over the row."""
     torch = _torch()
-    if q_row.device.type == "cpu":
+    if not on_accelerator(q_row):
         qn = q_row.numpy()
         cand = np.flatnonzero(qn >= float(edge))  # (c,) increasing indices
         return torch.from_numpy(cand[np.argsort(-qn[cand], kind="stable")[:m]])
@@ -937,7 +937,7 @@ def greedy_split_rows(batch: LawBatch, m: int):
     def build():
         torch = _torch()
         p, q = batch.p, batch.q
-        if q.device.type == "cpu":  # a partition per row (torch.topk costs several times more on one core)
+        if not on_accelerator(q):  # a partition per row (torch.topk costs several times more on one core)
             idx = torch.from_numpy(np.stack([top_tokens(row, width) for row in q.numpy()])  # (B, width)
                                    if batch.rows else np.zeros((0, width), dtype=np.int64))
             return _split_from(p, q, idx)
@@ -982,7 +982,7 @@ def _min_sum(batch, c):
         return batch.sorted.min_sum(c)[:, 0]
     torch = _torch()
     p, q = batch.p, batch.q  # (B, V) each
-    if p.device.type != "cpu":
+    if on_accelerator(p):
         return torch.minimum(p, _scaled(c, q)).sum(1)  # (B,)
     # on the CPU a row at a time: one (V,) buffer stays in cache (a (B, V) product is a fresh mapping)
     out = torch.empty(batch.rows, dtype=torch.float64)  # (B,)
