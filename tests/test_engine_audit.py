@@ -130,7 +130,7 @@ def test_server_that_dies_mid_run_is_one_line_and_leaves_no_result(build, tmp_pa
 
     out = tmp_path / "dies"
     (out).mkdir()
-    (out / "engine.json").write_text("{}")  # an earlier result: not left for a later run to trust
+    (out / "engine.json").write_text('{"earlier": "audit"}')  # an earlier result: a failing rerun keeps it
 
     def kill(server):
         os.killpg(server.pid, signal.SIGKILL)
@@ -139,7 +139,8 @@ def test_server_that_dies_mid_run_is_one_line_and_leaves_no_result(build, tmp_pa
         run_audit(out, synthetic=True, configs=[("draft-simple", 2, 0.0)], samplings=[Sampling.named("topk4")],
                   num_prompts=1, seeds_per_prompt=1, n_predict=8, lossless_samples=20, progress=False,
                   server_hook=kill)
-    assert not (out / "engine.json").exists()
+    assert (out / "engine.json").read_text() == '{"earlier": "audit"}'
+    assert sorted(p.name for p in out.iterdir()) == ["engine.json"]  # nothing partial beside it
     assert _llama_servers_of(os.getpid()) == []
 
 

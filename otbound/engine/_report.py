@@ -7,6 +7,7 @@ refuses a file whose checksum or recomputed figures disagree (:func:`recompute_f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from otbound._integrity import CorruptFileError, content_key
-from otbound._io import write_text_atomic
+from otbound._io import atomic_path, json_text
 from otbound.engine._audit import counter_metrics
 
 #: the figures of a configuration recomputed from its raw counters, and their tolerance (float64 sums)
@@ -139,6 +140,11 @@ def engine_markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
+def _number(x) -> float:
+    """A stored figure as a float (JSON's null, an undefined value, as NaN)."""
+    return np.nan if x is None else float(x)
+
+
 def engine_figure(record: dict, path) -> None:
     from otbound.report import plots
 
@@ -146,8 +152,10 @@ def engine_figure(record: dict, path) -> None:
     fig, axes = plots.figure(ncols=1, height=2.6)
     ax = axes[0, 0]
     x = np.arange(len(confs))
-    mal = [c["mean_acceptance_length"] for c in confs]
-    iv = [c.get("mean_acceptance_length_interval") or [m, m] for c, m in zip(confs, mal)]
+    mal = [_number(c["mean_acceptance_length"]) for c in confs]
+    # an interval JSON stores as nulls (undefined: one request) is drawn without a bar
+    iv = [[_number(v) for v in (c.get("mean_acceptance_length_interval") or [m, m])] for c, m in zip(confs, mal)]
+    iv = [[m, m] if np.isnan(lo) or np.isnan(hi) else [lo, hi] for m, (lo, hi) in zip(mal, iv)]
     ax.errorbar(x, mal, yerr=[[m - lo for m, (lo, _) in zip(mal, iv)], [hi - m for m, (_, hi) in zip(mal, iv)]],
                 fmt="o", color="C0", label="engine (counters, 95% CI)")
     pred = [c.get("bound_mean_acceptance_length") for c in confs]
@@ -158,12 +166,16 @@ def engine_figure(record: dict, path) -> None:
                       f"p={c['config']['p_min']:g}" for c in confs], fontsize=6)
     ax.set_ylabel("mean acceptance length")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, fontsize=6)
-    plots.save(fig, Path(path).with_suffix(""), formats=("png",))
+    plots.save(fig, Path(path), formats=("png",))  # path ends in .png
 
 
 def write_outputs(out, record: dict) -> None:
+    """Write ``engine.json``, ``engine.md`` and ``engine.png`` into ``out``: each in full under a
+    temporary name beside its target first, then all moved into place (strict JSON: no NaN), so a
+    run that fails while writing leaves the previous three files, never a mixed set."""
     out = Path(out)
-    engine_figure(record, out / "engine.png")
-    write_text_atomic(out / "engine.md", engine_markdown(record))
-    # written last: its presence means a finished audit (a run that stops early leaves none)
-    write_text_atomic(out / "engine.json", json.dumps(record, indent=1, sort_keys=True))
+    text = json_text(record, indent=1, sort_keys=True)
+    with contextlib.ExitStack() as stack:
+        engine_figure(record, stack.enter_context(atomic_path(out / "engine.png")))
+        stack.enter_context(atomic_path(out / "engine.md")).write_text(engine_markdown(record), encoding="utf-8")
+        stack.enter_context(atomic_path(out / "engine.json")).write_text(text, encoding="utf-8")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from otbound._integrity import content_key, file_sha256, output_lock
-from otbound._io import progress_bar
+from otbound._io import json_text, progress_bar
 from otbound._validation import InvalidInputError
 from otbound.engine._audit import SpecConfig, check_inputs, run_configuration
 from otbound.engine._client import _request, get_json, health
@@ -149,9 +149,9 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
         samplings = ([Sampling.named("topk4")] if synthetic else
                      [Sampling.named("default", 0.7), Sampling.named("default", 1.0), Sampling.named("qwen")])
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    # the outputs are written only at the end, beside the old ones and replaced together
+    # (_report.write_outputs): a failing rerun leaves an earlier finished audit as it was
     with output_lock(out), contextlib.ExitStack() as stack:
-        for name in ("engine.json", "engine.md", "engine.png"):  # a failed run leaves no earlier result behind
-            (out / name).unlink(missing_ok=True)
         record = {"format": ENGINE_FORMAT, "started": started,
                   "machine": {"platform": platform.platform(), "python": sys.version.split()[0],
                               "processor": platform.processor()},
@@ -241,7 +241,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
         record["configurations"] = results
         record["controls"] = controls
         record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        record = json.loads(json.dumps(record, default=_jsonable))
+        record = json.loads(json_text(record, default=_jsonable))  # strict JSON: what the file will hold
         record["sha256"] = content_key(record)
         write_outputs(out, record)
     return record
