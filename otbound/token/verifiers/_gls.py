@@ -78,7 +78,10 @@ class _Ratios:
         self.c = np.concatenate([[0.0], np.cumsum(self.delta / (self.phi[:-1] * self.phi[1:]))])  # (n,)
         self.tail = 1.0 / self.phi[-1]
         self._sd = slope[:-1] * self.delta  # (n − 1,) φ(ρ_{j+1}) − φ(ρ_j)
-        self._minus_inv_slope = -1.0 / slope[:-1]  # (n − 1,)
+        # −1/s where it is finite; a slope so small that 1/s overflows (q of the first token near the
+        # smallest float) takes the segment's limit (1 − e^{−w s Δ})/s → w Δ instead (f_sorted)
+        self._tiny = slope[:-1] * np.finfo(float).max < 1.0  # (n − 1,)
+        self._minus_inv_slope = -1.0 / np.where(self._tiny, 1.0, slope[:-1])  # (n − 1,)
 
     def f_sorted(self, w: float, e_phi: np.ndarray | None = None) -> np.ndarray:
         """``F(w; ρ_j)`` at every breakpoint (n,): suffix sums of the segments' integrals
@@ -88,8 +91,10 @@ class _Ratios:
         if e_phi is None:
             e_phi = np.exp(-w * self.phi)  # (n,)
         seg = np.expm1(-w * self._sd)  # (n − 1,) −(1 − e^{−w s Δ})
-        seg *= e_phi[:-1]
         seg *= self._minus_inv_slope
+        if self._tiny.any():
+            seg[self._tiny] = w * self.delta[self._tiny]
+        seg *= e_phi[:-1]
         t = np.empty(self.rho.size)
         t[-1] = e_phi[-1]
         t[:-1] = np.cumsum(seg[::-1])[::-1]
