@@ -259,7 +259,7 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (1, context), generator=gen).to(device)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    secs, all_times = [], []
+    all_times = []
     load_before = os.getloadavg()[0]
     cache = DynamicCache(config=model.config)
     forward(model, ids, cache=cache)
@@ -275,20 +275,15 @@ def measure_forward_costs(model, *, vocab_size: int, device, sizes=(1, 2, 4, 8, 
             forward(model, new, cache=cache)
             sync()
             times.append(time.perf_counter() - t0)
-        secs.append(float(np.median(times[1:])))
         all_times.append(times[1:])
-    timing = timing_stability(all_times, load_before, os.getloadavg()[0], os.cpu_count() or 1)
-    if timing["unstable"]:
-        warnings.warn(f"forward times of {source} are unstable: {timing['unstable']}; the cost model may mislead "
-                      "(measure on an idle machine, or with more --cost-repeats)", UnstableTimingWarning, stacklevel=2)
-    return CostCurve(list(sizes), secs, source, timing)
+    return _timed_curve(sizes, all_times, load_before, source)
 
 
 def _measure_llama_forward(model, *, vocab_size, sizes, context, repeats, seed, source) -> CostCurve:
     """:func:`measure_forward_costs` on a llama.cpp model (:class:`otbound.lm._llama_backend.LlamaCppModel`)."""
     rng = np.random.default_rng(seed)
     model.logits(rng.integers(0, vocab_size, context).tolist(), context - 1)  # the context, in the KV cache
-    secs, all_times = [], []
+    all_times = []
     load_before = os.getloadavg()[0]
     for n in sizes:
         new = rng.integers(0, vocab_size, int(n)).tolist()
@@ -298,13 +293,18 @@ def _measure_llama_forward(model, *, vocab_size, sizes, context, repeats, seed, 
             t0 = time.perf_counter()
             model.extend_all(new)
             times.append(time.perf_counter() - t0)
-        secs.append(float(np.median(times[1:])))
         all_times.append(times[1:])
+    return _timed_curve(sizes, all_times, load_before, source)
+
+
+def _timed_curve(sizes, all_times, load_before, source) -> CostCurve:
+    """The cost curve of the repeats ``all_times`` (one list per size, warm-up dropped): the median per
+    size, with the machine's load and the repeats' spread in ``timing``; an unstable measurement warns."""
     timing = timing_stability(all_times, load_before, os.getloadavg()[0], os.cpu_count() or 1)
     if timing["unstable"]:
         warnings.warn(f"forward times of {source} are unstable: {timing['unstable']}; the cost model may mislead "
                       "(measure on an idle machine, or with more --cost-repeats)", UnstableTimingWarning, stacklevel=3)
-    return CostCurve(list(sizes), secs, source, timing)
+    return CostCurve(list(sizes), [float(np.median(t)) for t in all_times], source, timing)
 
 
 def measure_verify_costs(drafts_of, laws_at, *, repeats: int = 5, seed: int = 0) -> dict:
