@@ -140,8 +140,8 @@ def _needs_pair(kind, name, args) -> bool:
             return "--synthetic" not in args and not ("--end-to-end" in args and "--e2e-pair" not in args)
         return name == "otbound.plan" and "--synthetic" not in args
     stem = Path(name).stem
-    return ("real" in stem or stem in ("plan_positional_check", "truncation_mismatch", "compare_backends") or "--from-run" in args
-            or "--pair" in args
+    return ("real" in stem or stem in ("plan_positional_check", "truncation_mismatch", "compare_backends")
+            or "--from-run" in args or "--pair" in args
             or (stem == "make_figures" and "--recompute" in args))
 
 
