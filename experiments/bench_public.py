@@ -29,28 +29,11 @@ from pathlib import Path
 
 import numpy as np
 from bench_engine import FAMILIES, LM_VOCAB, rows
-from bench_versions import _drop, _largest_difference, _own
+from bench_versions import _drop, _largest_difference, _load, _own
 
 CALLS = (("with_replacement", 2), ("with_replacement", 4), ("without_replacement", 2),
          ("without_replacement", 4), ("greedy", 2), ("greedy", 4), ("deterministic", 2), ("deterministic", 4))
 SMALL_VOCABS = (2, 10, 100, 1_000)
-
-
-def _load(repo: Path):
-    """``(otbound, otbound.report, modules)`` imported from ``repo``, its modules taken out of
-    ``sys.modules`` afterwards (so that the next version imports its own)."""
-    _drop()
-    sys.path.insert(0, str(repo))
-    try:
-        import otbound
-        import otbound.report as report
-    finally:
-        sys.path.remove(str(repo))
-    if not Path(otbound.__file__).resolve().is_relative_to(repo):
-        raise SystemExit(f"bench_public: otbound imported from {otbound.__file__}, not from {repo}")
-    modules = {k: v for k, v in sys.modules.items() if _own(k)}
-    _drop()
-    return otbound, report, modules
 
 
 def _timed(fn, *args):

@@ -39,19 +39,21 @@ def _drop():
 
 
 def _load(repo: Path):
-    """``(measure_laws, modules)`` of the otbound found in ``repo``, its modules removed from
-    ``sys.modules`` afterwards (so that the next version imports its own)."""
+    """``(otbound, otbound.report, modules)`` imported from ``repo``, its modules removed from
+    ``sys.modules`` afterwards (so that the next version imports its own). The one loader of the
+    version benchmarks (this script and ``bench_public.py``)."""
     _drop()
     sys.path.insert(0, str(repo))
     try:
+        import otbound
         import otbound.report as report
     finally:
         sys.path.remove(str(repo))
-    if not Path(report.__file__).resolve().is_relative_to(repo):
-        raise SystemExit(f"bench_versions: otbound imported from {report.__file__}, not from {repo}")
+    if not Path(otbound.__file__).resolve().is_relative_to(repo):
+        raise SystemExit(f"otbound imported from {otbound.__file__}, not from {repo}")
     modules = {k: v for k, v in sys.modules.items() if _own(k)}
     _drop()
-    return report.measure_laws, modules
+    return otbound, report, modules
 
 
 def _values(res: dict) -> np.ndarray:
@@ -94,12 +96,13 @@ def main(argv=None):
 
 def _compare(versions, args, torch):
     """The alternated calls and the value check of :func:`main`."""
-    sys.modules.update(versions["this"][1])
+    sys.modules.update(versions["this"][2])
     sys.modules["otbound"].retain_freed_memory()
     vocab, n, pairs = (LM_VOCAB, 16, args.pairs) if not args.quick else (2_000, 4, 2)
 
     def call(name, p, q):
-        fn, modules = versions[name]
+        _, report, modules = versions[name]
+        fn = report.measure_laws
         sys.modules.update(modules)
         t0 = time.process_time()
         res = fn(p, q, KS)
