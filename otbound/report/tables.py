@@ -201,65 +201,59 @@ def _leaders(ranking, key) -> list:
     return [e for e in ranking if e[key] >= ranking[0][key] - TIE]
 
 
+def _ranking_table(found, row_key, rows: dict, head, key, name, fmt, sort_names) -> list:
+    """One summary table: a row per value of ``row_key`` (``rows``: value → label), a column per K;
+    a cell names the leaders of its ranking (``key`` within :data:`TIE` of the first; their ``name``
+    fields, sorted if ``sort_names``) with ``fmt`` of the first, then the runner-up."""
+    ks = sorted({e["num_drafts"] for e in found})
+    lines = [f"| {head} | " + " | ".join(f"K = {k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+    for r, label in rows.items():
+        cells = []
+        for k in ks:
+            e = next((e for e in found if e[row_key] == r and e["num_drafts"] == k), None)
+            if e is None:
+                cells.append("—")
+                continue
+            lead = _leaders(e["ranking"], key)
+            rest = e["ranking"][len(lead):]
+            names = [x[name] for x in lead]
+            cell = f"**{', '.join(sorted(names) if sort_names else names)}** {fmt(lead[0])}"
+            if rest:
+                cell += f"; next {rest[0][name]} {fmt(rest[0])}"
+            cells.append(cell)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _gap_cell(e) -> str:  # a gap that rounds to zero prints as 0.0000, not -0.0000
+    gap = round(e["gap"], 4) + 0.0
+    return f"{gap:+.4f} ± {e['gap_ci']:.4f}" + (MC_MARK if e["monte_carlo"] else "")
+
+
 def summary_markdown(found: dict) -> str:
     """The summary of :func:`summary` as markdown: two short tables, leaders and their intervals."""
     lines = ["## Summary", ""]
     if found["closest"]:
-        ks = sorted({c["num_drafts"] for c in found["closest"]})
         lines += [
             "**Closest to the optimum of each draft law**: the lossless verifier with the smallest gap",
             "acceptance − α* of its own law (mean over the datasets and temperatures ± 95% half width; "
             f"{MC_MARK}: Monte Carlo), then the runner-up.",
             "",
-            "| draft law | " + " | ".join(f"K = {k}" for k in ks) + " |",
-            "|---" * (len(ks) + 1) + "|",
         ]
-        for law in dict.fromkeys(c["sampling"] for c in found["closest"]):
-            cells = []
-            for k in ks:
-                c = next((c for c in found["closest"] if c["sampling"] == law and c["num_drafts"] == k), None)
-                if c is None:
-                    cells.append("—")
-                    continue
-                lead = _leaders(c["ranking"], "gap")
-                rest = c["ranking"][len(lead):]
-
-                def fmt(e):  # a gap that rounds to zero prints as 0.0000, not -0.0000
-                    gap = round(e["gap"], 4) + 0.0
-                    return f"{gap:+.4f} ± {e['gap_ci']:.4f}" + (MC_MARK if e["monte_carlo"] else "")
-
-                names = ", ".join(sorted(e["verifier"] for e in lead))
-                cell = f"**{names}** {fmt(lead[0])}"
-                if rest:
-                    cell += f"; next {rest[0]['verifier']} {fmt(rest[0])}"
-                cells.append(cell)
-            lines.append(f"| {law} | " + " | ".join(cells) + " |")
+        laws = {c["sampling"]: c["sampling"] for c in found["closest"]}
+        lines += _ranking_table(found["closest"], "sampling", laws, "draft law", "gap", "verifier", _gap_cell, True)
         lines.append("")
     if found["best_law"]:
-        ks = sorted({b["num_drafts"] for b in found["best_law"]})
-        temps = sorted({b["temperature"] for b in found["best_law"]})
         lines += [
             "**The draft law that accepts most**: the largest α* at each K and T (mean over the datasets ± 95% "
             "half width), then the runner-up.",
             "",
-            "| T | " + " | ".join(f"K = {k}" for k in ks) + " |",
-            "|---" * (len(ks) + 1) + "|",
         ]
-        for t in temps:
-            cells = []
-            for k in ks:
-                b = next((b for b in found["best_law"] if b["temperature"] == t and b["num_drafts"] == k), None)
-                if b is None:
-                    cells.append("—")
-                    continue
-                lead = _leaders(b["ranking"], "optimal")
-                rest = b["ranking"][len(lead):]
-                names = ", ".join(e["sampling"] for e in lead)
-                cell = f"**{names}** {lead[0]['optimal']:.4f} ± {lead[0]['optimal_ci']:.4f}"
-                if rest:
-                    cell += f"; next {rest[0]['sampling']} {rest[0]['optimal']:.4f} ± {rest[0]['optimal_ci']:.4f}"
-                cells.append(cell)
-            lines.append(f"| {t:g} | " + " | ".join(cells) + " |")
+        temps = {t: f"{t:g}" for t in sorted({b["temperature"] for b in found["best_law"]})}
+        lines += _ranking_table(
+            found["best_law"], "temperature", temps, "T", "optimal", "sampling",
+            lambda e: f"{e['optimal']:.4f} ± {e['optimal_ci']:.4f}", False,
+        )  # fmt: skip
         lines.append("")
     return "\n".join(lines)
 
