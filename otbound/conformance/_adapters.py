@@ -56,9 +56,7 @@ def block_adapter(verifier, *, clip: bool = True):
         prefix, law = verifier.walk(verifier.prepare(target, draft, drafts, {}), clipped, draw)
         return list(prefix) + [draw(law)]
 
-    verify.__qualname__ = f"block_adapter({verifier.name})"
-    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
-    return verify
+    return _declaring(verify, "block_adapter", verifier)
 
 
 def block_sample_adapter(verifier):
@@ -91,9 +89,7 @@ def block_sample_adapter(verifier):
     def verify(target, draft, blocks, rng):
         return verifier.sample(target, draft, np.asarray(blocks), rng).tokens
 
-    verify.__qualname__ = f"block_sample_adapter({verifier.name})"
-    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
-    return verify
+    return _declaring(verify, "block_sample_adapter", verifier)
 
 
 def token_law_adapter(verifier):
@@ -126,9 +122,7 @@ def token_law_adapter(verifier):
     def verify(p, q, drafts, coin, draw):
         return draw(verifier.conditional_law(p, q, drafts))
 
-    verify.__qualname__ = f"token_law_adapter({verifier.name})"
-    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
-    return verify
+    return _declaring(verify, "token_law_adapter", verifier)
 
 
 def token_sample_adapter(verifier):
@@ -160,8 +154,14 @@ def token_sample_adapter(verifier):
     def verify(p, q, drafts, rng):
         return verifier.sample(p, q, drafts, rng).tokens
 
-    verify.__qualname__ = f"token_sample_adapter({verifier.name})"
-    verify.lossless = getattr(verifier, "lossless", None)  # its declaration, shown in the summary
+    return _declaring(verify, "token_sample_adapter", verifier)
+
+
+def _declaring(verify, adapter: str, verifier):
+    """``verify`` named ``adapter(verifier.name)`` in the reports and carrying the verifier's
+    ``lossless`` declaration (shown in the summary)."""
+    verify.__qualname__ = f"{adapter}({verifier.name})"
+    verify.lossless = getattr(verifier, "lossless", None)
     return verify
 
 
