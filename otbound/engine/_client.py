@@ -57,25 +57,25 @@ def health(base: str, timeout: float = 2.0) -> bool:
     return status == 200
 
 
-def get_json(base: str, path: str, timeout: float = 30.0) -> dict:
-    status, raw = _request(base.rstrip("/") + path, timeout=timeout)
+def _json_reply(base: str, path: str, body: dict | None, timeout: float) -> dict:
+    """``GET`` (``body`` None) or ``POST`` ``base + path``; the parsed JSON of a 200 reply, else EngineError."""
+    method = "GET" if body is None else "POST"
+    status, raw = _request(base.rstrip("/") + path, body, timeout=timeout)
     if status != 200:
-        raise EngineError(f"GET {base}{path} answered {status}: {raw[:300]!r}")
+        raise EngineError(f"{method} {base}{path} answered {status}: {raw[:300]!r}")
     try:
         return json.loads(raw)
     except ValueError:
-        raise EngineError(f"GET {base}{path} did not answer JSON: {raw[:200]!r}") from None
+        raise EngineError(f"{method} {base}{path} did not answer JSON: {raw[:200]!r}") from None
+
+
+def get_json(base: str, path: str, timeout: float = 30.0) -> dict:
+    return _json_reply(base, path, None, timeout)
 
 
 def completion(base: str, body: dict, timeout: float = 300.0) -> dict:
     """``POST base/completion`` (llama.cpp's native endpoint) with ``body``; the parsed reply."""
-    status, raw = _request(base.rstrip("/") + "/completion", body, timeout=timeout)
-    if status != 200:
-        raise EngineError(f"POST {base}/completion answered {status}: {raw[:300]!r}")
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise EngineError(f"POST {base}/completion did not answer JSON: {raw[:200]!r}") from None
+    return _json_reply(base, "/completion", body, timeout)
 
 
 def parse_prometheus(text: str) -> dict:
