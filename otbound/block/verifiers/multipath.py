@@ -37,14 +37,18 @@ class MultiPathVerifier(BlockVerifier):
 
     Examples
     --------
-    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+    A token verifier by name or as an object; on Sun et al.'s toy (2403.10444: p = (1/3, 2/3),
+    q = (2/3, 1/3) at every prefix; K = L = 2) SpecTr's K-SEQ at every node accepts more than
+    SpecInfer's RRS:
 
     >>> import otbound as ob
+    >>> from otbound.block.verifiers import MultiPathVerifier
     >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
-    >>> v = ob.BLOCK_VERIFIERS['multipath_rrs']
     >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
-    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
-    (12.0, True, 0.0)
+    >>> [round(9 * MultiPathVerifier(v).acceptance(t, d, **kw), 6) for v in ("rrs", ob.VERIFIERS["kseq"])]
+    [12.0, 12.649379]
+    >>> MultiPathVerifier(ob.VERIFIERS["kseq"]).name, ob.BLOCK_VERIFIERS["multipath_kseq"].lossless
+    ('multipath_kseq', True)
     """
     def __init__(self, token_verifier):
         """``token_verifier``: a name in :data:`otbound.VERIFIERS` or a token-level verifier object."""

@@ -48,14 +48,15 @@ class CausalOptimal(BlockVerifier):
 
     Examples
     --------
-    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+    On Sun et al.'s toy (2403.10444: p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2) with
+    K = 2 drafts, E[τ] = U_causal = 131/81 (to the LP's tolerance):
 
     >>> import otbound as ob
     >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
-    >>> v = ob.BLOCK_VERIFIERS['causal_optimal']
     >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
-    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
-    (14.555556, True, 0.0)
+    >>> e = ob.BLOCK_VERIFIERS['causal_optimal'].acceptance(t, d, **kw)
+    >>> round(81 * e, 6), round(81 * ob.block_bound(t, d, kind="causal", **kw).value, 6)
+    (131.0, 131.0)
     """
     name = "causal_optimal"
     reference = "causal-LP optimum: draft choice + block verification with the chosen law (derived)"

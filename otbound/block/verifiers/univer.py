@@ -124,14 +124,17 @@ class UniVer(BlockVerifier):
 
     Examples
     --------
-    Sun et al.'s toy (2403.10444): p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, L = 2.
+    On Sun et al.'s toy (2403.10444: p = (1/3, 2/3), q = (2/3, 1/3) at every prefix; V = m = L = 2)
+    its tree holds all four blocks: E[τ] = 2, the U_causal of its own tree law, above the 131/81 of
+    K = 2 i.i.d. blocks, which does not bound it:
 
     >>> import otbound as ob
     >>> t, d = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
-    >>> v = ob.BLOCK_VERIFIERS['univer']
-    >>> kw = dict(vocab_size=2, num_drafts=2, block_len=2)
-    >>> round(9 * v.acceptance(t, d, **kw), 6), v.lossless, round(v.lossless_error(t, d, **kw), 6)
-    (18.0, True, 0.0)
+    >>> uv, kw = ob.BLOCK_VERIFIERS['univer'], dict(vocab_size=2, num_drafts=2, block_len=2)
+    >>> round(uv.acceptance(t, d, **kw), 9), round(uv.own_law_bounds(t, d, **kw).causal, 9)
+    (2.0, 2.0)
+    >>> round(81 * ob.block_bound(t, d, kind="causal", **kw).value, 6)
+    131.0
     """
     name = "univer"
     reference = "UniVer (Weng, Hu, Yairi 2605.04543), as reimplemented publicly (see module docstring)"
