@@ -8,18 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from otbound import InvalidInputError, block_bound, prefix_law, sample_blocks, shifted_model
-from otbound._validation import check_num_drafts, check_positive_int
-from otbound.conformance._common import (
-    as_token_id,
-    check_callable,
-    check_mode,
-    check_options,
-    check_vocab,
-    exact_counterexample,
-    frozen,
-    most_significant_failure,
-    sample_plan,
-)
+from otbound._validation import check_positive_int
+from otbound.conformance._common import as_token_id, check_args, frozen, run_check
 from otbound.conformance._drafting import as_drafting
 from otbound.conformance._instances import BlockInstance, block_instances, check_instance_count, shrink_block
 from otbound.conformance._result import (
@@ -108,29 +98,8 @@ def check_block_verifier(
         L.
     instances : int or sequence
         A count, or :class:`otbound.conformance.BlockInstance` objects of this V and L.
-    seed : int
-        Seed of the random instances (and of sample mode's draws).
-    mode : {"exact", "sample"}
-    tolerance : float, optional
-        Exact mode: largest lossless error that passes (default by ``precision``).
-    precision : {"float64", "float32"}
-        Exact mode: the default tolerance (1e-10 / 1e-6).
-    batch : bool
-        Sample mode: the verifier takes a batch of draft rows.
-    level : float, optional
-        Sample mode: chance of failing a lossless verifier (default 1e-3, Bonferroni over instances).
-    distortion : float, optional
-        Sample mode: total-variation size to detect (default 0.01).
-    power : float, optional
-        Sample mode: power to reach against it (default 0.99).
-    samples : int, optional
-        Sample mode: samples per instance instead of the size reaching ``power``.
-    max_branches : int
-        Exact mode: most branches of the verifier's choice tree per draft tuple.
-    shrink : bool
-        Exact mode: shrink a failing instance to the counterexample.
-    name : str, optional
-        The verifier's name in the reports (default its qualified name).
+    seed, mode, tolerance, precision, batch, level, distortion, power, samples, max_branches, shrink, name
+        As in :func:`check_token_verifier` (the same options, defaults and modes).
     drafting : DraftingScheme or pair or BlockVerifier, optional
         The drafting scheme (above); None for K i.i.d. blocks.
 
@@ -169,17 +138,13 @@ def check_block_verifier(
     >>> bad.passed, bad.counterexample.num_drafts, bad.counterexample.block_len
     (False, 1, 2)
     """
-    label = check_callable(verify, name)
-    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
-    v = check_vocab(vocab_size)
-    k = check_num_drafts(num_drafts)
-    length = check_positive_int(block_len, "block_len")
-    mode = check_mode(mode)
-    drafting = as_drafting(drafting)
-    tolerance, precision = check_options(
-        mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
-        samples=samples,
+    args = check_args(
+        verify, name, vocab_size, num_drafts, mode, tolerance=tolerance, precision=precision, batch=batch, level=level,
+        distortion=distortion, power=power, samples=samples,
     )  # fmt: skip
+    v, k, mode = args.vocab_size, args.num_drafts, args.mode
+    length = check_positive_int(block_len, "block_len")
+    drafting = as_drafting(drafting)
     _check_size(v, k, length, mode, drafting)
     if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
         count = check_instance_count(instances)
@@ -197,41 +162,22 @@ def check_block_verifier(
     if not insts:
         raise InvalidInputError("no instance to check")
     law = "with_replacement" if drafting is None else drafting.sampling
-    if mode == "exact":
-        reports = [_exact_report(verify, t, k, tolerance, max_branches, drafting) for t in insts]
 
-        def fails(t, kk):
-            return _exact_law(verify, t, kk, max_branches, drafting)[0] > tolerance
-
-        cex = exact_counterexample(
-            reports, insts, k, (lambda t, kk: shrink_block(t, kk, fails)) if shrink else None,
-            lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
-        )  # fmt: skip
-        return ConformanceResult(
-            "block", mode, v, k, law, float(tolerance), reports, cex, block_len=length, name=label,
-            declared_lossless=declared,
-            precision=precision,
-        )
-    plan = sample_plan(level, distortion, power, samples, len(insts))
-    rng = np.random.default_rng(seed)
-    reports, laws = [], []
-    for t in insts:
-        rep, out = _sample_report(verify, t, k, plan, batch, rng, drafting)
-        reports.append(rep)
-        laws.append(out)
-    cex = None
-    i = most_significant_failure(reports)
-    if i is not None:
-        t = insts[i]
+    def sample_counterexample(t, rep, out):
         target_law = _seq_dict(prefix_law(t.models()[0], length + 1))
-        cex = Counterexample(
-            "block", v, k, law, reports[i].lossless_error, t.target, t.draft, laws[i], target_law,
-            _worst(laws[i], target_law), block_len=length, label=t.label,
+        return Counterexample(
+            "block", v, k, law, rep.lossless_error, t.target, t.draft, out, target_law, _worst(out, target_law),
+            block_len=length, label=t.label,
         )  # fmt: skip
-    return ConformanceResult(
-        "block", mode, v, k, law, None, reports, cex, block_len=length, name=label,
-        declared_lossless=declared,
-        level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
+
+    return run_check(
+        args, "block", law, insts, seed,
+        exact_report=lambda t: _exact_report(verify, t, k, args.tolerance, max_branches, drafting),
+        exact_error=lambda t, kk: _exact_law(verify, t, kk, max_branches, drafting)[0],
+        shrink=(lambda t, kk, fails: shrink_block(t, kk, fails)) if shrink else None,
+        counterexample=lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
+        sample_report=lambda t, plan, rng: _sample_report(verify, t, k, plan, batch, rng, drafting),
+        sample_counterexample=sample_counterexample, block_len=length,
     )  # fmt: skip
 
 

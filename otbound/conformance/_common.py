@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound import InvalidInputError
-from otbound._validation import check_positive_int
-from otbound.conformance._result import SHRINK_CANDIDATES, TOLERANCES, smallest
+from otbound._validation import check_num_drafts, check_positive_int
+from otbound.conformance._result import SHRINK_CANDIDATES, TOLERANCES, ConformanceResult, smallest
 from otbound.conformance._stats import power, samples_for_power
 from otbound.conformance._tree import ConformanceError
 
@@ -51,6 +51,84 @@ def exact_counterexample(reports, insts, k: int, shrink, counterexample):
     if shrink is not None:
         candidates = [shrink(t, k) for t, _ in candidates]
     return min((counterexample(t, kk) for t, kk in candidates), key=smallest)
+
+
+@dataclass(frozen=True)
+class CheckArgs:
+    """The arguments the token and block checks share, checked (:func:`check_args`): the verifier's
+    name in the reports and its ``lossless`` declaration, V, K, the mode, the exact-mode tolerance
+    and precision, the sample-mode options of :func:`sample_plan`."""
+
+    label: str
+    declared: bool | None
+    vocab_size: int
+    num_drafts: int
+    mode: str
+    tolerance: float | None
+    precision: str
+    plan_options: dict
+
+
+def check_args(verify, name, vocab_size, num_drafts, mode, *, tolerance, precision, batch, level, distortion, power,
+               samples) -> CheckArgs:
+    """The shared arguments of both checks, refused as :func:`check_callable`, :func:`check_vocab`,
+    :func:`check_mode` and :func:`check_options` refuse them."""
+    label = check_callable(verify, name)
+    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
+    v = check_vocab(vocab_size)
+    k = check_num_drafts(num_drafts)
+    mode = check_mode(mode)
+    tolerance, precision = check_options(
+        mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
+        samples=samples,
+    )  # fmt: skip
+    plan_options = dict(level=level, distortion=distortion, target_power=power, samples=samples)
+    return CheckArgs(label, declared, v, k, mode, tolerance, precision, plan_options)
+
+
+def run_check(args: CheckArgs, level: str, sampling: str, insts, seed, *, exact_report, exact_error, shrink,
+              counterexample, sample_report, sample_counterexample, **fields):
+    """Both modes of a check over ``insts``, for the token and the block level alike: the
+    :class:`~otbound.conformance.ConformanceResult` of ``level`` for ``args`` and ``sampling`` (the
+    level's own ``fields`` added).
+
+    Exact mode: ``exact_report(inst)`` per instance; the failing ones, shrunk by
+    ``shrink(inst, k, fails)`` (None: taken as they are; ``fails(inst, k)`` is
+    ``exact_error(inst, k) > tolerance``), give the smallest ``counterexample(inst, k)``
+    (:func:`exact_counterexample`). Sample mode: the plan of ``args.plan_options`` (:func:`sample_plan`)
+    and one generator seeded by ``seed`` drawn by ``sample_report(inst, plan, rng) -> (report, output
+    law)`` instance after instance; ``sample_counterexample(inst, report, output law)`` of the failure
+    with the smallest p-value (:func:`most_significant_failure`).
+    """
+
+    def result(tolerance, reports, cex, **mode_fields):
+        return ConformanceResult(
+            level, args.mode, args.vocab_size, args.num_drafts, sampling, tolerance, reports, cex, name=args.label,
+            declared_lossless=args.declared, precision=args.precision, **fields, **mode_fields,
+        )  # fmt: skip
+
+    if args.mode == "exact":
+        reports = [exact_report(t) for t in insts]
+
+        def fails(t, kk):
+            return exact_error(t, kk) > args.tolerance
+
+        cex = exact_counterexample(
+            reports, insts, args.num_drafts, None if shrink is None else (lambda t, kk: shrink(t, kk, fails)),
+            counterexample,
+        )  # fmt: skip
+        return result(float(args.tolerance), reports, cex)
+    plan = sample_plan(**args.plan_options, num_instances=len(insts))
+    rng = np.random.default_rng(seed)
+    reports, laws = [], []
+    for t in insts:
+        rep, law = sample_report(t, plan, rng)
+        reports.append(rep)
+        laws.append(law)
+    i = most_significant_failure(reports)
+    cex = None if i is None else sample_counterexample(insts[i], reports[i], laws[i])
+    return result(None, reports, cex, level_alpha=plan.per_instance_level, distortion=plan.distortion,
+                  target_power=plan.target_power)
 
 
 def most_significant_failure(reports) -> int | None:

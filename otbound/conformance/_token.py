@@ -9,17 +9,7 @@ import numpy as np
 
 from otbound import InvalidInputError, optimal_acceptance, sample_drafts
 from otbound._validation import as_pair, check_num_drafts, check_positive_int, check_sampling
-from otbound.conformance._common import (
-    as_token_id,
-    check_callable,
-    check_mode,
-    check_options,
-    check_vocab,
-    exact_counterexample,
-    frozen,
-    most_significant_failure,
-    sample_plan,
-)
+from otbound.conformance._common import as_token_id, check_args, frozen, run_check
 from otbound.conformance._instances import TokenInstance, check_instance_count, shrink_token, token_instances
 from otbound.conformance._result import (
     MAX_ROWS,
@@ -167,51 +157,26 @@ def check_token_verifier(
     >>> res.mode, res.instances[0].samples, res.power < 0.99
     ('sample', 1000, True)
     """
-    label = check_callable(verify, name)
-    declared = getattr(verify, "lossless", None)  # the package's verifiers declare it (adapters)
-    v = check_vocab(vocab_size)
-    k = check_num_drafts(num_drafts)
-    sampling = check_sampling(sampling)
-    mode = check_mode(mode)
-    tolerance, precision = check_options(
-        mode, tolerance=tolerance, precision=precision, batch=batch, level=level, distortion=distortion, power=power,
-        samples=samples,
+    args = check_args(
+        verify, name, vocab_size, num_drafts, mode, tolerance=tolerance, precision=precision, batch=batch, level=level,
+        distortion=distortion, power=power, samples=samples,
     )  # fmt: skip
-    _check_size(v, k, sampling, mode, instances)
+    v, k = args.vocab_size, args.num_drafts
+    sampling = check_sampling(sampling)
+    _check_size(v, k, sampling, args.mode, instances)
     insts = _token_list(instances, v, k, sampling, seed)
-    if mode == "exact":
-        reports = [_exact_report(verify, t, k, sampling, tolerance, max_branches) for t in insts]
-
-        def fails(t, kk):
-            return _exact_law(verify, t, kk, sampling, max_branches)[0] > tolerance
-
-        cex = exact_counterexample(
-            reports, insts, k, (lambda t, kk: shrink_token(t, kk, sampling, fails)) if shrink else None,
-            lambda t, kk: _counterexample(verify, t, kk, sampling, max_branches),
-        )  # fmt: skip
-        return ConformanceResult("token", mode, v, k, sampling, float(tolerance), reports, cex, name=label,
-                                 declared_lossless=declared,
-                                 precision=precision)
-    plan = sample_plan(level, distortion, power, samples, len(insts))
-    rng = np.random.default_rng(seed)
-    reports, laws = [], []
-    for t in insts:
-        rep, law = _sample_report(verify, t, k, sampling, plan, batch, rng)
-        reports.append(rep)
-        laws.append(law)
-    cex = None
-    i = most_significant_failure(reports)
-    if i is not None:
-        t = insts[i]
-        cex = Counterexample(
-            level="token", vocab_size=v, num_drafts=k, sampling=sampling, lossless_error=reports[i].lossless_error,
-            target=t.p, draft=t.q, output_law=laws[i], target_law=t.p, worst=int(np.argmax(np.abs(laws[i] - t.p))),
+    return run_check(
+        args, "token", sampling, insts, seed,
+        exact_report=lambda t: _exact_report(verify, t, k, sampling, args.tolerance, max_branches),
+        exact_error=lambda t, kk: _exact_law(verify, t, kk, sampling, max_branches)[0],
+        shrink=(lambda t, kk, fails: shrink_token(t, kk, sampling, fails)) if shrink else None,
+        counterexample=lambda t, kk: _counterexample(verify, t, kk, sampling, max_branches),
+        sample_report=lambda t, plan, rng: _sample_report(verify, t, k, sampling, plan, batch, rng),
+        sample_counterexample=lambda t, rep, law: Counterexample(
+            level="token", vocab_size=v, num_drafts=k, sampling=sampling, lossless_error=rep.lossless_error,
+            target=t.p, draft=t.q, output_law=law, target_law=t.p, worst=int(np.argmax(np.abs(law - t.p))),
             label=t.label,
-        )  # fmt: skip
-    return ConformanceResult(
-        "token", mode, v, k, sampling, None, reports, cex, name=label,
-        declared_lossless=declared,
-        level_alpha=plan.per_instance_level, distortion=plan.distortion, target_power=plan.target_power,
+        ),
     )  # fmt: skip
 
 
