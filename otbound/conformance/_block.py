@@ -174,11 +174,26 @@ def check_block_verifier(
         args, "block", law, insts, seed,
         exact_report=lambda t: _exact_report(verify, t, k, args.tolerance, max_branches, drafting),
         exact_error=lambda t, kk: _exact_law(verify, t, kk, max_branches, drafting)[0],
-        shrink=(lambda t, kk, fails: shrink_block(t, kk, fails)) if shrink else None,
+        shrink=(lambda t, kk, fails: shrink_block(t, kk, _draftable_failure(fails, drafting))) if shrink else None,
         counterexample=lambda t, kk: _counterexample(verify, t, kk, max_branches, drafting),
         sample_report=lambda t, plan, rng: _sample_report(verify, t, k, plan, batch, rng, drafting),
         sample_counterexample=sample_counterexample, block_len=length,
     )  # fmt: skip
+
+
+def _draftable_failure(fails, drafting):
+    """``fails`` for shrinking: with a drafting scheme, a smaller candidate it cannot draft on (a
+    top-k tree's fixed K, a node left with fewer than k tokens) is no counterexample."""
+    if drafting is None:
+        return fails
+
+    def draftable_fails(t, kk):
+        try:
+            return fails(t, kk)
+        except InvalidInputError:
+            return False
+
+    return draftable_fails
 
 
 #: models are tabulated over at most this many (prefix, token) cells, ``V^(L+1)``
@@ -210,8 +225,9 @@ def _draftable_instances(drafting, v: int, k: int, length: int, count: int, seed
     the error of the first refused one if none can."""
     out, first_error = [], None
     for t in block_instances(v, length, DRAFTABLE_TRIES * count, seed):
-        try:
-            drafting.draft_tuple_law(t.models()[1], k, length)
+        try:  # a verifier's own law is a generator: it refuses while enumerated (to exact mode's limit)
+            for _ in itertools.islice(drafting.draft_tuple_law(t.models()[1], k, length), MAX_TUPLES + 1):
+                pass
         except InvalidInputError as exc:
             first_error = first_error or exc
             continue
