@@ -337,20 +337,15 @@ def first_error_focal(draft_logits, target, focal_gamma: float = 0.0) -> torch.T
 
     Parameters
     ----------
-    draft_logits : torch.Tensor, shape (..., L, V)
-    target : torch.Tensor
-        Target ids ``(..., L)`` or laws ``(..., L, V)``.
+    draft_logits, target : torch.Tensor
+        As in :func:`position_weighted_ce` (logits ``(..., L, V)``; target ids ``(..., L)`` or laws
+        ``(..., L, V)``), refused as it refuses them.
     focal_gamma : float
         β ≥ 0 (Lin et al. 1708.02002's focal exponent).
 
     Returns
     -------
     torch.Tensor, shape (...)
-
-    Raises
-    ------
-    otbound.InvalidInputError
-        As :func:`position_weighted_ce`.
 
     References
     ----------
@@ -378,18 +373,13 @@ def chain_term(draft_logits, target) -> torch.Tensor:
 
     Parameters
     ----------
-    draft_logits : torch.Tensor, shape (..., L, V)
-    target : torch.Tensor
-        Target ids ``(..., L)`` or laws ``(..., L, V)``.
+    draft_logits, target : torch.Tensor
+        As in :func:`position_weighted_ce` (logits ``(..., L, V)``; target ids ``(..., L)`` or laws
+        ``(..., L, V)``), refused as it refuses them.
 
     Returns
     -------
     torch.Tensor, shape (...)
-
-    Raises
-    ------
-    otbound.InvalidInputError
-        As :func:`position_weighted_ce`.
 
     References
     ----------
