@@ -33,10 +33,16 @@ class CorruptFileError(InvalidInputError):
 
     Examples
     --------
+    A checksum that does not match, caught as the bad input it is:
+
+    >>> import numpy as np
     >>> from otbound import InvalidInputError
-    >>> from otbound._integrity import CorruptFileError
-    >>> issubclass(CorruptFileError, InvalidInputError)
-    True
+    >>> from otbound._integrity import check_digests, tensor_digests
+    >>> try:
+    ...     check_digests("trace.safetensors", {"p": np.ones(2)}, tensor_digests({"p": np.zeros(2)}))
+    ... except InvalidInputError as err:
+    ...     print(type(err).__name__)
+    CorruptFileError
     """
 
 
@@ -45,9 +51,12 @@ class FolderLockedError(RuntimeError):
 
     Examples
     --------
+    A busy folder is no bad input: not an :class:`otbound.InvalidInputError`.
+
+    >>> from otbound import InvalidInputError
     >>> from otbound._integrity import FolderLockedError
-    >>> issubclass(FolderLockedError, RuntimeError)
-    True
+    >>> issubclass(FolderLockedError, RuntimeError), issubclass(FolderLockedError, InvalidInputError)
+    (True, False)
     """
 
 
