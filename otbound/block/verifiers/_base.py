@@ -474,13 +474,16 @@ def generate(
 
     Examples
     --------
-    >>> from otbound import BLOCK_VERIFIERS, context_free_model
+    The sequences have the target's law: token 1 with probability 2/3 at every position (10,000
+    sequences, 50,000 tokens: the standard error of the frequency is 0.002).
+
+    >>> import otbound as ob
     >>> from otbound.block.verifiers import generate
-    >>> p, q = context_free_model([1 / 3, 2 / 3]), context_free_model([2 / 3, 1 / 3])
-    >>> out = generate(BLOCK_VERIFIERS["block"], p, q, num_drafts=1, block_len=2, length=5,
-    ...                num_samples=3, rng=0)
-    >>> out.shape, bool(((out == 0) | (out == 1)).all())
-    ((3, 5), True)
+    >>> p, q = ob.context_free_model([1 / 3, 2 / 3]), ob.context_free_model([2 / 3, 1 / 3])
+    >>> out = generate(ob.BLOCK_VERIFIERS["block"], p, q, num_drafts=1, block_len=2, length=5,
+    ...                num_samples=10_000, rng=0)
+    >>> out.shape, abs(float((out == 1).mean()) - 2 / 3) < 0.01
+    ((10000, 5), True)
     """
     rng = np.random.default_rng(rng)
     target, draft = _models(target, draft)
