@@ -28,7 +28,7 @@ SHA-256, model dtype, the backend that ran the models (``backend``: ``"transform
 cmake flags), seed, both models' sampling settings ``target_sampling`` / ``draft_sampling``
 (:class:`otbound.SamplingParams` fields; the target sampled its continuation under its own), ...).
 The laws are *defined* as the float64 laws of the stored logits under those settings — by default
-the softmax of the logits divided by T (:func:`otbound.token.laws_from_logits`; a repetition
+the softmax of the logits divided by T (:meth:`otbound.SamplingParams.laws`; a repetition
 penalty reads each position's prefix) — computed identically on every read, so each row sums to 1
 up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows
 instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
@@ -65,7 +65,6 @@ from otbound.lm._decode import (
 )
 from otbound.lm._prompts import encode_prompt
 from otbound.token import SamplingParams, settings_at
-from otbound.token.logits import laws_from_logits
 
 TRACE_FORMAT = "otbound-trace-1"
 
@@ -90,15 +89,13 @@ class LogitLaws:
     def _laws(self, which: str, rows=None):
         sp, sq = self.sampling_params()
         settings, logits = (sp, self.target_logits) if which == "p" else (sq, self.draft_logits)
-        if settings == SamplingParams(settings.temperature):  # plain softmax(logits / T): the stored traces' formula
-            return laws_from_logits(logits if rows is None else logits[rows], settings.temperature)
         ctx = self.contexts() if settings.needs_context else None
         if ctx is not None:  # the draft's laws along a tree stop one depth earlier than the target's
             ctx = ctx[tuple(slice(0, d) for d in np.shape(logits)[:-1])]
         if rows is not None:
             logits = logits[rows]
             ctx = None if ctx is None else ctx[rows]
-        return laws_from_logits(logits, settings, ctx)
+        return settings.laws(logits, ctx)  # the sampling settings' law (float64)
 
     @cached_property
     def p(self) -> np.ndarray:
