@@ -183,19 +183,22 @@ class TraceRecord(LogitLaws):
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
-    >>> pair = tiny_pair()
-    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> out = tmp.name
-    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
-    >>> rec = next(load_traces(paths[0]))
-    >>> rec.prompt_id, rec.prompt_length, rec.positions, rec.continuation.size
-    ('tiny/0', 4, 3, 3)
-    >>> rec.p.shape, rec.q.shape, bool(abs(rec.p.sum(axis=1) - 1).max() < 1e-12)
-    ((3, 12), (3, 12), True)
-    >>> tmp.cleanup()
+    A record as :func:`load_traces` yields it, here built by hand: a prompt of one token, then two
+    continuation tokens with the two models' logits over V = 3 (the laws are their softmax at T;
+    a repetition penalty in the settings reads each position's prefix).
+
+    >>> import numpy as np
+    >>> from otbound import SamplingParams
+    >>> from otbound.lm import TraceRecord
+    >>> logits = np.log([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])
+    >>> rec = TraceRecord("demo/0", "demo", 1.0, np.array([2, 0, 1]), 1, logits, logits[::-1])
+    >>> rec.positions, rec.continuation.tolist(), rec.p.round(3).tolist()
+    (2, [0, 1], [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])
+    >>> rec.q[0].round(3).tolist(), rec.contexts().tolist()   # the draft's laws; the laws' prefixes
+    ([0.1, 0.6, 0.3], [[2, -1], [2, 0]])
+    >>> hot = TraceRecord("demo/0", "demo", 1.0, rec.tokens, 1, logits, logits, target_sampling=SamplingParams(2.0))
+    >>> hot.p[0].round(3).tolist()    # the target's laws at its own settings (T = 2)
+    [0.415, 0.322, 0.263]
     """
 
     prompt_id: str
