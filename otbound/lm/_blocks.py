@@ -345,6 +345,12 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     ...                              progress=False)
     >>> [p.relative_to(blocks).as_posix() for p in paths]
     ['tiny/T1/tiny_0.safetensors']
+    >>> [(r.prompt_id, r.drafts.shape) for r in load_block_traces(blocks)]   # read back
+    [('tiny/0', (2, 2))]
+    >>> from otbound import SamplingParams
+    >>> hot = next(load_block_traces(blocks, target_settings=SamplingParams(2.0)))  # the target at T = 2
+    >>> hot.sampling_params()[0].temperature
+    2.0
     >>> tmp.cleanup()
     """
     k = check_num_drafts(num_drafts)
@@ -394,22 +400,14 @@ def load_block_traces(path, *, target_settings=None):
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_block_traces, collect_traces, load_block_traces, tiny_pair
-    >>> pair = tiny_pair()
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> traces, blocks = f"{tmp.name}/traces", f"{tmp.name}/blocks"
-    >>> _ = collect_traces(pair, [Prompt("tiny/0", "tiny", "", (10, 7, 6, 3))], traces, max_new_tokens=3,
-    ...                    progress=False)
-    >>> paths = collect_block_traces(pair, traces, blocks, num_drafts=2, block_length=2, positions_per_trace=1,
-    ...                              progress=False)
-    >>> [(r.prompt_id, r.drafts.shape) for r in load_block_traces(blocks)]
-    [('tiny/0', (2, 2))]
-    >>> from otbound import SamplingParams
-    >>> hot = next(load_block_traces(blocks, target_settings=SamplingParams(2.0)))
-    >>> hot.sampling_params()[0].temperature
-    2.0
-    >>> tmp.cleanup()
+    The round trip (collected, read back, the target re-measured) is the example of
+    :func:`collect_block_traces`. A path holding no block traces is refused, naming it:
+
+    >>> from otbound.lm import load_block_traces
+    >>> next(load_block_traces("no/such/folder"))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: no trace file or folder at no/such/folder
     """
     for file in _files(path, BLOCKS_FORMAT):
         x, meta = _store.read(file)

@@ -346,6 +346,12 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     ['tiny/T1/tiny_0.safetensors', 'tiny/T1/tiny_1.safetensors']
     >>> collect_traces(None, prompts, out, max_new_tokens=3, progress=False) == paths  # resumed: no model needed
     True
+    >>> [(r.prompt_id, r.temperature, r.positions) for r in load_traces(out)]   # read back
+    [('tiny/0', 1.0, 3), ('tiny/1', 1.0, 3)]
+    >>> from otbound import SamplingParams
+    >>> hot = next(load_traces(paths[0], target_settings=SamplingParams(2.0)))  # the target re-measured at T = 2
+    >>> hot.sampling_params()[0].temperature, hot.p.shape
+    (2.0, (3, 12))
     >>> tmp.cleanup()
     """
     import torch
@@ -509,20 +515,14 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
-    >>> pair = tiny_pair()
-    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> out = tmp.name
-    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
-    >>> [(r.prompt_id, r.temperature, r.positions) for r in load_traces(out)]
-    [('tiny/0', 1.0, 3), ('tiny/1', 1.0, 3)]
-    >>> from otbound import SamplingParams
-    >>> hot = next(load_traces(paths[0], target_settings=SamplingParams(2.0)))
-    >>> hot.sampling_params()[0].temperature, hot.p.shape
-    (2.0, (3, 12))
-    >>> tmp.cleanup()
+    The round trip (collected, read back, re-measured at other settings) is the example of
+    :func:`collect_traces`. A path holding no traces is refused, naming it:
+
+    >>> from otbound.lm import load_traces
+    >>> next(load_traces("no/such/folder"))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: no trace file or folder at no/such/folder
     """
     for which, given in (("target_settings", target_settings), ("draft_settings", draft_settings)):
         if given is not None and not isinstance(given, SamplingParams):
