@@ -116,8 +116,20 @@ def wheel_sha256(model: OfflineModel, *, download: bool = True, progress: bool =
     Raises
     ------
     otbound.lm.ModelUnavailableError
-        Wheels are missing and ``download`` is false, or pip fails (the examples of
-        :func:`ensure_gguf` and :func:`verify`, which read the wheels through this function).
+        Wheels are missing and ``download`` is false, or pip fails.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> from otbound.lm import OFFLINE_MODELS, ModelUnavailableError
+    >>> from otbound.lm._offline import wheel_sha256
+    >>> with mock.patch.dict(os.environ, {"OTBOUND_CACHE": tempfile.mkdtemp()}):
+    ...     try:
+    ...         wheel_sha256(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
+    ...     except ModelUnavailableError as err:
+    ...         print(str(err).split(" missing")[0])
+    6 pinned wheel(s)
     """
     paths = model.wheels(download=download, progress=progress)
     digest, size = hashlib.sha256(), 0
