@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import adversarial_rows as shared_adversarial_rows
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -35,7 +36,8 @@ def lm_rows(rng, n, v, scale=2.5, noise=1.0):
 
 
 def adversarial_rows(v=6):
-    """Zeros, disjoint supports, identical laws, near-deterministic laws, ties, a mass-1e-30 tail."""
+    """Zeros, disjoint supports, identical laws, near-deterministic laws, ties, a mass-1e-30 tail at V = v,
+    then the shared hand-written pairs (:data:`conftest.ADVERSARIAL_PAIRS`) padded to v."""
     rows = []
     u = np.full(v, 1.0 / v)
     rows.append((u, u))  # identical, all tied
@@ -53,7 +55,8 @@ def adversarial_rows(v=6):
     z = np.zeros(v); z[[0, 2, 4]] = [0.2, 0.5, 0.3]  # noqa: E702
     rows.append((z, np.roll(z, 1) * 0.5 + 0.5 * u))  # q > 0 everywhere, p sparse
     p, q = zip(*rows)
-    return np.array(p), np.array(q)
+    shared_p, shared_q = shared_adversarial_rows(v)  # the token tests' hand-written pairs, padded to v
+    return np.vstack([np.array(p), shared_p]), np.vstack([np.array(q), shared_q])
 
 
 def _ref_nss(p, q, k):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ADVERSARIAL_PAIRS
 
 from otbound import BLOCK_VERIFIERS
 
@@ -97,13 +98,7 @@ def test_maxflow_matches_dual_on_adversarial_laws():
     from otbound import draft_joint, optimal_acceptance
 
     fig = importlib.import_module("fig_solve_time")
-    cases = [
-        (np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.0, 0.0, 0.5, 0.5])),  # disjoint supports: α* = 0
-        (np.array([1.0, 0.0, 0.0]), np.array([0.2, 0.3, 0.5])),
-        (np.array([1 - 1e-9, 1e-9, 0.0]), np.array([1 / 3, 1 / 3, 1 / 3])),
-        (np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])),
-    ]
-    for p, q in cases:
+    for p, q in ADVERSARIAL_PAIRS.values():
         for k in (1, 2, 3):
             value, err = fig.maxflow_acceptance(p, draft_joint(q, k))
             assert abs(value - optimal_acceptance(p, q, k)) <= err + 1e-15

@@ -14,6 +14,7 @@ import pytest
 from otbound._validation import InvalidInputError
 from otbound.lm import ModelPair, Prompt, collect_traces, load_pair, load_traces
 from otbound.lm._tiny_gguf import tiny_gguf_logits, write_tiny_gguf_pair
+from otbound.token import SamplingParams
 
 torch = pytest.importorskip("torch")
 
@@ -144,9 +145,11 @@ def test_continuations_follow_the_target_law_and_stop_at_eos(llama, gguf):
                                      vocab_size=llama.vocab_size, stop_ids=[gguf.eos_id], generator=gen)
     assert rows.shape == (len(cont), llama.vocab_size) and rows.dtype == torch.float32
     assert gguf.eos_id not in cont[:-1]
-    # each token is the draw of torch.multinomial from softmax(row / T) with the generator's stream
+    # each token is the draw of torch.multinomial from the settings' float64 law of the row (T = 1)
+    # with the generator's stream
     replay = torch.Generator().manual_seed(11)
-    drawn = [int(torch.multinomial(torch.softmax(r[None] / 1.0, -1), 1, generator=replay)) for r in rows]
+    law = SamplingParams(1.0).laws(rows)  # (n, V) float64
+    drawn = [int(torch.multinomial(law[i:i + 1], 1, generator=replay)) for i in range(len(rows))]
     assert drawn == cont
 
 

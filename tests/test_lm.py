@@ -7,7 +7,7 @@ import zipfile
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import chi2_pvalue
+from conftest import gof_pvalue
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -250,7 +250,7 @@ def test_continuations_are_sampled_from_the_target_at_T(pair, tmp_path):
     collect_traces(pair, prompts, tmp_path, temperatures=(temp,), max_new_tokens=1, batch_size=n, progress=False)
     records = list(load_traces(tmp_path))
     first = np.array([r.continuation[0] for r in records])
-    assert chi2_pvalue(first, records[0].p[0], tv=0.15, power=0.99) > 1e-3
+    assert gof_pvalue(first, records[0].p[0], tv=0.15, power=0.99) > 1e-3
 
 
 def test_traces_resume_and_refuse_mixed_runs(pair, tmp_path):
@@ -352,7 +352,7 @@ def test_block_drafts_are_drawn_from_the_draft(pair, tmp_path):
     collect_block_traces(pair, tmp_path / "t", tmp_path / "b", num_drafts=2000, block_length=2,
                          positions_per_trace=1, progress=False)
     (b,) = load_block_traces(tmp_path / "b")
-    pvals = [chi2_pvalue(b.drafts[:, 0], b.q[0, 0], tv=0.15, power=0.99)]
+    pvals = [gof_pvalue(b.drafts[:, 0], b.q[0, 0], tv=0.15, power=0.99)]
     # each second token against its own row's law: probability integral transform is uniform
     cdf = np.cumsum(b.q[:, 1], axis=1)
     x = b.drafts[:, 1]

@@ -7,10 +7,10 @@ the dual and the LP to 1e-9 (the LP's feasibility tolerance is 1e-10).
 
 Statistics (fixed seeds, decision rule fixed in advance): N = 200,000 draft tuples at V = 1,500,
 K ∈ {2, 4}. The emitted tokens are binned into B = 16 bins of ≈ equal p-mass along the ratio order
-p/q (the order the construction works in) and, separately, along token ids; a Pearson chi-square on
-each binning at level ALPHA/2 = 5e-4 (df = 15). Power: a distortion moving TV mass δ between bins
+p/q (the order the construction works in) and, separately, along token ids; the conformance kit's
+G-test on each binning at level ALPHA/2 = 5e-4 (df = 15). Power: a distortion moving TV mass δ between bins
 has non-centrality λ = N Σ d²/p ≥ N (2δ)² = 80 at δ = 1%, detected with probability ≥ 0.999 per
-binning (``test_power_of_the_binned_chi_square``: 0.9998). The Monte Carlo acceptance must bracket the exact
+binning (``test_power_of_the_binned_g_test``: 0.9998). The Monte Carlo acceptance must bracket the exact
 value in its Wilson interval at level 1 − 1e-3.
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.stats
-from conftest import binned_chi2_pvalue, lm_like_laws
+from conftest import ADVERSARIAL_PAIRS, binned_gof_pvalue, lm_like_laws
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
+from otbound.conformance import power
 from otbound.token.verifiers import _optimal, optimal_coupling, run, support_tuples
 from otbound.token.verifiers._base import wilson_interval
 
@@ -70,24 +70,11 @@ def test_exact_lossless_and_optimal_hypothesis(ps, qs, k):
     _check_exact(_law(ps[:v]), _law(qs[:v]), k)
 
 
-ADVERSARIAL = {
-    # the canonical case that needs a random partition: α* = 1, neither singletons nor one level work
-    "needs_mixture": (_law([0.3, 0.7]), _law([0.5, 0.5])),
-    "disjoint": (_law([0.5, 0.3, 0.2, 0, 0, 0]), _law([0, 0, 0, 0.2, 0.3, 0.5])),
-    "near_deterministic": (_law([0.998, 0.001, 0.001, 0, 0]), _law([0.002, 0.004, 0.004, 0.49, 0.5])),
-    "ratio_ties": (_law([0.1, 0.2, 0.3, 0.4]), _law([0.1, 0.2, 0.3, 0.4])),
-    "equal_ratio_blocks": (_law([0.05, 0.05, 0.3, 0.3, 0.3]), _law([0.1, 0.1, 0.2, 0.2, 0.4])),
-    "q_zero_on_p_mode": (_law([0.7, 0.1, 0.1, 0.1]), _law([0.0, 0.2, 0.3, 0.5])),
-    # rejection probability 1e-20 rounds the residual mass (p − m on C) to 0 (found by hypothesis)
-    "rejection_below_rounding": (_law([0.0, 1.0]), _law([1e-10, 1.0])),
-    "tiny_masses": (_law([1e-14, 0.5, 0.5 - 1e-14, 1e-15]), _law([0.25, 1e-15, 0.25, 0.5])),
-}
 
 
-@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_exact_lossless_and_optimal_adversarial(case, k):
-    p, q = ADVERSARIAL[case]
+def test_exact_lossless_and_optimal_adversarial(adversarial_pair, k):
+    _, p, q = adversarial_pair
     _check_exact(p, q, k)
 
 
@@ -102,7 +89,7 @@ def test_random_instances_larger_k():
 def test_needs_a_random_partition():
     """p = (.3, .7), q = (.5, .5), K = 2: α* = 1, the top draft's levels are the whole vocabulary
     with probability 0.2 and a singleton with 0.8 (the level-rule mixture of the docstring)."""
-    p, q = ADVERSARIAL["needs_mixture"]
+    p, q = ADVERSARIAL_PAIRS["needs_mixture"]
     c = optimal_coupling(p, q, 2)
     assert c.alpha == pytest.approx(1.0, abs=1e-15)
     drafts = np.array([[0, 1]])
@@ -111,9 +98,8 @@ def test_needs_a_random_partition():
     np.testing.assert_allclose(ver.conditional_law(p, q, np.array([[1, 1], [0, 0]])), [[0, 1], [1, 0]], atol=ATOL)
 
 
-def test_power_of_the_binned_chi_square():
-    crit = scipy.stats.chi2.isf(ALPHA / 2, BINS - 1)
-    assert scipy.stats.ncx2.sf(crit, BINS - 1, N * (2 * 0.01) ** 2) > 0.999
+def test_power_of_the_binned_g_test():
+    assert power(N, BINS - 1, 0.01, ALPHA / 2) > 0.999  # the kit's lower bound against any 1% TV distortion
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -123,12 +109,12 @@ def test_statistically_lossless_at_v_1500(k):
     assert abs(exact - optimal_acceptance(p, q, k)) < 1e-12
     res = run(ver, p, q, k, N, 1234 + k, confidence=1 - ALPHA)
     assert np.bincount(res.sample.tokens, minlength=V_STAT)[p == 0].sum() == 0
-    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
-    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_low <= exact <= res.ci_high
 
 
-def test_binned_chi_square_rejects_a_one_percent_distortion():
+def test_binned_g_test_rejects_a_one_percent_distortion():
     """The same check rejects a sample with 1% of the mass moved from the low-ratio half to the
     high-ratio half (the shape a wrong thinning or residual would have)."""
     p, q = lm_like_laws(V_STAT, 13)
@@ -139,7 +125,7 @@ def test_binned_chi_square_rejects_a_one_percent_distortion():
     hi = np.flatnonzero(~low)
     tokens = res.sample.tokens.copy()
     tokens[move] = rng.choice(hi, size=int(move.sum()), p=p[hi] / p[hi].sum())
-    assert binned_chi2_pvalue(tokens, p, p / q, bins=BINS) < ALPHA / 2
+    assert binned_gof_pvalue(tokens, p, p / q, bins=BINS) < ALPHA / 2
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])
@@ -175,7 +161,7 @@ def _hull_cases():
     for v, k in [(60, 2), (300, 4), (300, 8), (2_000, 8), (2_000, 3)]:
         p, q = lm_like_laws(v, 1000 + v + k)
         yield f"lm-{v}-{k}", p, q, k
-    for name, (p, q) in sorted(ADVERSARIAL.items()):
+    for name, (p, q) in sorted(ADVERSARIAL_PAIRS.items()):
         for k in (2, 8):
             yield f"{name}-{k}", p, q, k
     for i in range(6):
@@ -206,7 +192,7 @@ def test_hull_level_is_the_tree_level():
 
 @pytest.mark.parametrize("k", [3, 8])
 def test_statistically_lossless_through_the_hull(monkeypatch, k):
-    """The sampler with every level taken from the hull (never the tree): the same binned chi-square
+    """The sampler with every level taken from the hull (never the tree): the same binned G-test
     as at V = 1,500 above (N = 200,000, power ≥ 0.999 against a 1% distortion), and the Monte Carlo
     acceptance brackets α*."""
     _force_hull(monkeypatch)
@@ -215,8 +201,8 @@ def test_statistically_lossless_through_the_hull(monkeypatch, k):
     assert np.diff(c.records).max() > 100  # long segments: the case the hull is for
     exact = ver.acceptance(p, q, k)
     res = run(ver, p, q, k, N, 4321 + k, confidence=1 - ALPHA)
-    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
-    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_low <= exact <= res.ci_high
 
 
@@ -253,7 +239,7 @@ def test_exact_laws_through_the_hull_equal_the_tree(monkeypatch):
     _force_hull(monkeypatch)
     for name, p, q, _k in cases:
         np.testing.assert_allclose(ver.conditional_law(p, q, drafts[name]), tree[name], atol=ATOL, err_msg=name)
-    for p, q in ADVERSARIAL.values():
+    for p, q in ADVERSARIAL_PAIRS.values():
         for k in (1, 2, 3):
             _check_exact(p, q, k)
     ver._cache.clear()

@@ -10,9 +10,9 @@ residual.
   against the reference clock integral :func:`otbound.token._wor.wor_prefix_mass` (1e-12).
 * V = 1,500 statistics (fixed seeds, decision rule fixed in advance): N = 200,000 tuples, K ∈ {2, 4},
   the emitted tokens binned into 16 bins of ≈ equal p-mass along p/q and along token ids, a
-  Pearson chi-square on each at level 5e-4 (df = 15): a 1% TV distortion has non-centrality
-  λ ≥ N (2·0.01)² = 80, detected with probability ≥ 0.999 per binning
-  (``test_power_of_the_binned_chi_square``); the Monte Carlo acceptance must lie in its Wilson
+  G-test (the conformance kit's) on each at level 5e-4 (df = 15): a 1% TV distortion has
+  non-centrality λ ≥ N (2·0.01)² = 80, detected with probability ≥ 0.999 per binning
+  (``test_power_of_the_binned_g_test``); the Monte Carlo acceptance must lie in its Wilson
   interval at level 1 − 1e-3 around the exact value.
 * V = 151,936: the exact acceptance inside the Wilson interval of 20,000 verified tuples and at
   most α*.
@@ -26,13 +26,13 @@ import itertools
 
 import numpy as np
 import pytest
-import scipy.stats
-from conftest import binned_chi2_pvalue, lm_like_laws
+from conftest import ADVERSARIAL_PAIRS, binned_gof_pvalue, lm_like_laws
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otbound import VERIFIERS, draft_joint, optimal_acceptance, optimal_acceptance_lp
 from otbound._validation import InvalidInputError
+from otbound.conformance import g_test, power
 from otbound.token._wor import wor_prefix_mass
 from otbound.token.logits import laws_from_logits
 from otbound.token.verifiers import (
@@ -90,21 +90,11 @@ def test_exact_lossless_and_optimal_hypothesis(ps, qs, k):
     _check_optimal(_law(ps[:v]), _law(qs[:v]), k)
 
 
-ADVERSARIAL = {
-    "needs_mixture": (_law([0.3, 0.7]), _law([0.5, 0.5])),
-    "disjoint": (_law([0.5, 0.3, 0.2, 0, 0, 0]), _law([0, 0, 0, 0.2, 0.3, 0.5])),
-    "near_deterministic": (_law([0.998, 0.001, 0.001, 0, 0]), _law([0.002, 0.004, 0.004, 0.49, 0.5])),
-    "ratio_ties": (_law([0.1, 0.2, 0.3, 0.4]), _law([0.1, 0.2, 0.3, 0.4])),
-    "equal_ratio_blocks": (_law([0.05, 0.05, 0.3, 0.3, 0.3]), _law([0.1, 0.1, 0.2, 0.2, 0.4])),
-    "tiny_masses": (_law([1e-14, 0.5, 0.5 - 1e-14, 1e-15]), _law([0.25, 1e-15, 0.25, 0.5])),
-    "exactly_k_tokens": (_law([0.2, 0.3, 0.5, 0.0]), _law([0.6, 0.4, 0.0, 0.0])),
-}
 
 
-@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_exact_lossless_and_optimal_adversarial(case, k):
-    p, q = ADVERSARIAL[case]
+def test_exact_lossless_and_optimal_adversarial(adversarial_pair, k):
+    _, p, q = adversarial_pair
     if np.count_nonzero(q) < k:
         return
     _check_optimal(p, q, k)
@@ -125,7 +115,7 @@ def _truncated_cases():
         k = int(r.integers(2, min(v - 1, 4) + 1))
         a = [0.3, 1.0, 3.0][i % 3]
         yield r.dirichlet(np.full(v, a)), r.dirichlet(np.full(v, a)), k
-    yield ADVERSARIAL["near_deterministic"][0], _law([0.002, 0.004, 0.004, 0.49, 0.5]), 2
+    yield ADVERSARIAL_PAIRS["near_deterministic"][0], _law([0.002, 0.004, 0.004, 0.49, 0.5]), 2
     yield _law([0.0, 0.1, 0.2, 0.3, 0.4, 0.0]), _law([0.3, 0.25, 0.2, 0.15, 0.1, 1e-9]), 3
 
 
@@ -167,9 +157,8 @@ def test_moment_path_and_reference_at_v_3000(monkeypatch, k):
     assert abs(c.mu[0] - wor_prefix_mass(q, rest, k)[-1]) < ATOL  # μ(∅) = Q(T^c)
 
 
-def test_power_of_the_binned_chi_square():
-    crit = scipy.stats.chi2.isf(ALPHA / 2, BINS - 1)
-    assert scipy.stats.ncx2.sf(crit, BINS - 1, N * (2 * 0.01) ** 2) > 0.999
+def test_power_of_the_binned_g_test():
+    assert power(N, BINS - 1, 0.01, ALPHA / 2) > 0.999  # the kit's lower bound against any 1% TV distortion
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -178,12 +167,12 @@ def test_statistically_lossless_at_v_1500(k):
     exact = ver.acceptance(p, q, k)
     assert exact <= optimal_acceptance(p, q, k, WOR) + 1e-12
     res = run(ver, p, q, k, N, 1234 + k, confidence=1 - ALPHA)
-    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
-    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_low <= exact <= res.ci_high
 
 
-def test_binned_chi_square_rejects_a_one_percent_distortion():
+def test_binned_g_test_rejects_a_one_percent_distortion():
     """The same check rejects this verifier's sample with 1% of the mass moved from the low-ratio
     half to the high-ratio half."""
     p, q = lm_like_laws(V_STAT, 13)
@@ -194,7 +183,7 @@ def test_binned_chi_square_rejects_a_one_percent_distortion():
     hi = np.flatnonzero(~low)
     tokens = res.sample.tokens.copy()
     tokens[move] = rng.choice(hi, size=int(move.sum()), p=p[hi] / p[hi].sum())
-    assert binned_chi2_pvalue(tokens, p, p / q, bins=BINS) < ALPHA / 2
+    assert binned_gof_pvalue(tokens, p, p / q, bins=BINS) < ALPHA / 2
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -365,7 +354,7 @@ def test_rebuilt_draws_are_exactly_iid(k):
 
 def test_rebuild_sampler_matches_its_law():
     """The vectorised rebuild in ``sample`` draws each growth string with its probability
-    (chi-square at level 1e-3 over 200,000 rows of one tuple; df = 14 at K = 4)."""
+    (the kit's G-test at level 1e-3 over 200,000 rows of one tuple; df = 14 at K = 4)."""
     q = _law([0.4, 0.25, 0.2, 0.1, 0.05])
     drafts = np.array([[0, 2, 1, 4]])
     weights, g = iid_ver._step_weights(q, drafts)
@@ -381,7 +370,7 @@ def test_rebuild_sampler_matches_its_law():
     spy._sample(q, q, None, np.repeat(drafts, N, axis=0), np.random.default_rng(5))
     strings = {tuple(row): i for i, row in enumerate(drafts[0][g])}
     obs = np.bincount([strings[tuple(r)] for r in captured["x"]], minlength=g.shape[0])
-    assert scipy.stats.chisquare(obs, weights[0] * N).pvalue > ALPHA
+    assert g_test(obs, weights[0])[1] > ALPHA
 
 
 def _check_iid(p, q, k):
@@ -393,10 +382,9 @@ def _check_iid(p, q, k):
     assert optimal_acceptance(p, q, k) - 1e-9 <= enumerated <= optimal_acceptance(p, q, k, WOR) + 1e-9
 
 
-@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_iid_stream_exact_adversarial(case, k):
-    p, q = ADVERSARIAL[case]
+def test_iid_stream_exact_adversarial(adversarial_pair, k):
+    _, p, q = adversarial_pair
     if np.count_nonzero(q) < k:
         return
     _check_iid(p, q, k)
@@ -416,8 +404,8 @@ def test_iid_stream_statistically_lossless_at_v_1500(k):
     fraction's Wilson lower end must reach the i.i.d. optimum."""
     p, q = lm_like_laws(V_STAT, 21 + k)
     res = run(iid_ver, p, q, k, N, 4321 + k, confidence=1 - ALPHA)
-    assert binned_chi2_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
-    assert binned_chi2_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, p / q, bins=BINS) > ALPHA / 2
+    assert binned_gof_pvalue(res.sample.tokens, p, np.arange(V_STAT), bins=BINS) > ALPHA / 2
     assert res.ci_high >= optimal_acceptance(p, q, k)
 
 
@@ -462,9 +450,8 @@ def test_hierarchical_luce_rule_is_an_optimal_sampler():
         _check_luce(r.dirichlet(np.full(v, a)), r.dirichlet(np.full(v, a)), int(r.integers(2, min(v, 5))))
 
 
-@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
-def test_hierarchical_luce_rule_adversarial(case):
-    p, q = ADVERSARIAL[case]
+def test_hierarchical_luce_rule_adversarial(adversarial_pair):
+    _, p, q = adversarial_pair
     if np.count_nonzero(q) < 2 or np.count_nonzero(q) < q.size:
         return  # the theorem's chain argument needs every K-set drafted with positive probability
     _check_luce(p, q, 2)

@@ -31,6 +31,12 @@ def test_rescaled_law():
     for bad in (0.0, -1.0, np.inf, np.nan):
         with pytest.raises(InvalidInputError, match="positive and finite"):
             draft_law_at_temperature(q, bad)
+    for bad_q in ([np.nan, 1.0], [-0.5, 1.5], [0.0, 0.0]):
+        with pytest.raises(InvalidInputError, match="^q "):
+            draft_law_at_temperature(np.array(bad_q), 0.7)
+    # τ so small that log q / τ overflows float64: the greedy limit, one-hot or uniform over tied maxima
+    assert draft_law_at_temperature(np.array([0.3, 0.7, 0.0]), 1e-310).tolist() == [0.0, 1.0, 0.0]
+    assert draft_law_at_temperature(np.array([0.4, 0.2, 0.4]), 1e-310).tolist() == [0.5, 0.0, 0.5]
 
 
 def test_plan_per_temperature_and_best():

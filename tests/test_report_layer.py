@@ -7,6 +7,8 @@
   ratio of means (resampling prompts, 4000 replicates, fixed seed): efficiency to 1e-12, half-width
   within 15% (the bootstrap's own Monte Carlo error at 4000 replicates is about 2%; a half-width not
   divided by α*, or from the wrong residuals, is off by far more);
+* the synthetic report's intervals (independent instances) against scipy's Student t interval of
+  the same instances' values, recomputed from the instances themselves;
 * the greedy law's tie convention (ties go to the lower token index) pinned by its α*.
 """
 
@@ -89,6 +91,32 @@ def test_efficiency_and_its_interval_match_a_cluster_bootstrap():
         boot.append(sums_a[pick].sum() / sums_o[pick].sum())
     half = scipy.stats.t.ppf(0.975, len(results) - 1) * np.std(boot, ddof=1)
     assert row["efficiency_ci"] == pytest.approx(half, rel=0.15)
+
+
+def test_synthetic_intervals_are_the_t_interval_of_independent_instances():
+    """Each synthetic row's acceptance_ci and gap_ci: the half width of scipy's 95% Student t interval
+    (N − 1 dof) of the per-instance values, the instances redrawn from the cell's generator."""
+    import zlib
+
+    from otbound.report import synthetic_pair, synthetic_rows
+
+    n, v, temp, k, seed = 7, 6, 0.8, 2, 3
+    rows, _ = synthetic_rows(["zipf"], v, [temp], [k], n, 16, seed, progress=False)
+    rng = np.random.default_rng([seed, zlib.crc32(f"zipf|{temp!r}".encode())])  # the cell's generator
+    pairs = [synthetic_pair("zipf", v, temp, rng) for _ in range(n)]
+    opt = np.array([ob.optimal_acceptance(p, q, k, "with_replacement") for p, q in pairs])
+    acc = np.array([ob.VERIFIERS["rrs"].acceptance(p, q, k) for p, q in pairs])  # exact: no random draws
+    for name, values in (("optimal", opt), ("rrs", acc)):
+        row = next(r for r in rows if r["verifier"] == name and r["sampling"] == "with_replacement")
+        lo, hi = scipy.stats.t.interval(0.95, n - 1, loc=values.mean(), scale=scipy.stats.sem(values))
+        assert row["acceptance"] == pytest.approx(values.mean(), rel=1e-12)
+        assert row["acceptance_ci"] == pytest.approx((hi - lo) / 2, rel=1e-10)
+        assert row["acceptance_ci"] > 1.96 * scipy.stats.sem(values) * 1.1  # not the normal interval (t_6 ≈ 2.45)
+    gaps = acc - opt
+    lo, hi = scipy.stats.t.interval(0.95, n - 1, loc=gaps.mean(), scale=scipy.stats.sem(gaps))
+    rrs = next(r for r in rows if r["verifier"] == "rrs")
+    assert rrs["gap"] == pytest.approx(gaps.mean(), rel=1e-12, abs=1e-15)
+    assert rrs["gap_ci"] == pytest.approx((hi - lo) / 2, rel=1e-10)
 
 
 def test_greedy_tie_convention_is_pinned():

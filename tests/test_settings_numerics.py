@@ -259,6 +259,20 @@ def test_the_record_laws_device_path_runs_on_the_cpu_and_agrees():
 
 
 
+def test_a_bare_temperature_draws_from_the_settings_law():
+    """The decoder's one sampling step at a float T draws from SamplingParams(T)'s float64 law (the
+    law a stored trace defines from the same logits, computed here by the numpy path): the same
+    generator stream through torch.multinomial on that law gives the same tokens."""
+    from otbound.lm._decode import draw_tokens
+
+    last = torch.randn(500, 40, generator=torch.Generator().manual_seed(3)) * 3  # (500, 40) float32
+    for t in (0.6, 1.0, 1.7):
+        got = draw_tokens(last, t, generator=torch.Generator().manual_seed(9))
+        law = SamplingParams(t).laws(last.double().numpy())  # (500, 40) float64, the numpy path
+        want = torch.multinomial(torch.from_numpy(law), 1, generator=torch.Generator().manual_seed(9)).squeeze(1)
+        assert torch.equal(got, want), t
+
+
 def test_decoding_at_a_temperature_that_overflows_float32_draws_the_greedy_limit():
     from otbound.lm import tiny_pair
     from otbound.lm._decode import sample_continuations

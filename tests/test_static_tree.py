@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import gof_pvalue
 
 from otbound import BLOCK_VERIFIERS, InvalidInputError, SamplingParams
 from otbound.block import StaticTreeTraversal, static_tree_bound, static_tree_paths
@@ -68,9 +69,7 @@ def test_registered_uniform_branching_and_sampling_matches_exact():
     se = s.num_accepted.std() / np.sqrt(s.num_accepted.size)
     assert abs(s.num_accepted.mean() - exact) < 4.5 * se  # |z| < 4.5: false alarm ~7e-6
     # the emitted first token is a draw of the target's first law (G-test, 4 bins, power asserted)
-    from test_deterministic import g_test_pvalue
-
-    assert g_test_pvalue(s.tokens[:, 0], target(())) > 1e-3
+    assert gof_pvalue(s.tokens[:, 0], target(())) > 1e-3
 
 
 def test_paths_by_draft_rank_ties_to_lower_index():

@@ -23,6 +23,7 @@ import pytest
 import scipy.stats
 
 import otbound as ob
+from otbound.conformance import degrees_of_freedom, g_test, power
 from otbound.report import Shard, run_shards, tables
 
 # ---------------------------------------------------------------------------------------------
@@ -276,14 +277,11 @@ def _first_token_g_test(pair, temperature, verifier, k, length):
             r = ob.lm.speculative_sample(pair, prompt, verifier=verifier, num_drafts=k, block_len=length,
                                          temperature=temperature, max_new_tokens=1, seed=[j, s, 7])
             counts[r.tokens[0]] += 1
-        exp = N_FIRST * law
-        big = exp >= 5
-        obs, ex = np.append(counts[big], counts[~big].sum()), np.append(exp[big], exp[~big].sum())
-        keep = ex > 0
-        obs, ex = obs[keep], ex[keep]
-        nz = obs > 0
-        g += 2.0 * float(np.sum(obs[nz] * np.log(obs[nz] / ex[nz])))
-        dof += obs.size - 1
+        big = N_FIRST * law >= 5
+        cells = np.append(law[big], law[~big].sum())
+        obs = np.append(counts[big], counts[~big].sum())[cells > 0]
+        g += g_test(obs, cells[cells > 0])[0]  # the conformance kit's G statistic of this prompt
+        dof += degrees_of_freedom(cells)
     return float(scipy.stats.chi2.sf(g, dof)), dof
 
 
@@ -293,12 +291,10 @@ def test_speculative_sample_is_lossless_at_temperatures_other_than_one(pair8, te
     """Lossless at T ≠ 1: the first emitted token follows the target's law at T (G-test, level
     1e-3). Power: with N = 600 runs per prompt over two prompts (pooled, ≤ 14 degrees of freedom)
     a distortion of total variation 0.11 on each prompt's first token is detected with probability
-    ≥ 0.99 (tests/stat_power.py, asserted below); drafting from the law at T = 1 instead of T is a
-    distortion of TV 0.25 at T = 0.5 on this pair."""
-    from stat_power import chi2_power
-
+    ≥ 0.99 (the kit's bound :func:`otbound.conformance.power`, asserted below); drafting from the
+    law at T = 1 instead of T is a distortion of TV 0.25 at T = 0.5 on this pair."""
     pv, dof = _first_token_g_test(pair8, temperature, verifier, k, length)
-    assert chi2_power(dof, len(SPEC_PROMPTS) * N_FIRST, tv=0.11) > 0.99
+    assert power(len(SPEC_PROMPTS) * N_FIRST, dof, 0.11, 1e-3) > 0.99
     assert pv > LEVEL, f"{verifier} at T={temperature}: G-test p = {pv:.2e}"
 
 

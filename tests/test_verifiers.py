@@ -1,15 +1,16 @@
 """Token-level verifiers: losslessness (exact and statistical), acceptance values, known results.
 
 Statistics (decision rule fixed in advance). A statistical check draws N = 200 000 draft tuples at a
-fixed seed and runs a Pearson chi-square goodness-of-fit test of the emitted tokens against p (bins
-with expected count < 5 pooled; a token with p = 0 must never appear), and compares the Monte Carlo
-acceptance with the exact one by a Wilson interval at confidence 1 − ALPHA. Per stage ALPHA = 1e-3.
+fixed seed and runs the conformance kit's G-test of the emitted tokens against p (bins with
+expected count < 5 pooled; a token with p = 0 must never appear; :func:`conftest.pooled_g_test`),
+and compares the Monte Carlo acceptance with the exact one by a Wilson interval at confidence
+1 − ALPHA. Per stage ALPHA = 1e-3.
 Two-stage rule (:func:`confirmed`): a check that fails is repeated once on an independent fresh
 sample and the test fails only if that fails too. Per test (≤ 2 checks per stage): false alarm
 ≤ (2·ALPHA)² = 4e-6, ≤ 1e-3 over the ~250 statistical tests. Power against any 1%-TV distortion:
 its non-centrality is λ = N Σ d²/p ≥ N · 4e-4 (minimum over d with Σ|d| = 0.02, Σ d = 0); every
-chi-square computes its worst-case power for its actual bins and sample size
-(:func:`stat_power.chi2_power`) and asserts ≥ 0.995 per stage, so ≥ 0.99 for the two-stage rule
+test computes its worst-case power for its actual bins and sample size (the kit's lower bound
+:func:`otbound.conformance.power`) and asserts ≥ 0.995 per stage, so ≥ 0.99 for the two-stage rule
 (N = 200 000: up to 19 degrees of freedom, per-stage power ≥ 0.9995 up to 15; the V = 300 test has
 about 205 bins and draws N = 400 000: per stage ≥ 0.9989). Checked empirically on a worst-case
 distorted sampler, which is rejected at both stages.
@@ -22,9 +23,10 @@ import itertools
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import chi2_pvalue
+from conftest import gof_pvalue, pooled_g_test
 
 from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, optimal_acceptance_lp, sample_drafts
+from otbound.conformance import power
 from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, kseq_rho, run
 
 N = 200_000
@@ -106,7 +108,7 @@ def confirmed(check, seed):
 def _lossless_check(name, p, q, k, n=N):
     def check(seed):
         res = run(name, p, q, k, n, seed, confidence=1 - ALPHA)
-        pv = chi2_pvalue(res.sample.tokens, p)
+        pv = gof_pvalue(res.sample.tokens, p)
         exact = VERIFIERS[name].acceptance(p, q, k)
         return pv > ALPHA and res.ci_low <= exact <= res.ci_high, (pv, exact, res.ci_low, res.ci_high)
 
@@ -162,27 +164,24 @@ def test_sampler_matches_conditional_law(name, case):
         tokens = v.sample(p, q, drafts, rng).tokens
         rows = position[np.ravel_multi_index(tuple(drafts.T), (vv,) * k)]
         counts = np.bincount(rows * vv + tokens, minlength=len(tuples) * vv).astype(float)
-        assert counts[expected == 0].sum() == 0  # never an impossible (drafts, token) pair
-        big = expected >= 5
-        obs = np.append(counts[big], counts[~big].sum())
-        exp = np.append(expected[big], expected[~big].sum())
-        keep = exp > 0
-        pv = float(scipy.stats.chisquare(obs[keep], exp[keep]).pvalue)
+        pv = pooled_g_test(counts, expected, tv=None)  # never an impossible (drafts, token) pair: asserted
         return pv > ALPHA, pv
 
     ok, detail = confirmed(check, 7 + NAMES.index(name))
     assert ok, detail
 
 
-def test_chi2_power_bound():
-    """Worst-case per-stage power of the chi-square test against any 1%-TV distortion at N, ALPHA."""
+def test_g_test_power_bound():
+    """Worst-case per-stage power of the G-test against any 1%-TV distortion at N, ALPHA (the kit's
+    bound, checked against the noncentral chi-square it states)."""
     for df in range(1, 16):
-        crit = scipy.stats.chi2.isf(ALPHA, df)
-        assert scipy.stats.ncx2.sf(crit, df, N * 4e-4) > 0.9999
+        assert power(N, df, 0.01, ALPHA) > 0.9999
+        want = scipy.stats.ncx2.sf(scipy.stats.chi2.isf(ALPHA, df), df, N * 4e-4)
+        assert power(N, df, 0.01, ALPHA) == pytest.approx(want, rel=1e-9)
 
 
 @pytest.mark.parametrize("case", ["uniform", "dirichlet"])
-def test_chi2_rejects_one_percent_distortion(case):
+def test_g_test_rejects_one_percent_distortion(case):
     """A deliberately 1%-distorted RRS (worst-case shape: 0.01 of mass moved from one half of p to
     the other, proportionally to p) is rejected at N, ALPHA — the test above has power."""
     p, q = CASES[case]
@@ -196,11 +195,11 @@ def test_chi2_rejects_one_percent_distortion(case):
         move = b[tokens] & (rng.random(N) < 0.01 / p[b].sum())
         distorted = tokens.copy()
         distorted[move] = rng.choice(p.size, size=int(move.sum()), p=pa / pa.sum())
-        assert chi2_pvalue(distorted, p) < ALPHA
+        assert gof_pvalue(distorted, p) < ALPHA
 
 
 def test_large_vocabulary_lossless():
-    """V = 300, heavy-tailed laws: chi-square (pooled tail, ~205 bins, N = 400 000) and exact acceptance
+    """V = 300, heavy-tailed laws: G-test (pooled tail, ~205 bins, N = 400 000) and exact acceptance
     within the CI."""
     r = np.random.default_rng(3)
     v = 300

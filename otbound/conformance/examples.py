@@ -38,6 +38,7 @@ from numpy.polynomial import Polynomial
 from otbound import BLOCK_VERIFIERS
 from otbound.block.verifiers.chain import block_schedule
 from otbound.conformance._adapters import block_adapter
+from otbound.token import SamplingParams
 from otbound.token.verifiers import residual
 
 
@@ -135,7 +136,9 @@ def rrs_truncated_q(p, q, drafts, coin, draw):
 
     The defect class of assisted decoding that took q from the raw logits while drafting under
     ``top_k = 50`` (there: drafts from the truncated law, q untruncated); here the reverse
-    direction, which the kit's laws express directly: ``q_fed = softmax(top-2 of log q)``. A draft
+    direction, which the kit's laws express directly: ``q_fed`` is the law of the logits ``log q``
+    under ``SamplingParams(top_k=2)`` (:meth:`otbound.SamplingParams.laws`: the two largest
+    masses renormalised, every token tied with the second kept, as transformers does). A draft
     outside the top 2 has ``q_fed = 0`` and ratio ``p/0 = inf`` (torch's ``min(1, p/q)``): it is
     always accepted, and its tokens are over-emitted. Lossy whenever q has more than 2 tokens:
     p = (.5, .3, .2), q = (.1, .6, .3), K = 1 gives the output law (.55, .27, .18), and it reports
@@ -144,10 +147,8 @@ def rrs_truncated_q(p, q, drafts, coin, draw):
 
         python -m otbound.conformance otbound.conformance.examples:rrs_truncated_q --level token --num-drafts 1
     """
-    qf = np.asarray(q, dtype=np.float64)
-    keep = np.argsort(-qf, kind="stable")[:2]
-    fed = np.zeros_like(qf)
-    fed[keep] = qf[keep] / qf[keep].sum()
+    with np.errstate(divide="ignore"):
+        fed = SamplingParams(top_k=2).laws(np.log(np.asarray(q, dtype=np.float64)))  # log 0 = −inf: mass 0
     cur = np.asarray(p, dtype=np.float64)
     for x in drafts:
         ratio = np.inf if fed[x] == 0 else cur[x] / fed[x]

@@ -76,22 +76,19 @@ class BlockRecord(LogitLaws):
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_block_traces, collect_traces, load_block_traces, tiny_pair
-    >>> pair = tiny_pair()
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> traces, blocks = f"{tmp.name}/traces", f"{tmp.name}/blocks"
-    >>> _ = collect_traces(pair, [Prompt("tiny/0", "tiny", "", (10, 7, 6, 3))], traces, max_new_tokens=3,
-    ...                    progress=False)
-    >>> paths = collect_block_traces(pair, traces, blocks, num_drafts=2, block_length=2, positions_per_trace=1,
-    ...                              progress=False)
-    >>> rec = next(load_block_traces(blocks))
+    A record as :func:`load_block_traces` yields it, here built by hand: K = 2 blocks of L = 1
+    token over V = 2 after the prefix ``[0]`` (the laws are the logits' softmax at T).
+
+    >>> import numpy as np
+    >>> from otbound.lm import BlockRecord
+    >>> tl = np.log([[[0.5, 0.5], [0.9, 0.1]], [[0.5, 0.5], [0.2, 0.8]]])   # (K, L + 1, V)
+    >>> dl = np.log([[[0.3, 0.7]], [[0.3, 0.7]]])                             # (K, L, V)
+    >>> rec = BlockRecord("demo/0", "demo", 1.0, 1, np.array([0]), np.array([[0], [1]]), tl, dl)
     >>> rec.num_drafts, rec.block_length, rec.p.shape, rec.q.shape
-    (2, 2, (2, 3, 12), (2, 2, 12))
-    >>> target, draft = rec.block_models()
-    >>> bool(np.allclose(target(tuple(rec.drafts[0, :1])), rec.p[0, 1]))
-    True
-    >>> tmp.cleanup()
+    (2, 1, (2, 2, 2), (2, 1, 2))
+    >>> target, draft = rec.block_models()   # the laws along the drafted tree, by prefix
+    >>> target((1,)).round(3).tolist(), draft(()).round(3).tolist()
+    ([0.2, 0.8], [0.3, 0.7])
     """
 
     prompt_id: str
@@ -348,6 +345,12 @@ def collect_block_traces(pair, traces, out, *, num_drafts: int = 4, block_length
     ...                              progress=False)
     >>> [p.relative_to(blocks).as_posix() for p in paths]
     ['tiny/T1/tiny_0.safetensors']
+    >>> [(r.prompt_id, r.drafts.shape) for r in load_block_traces(blocks)]   # read back
+    [('tiny/0', (2, 2))]
+    >>> from otbound import SamplingParams
+    >>> hot = next(load_block_traces(blocks, target_settings=SamplingParams(2.0)))  # the target at T = 2
+    >>> hot.sampling_params()[0].temperature
+    2.0
     >>> tmp.cleanup()
     """
     k = check_num_drafts(num_drafts)
@@ -397,22 +400,14 @@ def load_block_traces(path, *, target_settings=None):
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_block_traces, collect_traces, load_block_traces, tiny_pair
-    >>> pair = tiny_pair()
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> traces, blocks = f"{tmp.name}/traces", f"{tmp.name}/blocks"
-    >>> _ = collect_traces(pair, [Prompt("tiny/0", "tiny", "", (10, 7, 6, 3))], traces, max_new_tokens=3,
-    ...                    progress=False)
-    >>> paths = collect_block_traces(pair, traces, blocks, num_drafts=2, block_length=2, positions_per_trace=1,
-    ...                              progress=False)
-    >>> [(r.prompt_id, r.drafts.shape) for r in load_block_traces(blocks)]
-    [('tiny/0', (2, 2))]
-    >>> from otbound import SamplingParams
-    >>> hot = next(load_block_traces(blocks, target_settings=SamplingParams(2.0)))
-    >>> hot.sampling_params()[0].temperature
-    2.0
-    >>> tmp.cleanup()
+    The round trip (collected, read back, the target re-measured) is the example of
+    :func:`collect_block_traces`. A path holding no block traces is refused, naming it:
+
+    >>> from otbound.lm import load_block_traces
+    >>> next(load_block_traces("no/such/folder"))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: no trace file or folder at no/such/folder
     """
     for file in _files(path, BLOCKS_FORMAT):
         x, meta = _store.read(file)

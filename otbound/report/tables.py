@@ -27,14 +27,6 @@ from otbound._io import atomic_path, json_text
 from otbound._validation import SAMPLINGS
 
 
-def mean_ci(values) -> tuple[float, float]:
-    """Mean and the half width of its normal 95% interval (1.96·s/√n; 0 for n < 2)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size < 2:
-        return float(x.mean()), 0.0
-    return float(x.mean()), float(1.96 * x.std(ddof=1) / math.sqrt(x.size))
-
-
 def verifier_label(name: str, rows) -> str:
     """``name``, followed by " (lossy)" when a row of ``rows`` for it declares ``lossless`` False.
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound._validation import InvalidInputError, check_positive_int
+from otbound.token._settings import SamplingParams
 from otbound.token.bounds import optimal_acceptance
 
 #: the sampled draft laws whose temperature is a knob
@@ -99,13 +100,12 @@ def _check(p, draft_logits, sampling):
 
 
 def _draft_law(z: np.ndarray, tau: float) -> np.ndarray:
-    """softmax(z/τ) along the last axis, float64 (τ = inf: uniform over the finite logits)."""
-    finite = np.isfinite(z)
+    """softmax(z/τ) along the last axis, float64: :meth:`otbound.SamplingParams.laws` at temperature
+    τ (τ = inf, outside the settings: uniform over the finite logits)."""
     if np.isinf(tau):
+        finite = np.isfinite(z)
         return finite / finite.sum(axis=-1, keepdims=True)
-    top = np.max(np.where(finite, z, -np.inf), axis=-1, keepdims=True)
-    e = np.where(finite, np.exp((np.where(finite, z, top) - top) / tau), 0.0)
-    return e / e.sum(axis=-1, keepdims=True)
+    return SamplingParams(tau).laws(z)
 
 
 def draft_temperature_curve(p, draft_logits, num_drafts: int, temperatures, sampling: str = "with_replacement"):
