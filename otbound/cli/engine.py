@@ -46,7 +46,7 @@ class EngineOptions:
     --------
     >>> from otbound.cli.engine import EngineOptions
     >>> [s.name for s in EngineOptions(synthetic=True, sampling=["qwen", "default@0.7"]).samplings()]
-    ['qwen', 'default']
+    ['qwen', 'default T=0.7']
     >>> EngineOptions(synthetic=True, pair="qwen2.5-coder")
     Traceback (most recent call last):
         ...
