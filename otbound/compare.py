@@ -1,5 +1,7 @@
-"""``python -m otbound.compare``: every verifier against its optimal-transport bound (the command is
-:mod:`otbound.cli.compare`)."""
+"""``python -m otbound.compare``: every verifier against its optimal-transport bound.
+
+The entry of the command :mod:`otbound.cli.compare`.
+"""
 
 from otbound.cli.compare import main
 

@@ -26,7 +26,8 @@ from otbound.cli._common import (
     interrupted,
     parse_options,
     print_error,
+    verifier_names,
 )
 
 __all__ = ["ExitStatus", "OneLineParser", "draft_law_names", "error_line", "exit_error", "interrupted",
-           "parse_options", "print_error"]
+           "parse_options", "print_error", "verifier_names"]

@@ -1,5 +1,7 @@
-"""``python -m otbound.conformance``: check a verifier for losslessness (the command is
-:mod:`otbound.cli.conformance`)."""
+"""``python -m otbound.conformance``: check a verifier for losslessness.
+
+The entry of the command :mod:`otbound.cli.conformance`.
+"""
 
 import sys
 

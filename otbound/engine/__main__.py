@@ -1,5 +1,7 @@
-"""``python -m otbound.engine``: audit a serving engine's speculative decoding through its own API (the
-command is :mod:`otbound.cli.engine`)."""
+"""``python -m otbound.engine``: audit a serving engine's speculative decoding.
+
+The entry of the command :mod:`otbound.cli.engine`.
+"""
 
 from otbound.cli.engine import main
 

@@ -1,4 +1,7 @@
-"""``python -m otbound.plan``: plan the drafting scheme of a pair (the command is :mod:`otbound.cli.plan`)."""
+"""``python -m otbound.plan``: plan the drafting scheme of a pair.
+
+The entry of the command :mod:`otbound.cli.plan`.
+"""
 
 from otbound.cli.plan import main
 
