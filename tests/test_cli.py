@@ -117,3 +117,13 @@ def test_one_parser_style_one_error_line(capsys):
 
 def test_the_exit_status_table():
     assert {s.name: int(s) for s in ExitStatus} == {"OK": 0, "FAILED": 1, "USAGE": 2, "INTERRUPTED": 130}
+
+
+def test_ctrl_c_while_the_options_are_checked_is_one_line_and_130(capsys):
+    def interrupted_check(**flags):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exc:
+        parse_options(OneLineParser(prog="demo"), [], interrupted_check)
+    assert exc.value.code == ExitStatus.INTERRUPTED == 130
+    assert capsys.readouterr().err == "demo: interrupted; nothing was done\n"

@@ -95,7 +95,8 @@ class OneLineParser(argparse.ArgumentParser):
 def parse_options(parser: OneLineParser, argv, options_type):
     """``options_type(**flags)``: the validated options of the command line ``argv`` (default:
     ``sys.argv[1:]``); a flag that does not parse or options that do not validate end in one line
-    on stderr and :attr:`ExitStatus.USAGE`.
+    on stderr and :attr:`ExitStatus.USAGE`; Ctrl-C meanwhile in one line and
+    :attr:`ExitStatus.INTERRUPTED`.
 
     Examples
     --------
@@ -113,6 +114,8 @@ def parse_options(parser: OneLineParser, argv, options_type):
         return options_type(**vars(parser.parse_args(argv)))
     except InvalidInputError as err:
         exit_error(err, parser.prog)
+    except KeyboardInterrupt:  # while the options are checked (a prompt file read, torch loaded): nothing done
+        interrupted(f"{parser.prog}: interrupted; nothing was done")
 
 
 def draft_law_names() -> tuple[str, ...]:
