@@ -217,7 +217,8 @@ _LAYER_NOTES = {
     "plan": "the planner: shape x draft law x verifier, cost model",
     "conformance": "the conformance kit: check anyone's verifier",
     "engine": "serving engines under audit (llama.cpp, any OpenAI-compatible server)",
-    "compare": "the main job's command line",
+    "cli": "the command lines: one module per command, typed options, one error line, one exit-status table",
+    "ENTRY": "the python -m entries (otbound/compare.py, every __main__.py): a few lines calling otbound.cli",
 }
 
 

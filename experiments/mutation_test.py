@@ -60,10 +60,10 @@ DIRECTED = [
     ("resume batches only the missing traces", "otbound/lm/_traces.py",
      "for p, path in zip(prompts, row)),", "for p, path in zip(prompts, row) if path in missing),",
      ["tests/test_fault_injection.py::test_killed_tiny_model_report_resumes_bit_for_bit"]),
-    ("output folder not locked", "otbound/compare.py",
-     "with output_lock(args.out):", "with open(os.devnull):",
+    ("output folder not locked", "otbound/cli/compare.py",
+     "with output_lock(options.out):", "with open(os.devnull):",
      ["tests/test_reliability.py::test_second_run_on_a_folder_is_refused_naming_the_holder"]),
-    ("--mc-samples 0 silently replaced", "otbound/compare.py",
+    ("--mc-samples 0 silently replaced", "otbound/cli/_common.py",
      "raise argparse.ArgumentTypeError(f\"must be a positive integer, got {text!r}\")", "return 20_000",
      ["tests/test_reliability.py"]),
     # tables at several temperatures: a cell shown under another temperature's heading

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import otbound as ob
-from otbound import compare
+from otbound.cli import compare
 from otbound.report import Shard, read_checkpoints, run_shards
 
 SYNTH = ["--synthetic", "--vocab-size", "5", "--instances", "2", "--num-drafts", "1", "2", "--temperature", "1.0",

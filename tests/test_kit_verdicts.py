@@ -170,7 +170,7 @@ def test_a_verifier_swallowing_the_time_limit_is_stopped(user, tmp_path):
 
 
 def test_ctrl_c_is_one_line_130_and_no_report(user, tmp_path, capsys, monkeypatch):
-    import otbound.conformance.__main__ as cli
+    import otbound.cli.conformance as cli
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otbound"
 #: top-level modules every layer may use
-SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay", "_cli"}
+SHARED_BASE = {"_validation", "_backend", "_solvers", "_io", "_integrity", "_replay"}
 
 
 def _run(code: str) -> str:
@@ -38,8 +38,12 @@ def test_objectives_still_reachable_from_the_top_level():
 
 
 #: the layers, lowest first: a module imports only from its own layer, a lower one, or the shared base
-#: (``ROOT`` is the facade ``otbound/__init__.py``, which gathers the token and block layers)
-LAYER_ORDER = ("token", "block", "objectives", "ROOT", "lm", "report", "plan", "conformance", "engine", "compare")
+#: (``ROOT`` is the facade ``otbound/__init__.py``, which gathers the token and block layers; ``cli`` the
+#: command lines; ``ENTRY`` the ``python -m`` entries, ``otbound.compare`` and every ``__main__``, which call
+#: the command lines)
+LAYER_ORDER = ("token", "block", "objectives", "ROOT", "lm", "report", "plan", "conformance", "engine", "cli", "ENTRY")
+#: the ``python -m`` entries besides the ``__main__`` modules
+ENTRIES = {"otbound.compare"}
 
 
 def _module_name(file: Path) -> str:
@@ -70,6 +74,8 @@ def _imports(file: Path):
 
 def _layer_of(module: str) -> str:
     parts = module.split(".")
+    if module in ENTRIES or parts[-1] == "__main__":
+        return "ENTRY"
     return "ROOT" if len(parts) == 1 else parts[1]
 
 

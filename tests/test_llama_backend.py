@@ -262,7 +262,7 @@ def test_compare_runs_on_the_llama_cpp_backend_from_text_prompts(llama, gguf, tm
     (["--backend", "vllm"], "invalid choice"),
 ])
 def test_compare_refuses_flags_that_do_not_apply(argv, match, tmp_path, capsys):
-    from otbound import compare
+    from otbound.cli import compare
 
     with pytest.raises(SystemExit) as exc:
         compare.parse_args([*argv, "--out", str(tmp_path / "r")])

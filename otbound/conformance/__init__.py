@@ -32,16 +32,17 @@ from otbound.conformance._adapters import (
     token_sample_adapter,
 )
 from otbound.conformance._block import check_block_verifier
-from otbound.conformance._drafting import DraftingScheme, top_k_tree
+from otbound.conformance._drafting import DraftingScheme, as_drafting, top_k_tree
 from otbound.conformance._instances import BlockInstance, TokenInstance, block_instances, token_instances
 from otbound.conformance._invariance import InvarianceCounterexample, InvarianceResult, check_drafter_invariance
 from otbound.conformance._result import ConformanceResult, Counterexample, InstanceReport
 from otbound.conformance._routing import LazyUniform, RoutedGenerator, exponential_race, route_randomness
 from otbound.conformance._stats import degrees_of_freedom, g_test, power, samples_for_power
 from otbound.conformance._token import check_token_verifier
-from otbound.conformance._tree import ConformanceError, enumerate_outcomes
+from otbound.conformance._tree import ConformanceError, enumerate_outcomes, violations_reraised
 
 __all__ = [
+    "as_drafting",
     "as_sampler",
     "BlockInstance",
     "ConformanceError",
@@ -71,4 +72,5 @@ __all__ = [
     "token_law_adapter",
     "token_sample_adapter",
     "top_k_tree",
+    "violations_reraised",
 ]

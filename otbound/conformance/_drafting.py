@@ -118,7 +118,22 @@ class DraftingScheme:
 
 def as_drafting(drafting):
     """``drafting=`` as given: None, an object with the drafting protocol (a
-    :class:`DraftingScheme`, a BlockVerifier with its own scheme), or a pair ``(draw, law)``."""
+    :class:`DraftingScheme`, a BlockVerifier with its own scheme), or a pair ``(draw, law)``
+    (made a :class:`DraftingScheme` named ``"user drafting"``); anything else is an
+    :class:`~otbound.InvalidInputError`.
+
+    Examples
+    --------
+    >>> import otbound.conformance as oc
+    >>> oc.as_drafting(oc.top_k_tree(2)).name
+    'top_2_tree'
+    >>> oc.as_drafting((lambda *a: None, lambda *a: None)).name
+    'user drafting'
+    >>> oc.as_drafting("top-k")
+    Traceback (most recent call last):
+        ...
+    otbound._validation.InvalidInputError: drafting must be None, a DraftingScheme(name, law, draw), ... got str
+    """
     if drafting is None or hasattr(drafting, "draft_tuple_law"):
         return drafting
     if isinstance(drafting, tuple) and len(drafting) == 2 and all(callable(f) for f in drafting):

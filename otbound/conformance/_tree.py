@@ -11,6 +11,8 @@ returns) raise :class:`ConformanceError` with one clear sentence.
 
 from __future__ import annotations
 
+import contextlib
+
 from otbound import InvalidInputError
 from otbound._replay import MAX_BRANCHES
 from otbound._replay import enumerate_outcomes as _enumerate
@@ -26,6 +28,33 @@ def raise_recorded() -> None:
         first = VIOLATIONS[0]
         VIOLATIONS.clear()
         raise ConformanceError(f"{first} (the verifier caught this error and went on; no verdict is given)")
+
+
+@contextlib.contextmanager
+def violations_reraised():
+    """A block that forgets earlier routing violations and, when it ends without an exception,
+    raises the first violation recorded inside it: a verifier run in the block that caught the
+    kit's error and went on gets no result.
+
+    Examples
+    --------
+    >>> import otbound.conformance as oc
+    >>> def swallows(coin, draw):
+    ...     with oc.route_randomness(coin, draw) as rng:
+    ...         try:
+    ...             rng.standard_normal()  # not routable: a violation, caught here
+    ...         except Exception:
+    ...             pass
+    ...     return 0
+    >>> with oc.violations_reraised():
+    ...     oc.enumerate_outcomes(swallows)
+    Traceback (most recent call last):
+        ...
+    otbound.conformance._tree.ConformanceError: rng.standard_normal cannot be routed to coin / draw ...
+    """
+    VIOLATIONS.clear()
+    yield
+    raise_recorded()
 
 
 def violation(message: str) -> ConformanceError:

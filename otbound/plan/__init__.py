@@ -55,7 +55,7 @@ from otbound.plan._plan import (
     tree_shape,
     write_plan,
 )
-from otbound.plan._search import best_tree, tree_nodes_of
+from otbound.plan._search import best_tree, check_search_size, tree_nodes_of
 from otbound.plan._sources import (
     load_run_traces,
     synthetic_cost_model,
@@ -64,7 +64,13 @@ from otbound.plan._sources import (
     table_from_records,
     trace_files,
 )
-from otbound.plan._temperature import TemperaturePlan, draft_law_at_temperature, plan_draft_temperatures
+from otbound.plan._temperature import (
+    TemperaturePlan,
+    check_temperatures,
+    draft_law_at_temperature,
+    plan_draft_temperatures,
+    write_temperature_plans,
+)
 from otbound.plan._tree import TreeShapeVerifier
 
 __all__ = [
@@ -77,4 +83,5 @@ __all__ = [
     "window_levels",
     "write_plan",
     "TemperaturePlan", "draft_law_at_temperature", "plan_draft_temperatures",
+    "check_search_size", "check_temperatures", "write_temperature_plans",
 ]

@@ -673,23 +673,38 @@ def end_to_end_figure(rows, path):
 TINY_VOCAB = 12
 
 
-def end_to_end_section(args, out):
-    """``(rows as dicts with block_len, markdown, figure path)`` for the CLI's arguments.
+def end_to_end_section(out, *, pair: str = "tiny", num_prompts: int = 4, verifiers=None, num_drafts=(2,),
+                       block_lens=(2,), max_new_tokens: int = 12, temperature: float = 1.0, seed: int = 0,
+                       datasets=("humaneval", "mtbench"), device: str = "auto", dtype: str = "auto"):
+    """``(rows as dicts with block_len, markdown, figure path)`` of the end-to-end section
+    (``python -m otbound.compare --end-to-end``).
 
-    ``args.e2e_pair == "tiny"``: :func:`otbound.lm.tiny_pair` with V = 12 and
-    :func:`otbound.lm.tiny_prompts`, with exact ``E[τ | context]``; otherwise the pair named (or
-    ``"draft,target"``) loaded on ``args.device`` / ``args.dtype``, its prompts spread over
-    ``args.datasets``, without it.
+    ``pair == "tiny"``: :func:`otbound.lm.tiny_pair` with V = 12 and :func:`otbound.lm.tiny_prompts`,
+    with exact ``E[τ | context]``; otherwise the pair named (or ``"draft,target"``) loaded on
+    ``device`` / ``dtype``, its prompts spread over ``datasets``, without it.
 
     Parameters
     ----------
-    args : argparse.Namespace
-        The ``python -m otbound.compare`` arguments read: ``e2e_pair``, ``e2e_prompts``,
-        ``e2e_verifiers`` (None: every verifier), ``e2e_drafts``, ``e2e_lens``, ``e2e_tokens``,
-        ``temperature`` (the first one, default 1), ``seed``; for a real pair also ``datasets``,
-        ``device`` and ``dtype``.
     out : pathlib.Path
         Folder of the figure (``end_to_end.png``).
+    pair : str
+        ``"tiny"``, a registered pair or ``"draft,target"`` model ids or paths.
+    num_prompts : int
+        Prompts decoded (a real pair: spread evenly over ``datasets``, at least one each).
+    verifiers : sequence of str, optional
+        Token and block verifier names (None: every registered verifier).
+    num_drafts, block_lens : sequence of int
+        The K and block length L values.
+    max_new_tokens : int
+        Tokens generated per prompt.
+    temperature : float
+        Sampling temperature of both models.
+    seed : int
+        Seed of the tiny pair, its prompts and the decoding.
+    datasets : sequence of str
+        Prompt sets of a real pair.
+    device, dtype : str
+        Where and in which precision a real pair runs (``"auto"``: see :func:`otbound.lm.load_pair`).
 
     Returns
     -------
@@ -703,15 +718,13 @@ def end_to_end_section(args, out):
     Examples
     --------
     >>> import tempfile
-    >>> from argparse import Namespace
     >>> from pathlib import Path
     >>> import matplotlib
     >>> matplotlib.use("Agg")
     >>> from otbound.report import end_to_end_section
-    >>> args = Namespace(e2e_pair="tiny", e2e_prompts=1, e2e_verifiers=["rrs"], e2e_drafts=[2], e2e_lens=[1],
-    ...                  e2e_tokens=2, temperature=None, seed=0)
     >>> with tempfile.TemporaryDirectory() as out:
-    ...     rows, text, png = end_to_end_section(args, Path(out))
+    ...     rows, text, png = end_to_end_section(Path(out), pair="tiny", num_prompts=1, verifiers=["rrs"],
+    ...                                          num_drafts=[2], block_lens=[1], max_new_tokens=2, seed=0)
     ...     print(png.name, png.exists())
     end_to_end.png True
     >>> [(r["section"], r["verifier"], r["num_drafts"], r["block_len"]) for r in rows]
@@ -720,39 +733,34 @@ def end_to_end_section(args, out):
     '## End to end: verifiers run as speculative decoders, against the bounds at the visited contexts'
     """
     t0 = time.perf_counter()
-    if args.e2e_pair == "tiny":
-        pair = tiny_pair(TINY_VOCAB, seed=args.seed)
-        prompts = tiny_prompts(pair, args.e2e_prompts, seed=args.seed)
+    if pair == "tiny":
+        model_pair = tiny_pair(TINY_VOCAB, seed=seed)
+        prompts = tiny_prompts(model_pair, num_prompts, seed=seed)
     else:
         from otbound.lm import encode_prompt, load_pair, load_prompts
 
-        pair = load_pair(
-            tuple(args.e2e_pair.split(",")) if "," in args.e2e_pair else args.e2e_pair,
-            device=args.device,
-            dtype=args.dtype,
-        )
-        per = max(1, args.e2e_prompts // len(args.datasets))
-        prompts = [encode_prompt(pair.tokenizer, p) for d in args.datasets for p in load_prompts(d, per)]
-    names = args.e2e_verifiers or list(VERIFIERS) + list(BLOCK_VERIFIERS)
-    temperature = (args.temperature or [1.0])[0]
-    real = args.e2e_pair != "tiny"
+        model_pair = load_pair(tuple(pair.split(",")) if "," in pair else pair, device=device, dtype=dtype)
+        per = max(1, num_prompts // len(datasets))
+        prompts = [encode_prompt(model_pair.tokenizer, p) for d in datasets for p in load_prompts(d, per)]
+    names = list(verifiers) if verifiers else list(VERIFIERS) + list(BLOCK_VERIFIERS)
+    real = pair != "tiny"
     rows = end_to_end_rows(
-        pair,
+        model_pair,
         prompts,
         verifiers=names,
-        num_drafts=args.e2e_drafts,
-        block_lens=args.e2e_lens,
+        num_drafts=list(num_drafts),
+        block_lens=list(block_lens),
         temperature=temperature,
-        max_new_tokens=args.e2e_tokens,
-        seed=args.seed,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
         exact_context=not real,
     )
     meta = {
-        "pair": pair.name,
+        "pair": model_pair.name,
         "prompts": len(prompts),
-        "new tokens per prompt": args.e2e_tokens,
+        "new tokens per prompt": max_new_tokens,
         "T": temperature,
-        "seed": args.seed,
+        "seed": seed,
         "seconds": round(time.perf_counter() - t0, 1),
     }
     fig = end_to_end_figure(rows, out / "end_to_end")
