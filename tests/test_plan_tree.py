@@ -1,11 +1,11 @@
-"""Planned trees decoded end to end: :class:`otbound.plan.TreeShapeVerifier`."""
+"""Planned trees decoded end to end: :class:`otbound.block.verifiers.TreeShapeVerifier`."""
 
 import numpy as np
 import pytest
 from conftest import chi2_pvalue
 
 import otbound as ob
-from otbound.plan import TreeShapeVerifier
+from otbound.block.verifiers import TreeShapeVerifier
 from otbound.token.verifiers import VERIFIERS
 
 

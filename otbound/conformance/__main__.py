@@ -47,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from otbound import InvalidInputError
+from otbound import DRAFT_LAWS, InvalidInputError
 from otbound._cli import print_error
 from otbound.conformance._adapters import as_sampler
 from otbound.conformance._block import check_block_verifier
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--sampling",
         default=None,
-        choices=("with_replacement", "without_replacement", "greedy"),
+        choices=tuple(DRAFT_LAWS),
         help="token level only (default with_replacement)",
     )
     ap.add_argument("--drafting", default=None, metavar="SCHEME",

@@ -28,10 +28,11 @@ from pathlib import Path
 from otbound import plan as pl
 from otbound._cli import OneLineParser, exit_error
 from otbound._integrity import FolderLockedError, output_lock
-from otbound._validation import SAMPLINGS, InvalidInputError
+from otbound._validation import InvalidInputError
 from otbound.plan import CostCurve
 from otbound.plan._search import check_search_size
 from otbound.plan._temperature import check_temperatures, write_temperature_plans
+from otbound.token.draft_laws import DRAFT_LAWS, SAMPLINGS
 
 #: largest forward size (new tokens) --cost-sizes may ask for
 MAX_COST_SIZE = 1 << 16
@@ -50,7 +51,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=None, help="the traces' temperature to plan for")
     ap.add_argument("--dataset", default=None, help="only this dataset's traces")
-    ap.add_argument("--laws", nargs="+", default=list(SAMPLINGS), help=f"draft laws (default {list(SAMPLINGS)})")
+    ap.add_argument("--laws", nargs="+", default=list(SAMPLINGS), choices=list(DRAFT_LAWS), metavar="LAW",
+                    help=f"draft laws, of {list(DRAFT_LAWS)} (default {list(SAMPLINGS)})")
     ap.add_argument("--verifiers", nargs="+", default=None, help="lossless verifiers (default: the fast exact ones)")
     ap.add_argument("--max-drafts", type=int, default=3, help="largest branching / number of chains")
     ap.add_argument("--max-depth", type=int, default=5, help="deepest shape")
@@ -126,9 +128,6 @@ def _check_args(args):
             raise InvalidInputError(f"{flag} must be ≥ {least}, got {value}")
     if args.max_drafts < 1:
         raise InvalidInputError(f"--max-drafts must be ≥ 1, got {args.max_drafts}")
-    unknown = [s for s in args.laws if s not in SAMPLINGS]
-    if unknown:
-        raise InvalidInputError(f"unknown draft law(s) {unknown}; expected names in {list(SAMPLINGS)}")
     given = _given_costs(args)
     if not args.synthetic and given is None and args.device is None:
         raise InvalidInputError("a cost model is needed: --device DEV (measured on the pair), "
@@ -220,7 +219,7 @@ def run(args) -> dict:
     paths = pl.write_plan(plan, out, extra={"cost.json": cost_dict} if cost_dict is not None and given is None
                           else None)
     if args.draft_temperatures:
-        sampled = [s for s in args.laws if s in ("with_replacement", "without_replacement")]
+        sampled = [s for s in args.laws if DRAFT_LAWS[s].temperature]
         tp = pl.plan_draft_temperatures(laws if args.synthetic else [(r.p, r.q) for r in records], cost,
                                         args.draft_temperatures, max_drafts=args.max_drafts, laws=sampled,
                                         verifiers=[v for v in verifiers if v in table.acceptance],

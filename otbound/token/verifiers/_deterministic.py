@@ -36,6 +36,7 @@ class OneHotVerifier(SequentialVerifier):
     """
 
     name = "onehot"
+    planned = True
     sampling = "deterministic"
     reference = "one-hot-q recursive rejection on argmax drafts (vLLM; SpecInfer 2305.09781): α = p(top-K(q))"
     lossless = True

@@ -73,6 +73,7 @@ class GreedyVerifier(SequentialVerifier):
     """
 
     name = "greedy"
+    planned = True  # and spechub, its subclass
     reference = "greedy-law optimal verifier (docs/theory/token-verifiers.md), α = α*_greedy"
     lossless = True
     sampling = "greedy"

@@ -134,6 +134,7 @@ class ImportanceSamplingVerifier(Verifier):
     """
 
     name = "khisti_is"
+    planned = True
     reference = "importance-sampling draft selection + speculative sampling (Khisti et al. 2410.18234)"
     lossless = True
     sampling = "with_replacement"
@@ -266,6 +267,7 @@ class OptimalImportanceVerifier(ImportanceSamplingVerifier):
     """
 
     name = "khisti_lp"
+    planned = False  # the LP form of the optimum at K ≤ 2
     reference = "LP-optimal draft selection + speculative sampling, K ≤ 2 (Khisti et al. 2410.18234)"
     lossless = True
     max_drafts = 2

@@ -102,6 +102,7 @@ class RRSVerifier(SequentialVerifier):
     """
 
     name = "rrs"
+    planned = True
     reference = "SpecInfer recursive rejection sampling (Miao et al. 2305.09781)"
     lossless = True
     sampling = "with_replacement"
@@ -159,6 +160,8 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
     """
 
     name = "rrs_wor"
+    planned = True
+    synthetic_max_drafts = 2
     reference = "recursive rejection sampling without replacement (Jeon et al. 2402.14160)"
     lossless = True
     sampling = "without_replacement"
