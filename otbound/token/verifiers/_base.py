@@ -362,17 +362,8 @@ class Verifier(ABC):
         import torch
 
         rng = np.random.default_rng(rng)
-        out = {}
-        for k in num_drafts:
-            try:
-                k = self.check_num_drafts(batch, k)
-                values = self.batch_acceptance(batch, k)
-            except InvalidInputError as exc:
-                out[k] = exc
-                continue
-            if values is not None:
-                out[k] = (values.clamp(0.0, 1.0), "exact")
-                continue
+        out, todo = self._exact_estimates(batch, num_drafts)
+        for k in todo:
             P, Q = batch.numpy_rows()
             try:
                 est = [float(self.sample(p, q, sample_drafts(q, k, self.sampling, mc_samples, rng),
@@ -382,6 +373,24 @@ class Verifier(ABC):
                 continue
             out[k] = (torch.as_tensor(est, dtype=torch.float64, device=batch.p.device), "monte_carlo")
         return out
+
+    def _exact_estimates(self, batch: LawBatch, num_drafts) -> tuple[dict, list]:
+        """``(out, todo)``: per K of ``num_drafts`` its exact value ``(values, "exact")`` or the
+        :class:`InvalidInputError` refusing it, and the checked Ks with no exact value (left to a
+        Monte Carlo estimate, in order)."""
+        out, todo = {}, []
+        for k in num_drafts:
+            try:
+                k = self.check_num_drafts(batch, k)
+                values = self.batch_acceptance(batch, k)
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            if values is None:
+                todo.append(k)
+            else:
+                out[k] = (values.clamp(0.0, 1.0), "exact")
+        return out, todo
 
     @property
     def law(self) -> DraftLaw:
