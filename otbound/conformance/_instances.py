@@ -174,7 +174,7 @@ def token_instances(vocab_size: int, num_drafts: int, sampling: str, count: int,
     num_drafts : int
         K.
     sampling : str
-        The draft law: "with_replacement", "without_replacement" or "greedy".
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
     count : int
         Instances wanted.
     seed : int

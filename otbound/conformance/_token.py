@@ -102,7 +102,7 @@ def check_token_verifier(
     num_drafts : int
         K.
     sampling : str
-        The draft law: "with_replacement", "without_replacement" or "greedy".
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
     instances : int or sequence
         A count, or :class:`otbound.conformance.TokenInstance` / ``(p, q)`` pairs.
     seed : int

@@ -181,7 +181,8 @@ class LawBatch:
         (:meth:`otbound.token.DraftLaw.check_num_drafts`)."""
         law = draft_law(sampling)
         k = law.check_num_drafts(num_drafts)
-        law.check_support(k, self.support if law.distinct else k)
+        if law.distinct:  # the support is counted only where it matters
+            law.check_support(k, self.support)
         return k
 
     @on_one_cpu_thread

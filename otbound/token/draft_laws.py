@@ -456,22 +456,31 @@ class WithoutReplacement(DraftLaw):
                 )
 
 
-class Greedy(DraftLaw):
-    """G = the K−1 most likely tokens of q, then x_K ~ q' = q|_{V∖G} / (1 − q(G));
-    Q(H) = 1[G ⊆ H] · q'(H ∖ G)."""
+class _TopTokenLaw(DraftLaw):
+    """A law drafting the top tokens G of q (greedy, deterministic): distinct drafts; α* row by row
+    in numpy on CPU rows not yet sorted by ratio (:func:`otbound.token._kernel._top_law_rows`), else
+    by the batched kernel ``_batched`` on the sorted rows."""
 
-    name = "greedy"
     method = "prefix"
-    label = "greedy"
-    short = "greedy"
-    color = "#2ca02c"
-    style = ":^"
     distinct = True
+    _batched = None  # the batched kernel of the law, (batch, K, want_sets) -> (values, sets)
 
     def optimal_acceptance(self, batch, k, want_sets=False):
         if not want_sets and _unsorted_cpu(batch):
             return _kernel._torch().from_numpy(_kernel._top_law_rows(*batch.numpy_rows(), k, self.name)), None
-        return _kernel._greedy(batch, k, want_sets)
+        return type(self)._batched(batch, k, want_sets)
+
+
+class Greedy(_TopTokenLaw):
+    """G = the K−1 most likely tokens of q, then x_K ~ q' = q|_{V∖G} / (1 − q(G));
+    Q(H) = 1[G ⊆ H] · q'(H ∖ G)."""
+
+    name = "greedy"
+    label = "greedy"
+    short = "greedy"
+    color = "#2ca02c"
+    style = ":^"
+    _batched = staticmethod(_kernel._greedy)
 
     def max_tuples(self, v, k):
         return v - k + 1
@@ -513,22 +522,16 @@ class Greedy(DraftLaw):
             )
 
 
-class Deterministic(DraftLaw):
+class Deterministic(_TopTokenLaw):
     """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
     randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (docs/theory/token-bounds.md, the deterministic draft law)."""
 
     name = "deterministic"
-    method = "prefix"
     label = "deterministic"
     short = "deterministic"
     color = "#7f7f7f"
     style = "-.D"
-    distinct = True
-
-    def optimal_acceptance(self, batch, k, want_sets=False):
-        if not want_sets and _unsorted_cpu(batch):
-            return _kernel._torch().from_numpy(_kernel._top_law_rows(*batch.numpy_rows(), k, self.name)), None
-        return _kernel._deterministic(batch, k, want_sets)
+    _batched = staticmethod(_kernel._deterministic)
 
     def max_tuples(self, v, k):
         return 1
