@@ -191,6 +191,10 @@ class Verifier(ABC):
     synthetic_max_drafts : int or None
         The largest K the planner measures it at on its synthetic laws (``--synthetic``), where its
         exact acceptance is an enumeration costing tens of seconds per K above it (None: no cap).
+    attains_optimum : bool
+        Whether its acceptance is α* of its draft law (proved in its module docstring): its
+        :meth:`batch_acceptance` is then the law's α* kernel (``greedy``, ``spechub``, ``onehot``,
+        ``nss_deterministic``).
 
     The facts of a registered verifier are read from its object (``VERIFIERS[name].planned``), never
     from a table elsewhere.
@@ -211,6 +215,7 @@ class Verifier(ABC):
     in_default_measurement: bool = True
     planned: bool = False
     synthetic_max_drafts: int | None = None
+    attains_optimum: bool = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sampling={self.sampling!r})"
@@ -314,8 +319,9 @@ class Verifier(ABC):
         """The exact acceptance of every row of a :class:`otbound.token.LawBatch` for a checked K, a
         (B,) float64 tensor on the batch's device (not clipped), or None where not computable.
 
-        This default runs the verifier's per-row closed form or enumeration on each row; verifiers
-        with a batched closed form override it (their docstrings give the derivation).
+        This default is the law's α* kernel for a verifier that ``attains_optimum``, else the
+        verifier's per-row closed form or enumeration on each row; verifiers with a batched closed
+        form override it (their docstrings give the derivation).
 
         Examples
         --------
@@ -325,9 +331,13 @@ class Verifier(ABC):
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> VERIFIERS["khisti_is"].batch_acceptance(b, 2).numpy().round(6)
         array([0.814434])
+        >>> VERIFIERS["spechub"].batch_acceptance(b, 2).numpy().round(6)  # α*_greedy
+        array([0.9])
         """
         import torch
 
+        if self.attains_optimum:
+            return batch.optimal_acceptance(num_drafts, self.law)
         P, Q = batch.numpy_rows()
         out = np.empty(batch.rows)
         for i, (p, q) in enumerate(zip(P, Q)):
