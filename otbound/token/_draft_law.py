@@ -275,7 +275,7 @@ def support_optimum(p: np.ndarray, tuples: np.ndarray, probs: np.ndarray) -> tup
     >>> from otbound.token._draft_law import support_optimum
     >>> value, h = support_optimum(np.array([0.5, 0.5]), np.array([[0, 0], [0, 1]]), np.array([0.8, 0.2]))
     >>> round(value, 12), h.tolist()
-    (0.7, [False, True])
+    (0.7, [True, False])
     """
     rows, cols = _members(tuples)
     m, v, n = probs.size, p.size, rows.size
