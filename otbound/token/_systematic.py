@@ -7,13 +7,15 @@ With ``F`` the CDF of q over the token order and ``U ~ Uniform[0, 1)`` drawn onc
 
 so every stratum ``[i/K, (i+1)/K)`` of the CDF gives one draft. As ``U`` runs over [0, 1) the tuple
 changes only where some point ``(i + U)/K`` crosses a token boundary ``c_j = q_1 + … + q_j``, at
-``U = frac(K c_j)``: the tuple law has at most V + 1 tuples, each with the probability of its interval
+``U = frac(K c_j)`` (j < V): the tuple law has at most V tuples, each with the probability of its interval
 of ``U``. Token y is drafted ``⌊K q_y⌋`` or ``⌈K q_y⌉`` times, and at least once with probability
 ``P(y ∈ x̄) = min(1, K q_y)``: inclusion proportional to size, with less spread than K i.i.d. draws.
 A token with ``q_y > 1/K`` is drafted in every tuple, so drafts may repeat and K is not limited by
 the support of q.
 
-Q(H), P(y ∈ x̄) and α* come from the enumerated tuple law (:class:`otbound.token.DraftLaw`: α* by the
+The lower relaxation couples p with q itself: a draft picked uniformly at random from the tuple
+follows q (the K strata average to it), so α* ≥ Σ min(p, q). Q(H), P(y ∈ x̄) and α* come from the
+enumerated tuple law (:class:`otbound.token.DraftLaw`: α* by the
 acceptance max-flow over the support, certified by its min cut).
 
 References
