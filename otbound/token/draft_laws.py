@@ -119,7 +119,8 @@ def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: 
     num_drafts : int
         K, the number of drafts per tuple.
     sampling : str or DraftLaw
-        The draft law (module docstring; :data:`DRAFT_LAWS`).
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (module docstring) or the law itself; an
+        unknown name is an InvalidInputError naming the registered ones.
     size : int
         Number of tuples.
     rng : numpy Generator, seed or None
@@ -193,12 +194,8 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
 
     Parameters
     ----------
-    q : array_like, shape (V,)
-        The draft model's next-token law.
-    num_drafts : int
-        K, the number of drafts.
-    sampling : str or DraftLaw
-        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
+    q, num_drafts, sampling
+        As :func:`sample_drafts`: the draft model's law (V,), K and the draft law.
 
     Returns
     -------
@@ -237,20 +234,17 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
 def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") -> float:
     """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V.
 
-    with replacement q(H)^K; greedy 1[G ⊆ H]·q'(H ∖ G); without replacement by the exponential-clock
-    integral of :mod:`otbound.token._wor` (docs/theory/token-bounds.md).
+    with replacement q(H)^K; greedy 1[G ⊆ H]·q'(H ∖ G); deterministic 1[G ⊆ H]; without replacement
+    by the exponential-clock integral of :mod:`otbound.token._wor`; systematic a sum over its
+    tuples (docs/theory/token-bounds.md).
 
     Parameters
     ----------
-    q : array_like, shape (V,)
-        The draft model's next-token law.
+    q, num_drafts, sampling
+        As :func:`sample_drafts`: the draft model's law (V,), K and the draft law.
     subset : array_like
         H, as a boolean mask of shape (V,) or a list of distinct integer token ids (a 0/1 integer list
         is ids, so ``[1, 0, 0]`` is refused as a repeated id).
-    num_drafts : int
-        K.
-    sampling : str or DraftLaw
-        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
 
     Returns
     -------
@@ -313,17 +307,14 @@ def _subset_mask(subset, v: int) -> np.ndarray:
 def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:
     """P(y ∈ x̄) for every token y (exact).
 
-    with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; without replacement
-    1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token with q > 0).
+    with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; deterministic 1 on G;
+    without replacement 1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token
+    with q > 0); systematic min(1, K q).
 
     Parameters
     ----------
-    q : array_like, shape (V,)
-        The draft model's next-token law.
-    num_drafts : int
-        K.
-    sampling : str or DraftLaw
-        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
+    q, num_drafts, sampling
+        As :func:`sample_drafts`: the draft model's law (V,), K and the draft law.
 
     Returns
     -------
