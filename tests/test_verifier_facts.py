@@ -34,3 +34,24 @@ def test_a_verifier_that_attains_the_optimum_does(name):
             lp = ob.optimal_acceptance_lp(p, ob.draft_joint(q, k, v.sampling))
             assert abs(enumerated - lp) < 1e-9, (name, k)
             assert abs(v.acceptance(p, q, k) - lp) < 1e-9
+
+
+def test_where_a_verifier_is_monte_carlo_is_stated_on_it():
+    """``monte_carlo`` is checked against what :meth:`batch_estimate` does at K = 1..3: a verifier
+    stating None answers exactly (or refuses) at V = 6 and V = 500 (beyond the enumeration limit at
+    K = 2, 3); every stated one is exact at V = 6 and estimates at V = 500 for some K."""
+    from otbound.token import LawBatch
+
+    rng = np.random.default_rng(5)
+    methods = {}
+    for v_size in (6, 500):
+        batch = LawBatch(rng.dirichlet(np.ones(v_size), 1), rng.dirichlet(np.ones(v_size), 1))
+        for name, v in ob.VERIFIERS.items():
+            if v_size > 6 and name == "ot_wor_top":  # its exact LP set-up: seconds per K at this size
+                continue
+            res = v.batch_estimate(batch, (1, 2, 3), mc_samples=4, rng=0)
+            methods[name, v_size] = {r[1] for r in res.values() if isinstance(r, tuple)}
+    for name, v in ob.VERIFIERS.items():
+        assert methods[name, 6] <= {"exact"}, name
+        if (name, 500) in methods:
+            assert ("monte_carlo" in methods[name, 500]) == (v.monte_carlo is not None), name

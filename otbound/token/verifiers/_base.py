@@ -191,6 +191,9 @@ class Verifier(ABC):
     synthetic_max_drafts : int or None
         The largest K the planner measures it at on its synthetic laws (``--synthetic``), where its
         exact acceptance is an enumeration costing tens of seconds per K above it (None: no cap).
+    monte_carlo : str or None
+        Where its acceptance is a Monte Carlo estimate (:meth:`batch_estimate` answers
+        ``"monte_carlo"``) rather than exact, in words; None: exact wherever it is computed.
     attains_optimum : bool
         Whether its acceptance is α* of its draft law (proved in its module docstring): its
         :meth:`batch_acceptance` is then the law's α* kernel (``greedy``, ``spechub``, ``onehot``,
@@ -216,6 +219,7 @@ class Verifier(ABC):
     planned: bool = False
     synthetic_max_drafts: int | None = None
     attains_optimum: bool = False
+    monte_carlo: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sampling={self.sampling!r})"

@@ -676,6 +676,7 @@ class IIDStreamVerifier(Verifier):
     """
 
     name = "ot_wor_iid"
+    monte_carlo = "K ≥ 3 beyond the enumeration limit (V^K tuples)"
     synthetic_max_drafts = 2
     sampling = "without_replacement"
     in_default_measurement = False  # the coupling per row and K, and Monte Carlo at K >= 3: ~70 ms per position
@@ -876,6 +877,7 @@ class BestWithoutReplacementVerifier(Verifier):
     """
 
     name = "ot_wor"
+    monte_carlo = "K ≥ 3 beyond the enumeration limit (V^K tuples), as ot_wor_iid"
     synthetic_max_drafts = 2
     sampling = "without_replacement"
     reference = "per (p, q, K) the better of ot_wor_top and ot_wor_iid (drafts without replacement)"

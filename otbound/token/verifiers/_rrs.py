@@ -159,6 +159,7 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
     """
 
     name = "rrs_wor"
+    monte_carlo = "K ≥ 3 beyond the enumeration limit (V^K tuples): Rao–Blackwellised paths"
     planned = True
     synthetic_max_drafts = 2
     reference = "recursive rejection sampling without replacement (Jeon et al. 2402.14160)"
