@@ -1,6 +1,6 @@
 """The planner's predictions against real decoding: for candidates of a plan (chains and trees, several
 verifiers and draft laws) decode the traces' prompts end to end (:func:`otbound.lm.speculative_sample`,
-a planned tree through :class:`otbound.plan.TreeShapeVerifier`) and put the measured mean acceptance
+a planned tree through :class:`otbound.block.verifiers.TreeShapeVerifier`) and put the measured mean acceptance
 length and wall-clock speed-up beside the predicted ones, with 95% intervals.
 
 Usage (the run folder holds the traces the plan was made on; ``cost.json`` of ``python -m
@@ -11,7 +11,7 @@ otbound.plan ... --device cpu``)::
         --candidates rrs:1x4 ot:3x3 kseq:2x2 rrs_wor:tree:2-2-1 greedy:tree:3-2-1 greedy:1x2
 
 ``verifier:KxL``: ``K`` chains of length ``L``; ``verifier:tree:b1-b2-...``: the uniform tree (draft
-laws with distinct drafts only, :class:`otbound.plan.TreeShapeVerifier`); each verifier with its own
+laws with distinct drafts only, :class:`otbound.block.verifiers.TreeShapeVerifier`); each verifier with its own
 draft law.
 
 Per prompt (the first ``--num-prompts`` of each dataset in the run folder, datasets alternating), in
@@ -111,7 +111,7 @@ def decoder_layout_speedup(cost, shape, levels, verifier) -> float:
 
 
 def decoder_verifier(name: str, shape: dict):
-    from otbound.plan import TreeShapeVerifier
+    from otbound.block.verifiers import TreeShapeVerifier
 
     return name if shape["kind"] == "chains" else TreeShapeVerifier(name, shape["branching"])
 

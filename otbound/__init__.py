@@ -18,7 +18,7 @@ from otbound._backend import retain_freed_memory
 from otbound._integrity import content_key
 from otbound._io import write_text_atomic
 from otbound._solvers import lp_time_limit
-from otbound._validation import LAW_ATOL, SAMPLINGS, InvalidInputError
+from otbound._validation import LAW_ATOL, InvalidInputError
 from otbound.block.bounds import (
     BlockBound,
     BlockBracket,
@@ -59,6 +59,7 @@ from otbound.token.bounds import (
 )
 from otbound.token.draft_laws import (
     DRAFT_LAWS,
+    SAMPLINGS,
     DraftLaw,
     draft_joint,
     draft_law,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 LAW_ATOL = 1e-6
-SAMPLINGS = ("with_replacement", "without_replacement", "greedy", "deterministic")
 
 
 class InvalidInputError(ValueError):
@@ -139,24 +138,6 @@ def as_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
     return p, q
 
 
-def check_sampling(sampling: str) -> str:
-    """``sampling`` if it names a draft law of :data:`SAMPLINGS`, else an error listing them.
-
-    Examples
-    --------
-    >>> from otbound._validation import check_sampling
-    >>> check_sampling("greedy")
-    'greedy'
-    >>> check_sampling("top_k")
-    Traceback (most recent call last):
-        ...
-    otbound._validation.InvalidInputError: unknown sampling 'top_k'; expected one of (...)
-    """
-    if sampling not in SAMPLINGS:
-        raise InvalidInputError(f"unknown sampling {sampling!r}; expected one of {SAMPLINGS}")
-    return sampling
-
-
 def check_positive_int(value, name: str) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool) ≥ 1, else an error naming ``name``.
 
@@ -204,20 +185,15 @@ def check_temperatures(temperatures) -> list[float]:
 MAX_NUM_DRAFTS = 65_536
 
 
-def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "with_replacement") -> int:
-    """Check ``num_drafts`` is an integer in ``1..MAX_NUM_DRAFTS`` and, for the laws with distinct
-    tokens, at most the support of q.
+def check_num_drafts(num_drafts) -> int:
+    """Check ``num_drafts`` is an integer in ``1..MAX_NUM_DRAFTS`` (a draft law's own limit, K within
+    the support of q for distinct drafts, is :meth:`otbound.token.DraftLaw.check_num_drafts`).
 
     Examples
     --------
-    >>> import numpy as np
     >>> from otbound._validation import check_num_drafts
-    >>> check_num_drafts(3), check_num_drafts(2, np.array([0.5, 0.5, 0.0]), "without_replacement")
-    (3, 2)
-    >>> check_num_drafts(3, np.array([0.5, 0.5, 0.0]), "without_replacement")
-    Traceback (most recent call last):
-        ...
-    otbound._validation.InvalidInputError: num_drafts=3 exceeds the support of q (2 tokens with q > 0): ...
+    >>> check_num_drafts(3)
+    3
     >>> check_num_drafts(10**15)
     Traceback (most recent call last):
         ...
@@ -231,14 +207,4 @@ def check_num_drafts(num_drafts, q: np.ndarray | None = None, sampling: str = "w
     if k > MAX_NUM_DRAFTS:
         raise InvalidInputError(f"num_drafts={k} exceeds {MAX_NUM_DRAFTS}, the most drafts otbound resolves exactly "
                                 "in float64")
-    check_sampling(sampling)
-    if q is not None and sampling != "with_replacement":
-        # without replacement needs K distinct tokens of positive mass; the greedy law needs mass
-        # left outside its K - 1 deterministic tokens for the random last draft.
-        support = int(np.min(np.count_nonzero(q > 0, axis=-1)))
-        if k > support:
-            raise InvalidInputError(
-                f"num_drafts={k} exceeds the support of q ({support} tokens with q > 0): "
-                f"the {sampling} law needs K distinct tokens of positive draft mass"
-            )
     return k

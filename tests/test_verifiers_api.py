@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import otbound
-from otbound import VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, sample_drafts
+from otbound import DRAFT_LAWS, VERIFIERS, InvalidInputError, draft_joint, optimal_acceptance, sample_drafts
 from otbound.token.verifiers import NaiveVerifier, OptimalVerifier, Verifier, _optimal, run
 
 P = np.array([0.1, 0.2, 0.3, 0.4])
@@ -281,18 +281,21 @@ def test_kernel_entry_points_run_on_one_cpu_thread_and_restore_the_callers(monke
     from otbound.token import LawBatch, _kernel
 
     seen = []
-    original, values = _kernel.SortedRows.__init__, _kernel.optimal_values
+    original = _kernel.SortedRows.__init__
 
     def spy(self, *args, **kwargs):
         seen.append(torch.get_num_threads())
         original(self, *args, **kwargs)
 
-    def spy_values(*args, **kwargs):  # a single α* reads no sorted rows
-        seen.append(torch.get_num_threads())
-        return values(*args, **kwargs)
+    def spy_values(values):  # a single α* reads no sorted rows
+        def spied(*args, **kwargs):
+            seen.append(torch.get_num_threads())
+            return values(*args, **kwargs)
+        return spied
 
     monkeypatch.setattr(_kernel.SortedRows, "__init__", spy)
-    monkeypatch.setattr(_kernel, "optimal_values", spy_values)
+    for law in DRAFT_LAWS.values():  # each law's α* kernel
+        monkeypatch.setattr(law, "optimal_acceptance", spy_values(law.optimal_acceptance))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

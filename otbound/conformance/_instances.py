@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound import InvalidInputError, tabulated_model
-from otbound._validation import check_num_drafts, check_positive_int
+from otbound import InvalidInputError, draft_law, tabulated_model
+from otbound._validation import check_positive_int
 
 CONCENTRATIONS = (0.2, 1.0, 5.0)
 #: the most instances one check builds
@@ -119,7 +119,7 @@ def _norm(x) -> np.ndarray:
 
 def _valid_q(q: np.ndarray, k: int, sampling: str) -> bool:
     try:
-        check_num_drafts(k, q, sampling)
+        draft_law(sampling).check_num_drafts(k, q)
     except ValueError:
         return False
     return True
@@ -174,7 +174,7 @@ def token_instances(vocab_size: int, num_drafts: int, sampling: str, count: int,
     num_drafts : int
         K.
     sampling : str
-        The draft law: "with_replacement", "without_replacement" or "greedy".
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
     count : int
         Instances wanted.
     seed : int

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from otbound import InvalidInputError, optimal_acceptance, sample_drafts
-from otbound._validation import as_pair, check_num_drafts, check_positive_int, check_sampling
+from otbound import InvalidInputError, draft_law, optimal_acceptance, sample_drafts
+from otbound._validation import as_pair, check_positive_int
 from otbound.conformance._common import as_token_id, check_args, frozen, run_check
 from otbound.conformance._instances import TokenInstance, check_instance_count, shrink_token, token_instances
 from otbound.conformance._result import (
@@ -93,7 +92,7 @@ def check_token_verifier(
     num_drafts : int
         K.
     sampling : str
-        The draft law: "with_replacement", "without_replacement" or "greedy".
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
     instances : int or sequence
         A count, or :class:`otbound.conformance.TokenInstance` / ``(p, q)`` pairs.
     seed : int
@@ -162,7 +161,7 @@ def check_token_verifier(
         distortion=distortion, power=power, samples=samples,
     )  # fmt: skip
     v, k = args.vocab_size, args.num_drafts
-    sampling = check_sampling(sampling)
+    sampling = draft_law(sampling).name
     _check_size(v, k, sampling, args.mode, instances)
     insts = _token_list(instances, v, k, sampling, seed)
     return run_check(
@@ -191,17 +190,13 @@ def _check_size(v: int, k: int, sampling: str, mode: str, instances) -> None:
     tuples than :data:`MAX_TUPLES` (``V^K`` with replacement, ``V!/(V−K)!`` without, ``V − K + 1``
     greedy), a vocabulary above :data:`MAX_SAMPLE_VOCAB` in sample mode, more than
     :data:`~otbound.conformance._instances.MAX_INSTANCES` instances."""
-    if sampling != "with_replacement" and k > v:
+    law = draft_law(sampling)
+    if law.distinct and k > v:
         raise InvalidInputError(f"num_drafts={k} > vocab_size={v}: the {sampling} law drafts K distinct tokens")
     if isinstance(instances, (int, np.integer)) and not isinstance(instances, bool):
         check_instance_count(instances)
     if mode == "exact":
-        if sampling == "with_replacement":
-            count = v**k
-        elif sampling == "without_replacement":
-            count = math.perm(v, k)
-        else:
-            count = v - k + 1
+        count = law.max_tuples(v, k)
         if count > MAX_TUPLES:
             raise InvalidInputError(
                 f"exact mode would enumerate up to {count:.3g} draft tuples at V = {v}, K = {k} ({sampling}; limit "
@@ -222,7 +217,7 @@ def _token_list(instances, v, k, sampling, seed) -> list[TokenInstance]:
                 t = TokenInstance(f"instance {i}", p, q)
             if t.vocab_size != v:
                 raise InvalidInputError(f"instance {i} has {t.vocab_size} tokens, expected vocab_size = {v}")
-            check_num_drafts(k, t.q, sampling)
+            draft_law(sampling).check_num_drafts(k, t.q)
             out.append(t)
     if not out:
         raise InvalidInputError(f"no instance: the {sampling} law needs K = {k} tokens of positive draft mass")

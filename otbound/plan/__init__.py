@@ -71,7 +71,6 @@ from otbound.plan._temperature import (
     plan_draft_temperatures,
     write_temperature_plans,
 )
-from otbound.plan._tree import TreeShapeVerifier
 
 __all__ = [
     "DEFAULT_BUDGETS", "DEFAULT_VERIFIERS", "AcceptanceTable", "Candidate", "CostCurve", "CostModel", "Plan",
@@ -79,7 +78,7 @@ __all__ = [
     "load_run_traces", "machine_description",
     "make_plan", "measure_forward_costs", "measure_table", "measure_verify_costs", "pareto_front", "plan_figure",
     "plan_markdown", "shape_label", "synthetic_cost_model", "synthetic_laws", "synthetic_table",
-    "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape", "TreeShapeVerifier",
+    "table_from_measurements", "table_from_records", "trace_files", "tree_nodes_of", "tree_shape",
     "window_levels",
     "write_plan",
     "TemperaturePlan", "draft_law_at_temperature", "plan_draft_temperatures",

@@ -30,15 +30,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otbound._validation import SAMPLINGS, InvalidInputError
+from otbound._validation import InvalidInputError
+from otbound.token.draft_laws import SAMPLINGS, draft_law
+from otbound.token.verifiers import VERIFIERS
 
-#: verifiers planned by default: the registered lossless verifiers with a fast exact acceptance, one per
+#: verifiers planned by default, in registry order: those whose object says ``planned``
+#: (:class:`otbound.Verifier`): the registered lossless verifiers with a fast exact acceptance, one per
 #: algorithm (``nss`` ignores the drafts; ``nss_deterministic`` has ``onehot``'s acceptance;
 #: ``khisti_lp`` is the LP form of the optimum at K ≤ 2). The verifiers without replacement that solve
 #: a coupling per position (``ot_wor_top``, ``ot_wor_iid``, ``ot_wor``: about 0.24 s per position and
 #: K at V = 151,936, five times the rest together) are planned when named in ``verifiers``, as the
-#: report measures them; names not registered are passed over
-DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "spechub", "greedy", "ot", "khisti_is", "onehot")
+#: report measures them
+DEFAULT_VERIFIERS = tuple(name for name, v in VERIFIERS.items() if v.planned)
 
 
 @dataclass
@@ -199,14 +202,8 @@ def measure_table(laws_per_trace, *, max_drafts: int, verifiers=DEFAULT_VERIFIER
     rest is measured.
     """
     from otbound.report import measure_laws
-    from otbound.token.verifiers import VERIFIERS
 
-    laws = list(SAMPLINGS if laws is None else laws)
-    unknown = [s for s in laws if s not in SAMPLINGS]
-    if unknown:
-        raise InvalidInputError(f"unknown draft law(s) {unknown}; expected names in {list(SAMPLINGS)}")
-    if verifiers is DEFAULT_VERIFIERS:
-        verifiers = [n for n in verifiers if n in VERIFIERS]
+    laws = [draft_law(s).name for s in (SAMPLINGS if laws is None else laws)]
     names = [n for n in verifiers if n in VERIFIERS and VERIFIERS[n].sampling in laws]
     bad = [n for n in verifiers if n not in VERIFIERS]
     if bad:

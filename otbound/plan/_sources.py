@@ -11,6 +11,7 @@ import numpy as np
 from otbound._validation import InvalidInputError
 from otbound.plan._acceptance import DEFAULT_VERIFIERS, measure_table
 from otbound.plan._cost import CostCurve, CostModel, machine_description, measure_verify_costs
+from otbound.token.verifiers import VERIFIERS
 
 #: pair fields every trace of one plan shares
 PAIR_FIELDS = ("pair", "sources", "model_dtype", "vocab_size")
@@ -124,7 +125,8 @@ def synthetic_laws(num_traces: int = 8, positions: int = 24, *, vocab_size: int 
 
 def synthetic_table(num_traces: int = 8, positions: int = 24, *, max_drafts: int = 3, verifiers=DEFAULT_VERIFIERS,
                     laws=None, seed: int = 0):
-    """The acceptance table of :func:`synthetic_laws` (``rrs_wor`` and the ``ot_wor*`` verifiers at ``K ≤ 2``:
+    """The acceptance table of :func:`synthetic_laws` (each verifier at ``K ≤`` its ``synthetic_max_drafts``,
+    ``rrs_wor`` and the ``ot_wor*`` verifiers at ``K ≤ 2``:
     their exact enumeration at ``K ≥ 3`` costs tens of seconds even at this vocabulary).
 
     Examples
@@ -138,7 +140,8 @@ def synthetic_table(num_traces: int = 8, positions: int = 24, *, max_drafts: int
               "temperature": 1.0, "traces": int(num_traces), "positions": int(num_traces * positions),
               "vocab_size": SYNTHETIC_VOCAB}
     return measure_table(lw, max_drafts=max_drafts, verifiers=verifiers, laws=laws, seed=seed, source=source,
-                         max_drafts_per_verifier={"rrs_wor": 2, "ot_wor_top": 2, "ot_wor": 2, "ot_wor_iid": 2})
+                         max_drafts_per_verifier={n: v.synthetic_max_drafts for n, v in VERIFIERS.items()
+                                                  if v.synthetic_max_drafts is not None})
 
 
 def synthetic_cost_model(table=None, laws=None) -> CostModel:

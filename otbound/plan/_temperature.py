@@ -22,6 +22,7 @@ from otbound._validation import InvalidInputError, as_law
 from otbound.plan._acceptance import DEFAULT_VERIFIERS, measure_table
 from otbound.plan._plan import make_plan, shape_label
 from otbound.token import SamplingParams
+from otbound.token.draft_laws import DRAFT_LAWS, draft_law
 
 
 def draft_law_at_temperature(q, tau: float) -> np.ndarray:
@@ -98,13 +99,13 @@ def check_temperatures(temperatures, laws, *, sampled_only: bool = False) -> lis
         raise InvalidInputError("give at least one draft temperature")
     if any(not (np.isfinite(t) and t > 0) for t in taus) or len(set(taus)) != len(taus):
         raise InvalidInputError(f"draft temperatures must be distinct, positive and finite, got {taus}")
-    sampled = [s for s in laws if s in ("with_replacement", "without_replacement")]
+    sampled = [s for s in laws if draft_law(s).temperature]
     if sampled_only and len(sampled) != len(list(laws)):
         raise InvalidInputError(f"only the sampled laws have a temperature, got {list(laws)}: plan the deterministic "
                                 "law (τ → 0) with make_plan")
     if not sampled:
-        raise InvalidInputError("draft temperatures apply to the sampled laws: include with_replacement or "
-                                "without_replacement")
+        tempered = " or ".join(name for name, law in DRAFT_LAWS.items() if law.temperature)
+        raise InvalidInputError(f"draft temperatures apply to the sampled laws: include {tempered}")
     return taus
 
 

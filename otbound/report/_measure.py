@@ -39,15 +39,9 @@ import scipy.stats
 
 from otbound._backend import on_one_cpu_thread, positive_counts
 from otbound._io import json_text, safe_name, write_text_atomic
-from otbound._validation import (
-    SAMPLINGS,
-    InvalidInputError,
-    check_num_drafts,
-    check_positive_int,
-    check_real,
-    check_sampling,
-)
+from otbound._validation import InvalidInputError, check_num_drafts, check_positive_int, check_real
 from otbound.token import SamplingParams
+from otbound.token.draft_laws import SAMPLINGS, draft_law
 
 MEASURE_VERSION = 4  # 4: one rule at the top-p / min-p cuts for numpy and torch (laws on a cut may differ from 3)
 
@@ -161,8 +155,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
     ks = [check_num_drafts(k) for k in np.atleast_1d(num_drafts).tolist()]
     if not ks:
         raise InvalidInputError("num_drafts must list at least one number of drafts K")
-    for s in samplings:
-        check_sampling(s)
+    samplings = [draft_law(s).name for s in samplings]
     needed = sorted(set(samplings) | {VERIFIERS[n].sampling for n in names})
     if device is None:
         device = p.device if isinstance(p, torch.Tensor) else "cpu"
@@ -196,7 +189,7 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
         for (cap, idx), gseed in zip(groups, group_seeds):
             sub = (slice(start, start + n) if len(groups) == 1 else idx + start)
             batch = LawBatch(p[sub].to(device), q[sub].to(device), seed=gseed)
-            if {"with_replacement", "without_replacement"} & set(needed):
+            if any(draft_law(s).sorted_rows for s in needed):
                 _ = batch.sorted  # sorted first, as these laws need it: the greedy α* then reads its prefix sums too
             for s in needed:
                 for k in ks:
@@ -236,8 +229,8 @@ def measure_laws(p, q, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLI
 
 def _capped_k(k: int, cap: int, sampling: str) -> int:
     """The number of drafts a row with ``cap`` tokens of positive draft mass gets under ``sampling``:
-    ``min(K, cap)`` for the laws of distinct tokens, ``K`` with replacement."""
-    return k if sampling == "with_replacement" else min(k, cap)
+    ``min(K, cap)`` for the laws of distinct tokens, ``K`` for the others (with replacement)."""
+    return min(k, cap) if draft_law(sampling).distinct else k
 
 
 def measure_trace(record, num_drafts=(2, 3, 4), *, verifiers=None, samplings=SAMPLINGS, mc_samples: int = 64,
@@ -570,7 +563,7 @@ def aggregate(results, confidence: float = 0.95) -> list[dict]:
                 rows.append(dict(base, sampling=s, verifier="optimal", method="exact", mc_samples=None,
                                  acceptance=m, acceptance_ci=h, optimal=m, optimal_ci=h, efficiency=1.0,
                                  efficiency_ci=0.0, gap=0.0, gap_ci=0.0,
-                                 capped_positions=0 if s == "with_replacement" else capped))
+                                 capped_positions=capped if draft_law(s).distinct else 0))
             names = sorted({n for r in group for n in list(r["verifiers"]) + list(r["skipped"])})
             for name in names:
                 entries = [r["verifiers"].get(name, {}).get(k) for r in group]

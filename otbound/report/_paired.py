@@ -22,8 +22,10 @@ import numpy as np
 
 from otbound.report import plots
 from otbound.report._measure import cluster_mean_ci, trace_cells
+from otbound.token.draft_laws import DRAFT_LAWS, SAMPLINGS
 
-LAW_SHORT = {"with_replacement": "wr", "without_replacement": "wor", "greedy": "greedy"}
+#: each draft law's short name in column headers (``α*(wr)``)
+LAW_SHORT = {name: law.short for name, law in DRAFT_LAWS.items()}
 
 
 def _series(group, k):
@@ -252,8 +254,6 @@ def gap_laws(rows, pair_rows, t) -> list:
     >>> gap_laws([], pairs, 0.7)
     []
     """
-    from otbound._validation import SAMPLINGS
-
     law = _law_of(rows)
     present = {law.get(r["a"]) for r in pair_rows if r["kind"] == "gap" and r["temperature"] == t}
     return [s for s in SAMPLINGS if s in present]

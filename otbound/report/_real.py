@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 from otbound._io import json_text, write_text_atomic
-from otbound._validation import SAMPLINGS, InvalidInputError, check_positive_int, check_temperatures
+from otbound._validation import InvalidInputError, check_positive_int, check_temperatures
 from otbound.lm import cache_root, check_token_ids, collect_traces, load_pair, load_prompts, load_traces, trace_path
 from otbound.report._distributed import LocalExecutor, Shard, make_executor, pair_name, run_shards
 from otbound.report._measure import aggregate, measure_trace
 from otbound.report._paired import paired_differences
 from otbound.token import settings_at
+from otbound.token.draft_laws import SAMPLINGS
 
 #: the main job's first run with an empty cache (``python -m otbound.compare``, default settings): measured
 #: 2026-12-05 on a 2-core, 24 GB CPU machine; disk: converted float32 models, pinned wheels, the report

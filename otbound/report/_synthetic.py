@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from otbound._validation import SAMPLINGS, InvalidInputError
+from otbound._validation import InvalidInputError
 from otbound.report import plots
 from otbound.report._distributed import Shard, make_executor, run_shards
 from otbound.report._measure import cluster_mean_ci
 from otbound.token import settings_at
 from otbound.token.bounds import optimal_acceptance
-from otbound.token.draft_laws import inverse_cdf
+from otbound.token.draft_laws import SAMPLINGS, inverse_cdf
 from otbound.token.logits import laws_from_logits
 
 SYNTHETIC_FAMILIES = ("dirichlet", "zipf")

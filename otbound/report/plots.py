@@ -23,6 +23,7 @@ import matplotlib.ticker
 import matplotlib.transforms
 
 from otbound._io import atomic_path
+from otbound.token.draft_laws import DRAFT_LAWS
 
 STYLE = {
     "font.size": 8,
@@ -45,8 +46,8 @@ COLUMN_WIDTH_IN = 3.4
 #: the colour of each draft law and each verifier, the same in every otbound figure (a verifier's hue
 #: family follows its law: blues with replacement, oranges/reds without, greens greedy, greys deterministic)
 COLORS = {
-    # draft laws
-    "with_replacement": "#1f77b4", "without_replacement": "#d62728", "greedy": "#2ca02c", "deterministic": "#7f7f7f",
+    # draft laws: each law's own (:attr:`otbound.token.DraftLaw.color`)
+    **{name: law.color for name, law in DRAFT_LAWS.items()},
     # token-level verifiers, by law
     "nss": "#6baed6", "rrs": "#1f77b4", "kseq": "#17becf", "khisti_is": "#9467bd", "khisti_lp": "#54278f",
     "ot": "#08306b", "gls": "#4a1486",
@@ -59,7 +60,7 @@ COLORS = {
     "univer": "#e6ab02", "static_tree": "#666666",
 }
 #: line style and marker of each draft law where several laws share a panel
-LAW_STYLES = {"with_replacement": "-o", "without_replacement": "--s", "greedy": ":^", "deterministic": "-.D"}
+LAW_STYLES = {name: law.style for name, law in DRAFT_LAWS.items()}
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from otbound._io import atomic_path, json_text
-from otbound._validation import SAMPLINGS
+from otbound.token.draft_laws import DRAFT_LAWS
 
 
 def verifier_label(name: str, rows) -> str:
@@ -94,7 +94,8 @@ def paper_tables(rows) -> str:
     rows = [r for r in rows if r["acceptance"] is not None and "block_len" not in r]
     out = []
     laws = list(dict.fromkeys(r["sampling"] for r in rows))
-    for law in sorted(laws, key=lambda s: (SAMPLINGS.index(s) if s in SAMPLINGS else len(SAMPLINGS), laws.index(s))):
+    order = {s: i for i, s in enumerate(DRAFT_LAWS)}
+    for law in sorted(laws, key=lambda s: (order.get(s, len(order)), laws.index(s))):
         sel = [r for r in rows if r["sampling"] == law]
         ks = sorted({r["num_drafts"] for r in sel})
         columns = [(k, v) for k in ks for v in ["optimal"] + sorted(
@@ -163,7 +164,7 @@ def summary(rows) -> dict:
     """
     rows = [r for r in rows if r.get("acceptance") is not None and "block_len" not in r and r.get("sampling")]
     closest, best_law = [], []
-    order = {s: i for i, s in enumerate(SAMPLINGS)}
+    order = {s: i for i, s in enumerate(DRAFT_LAWS)}
     for law in sorted({r["sampling"] for r in rows}, key=lambda s: (order.get(s, len(order)), s)):
         for k in sorted({r["num_drafts"] for r in rows if r["sampling"] == law}):
             sel = [r for r in rows if r["sampling"] == law and r["num_drafts"] == k and r["verifier"] != "optimal"

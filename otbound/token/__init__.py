@@ -1,10 +1,11 @@
 """The token layer (docs/theory/token-bounds.md and token-verifiers.md): draft laws, the optimal
 acceptance α*(p, Q) and the token-level verifiers.
 
-* :mod:`otbound.token.draft_laws` — the four draft laws (with replacement, without replacement,
-  greedy, deterministic): sampling, joint law, subset masses, and the same laws as :class:`DraftLaw` objects in
-  :data:`DRAFT_LAWS` (with their α* routine), keyed by the public ``sampling="..."`` names, through
-  which the bounds, samplers and verifiers dispatch.
+* :mod:`otbound.token.draft_laws` — the draft laws (with replacement, without replacement, greedy,
+  deterministic, systematic), each one :class:`DraftLaw` object in :data:`DRAFT_LAWS` (its sampling,
+  tuple law, subset masses, inclusion probabilities, α* kernel, label and style), keyed by the public
+  ``sampling="..."`` names and found through :func:`draft_law`, through which the bounds, samplers,
+  verifiers, measurements, planner and kit dispatch.
 * :class:`LawBatch` — laws ``(..., V)`` in numpy or torch checked once and sorted once by ratio: the
   batched kernel (:mod:`otbound.token._kernel`) behind α* and every verifier's closed-form
   acceptance, on the caller's device.
@@ -18,8 +19,9 @@ acceptance α*(p, Q) and the token-level verifiers.
   temperature, and its best τ per position and per run.
 * :mod:`otbound.token.verifiers` — lossless multi-draft verifiers, registry :data:`VERIFIERS`.
 
-Modules form a DAG: ``_deterministic``, ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` →
-``bounds`` → ``verifiers`` (and ``_settings`` → ``logits``); no module imports one after it.
+Modules form a DAG: ``_draft_law`` (the law object and its registry) → ``_systematic`` and
+``_kernel``; ``_wor`` → ``_search`` → ``_kernel`` → ``draft_laws`` → ``bounds`` → ``verifiers`` (and
+``_settings`` → ``logits``); no module imports one after it.
 """
 
 from otbound.token._kernel import LawBatch

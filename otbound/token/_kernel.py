@@ -49,8 +49,9 @@ import math
 import numpy as np
 
 from otbound._backend import is_torch, on_accelerator, on_one_cpu_thread, one_cpu_thread, positive_counts
-from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_real, check_sampling
+from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_real
 from otbound.token import _search, _wor
+from otbound.token._draft_law import draft_law
 
 _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
 _BLOCK = 512  # columns per block of the prefix sums (SortedRows._prefix)
@@ -174,19 +175,20 @@ class LawBatch:
         gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
         return gen
 
-    def check_num_drafts(self, num_drafts, sampling: str = "with_replacement") -> int:
-        """``num_drafts`` checked as K ≥ 1 and, for the laws without replacement and greedy, within
-        the support of every row's q (:func:`otbound._validation.check_num_drafts`)."""
-        k = check_num_drafts(num_drafts, None, sampling)
-        if sampling != "with_replacement" and k > self.support:
-            raise InvalidInputError(
-                f"num_drafts={k} exceeds the support of q ({self.support} tokens with q > 0): "
-                f"the {sampling} law needs K distinct tokens of positive draft mass")
+    def check_num_drafts(self, num_drafts, sampling="with_replacement") -> int:
+        """``num_drafts`` checked as K ≥ 1 and, for a law of distinct drafts (``sampling``: a name
+        or :class:`otbound.token.DraftLaw`), within the support of every row's q
+        (:meth:`otbound.token.DraftLaw.check_num_drafts`)."""
+        law = draft_law(sampling)
+        k = law.check_num_drafts(num_drafts)
+        if law.distinct:  # the support is counted only where it matters
+            law.check_support(k, self.support)
         return k
 
     @on_one_cpu_thread
-    def optimal_acceptance(self, num_drafts: int, sampling: str = "with_replacement"):
-        """α* per row, a (B,) float64 tensor on the batch's device, in [0, 1] (module docstring).
+    def optimal_acceptance(self, num_drafts: int, sampling="with_replacement"):
+        """α* per row, a (B,) float64 tensor on the batch's device, in [0, 1]: the α* kernel of the
+        draft law ``sampling`` (a name or :class:`otbound.token.DraftLaw`; module docstring).
 
         Examples
         --------
@@ -196,9 +198,9 @@ class LawBatch:
         >>> round(float(b.optimal_acceptance(2, "greedy")[0]), 6)
         0.9
         """
-        check_sampling(sampling)
-        k = self.check_num_drafts(num_drafts, sampling)
-        return self.memo(("alpha", sampling, k), lambda: optimal_values(self, k, sampling)[0])
+        law = draft_law(sampling)
+        k = self.check_num_drafts(num_drafts, law)
+        return self.memo(("alpha", law.name, k), lambda: law.optimal_acceptance(self, k)[0])
 
     def numpy_rows(self):
         """``(P, Q)`` as float64 numpy arrays of shape (B, V) (a copy off the CPU)."""
@@ -586,18 +588,8 @@ def power(x, k: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# α* per draft law
-
-
-def optimal_values(batch: LawBatch, k: int, sampling: str, want_sets: bool = False):
-    """``(α* (B,), binding sets (B, V) bool or None)`` for a checked K (module docstring)."""
-    if sampling == "with_replacement" or (sampling == "without_replacement" and k == 1):
-        return _with_replacement(batch, k, want_sets)
-    if sampling in ("greedy", "deterministic"):
-        if not want_sets and not on_accelerator(batch.p) and "sorted" not in batch.__dict__:
-            return _torch().from_numpy(_top_law_rows(*batch.numpy_rows(), k, sampling)), None
-        return (_greedy if sampling == "greedy" else _deterministic)(batch, k, want_sets)
-    return _without_replacement(batch, k, want_sets)
+# α* per draft law: the kernels each DraftLaw's ``optimal_acceptance`` refers to
+# (:mod:`otbound.token.draft_laws`), ``(α* (B,), binding sets (B, V) bool or None)`` for a checked K
 
 
 def _top_law_rows(P, Q, k: int, sampling: str):

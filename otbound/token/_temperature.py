@@ -30,9 +30,7 @@ import numpy as np
 from otbound._validation import InvalidInputError, check_positive_int
 from otbound.token._settings import SamplingParams
 from otbound.token.bounds import optimal_acceptance
-
-#: the sampled draft laws whose temperature is a knob
-TEMPERATURE_LAWS = ("with_replacement", "without_replacement")
+from otbound.token.draft_laws import DRAFT_LAWS, draft_law
 
 
 @dataclass(frozen=True)
@@ -84,8 +82,9 @@ class DraftTemperature:
 
 
 def _check(p, draft_logits, sampling):
-    if sampling not in TEMPERATURE_LAWS:
-        raise InvalidInputError(f"sampling must be one of {TEMPERATURE_LAWS} (a sampled draft law), got {sampling!r}")
+    if not draft_law(sampling).temperature:
+        tempered = tuple(name for name, law in DRAFT_LAWS.items() if law.temperature)
+        raise InvalidInputError(f"sampling must be one of {tempered} (a sampled draft law), got {sampling!r}")
     z = np.asarray(draft_logits, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     if z.shape != p.shape or z.ndim not in (1, 2) or z.shape[-1] < 1:
@@ -154,7 +153,8 @@ def draft_temperature_curve(p, draft_logits, num_drafts: int, temperatures, samp
     if np.isnan(taus).any() or (taus < 0).any():
         raise InvalidInputError(f"temperatures must be ≥ 0 (0: deterministic, inf: uniform), got {taus.tolist()}")
     finite = np.isfinite(z).sum(axis=-1)
-    if sampling == "without_replacement" and (finite < k).any():
+    distinct = draft_law(sampling).distinct
+    if distinct and (finite < k).any():
         raise InvalidInputError(f"K = {k} drafts without replacement need {k} tokens of finite logit; "
                                 f"a row has {int(finite.min())}")
     out = np.empty(z.shape[:-1] + (taus.size,))
@@ -166,7 +166,7 @@ def draft_temperature_curve(p, draft_logits, num_drafts: int, temperatures, samp
             out[..., j] = det
             continue
         q = _draft_law(z, float(tau))
-        if sampling == "without_replacement":
+        if distinct:
             # so cold that fewer than K tokens keep a positive mass: the law is (to float64) the top-K
             short = np.count_nonzero(q, axis=-1) < k
             if short.any():

@@ -32,9 +32,9 @@ import scipy.sparse
 
 from otbound._backend import on_one_cpu_thread, to_numpy
 from otbound._solvers import EMD_MAX_ITER, HIGHS_OPTIONS, emd, quiet_highspy, solve_lp
-from otbound._validation import InvalidInputError, as_law, as_pair, check_num_drafts, check_real
+from otbound._validation import InvalidInputError, as_law, as_pair, check_real
 from otbound.token._kernel import LawBatch
-from otbound.token.draft_laws import DRAFT_LAWS, draft_law, inclusion_probabilities
+from otbound.token.draft_laws import draft_law, inclusion_probabilities
 
 
 @dataclass
@@ -131,7 +131,7 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
         ``LAW_ATOL``).
     num_drafts : int
         K ≥ 1 (at most the support of q for the laws without replacement and greedy).
-    sampling : {"with_replacement", "without_replacement", "greedy"}
+    sampling : str or DraftLaw
         The draft law (:data:`otbound.DRAFT_LAWS`).
     return_certificate : bool
         Also return the binding set.
@@ -163,16 +163,16 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
     """
     law = draft_law(sampling)
     batch = LawBatch(p, q)
-    k = batch.check_num_drafts(num_drafts, sampling)
+    k = batch.check_num_drafts(num_drafts, law)
     values, sets = law.optimal_acceptance(batch, k, want_sets=return_certificate)
     if not return_certificate:
         return batch.wrap(values)
     sets = sets.reshape(batch.shape + (batch.vocab,))
     return TokenBound(
         value=batch.wrap(values),
-        sampling=sampling,
+        sampling=law.name,
         num_drafts=k,
-        method="prefix",
+        method=law.method,
         binding_set=sets if batch.device is not None else sets.cpu().numpy(),
     )
 
@@ -422,7 +422,7 @@ def relaxation_bounds(p, q, num_drafts: int, sampling: str = "with_replacement")
         Target and draft laws.
     num_drafts : int
         K ≥ 1.
-    sampling : {"with_replacement", "without_replacement", "greedy"}
+    sampling : str or DraftLaw
         The draft law (:data:`otbound.DRAFT_LAWS`).
 
     Returns
@@ -453,7 +453,8 @@ def relaxation_bounds(p, q, num_drafts: int, sampling: str = "with_replacement")
     p, q = as_pair(to_numpy(p)[0], to_numpy(q)[0])
     if p.ndim != 1:
         raise InvalidInputError(f"relaxation_bounds takes 1-D laws, got shape {p.shape}")
-    k = check_num_drafts(num_drafts, q, sampling)
-    incl = inclusion_probabilities(q, k, sampling)
-    one = DRAFT_LAWS[sampling].coupling_law(q, k)
+    law = draft_law(sampling)
+    k = law.check_num_drafts(num_drafts, q)
+    incl = inclusion_probabilities(q, k, law)
+    one = law.coupling_law(q, k)
     return Relaxation(lower=float(np.minimum(p, one).sum()), upper=float(min(1.0, np.minimum(p, incl).sum())))

@@ -10,18 +10,28 @@ Laws (docs/theory/token-bounds.md):
 * ``greedy`` — G = the K−1 most likely tokens of q (ties broken by lower index), deterministic, and a
   last draft x_K ~ q' = q|_{V∖G} / (1 − q(G)) (Hu et al. 2502.18779; SpecHub 2411.05289 is K = 2).
   Q(H) = 1[G ⊆ H] · q'(H ∖ G).
+* ``deterministic`` — x̄ = G, the K most likely tokens of q (vLLM's argmax drafts; EAGLE, Medusa and
+  SGLang static top-k trees). Q(H) = 1[G ⊆ H].
+* ``systematic`` — x_i = F⁻¹((i + U)/K) with one uniform U per tuple (:mod:`otbound.token._systematic`).
 
-All functions take a 1-D law ``q`` over the vocabulary ``V``.
+Each law is one :class:`otbound.token.DraftLaw` object (:mod:`otbound.token._draft_law`), registered
+at the end of this module in :data:`DRAFT_LAWS`; every public function here resolves ``sampling``
+once (:func:`draft_law`) and dispatches to it. All functions take a 1-D law ``q`` over the
+vocabulary ``V``.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
-from otbound._validation import InvalidInputError, as_law, check_num_drafts, check_sampling
+from otbound._backend import on_accelerator
+from otbound._validation import InvalidInputError, as_law
 from otbound.token import _kernel, _wor
+from otbound.token._draft_law import DRAFT_LAWS, DraftLaw, _cdf, _draw, draft_law, inverse_cdf, register
+from otbound.token._systematic import Systematic
 
 
 def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +70,7 @@ def greedy_split(q, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
     ([1, 2], [0.3333, 0.0, 0.0, 0.6667])
     """
     q = as_law(q, "q", ndim=1)
-    return _greedy_split(q, check_num_drafts(num_drafts, q, "greedy"))
+    return _greedy_split(q, DRAFT_LAWS["greedy"].check_num_drafts(num_drafts, q))
 
 
 def top_tokens(q, num_tokens: int) -> np.ndarray:
@@ -108,8 +118,9 @@ def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: 
         The draft model's next-token law.
     num_drafts : int
         K, the number of drafts per tuple.
-    sampling : {"with_replacement", "without_replacement", "greedy"}
-        The draft law (module docstring; :data:`DRAFT_LAWS`).
+    sampling : str or DraftLaw
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (module docstring) or the law itself; an
+        unknown name is an InvalidInputError naming the registered ones.
     size : int
         Number of tuples.
     rng : numpy Generator, seed or None
@@ -142,7 +153,7 @@ def sample_drafts(q, num_drafts: int, sampling: str = "with_replacement", size: 
     """
     q = as_law(q, "q", ndim=1)
     law = draft_law(sampling)
-    k = check_num_drafts(num_drafts, q, sampling)
+    k = law.check_num_drafts(num_drafts, q)
     return law.sample(q, k, int(size), np.random.default_rng(rng))
 
 
@@ -176,22 +187,6 @@ def _sample_without_replacement(q: np.ndarray, k: int, n: int, rng) -> np.ndarra
 _MAX_REJECTIONS = 16
 
 
-def _cdf(q: np.ndarray) -> tuple[np.ndarray, int]:
-    """``(cumsum(q), last token with q > 0)``: what :func:`_draw` needs, computed once per law."""
-    return np.cumsum(q), int(np.flatnonzero(q > 0)[-1])
-
-
-def _draw(cdf: tuple[np.ndarray, int], u: np.ndarray) -> np.ndarray:
-    """Tokens at uniforms ``u`` by inverse CDF (never past the last token of positive mass)."""
-    cum, last = cdf
-    return np.minimum(np.searchsorted(cum, u * cum[-1], side="right"), last).astype(np.int64)
-
-
-def inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Tokens of law ``q`` at uniforms ``u`` (inverse CDF; shared by the token and block samplers)."""
-    return _draw(_cdf(q), u)
-
-
 def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:
     """The joint law Q(x̄) of the ordered draft tuple.
 
@@ -199,12 +194,8 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
 
     Parameters
     ----------
-    q : array_like, shape (V,)
-        The draft model's next-token law.
-    num_drafts : int
-        K, the number of drafts.
-    sampling : {"with_replacement", "without_replacement", "greedy"}
-        The draft law.
+    q, num_drafts, sampling
+        As :func:`sample_drafts`: the draft model's law (V,), K and the draft law.
 
     Returns
     -------
@@ -233,7 +224,7 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
     """
     q = as_law(q, "q", ndim=1)
     law = draft_law(sampling)
-    k = check_num_drafts(num_drafts, q, sampling)
+    k = law.check_num_drafts(num_drafts, q)
     v = q.size
     if v**k > 5e7:
         raise InvalidInputError(f"draft_joint would need V^K = {v}^{k} entries; too large to enumerate")
@@ -243,20 +234,17 @@ def draft_joint(q, num_drafts: int, sampling: str = "with_replacement") -> np.nd
 def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") -> float:
     """Q(H) = P(all K drafts lie in H) for ``subset`` a boolean mask or index list over V.
 
-    with replacement q(H)^K; greedy 1[G ⊆ H]·q'(H ∖ G); without replacement by the exponential-clock
-    integral of :mod:`otbound.token._wor` (docs/theory/token-bounds.md).
+    with replacement q(H)^K; greedy 1[G ⊆ H]·q'(H ∖ G); deterministic 1[G ⊆ H]; without replacement
+    by the exponential-clock integral of :mod:`otbound.token._wor`; systematic a sum over its
+    tuples (docs/theory/token-bounds.md).
 
     Parameters
     ----------
-    q : array_like, shape (V,)
-        The draft model's next-token law.
+    q, num_drafts, sampling
+        As :func:`sample_drafts`: the draft model's law (V,), K and the draft law.
     subset : array_like
         H, as a boolean mask of shape (V,) or a list of distinct integer token ids (a 0/1 integer list
         is ids, so ``[1, 0, 0]`` is refused as a repeated id).
-    num_drafts : int
-        K.
-    sampling : {"with_replacement", "without_replacement", "greedy"}
-        The draft law.
 
     Returns
     -------
@@ -285,9 +273,9 @@ def subset_mass(q, subset, num_drafts: int, sampling: str = "with_replacement") 
     0.325
     """
     q = as_law(q, "q", ndim=1)
-    k = check_num_drafts(num_drafts, q, sampling)
-    mask = _subset_mask(subset, q.size)
-    return DRAFT_LAWS[sampling].subset_mass(q, mask, k)
+    law = draft_law(sampling)
+    k = law.check_num_drafts(num_drafts, q)
+    return law.subset_mass(q, _subset_mask(subset, q.size), k)
 
 
 def _subset_mask(subset, v: int) -> np.ndarray:
@@ -319,17 +307,14 @@ def _subset_mask(subset, v: int) -> np.ndarray:
 def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacement") -> np.ndarray:
     """P(y ∈ x̄) for every token y (exact).
 
-    with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; without replacement
-    1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token with q > 0).
+    with replacement 1 − (1 − q)^K; greedy 1 on G and q' elsewhere; deterministic 1 on G;
+    without replacement 1 − Q(V ∖ {y}) by the exponential-clock integral (one evaluation per token
+    with q > 0); systematic min(1, K q).
 
     Parameters
     ----------
-    q : array_like, shape (V,)
-        The draft model's next-token law.
-    num_drafts : int
-        K.
-    sampling : {"with_replacement", "without_replacement", "greedy"}
-        The draft law.
+    q, num_drafts, sampling
+        As :func:`sample_drafts`: the draft model's law (V,), K and the draft law.
 
     Returns
     -------
@@ -355,94 +340,37 @@ def inclusion_probabilities(q, num_drafts: int, sampling: str = "with_replacemen
     [0.4, 0.6, 1.0]
     """
     q = as_law(q, "q", ndim=1)
-    k = check_num_drafts(num_drafts, q, sampling)
-    return DRAFT_LAWS[sampling].inclusion(q, k)
+    law = draft_law(sampling)
+    return law.inclusion(q, law.check_num_drafts(num_drafts, q))
 
 # ---------------------------------------------------------------------------------------------
-# the draft laws as objects: everything that depends on the law dispatches through DRAFT_LAWS,
-# keyed by the public ``sampling="..."`` names. Each DraftLaw carries how K drafts are drawn
-# (``sample``), the joint law of the ordered tuple (``joint``), Q(H) (``subset_mass``),
-# P(y ∈ x̄) (``inclusion``), its α* routine (``optimal_acceptance``, the batched kernel), the law
-# coupled in the lower relaxation and the check of a draft tuple.
+# the draft laws as objects (:class:`otbound.token._draft_law.DraftLaw`): each carries how K drafts
+# are drawn, the joint law of the ordered tuple, Q(H), P(y ∈ x̄), its α* kernel on a LawBatch (a
+# reference to the batched kernel of :mod:`otbound.token._kernel`), the law coupled in the lower
+# relaxation, the check of a draft tuple, and its label and figure style. They are registered, in
+# this order, at the end of this module.
 
 
-class DraftLaw:
-    """One draft law: how K drafts are drawn from the draft model's law q.
-
-    Methods take a checked 1-D float64 law ``q`` (or a batch ``Q`` of rows) and a checked K; the
-    public functions of :mod:`otbound.token.draft_laws` (and the bounds and verifiers) validate, then
-    dispatch here. The instances are :data:`otbound.DRAFT_LAWS`, keyed by the ``sampling`` names:
-    with replacement Q(H) = q(H)^K; without replacement Q(H) by exponential clocks; greedy
-    Q(H) = 1[G ⊆ H] · q'(H ∖ G); deterministic Q(H) = 1[G ⊆ H] (module docstring).
-
-    Attributes
-    ----------
-    name : str
-        The law's ``sampling`` name.
-
-    References
-    ----------
-    Sun et al., "SpecTr", arXiv 2310.15141; Jeon et al., arXiv 2402.14160; Hu et al.,
-    arXiv 2502.18779.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> import otbound as ob
-    >>> law = ob.draft_law("greedy")
-    >>> law
-    <draft law 'greedy'>
-    >>> q = np.array([0.2, 0.3, 0.5])
-    >>> round(law.subset_mass(q, np.array([False, True, True]), 2), 6)
-    0.6
-    >>> law.inclusion(q, 2).round(4).tolist()
-    [0.4, 0.6, 1.0]
-    """
-
-    name: str
-
-    def sample(self, q: np.ndarray, k: int, n: int, rng) -> np.ndarray:
-        """``n`` draft tuples, int64 ``(n, K)``."""
-        raise NotImplementedError
-
-    def joint(self, q: np.ndarray, k: int) -> np.ndarray:
-        """Q(x̄) over ordered tuples, ``(V,)*K``."""
-        raise NotImplementedError
-
-    def subset_mass(self, q: np.ndarray, mask: np.ndarray, k: int) -> float:
-        """Q(H) for the boolean mask H."""
-        raise NotImplementedError
-
-    def inclusion(self, q: np.ndarray, k: int) -> np.ndarray:
-        """P(y ∈ x̄) for every token y."""
-        raise NotImplementedError
-
-    def optimal_acceptance(self, batch, k: int, want_sets: bool = False):
-        """``(α* per row, binding sets or None)`` on a checked :class:`otbound.token.LawBatch`
-        (torch tensors on its device; :mod:`otbound.token._kernel`)."""
-        return _kernel.optimal_values(batch, k, self.name, want_sets)
-
-    def coupling_law(self, q: np.ndarray, k: int) -> np.ndarray:
-        """The law of the one random draft coupled with p in the lower relaxation 1 − TV (q itself,
-        except for the greedy law, whose only random draft follows q')."""
-        return q
-
-    def check_drafts(self, q: np.ndarray, drafts: np.ndarray, k: int) -> None:
-        """Raise :class:`InvalidInputError` naming the first draft tuple (rows of ``drafts``, token
-        ids already checked in range) that this law cannot produce."""
-        zero = q[drafts] <= 0
-        if zero.any():
-            r, c = np.argwhere(zero)[0]
-            raise InvalidInputError(f"drafts[{r}, {c}] = {drafts[r, c]} has q = 0: it cannot be drafted")
-
-    def __repr__(self) -> str:
-        return f"<draft law {self.name!r}>"
+def _unsorted_cpu(batch) -> bool:
+    """Whether ``batch`` lives on the CPU and has not been sorted by ratio (then the greedy and
+    deterministic laws' α* is cheaper row by row in numpy than sorting it)."""
+    return not on_accelerator(batch.p) and "sorted" not in batch.__dict__
 
 
 class WithReplacement(DraftLaw):
     """x_k ~ q i.i.d.; Q(H) = q(H)^K."""
 
     name = "with_replacement"
+    method = "prefix"
+    sorted_rows = True
+    label = "with replacement"
+    short = "wr"
+    color = "#1f77b4"
+    style = "-o"
+    temperature = True
+
+    def optimal_acceptance(self, batch, k, want_sets=False):
+        return _kernel._with_replacement(batch, k, want_sets)
 
     def sample(self, q, k, n, rng):
         return inverse_cdf(q, rng.random((n, k)))
@@ -464,6 +392,22 @@ class WithoutReplacement(DraftLaw):
     """Sequential draws renormalised after removing drawn tokens; Q(H) by exponential clocks."""
 
     name = "without_replacement"
+    method = "prefix"
+    sorted_rows = True
+    label = "without replacement"
+    short = "wor"
+    color = "#d62728"
+    style = "--s"
+    distinct = True
+    temperature = True
+
+    def optimal_acceptance(self, batch, k, want_sets=False):
+        if k == 1:  # one draw: the law with replacement
+            return _kernel._with_replacement(batch, k, want_sets)
+        return _kernel._without_replacement(batch, k, want_sets)
+
+    def max_tuples(self, v, k):
+        return math.perm(v, k)
 
     def sample(self, q, k, n, rng):
         return _sample_without_replacement(q, k, n, rng)
@@ -503,11 +447,34 @@ class WithoutReplacement(DraftLaw):
                 )
 
 
-class Greedy(DraftLaw):
+class _TopTokenLaw(DraftLaw):
+    """A law drafting the top tokens G of q (greedy, deterministic): distinct drafts; α* row by row
+    in numpy on CPU rows not yet sorted by ratio (:func:`otbound.token._kernel._top_law_rows`), else
+    by the batched kernel ``_batched`` on the sorted rows."""
+
+    method = "prefix"
+    distinct = True
+    _batched = None  # the batched kernel of the law, (batch, K, want_sets) -> (values, sets)
+
+    def optimal_acceptance(self, batch, k, want_sets=False):
+        if not want_sets and _unsorted_cpu(batch):
+            return _kernel._torch().from_numpy(_kernel._top_law_rows(*batch.numpy_rows(), k, self.name)), None
+        return type(self)._batched(batch, k, want_sets)
+
+
+class Greedy(_TopTokenLaw):
     """G = the K−1 most likely tokens of q, then x_K ~ q' = q|_{V∖G} / (1 − q(G));
     Q(H) = 1[G ⊆ H] · q'(H ∖ G)."""
 
     name = "greedy"
+    label = "greedy"
+    short = "greedy"
+    color = "#2ca02c"
+    style = ":^"
+    _batched = staticmethod(_kernel._greedy)
+
+    def max_tuples(self, v, k):
+        return v - k + 1
 
     def sample(self, q, k, n, rng):
         g, qp = greedy_split(q, k)
@@ -546,11 +513,19 @@ class Greedy(DraftLaw):
             )
 
 
-class Deterministic(DraftLaw):
+class Deterministic(_TopTokenLaw):
     """x̄ = G, the K most probable tokens of q (decreasing q, ties to the lower index), drawn with no
     randomness; Q(H) = 1[G ⊆ H] and α* = p(G) (docs/theory/token-bounds.md, the deterministic draft law)."""
 
     name = "deterministic"
+    label = "deterministic"
+    short = "deterministic"
+    color = "#7f7f7f"
+    style = "-.D"
+    _batched = staticmethod(_kernel._deterministic)
+
+    def max_tuples(self, v, k):
+        return 1
 
     def sample(self, q, k, n, rng):
         return np.tile(_kernel.top_tokens(q, k), (n, 1))
@@ -584,41 +559,9 @@ class Deterministic(DraftLaw):
             )
 
 
-#: the draft laws by their ``sampling`` name (the keys are :data:`otbound.SAMPLINGS`)
-DRAFT_LAWS: dict[str, DraftLaw] = {
-    law.name: law for law in (WithReplacement(), WithoutReplacement(), Greedy(), Deterministic())
-}
+#: the registration: each law once, in the order of tables and figures (:data:`DRAFT_LAWS`)
+for _law in (WithReplacement(), WithoutReplacement(), Greedy(), Deterministic(), Systematic()):
+    register(_law)
 
-
-def draft_law(sampling: str) -> DraftLaw:
-    """The :class:`DraftLaw` named ``sampling``; an :class:`InvalidInputError` for any other name.
-
-    Parameters
-    ----------
-    sampling : {"with_replacement", "without_replacement", "greedy", "deterministic"}
-        A key of :data:`otbound.DRAFT_LAWS`.
-
-    Returns
-    -------
-    DraftLaw
-        The law object the bounds and verifiers dispatch through.
-
-    Raises
-    ------
-    InvalidInputError
-        ``sampling`` is not the name of a draft law.
-
-    References
-    ----------
-    Sun et al., "SpecTr", arXiv 2310.15141; Jeon et al., arXiv 2402.14160; Hu et al.,
-    arXiv 2502.18779 (the laws).
-
-    Examples
-    --------
-    >>> import otbound as ob
-    >>> ob.draft_law("without_replacement")
-    <draft law 'without_replacement'>
-    >>> ob.draft_law("with_replacement") is ob.DRAFT_LAWS["with_replacement"]
-    True
-    """
-    return DRAFT_LAWS[check_sampling(sampling)]
+#: the names of the laws measured, reported and planned when none is named (``default``), in order
+SAMPLINGS = tuple(name for name, law in DRAFT_LAWS.items() if law.default)

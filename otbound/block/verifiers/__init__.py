@@ -15,6 +15,10 @@ name                      algorithm
 ``static_tree``           static top-k tree (deterministic drafting), ``num_drafts`` = branching
 ========================= ===================================================================
 
+:class:`TreeShapeVerifier` (a token verifier of a law with distinct drafts at every node of a planned
+uniform tree, :mod:`otbound.plan`) takes its shape as a parameter and is built per shape, not
+registered.
+
 Every verifier but ``univer`` is run with K i.i.d. draft blocks (``sampling ==
 "with_replacement"``). ``univer`` drafts its own tree (per node the top ``m − 1`` draft tokens plus
 one residual sample; ``m^L`` paths): its drafting hooks (``draft_tuple_law``, ``draw_drafts``,
@@ -39,6 +43,7 @@ from otbound.block.verifiers.optimal import CausalOptimal
 from otbound.block.verifiers.spectr_gbv import SpecTrGBV
 from otbound.block.verifiers.static_tree import StaticTreeTraversal
 from otbound.block.verifiers.traversal import TraversalVerification
+from otbound.block.verifiers.tree_shape import TreeShapeVerifier
 from otbound.block.verifiers.univer import UniVer
 
 BLOCK_VERIFIERS: dict[str, BlockVerifier] = {
@@ -71,6 +76,7 @@ __all__ = [
     "SpecTrGBV",
     "TokenChain",
     "TraversalVerification",
+    "TreeShapeVerifier",
     "UniVer",
     "generate",
 ]

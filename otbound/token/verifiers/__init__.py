@@ -24,6 +24,12 @@ ot_wor            without_replacement yes      per (p, q, K) the better of ot_wo
 gls               with_replacement    yes      Gumbel-max list sampling, drafter-invariant (2506.05632)
 ================= =================== ======== =====================================================
 
+A verifier's facts are attributes of its object, read as ``VERIFIERS[name].fact`` and nowhere else:
+its draft law (``sampling``, the object ``law``), ``lossless``, its K cap ``max_drafts``, whether
+measurements (``in_default_measurement``) and plans (``planned``) include it by default, the planner's
+K cap on synthetic laws (``synthetic_max_drafts``), whether it ``attains_optimum`` and where its
+acceptance is a Monte Carlo estimate (``monte_carlo``; exact elsewhere).
+
 ``ot_wor_top`` has an exact residual and reaches α* when the top-m tokens hold all of q;
 ``ot_wor_iid`` reaches at least α* with replacement (exact acceptance at K ≤ 2); the deterministic
 verifiers reach α* = p(top-K(q)). ``NaiveVerifier(sampling)`` and ``OptimalVerifier(sampling)``

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound._backend import is_torch, on_one_cpu_thread, to_numpy
-from otbound._validation import InvalidInputError, as_pair, check_num_drafts
+from otbound._validation import InvalidInputError, as_pair
 from otbound.token._kernel import LawBatch
-from otbound.token.draft_laws import DRAFT_LAWS, draft_joint, inverse_cdf, sample_drafts
+from otbound.token.draft_laws import DraftLaw, draft_joint, draft_law, inverse_cdf, sample_drafts
 
 #: exact acceptance by enumeration only when the draft law has at most this many tuples ``|V|^K`` …
 ENUMERATION_MAX_TUPLES = 200_000
@@ -178,13 +178,29 @@ class Verifier(ABC):
         ``Σ_x̄ Q(x̄) law(·|x̄) = p`` (checked exactly by :meth:`lossless_error` in the tests; a
         published verifier found lossy is kept with ``lossless = False``).
     sampling : str
-        Its draft law, a name in :data:`otbound.SAMPLINGS`.
+        Its draft law, a name in :data:`otbound.DRAFT_LAWS` (the object: :attr:`law`).
     max_drafts : int or None
         The largest K it supports (None: any).
     in_default_measurement : bool
         Whether :func:`otbound.report.measure_laws` (and so ``python -m otbound.compare``) measures
         it when no verifiers are named: False for the verifiers whose exact acceptance costs a
         per-row set-up far above the sorted-rows kernel's (named explicitly, they are measured).
+    planned : bool
+        Whether the planner plans it when no verifiers are named (:data:`otbound.plan.DEFAULT_VERIFIERS`):
+        the lossless verifiers with a fast exact acceptance, one per algorithm.
+    synthetic_max_drafts : int or None
+        The largest K the planner measures it at on its synthetic laws (``--synthetic``), where its
+        exact acceptance is an enumeration costing tens of seconds per K above it (None: no cap).
+    monte_carlo : str or None
+        Where its acceptance is a Monte Carlo estimate (:meth:`batch_estimate` answers
+        ``"monte_carlo"``) rather than exact, in words; None: exact wherever it is computed.
+    attains_optimum : bool
+        Whether its acceptance is α* of its draft law (proved in its module docstring): its
+        :meth:`batch_acceptance` is then the law's α* kernel (``greedy``, ``spechub``, ``onehot``,
+        ``nss_deterministic``).
+
+    The facts of a registered verifier are read from its object (``VERIFIERS[name].planned``), never
+    from a table elsewhere.
 
     Examples
     --------
@@ -200,6 +216,10 @@ class Verifier(ABC):
     sampling: str = "with_replacement"
     max_drafts: int | None = None
     in_default_measurement: bool = True
+    planned: bool = False
+    synthetic_max_drafts: int | None = None
+    attains_optimum: bool = False
+    monte_carlo: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sampling={self.sampling!r})"
@@ -303,8 +323,9 @@ class Verifier(ABC):
         """The exact acceptance of every row of a :class:`otbound.token.LawBatch` for a checked K, a
         (B,) float64 tensor on the batch's device (not clipped), or None where not computable.
 
-        This default runs the verifier's per-row closed form or enumeration on each row; verifiers
-        with a batched closed form override it (their docstrings give the derivation).
+        This default is the law's α* kernel for a verifier that ``attains_optimum``, else the
+        verifier's per-row closed form or enumeration on each row; verifiers with a batched closed
+        form override it (their docstrings give the derivation).
 
         Examples
         --------
@@ -314,9 +335,13 @@ class Verifier(ABC):
         >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
         >>> VERIFIERS["khisti_is"].batch_acceptance(b, 2).numpy().round(6)
         array([0.814434])
+        >>> VERIFIERS["spechub"].batch_acceptance(b, 2).numpy().round(6)  # α*_greedy
+        array([0.9])
         """
         import torch
 
+        if self.attains_optimum:
+            return batch.optimal_acceptance(num_drafts, self.law)
         P, Q = batch.numpy_rows()
         out = np.empty(batch.rows)
         for i, (p, q) in enumerate(zip(P, Q)):
@@ -351,17 +376,8 @@ class Verifier(ABC):
         import torch
 
         rng = np.random.default_rng(rng)
-        out = {}
-        for k in num_drafts:
-            try:
-                k = self.check_num_drafts(batch, k)
-                values = self.batch_acceptance(batch, k)
-            except InvalidInputError as exc:
-                out[k] = exc
-                continue
-            if values is not None:
-                out[k] = (values.clamp(0.0, 1.0), "exact")
-                continue
+        out, todo = self._exact_estimates(batch, num_drafts)
+        for k in todo:
             P, Q = batch.numpy_rows()
             try:
                 est = [float(self.sample(p, q, sample_drafts(q, k, self.sampling, mc_samples, rng),
@@ -372,9 +388,34 @@ class Verifier(ABC):
             out[k] = (torch.as_tensor(est, dtype=torch.float64, device=batch.p.device), "monte_carlo")
         return out
 
+    def _exact_estimates(self, batch: LawBatch, num_drafts) -> tuple[dict, list]:
+        """``(out, todo)``: per K of ``num_drafts`` its exact value ``(values, "exact")`` or the
+        :class:`InvalidInputError` refusing it, and the checked Ks with no exact value (left to a
+        Monte Carlo estimate, in order)."""
+        out, todo = {}, []
+        for k in num_drafts:
+            try:
+                k = self.check_num_drafts(batch, k)
+                values = self.batch_acceptance(batch, k)
+            except InvalidInputError as exc:
+                out[k] = exc
+                continue
+            if values is None:
+                todo.append(k)
+            else:
+                out[k] = (values.clamp(0.0, 1.0), "exact")
+        return out, todo
+
+    @property
+    def law(self) -> DraftLaw:
+        """The draft law it verifies (:data:`otbound.DRAFT_LAWS` under :attr:`sampling`)."""
+        return draft_law(self.sampling)
+
     def check_num_drafts(self, batch: LawBatch, num_drafts) -> int:
         """K checked against the draft law (the support of every row's q) and ``max_drafts``."""
-        k = batch.check_num_drafts(num_drafts, self.sampling)
+        return self._within_max(batch.check_num_drafts(num_drafts, self.law))
+
+    def _within_max(self, k: int) -> int:
         if self.max_drafts is not None and k > self.max_drafts:
             raise InvalidInputError(f"verifier {self.name!r} supports at most {self.max_drafts} drafts, got K = {k}")
         return k
@@ -474,10 +515,7 @@ class Verifier(ABC):
         return total
 
     def _check_k(self, q, num_drafts) -> int:
-        k = check_num_drafts(num_drafts, q, self.sampling)
-        if self.max_drafts is not None and k > self.max_drafts:
-            raise InvalidInputError(f"verifier {self.name!r} supports at most {self.max_drafts} drafts, got K = {k}")
-        return k
+        return self._within_max(self.law.check_num_drafts(num_drafts, q))
 
     def _check_drafts(self, q: np.ndarray, drafts) -> np.ndarray:
         """Check drafts are an integer (n, K) array of tuples the draft law can produce."""
@@ -495,7 +533,7 @@ class Verifier(ABC):
         if bad.any():
             r, c = np.argwhere(bad)[0]
             raise InvalidInputError(f"drafts[{r}, {c}] = {d[r, c]} is not a token id in [0, {v})")
-        DRAFT_LAWS[self.sampling].check_drafts(q, d, k)
+        self.law.check_drafts(q, d, k)
         return d
 
 
@@ -589,8 +627,8 @@ def support_tuples(q, num_drafts: int, sampling: str) -> tuple[np.ndarray, np.nd
         The draft model's next-token law.
     num_drafts : int
         K.
-    sampling : {"with_replacement", "without_replacement", "greedy", "deterministic"}
-        The draft law.
+    sampling : str or DraftLaw
+        The draft law: a name of :data:`otbound.DRAFT_LAWS` (an unknown name is an InvalidInputError).
 
     Returns
     -------

@@ -36,6 +36,8 @@ class OneHotVerifier(SequentialVerifier):
     """
 
     name = "onehot"
+    planned = True
+    attains_optimum = True  # α = p(top-K(q)) = α*_det (module docstring)
     sampling = "deterministic"
     reference = "one-hot-q recursive rejection on argmax drafts (vLLM; SpecInfer 2305.09781): α = p(top-K(q))"
     lossless = True
@@ -60,10 +62,6 @@ class OneHotVerifier(SequentialVerifier):
     def _closed_form(self, p, q, aux, k):
         return float(p[aux["g"]].sum())
 
-    def batch_acceptance(self, batch, num_drafts):
-        """α = p(top-K(q)) = α*_det on every row of the batch (module docstring)."""
-        return batch.optimal_acceptance(num_drafts, "deterministic")
-
 
 class MembershipVerifier(NaiveVerifier):
     """Y ~ p, accepted iff Y is one of the deterministic drafts: optimal, α = p(top-K(q)).
@@ -77,10 +75,7 @@ class MembershipVerifier(NaiveVerifier):
     """
 
     name = "nss_deterministic"
+    attains_optimum = True  # α = P(Y ∈ G) = p(top-K(q)) = α*_det
 
     def __init__(self):
         super().__init__("deterministic")
-
-    def batch_acceptance(self, batch, num_drafts):
-        """α = P(Y ∈ G) = p(top-K(q)) = α*_det on every row of the batch."""
-        return batch.optimal_acceptance(num_drafts, "deterministic")

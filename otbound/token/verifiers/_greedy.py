@@ -73,6 +73,8 @@ class GreedyVerifier(SequentialVerifier):
     """
 
     name = "greedy"
+    planned = True  # and spechub, its subclass
+    attains_optimum = True  # α = α*_greedy (module docstring); spechub too at K ≤ 2
     reference = "greedy-law optimal verifier (docs/theory/token-verifiers.md), α = α*_greedy"
     lossless = True
     sampling = "greedy"
@@ -87,21 +89,6 @@ class GreedyVerifier(SequentialVerifier):
     def _rounds(self, p, q, aux, drafts):
         x = drafts[:, -1:]
         return x, ratio_min1(p[x], aux["qp"][x]), aux["residual"]
-
-    def batch_acceptance(self, batch, num_drafts):
-        """``α = α*_greedy = p(G) + Σ_{x∉G} min(p(x), q'(x))`` per row (module docstring), the
-        greedy law's bound from the batched kernel.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from otbound.token import LawBatch
-        >>> from otbound.token.verifiers import GreedyVerifier
-        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
-        >>> GreedyVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.9])
-        """
-        return batch.optimal_acceptance(num_drafts, "greedy")
 
 
 class SpecHubVerifier(GreedyVerifier):
@@ -191,17 +178,3 @@ class SpecHubVerifier(GreedyVerifier):
         accept = np.where(x_first[:, None], acc_xa, acc_ax)
         return first_acceptance_sample(tokens, accept, aux["residual"], rng)
 
-    def batch_acceptance(self, batch, num_drafts):
-        """``α_SpecHub = α*_greedy`` at K ≤ 2 (derived in the module docstring: the i-acceptances
-        add to ``min(p, q')`` per token off the hub and the hub keeps all of ``p(a)``).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from otbound.token import LawBatch
-        >>> from otbound.token.verifiers import SpecHubVerifier
-        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
-        >>> SpecHubVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.9])
-        """
-        return batch.optimal_acceptance(num_drafts, "greedy")

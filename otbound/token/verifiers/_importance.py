@@ -134,6 +134,8 @@ class ImportanceSamplingVerifier(Verifier):
     """
 
     name = "khisti_is"
+    monte_carlo = "K ≥ 2 beyond the enumeration limit (V^K tuples), while |supp q|^K ≤ MAX_SELECTION_CELLS"
+    planned = True
     reference = "importance-sampling draft selection + speculative sampling (Khisti et al. 2410.18234)"
     lossless = True
     sampling = "with_replacement"
@@ -266,6 +268,8 @@ class OptimalImportanceVerifier(ImportanceSamplingVerifier):
     """
 
     name = "khisti_lp"
+    planned = False  # the LP form of the optimum at K ≤ 2
+    monte_carlo = "K = 2 beyond the enumeration limit (V^K tuples), while its LP is within its pair limit"
     reference = "LP-optimal draft selection + speculative sampling, K ≤ 2 (Khisti et al. 2410.18234)"
     lossless = True
     max_drafts = 2

@@ -113,6 +113,7 @@ class KSeqVerifier(SequentialVerifier):
     """
 
     name = "kseq"
+    planned = True
     reference = "SpecTr K-SEQ at ρ* (Sun et al. 2310.15141)"
     lossless = True
     sampling = "with_replacement"

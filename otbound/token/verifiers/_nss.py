@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._backend import on_accelerator
-from otbound._validation import check_sampling
-from otbound.token.draft_laws import inclusion_probabilities
+from otbound.token.draft_laws import draft_law, inclusion_probabilities
 from otbound.token.verifiers._base import Verifier, draw
 
 
@@ -24,8 +23,8 @@ class NaiveVerifier(Verifier):
 
     Parameters
     ----------
-    sampling : {"with_replacement", "without_replacement", "greedy", "deterministic"}
-        The draft law it is run on (:data:`otbound.SAMPLINGS`).
+    sampling : str or DraftLaw
+        The draft law it is run on (a name of :data:`otbound.DRAFT_LAWS`).
 
     Raises
     ------
@@ -56,7 +55,7 @@ class NaiveVerifier(Verifier):
     lossless = True
 
     def __init__(self, sampling: str = "with_replacement"):
-        self.sampling = check_sampling(sampling)
+        self.sampling = draft_law(sampling).name
 
     def _laws(self, p, q, aux, drafts):
         return np.broadcast_to(p, (drafts.shape[0], p.size)).copy()

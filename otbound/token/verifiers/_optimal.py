@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from otbound._validation import check_sampling
+from otbound.token.draft_laws import draft_law
 from otbound.token.verifiers._base import PreparedCache, Verifier, draw
 from otbound.token.verifiers._ot import MAX_PLAN_CELLS, plan, plan_laws
 
@@ -379,11 +379,12 @@ class OptimalVerifier(Verifier):
     """
 
     name = "ot"
+    planned = True
     reference = "optimal-transport verifier: α = α* (SpecTr OTM 2310.15141; coupling derived here)"
     lossless = True
 
     def __init__(self, sampling: str = "with_replacement", max_plan_cells: int = MAX_PLAN_CELLS):
-        self.sampling = check_sampling(sampling)
+        self.sampling = draft_law(sampling).name
         self.max_plan_cells = int(max_plan_cells)
         self._cache = PreparedCache(CACHE_SIZE)
 

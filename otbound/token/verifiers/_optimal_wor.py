@@ -589,6 +589,7 @@ class OptimalWithoutReplacementVerifier(Verifier):
     """
 
     name = "ot_wor_top"
+    synthetic_max_drafts = 2
     sampling = "without_replacement"
     in_default_measurement = False  # 22-65 ms of set-up per row at V = 151,936 (the LP over top-m sets)
     reference = "the optimal coupling without replacement seen through the top-m tokens of q, exact residual"
@@ -675,6 +676,8 @@ class IIDStreamVerifier(Verifier):
     """
 
     name = "ot_wor_iid"
+    monte_carlo = "K ≥ 3 beyond the enumeration limit (V^K tuples)"
+    synthetic_max_drafts = 2
     sampling = "without_replacement"
     in_default_measurement = False  # the coupling per row and K, and Monte Carlo at K >= 3: ~70 ms per position
     reference = "the optimal i.i.d. coupling (ot) on K i.i.d. draws rebuilt from drafts without replacement"
@@ -874,6 +877,8 @@ class BestWithoutReplacementVerifier(Verifier):
     """
 
     name = "ot_wor"
+    monte_carlo = "K ≥ 3 beyond the enumeration limit (V^K tuples), as ot_wor_iid"
+    synthetic_max_drafts = 2
     sampling = "without_replacement"
     reference = "per (p, q, K) the better of ot_wor_top and ot_wor_iid (drafts without replacement)"
     lossless = True

@@ -50,7 +50,6 @@ import math
 import numpy as np
 
 from otbound._backend import on_accelerator
-from otbound._validation import InvalidInputError
 from otbound.token._kernel import greedy_split_rows
 from otbound.token.verifiers._base import SequentialVerifier, ratio_min1, residual
 
@@ -102,6 +101,7 @@ class RRSVerifier(SequentialVerifier):
     """
 
     name = "rrs"
+    planned = True
     reference = "SpecInfer recursive rejection sampling (Miao et al. 2305.09781)"
     lossless = True
     sampling = "with_replacement"
@@ -159,6 +159,9 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
     """
 
     name = "rrs_wor"
+    monte_carlo = "K ≥ 3 beyond the enumeration limit (V^K tuples): Rao–Blackwellised paths"
+    planned = True
+    synthetic_max_drafts = 2
     reference = "recursive rejection sampling without replacement (Jeon et al. 2402.14160)"
     lossless = True
     sampling = "without_replacement"
@@ -211,18 +214,7 @@ class RRSWithoutReplacementVerifier(SequentialVerifier):
         >>> res[2][1], res[3][1], tuple(res[3][0].shape)
         ('exact', 'monte_carlo', (2,))
         """
-        out, todo = {}, []
-        for k in num_drafts:
-            try:
-                k = self.check_num_drafts(batch, k)
-                values = self.batch_acceptance(batch, k)
-            except InvalidInputError as exc:
-                out[k] = exc
-                continue
-            if values is None:
-                todo.append(k)
-            else:
-                out[k] = (values.clamp(0.0, 1.0), "exact")
+        out, todo = self._exact_estimates(batch, num_drafts)
         if todo:
             horizon = max(todo)
             weights = batch.memo(("rrs_wor_paths", int(mc_samples), horizon),

@@ -22,11 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from otbound._validation import InvalidInputError
-from otbound.block.verifiers import MultiPathVerifier
-from otbound.token.draft_laws import sample_drafts
-
-#: draft laws whose drafts at a node are distinct tokens (so a planned tree keeps its shape)
-DISTINCT_LAWS = ("without_replacement", "greedy")
+from otbound.block.verifiers.multipath import MultiPathVerifier
+from otbound.token.draft_laws import DRAFT_LAWS, sample_drafts
+from otbound.token.verifiers import VERIFIERS
 
 
 def _in_row_order(row: np.ndarray) -> np.ndarray:
@@ -43,7 +41,7 @@ class TreeShapeVerifier(MultiPathVerifier):
     ----------
     token_verifier : str
         A lossless verifier of :data:`otbound.VERIFIERS` whose draft law gives distinct tokens
-        (``without_replacement`` or ``greedy``: ``rrs_wor``, ``greedy``, ``spechub``, ...).
+        (:attr:`otbound.token.DraftLaw.distinct`: ``rrs_wor``, ``greedy``, ``spechub``, ``onehot``, ...).
     branching : sequence of int
         ``(b_1, ..., b_L)``: ``b_d ≥ 2`` down to some depth, 1 below it.
 
@@ -54,6 +52,7 @@ class TreeShapeVerifier(MultiPathVerifier):
 
     Examples
     --------
+    >>> from otbound.block.verifiers import TreeShapeVerifier
     >>> from otbound.lm import speculative_sample, tiny_pair
     >>> v = TreeShapeVerifier("rrs_wor", (2, 2, 1))
     >>> v.num_rows(2, 3), v.name, v.sampling
@@ -65,16 +64,14 @@ class TreeShapeVerifier(MultiPathVerifier):
     """
 
     def __init__(self, token_verifier: str, branching):
-        from otbound.token.verifiers import VERIFIERS
-
         if token_verifier not in VERIFIERS:
             raise InvalidInputError(f"unknown verifier {token_verifier!r}; expected one of {sorted(VERIFIERS)}")
         law = VERIFIERS[token_verifier].sampling
-        if law not in DISTINCT_LAWS:
+        if not DRAFT_LAWS[law].distinct:
             raise InvalidInputError(
                 f"{token_verifier} drafts with the {law} law: coinciding siblings would merge in the decoder's tree, "
                 f"so a planned tree of this law cannot be decoded as drawn (laws with distinct drafts: "
-                f"{DISTINCT_LAWS})")
+                f"{tuple(name for name, one in DRAFT_LAWS.items() if one.distinct)})")
         b = [int(x) for x in branching]
         if not b or min(b) < 1:
             raise InvalidInputError(f"branching must be ≥ 1 at every depth, got {b}")
