@@ -20,6 +20,7 @@ Exit status, every command (:class:`ExitStatus`):
 from otbound.cli._common import (
     ExitStatus,
     OneLineParser,
+    default_law_names,
     draft_law_names,
     error_line,
     exit_error,
@@ -29,5 +30,5 @@ from otbound.cli._common import (
     verifier_names,
 )
 
-__all__ = ["ExitStatus", "OneLineParser", "draft_law_names", "error_line", "exit_error", "interrupted",
-           "parse_options", "print_error", "verifier_names"]
+__all__ = ["ExitStatus", "OneLineParser", "default_law_names", "draft_law_names", "error_line", "exit_error",
+           "interrupted", "parse_options", "print_error", "verifier_names"]

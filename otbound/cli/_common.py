@@ -132,6 +132,22 @@ def draft_law_names() -> tuple[str, ...]:
     return tuple(DRAFT_LAWS)
 
 
+def default_law_names() -> tuple[str, ...]:
+    """The draft laws measured and planned when none is named (:data:`otbound.SAMPLINGS`: the
+    registered laws marked default; a law with a slow exact kernel, e.g. ``systematic``, is
+    offered but not run unasked).
+
+    Examples
+    --------
+    >>> from otbound.cli import default_law_names, draft_law_names
+    >>> set(default_law_names()) < set(draft_law_names())
+    True
+    """
+    from otbound.token.draft_laws import SAMPLINGS
+
+    return tuple(SAMPLINGS)
+
+
 def verifier_names(level: str = "token") -> tuple[str, ...]:
     """The registered verifiers' names at ``level`` (``"token"`` or ``"block"``), in registry order."""
     if level == "token":

@@ -28,7 +28,14 @@ from pathlib import Path
 from otbound import plan as pl
 from otbound._integrity import FolderLockedError, output_lock
 from otbound._validation import InvalidInputError
-from otbound.cli._common import OneLineParser, draft_law_names, exit_error, interrupted, parse_options
+from otbound.cli._common import (
+    OneLineParser,
+    default_law_names,
+    draft_law_names,
+    exit_error,
+    interrupted,
+    parse_options,
+)
 from otbound.plan import CostCurve, check_search_size, check_temperatures, write_temperature_plans
 
 #: largest forward size (new tokens) --cost-sizes may ask for
@@ -66,7 +73,7 @@ class PlanOptions:
     max_new_tokens: int = 32
     temperature: float | None = None
     dataset: str | None = None
-    laws: tuple[str, ...] = dataclasses.field(default_factory=draft_law_names)
+    laws: tuple[str, ...] = dataclasses.field(default_factory=default_law_names)
     verifiers: tuple[str, ...] | None = None
     max_drafts: int = 3
     max_depth: int = 5
@@ -96,7 +103,7 @@ class PlanOptions:
 
 def parser() -> OneLineParser:
     """The flags of ``python -m otbound.plan``."""
-    laws = list(draft_law_names())
+    laws = list(default_law_names())
     ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("run", nargs="?", help="a report's run folder (with traces/)")
     ap.add_argument("--synthetic", action="store_true", help="plan on a synthetic pair (seconds)")
@@ -107,7 +114,8 @@ def parser() -> OneLineParser:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=None, help="the traces' temperature to plan for")
     ap.add_argument("--dataset", default=None, help="only this dataset's traces")
-    ap.add_argument("--laws", nargs="+", default=laws, help=f"draft laws (default {laws})")
+    ap.add_argument("--laws", nargs="+", default=laws, metavar="LAW",
+                    help=f"draft laws, of {list(draft_law_names())} (default {laws})")
     ap.add_argument("--verifiers", nargs="+", default=None, help="lossless verifiers (default: the fast exact ones)")
     ap.add_argument("--max-drafts", type=int, default=3, help="largest branching / number of chains")
     ap.add_argument("--max-depth", type=int, default=5, help="deepest shape")
