@@ -204,10 +204,33 @@ class Verifier(ABC):
 
     Examples
     --------
-    >>> from otbound import VERIFIERS
-    >>> v = VERIFIERS["rrs"]
-    >>> v.name, v.sampling, v.lossless
-    ('rrs', 'with_replacement', True)
+    Every registered verifier on one toy (p = (0.5, 0.3, 0.2), q = (0.2, 0.3, 0.5), K = 2): its draft
+    law, its acceptance α, the bound α* of its law (:func:`otbound.optimal_acceptance`), the
+    declaration ``lossless`` and the exact :meth:`lossless_error`. Each verifier's own example checks
+    the claim its docstring makes.
+
+    >>> import numpy as np
+    >>> import otbound as ob
+    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    >>> for name, v in ob.VERIFIERS.items():
+    ...     alpha, bound = v.acceptance(p, q, 2), ob.optimal_acceptance(p, q, 2, v.sampling)
+    ...     print(f"{name:17} {v.sampling:19} {alpha:.6f} {bound:.6f}  {v.lossless!s:5}  "
+    ...           f"{v.lossless_error(p, q, 2):.6f}")
+    nss               with_replacement    0.483000 0.860000  True   0.000000
+    rrs               with_replacement    0.760000 0.860000  True   0.000000
+    rrs_wor           without_replacement 0.820000 0.985714  True   0.000000
+    kseq              with_replacement    0.791355 0.860000  True   0.000000
+    spechub           greedy              0.900000 0.900000  True   0.000000
+    greedy            greedy              0.900000 0.900000  True   0.000000
+    khisti_is         with_replacement    0.814434 0.860000  True   0.000000
+    khisti_lp         with_replacement    0.860000 0.860000  True   0.000000
+    ot                with_replacement    0.860000 0.860000  True   0.000000
+    onehot            deterministic       0.500000 0.500000  True   0.000000
+    nss_deterministic deterministic       0.500000 0.500000  True   0.000000
+    ot_wor_top        without_replacement 0.985714 0.985714  True   0.000000
+    ot_wor_iid        without_replacement 0.885934 0.985714  True   0.000000
+    ot_wor            without_replacement 0.985714 0.985714  True   0.000000
+    gls               with_replacement    0.773999 0.860000  True   0.000000
     """
 
     name: str = ""

@@ -25,14 +25,11 @@ class OneHotVerifier(SequentialVerifier):
 
     Examples
     --------
-    >>> import numpy as np
+    On p = (0.5, 0.3, 0.2), q = (0.1, 0.6, 0.3) the top-K(q) sets are {1}, {1, 2}, {0, 1, 2}:
+
     >>> from otbound import VERIFIERS
-    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.6, 0.3])
-    >>> v = VERIFIERS["onehot"]
-    >>> round(v.acceptance(p, q, 2), 12)   # p({1, 2})
-    0.5
-    >>> v.conditional_law(p, q, [1, 2]).round(12).tolist()   # the target law itself
-    [0.5, 0.3, 0.2]
+    >>> [round(VERIFIERS["onehot"].acceptance([0.5, 0.3, 0.2], [0.1, 0.6, 0.3], k), 12) for k in (1, 2, 3)]
+    [0.3, 0.5, 1.0]
     """
 
     name = "onehot"

@@ -38,15 +38,10 @@ class NaiveVerifier(Verifier):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     >>> from otbound.token.verifiers import NaiveVerifier
-    >>> v = NaiveVerifier()
-    >>> round(v.acceptance(p, q, 2), 6)
-    0.483
-    >>> v.conditional_law(p, q, [2, 2]).tolist()  # the drafts are ignored
+    >>> NaiveVerifier().conditional_law([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [2, 2]).tolist()  # drafts ignored
     [0.5, 0.3, 0.2]
-    >>> round(NaiveVerifier("greedy").acceptance(p, q, 2), 6)
+    >>> round(NaiveVerifier("greedy").acceptance([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 2), 6)  # p(2) + p(1)·0.6
     0.58
     """
 
@@ -76,9 +71,10 @@ class NaiveVerifier(Verifier):
         >>> import numpy as np
         >>> from otbound.token import LawBatch
         >>> from otbound.token.verifiers import NaiveVerifier
-        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
-        >>> NaiveVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.483])
+        >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+        >>> [round(float(x), 12) for x in (NaiveVerifier().batch_acceptance(LawBatch(p[None], q[None]), 3)[0],
+        ...                                 p @ (1 - (1 - q) ** 3))]
+        [0.6161, 0.6161]
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)

@@ -309,14 +309,12 @@ def optimal_coupling(p: np.ndarray, q: np.ndarray, k: int) -> OptimalCoupling:
     Examples
     --------
     >>> import numpy as np
-    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
-    >>> import otbound as ob
     >>> from otbound.token.verifiers import optimal_coupling
-    >>> c = optimal_coupling(p, q, 2)
-    >>> round(c.alpha, 6) == round(ob.optimal_acceptance(p, q, 2), 6)
-    True
-    >>> c.cum_q.tolist(), c.cum_p.tolist()
-    ([0.0, 0.5, 0.8, 1.0], [0.0, 0.2, 0.5, 1.0])
+    >>> c = optimal_coupling(np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), 2)
+    >>> c.cum_q.tolist(), c.cum_p.tolist(), c.h   # tokens by p/q: 2, 1, 0
+    ([0.0, 0.5, 0.8, 1.0], [0.0, 0.2, 0.5, 1.0], 2)
+    >>> round(float(c.cum_p[c.h] + 1 - c.cum_q[c.h] ** 2), 12), round(c.alpha, 12)   # P_h + 1 − Q_h^K = α*
+    (0.86, 0.86)
     """
     v = q.size
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -400,11 +398,11 @@ class OptimalVerifier(Verifier):
         Examples
         --------
         >>> import numpy as np
+        >>> from otbound import VERIFIERS
         >>> from otbound.token import LawBatch
-        >>> from otbound.token.verifiers import OptimalVerifier
-        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
-        >>> OptimalVerifier().batch_acceptance(b, 2).numpy().round(6)
-        array([0.86])
+        >>> P = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+        >>> VERIFIERS["ot"].batch_acceptance(LawBatch(P, P[::-1]), 1).numpy().round(6).tolist()  # Σ min(p, q)
+        [0.4, 0.4]
         """
         if self.sampling != "with_replacement":
             return super().batch_acceptance(batch, num_drafts)  # the LP plan per row: small V only

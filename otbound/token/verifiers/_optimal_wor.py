@@ -297,14 +297,10 @@ class TruncatedCoupling:
     Examples
     --------
     >>> import numpy as np
-    >>> p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
-    >>> import otbound as ob
     >>> from otbound.token.verifiers import truncated_coupling
-    >>> c = truncated_coupling(p, q, 2)
-    >>> c.top.tolist(), c.covers, round(float(c.mu.sum()), 6)
-    ([0, 1, 2], True, 1.0)
-    >>> round(c.accepted, 6) == round(ob.optimal_acceptance(p, q, 2, "without_replacement"), 6)
-    True
+    >>> c = truncated_coupling(np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), 2)
+    >>> c.top.tolist(), c.covers, round(float(c.mu.sum()), 6), round(c.accepted, 6)   # covers: α*_wor
+    ([0, 1, 2], True, 1.0, 0.985714)
     """
 
     top: np.ndarray
