@@ -391,9 +391,8 @@ class Verifier(ABC):
         >>> import numpy as np
         >>> from otbound import VERIFIERS
         >>> from otbound.token import LawBatch
-        >>> b = LawBatch(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
-        >>> res = VERIFIERS["spechub"].batch_estimate(b, (2, 3))
-        >>> res[2][1], type(res[3]).__name__
+        >>> res = VERIFIERS["spechub"].batch_estimate(LawBatch(np.array([[0.5, 0.5]]), np.array([[0.9, 0.1]])), (2, 3))
+        >>> res[2][1], type(res[3]).__name__   # exact at K = 2; K = 3 refused (max_drafts = 2)
         ('exact', 'InvalidInputError')
         """
         import torch
