@@ -601,7 +601,7 @@ def end_to_end_figure(rows, path):
     Returns
     -------
     pathlib.Path
-        The PNG written.
+        ``path`` with the suffix ``.png``, written.
 
     Examples
     --------

@@ -201,7 +201,7 @@ def paired_figure(rows, pair_rows, out, temperature=None):
     Returns
     -------
     pathlib.Path
-        The PNG written.
+        ``out / "paired_gaps.png"``, written.
 
     Examples
     --------

@@ -256,7 +256,7 @@ def token_figure(rows, out: Path) -> Path:
     Returns
     -------
     pathlib.Path
-        The PNG written.
+        ``out / "token_bounds.png"``, written.
 
     Examples
     --------
