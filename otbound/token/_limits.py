@@ -52,6 +52,7 @@ def optimal_acceptance_limit(p, q) -> float:
     Returns
     -------
     float
+        ``p(supp q)``: the target's mass on the tokens the draft can propose.
 
     Raises
     ------
@@ -84,6 +85,8 @@ def drafts_for_certain_acceptance(p, q) -> int | None:
     Returns
     -------
     int or None
+        That K: ``max(1, ⌈max_j log P(H_j) / log Q(H_j)⌉)`` over the proper prefixes ``H_j`` of the
+        tokens sorted by p/q (module docstring).
 
     Raises
     ------
