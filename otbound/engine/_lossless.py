@@ -17,11 +17,12 @@ the engine when no drafting is involved.
 How the reference laws are read matters. llama.cpp's logits at a context are not a function of the
 context alone: they depend on how the cached tokens were evaluated (one batch, or one token at a
 time). On the Qwen2.5-Coder Q4_K_M pair on CPU the post-sampling law at one prefix differs by a total
-variation of 0.015 to 0.067 between the two (docs/results/engine.md). Plain decoding evaluates the
-prompt in one batch, then its last token again on its own (a fully cached prompt is re-evaluated from
-its last token), then each generated token on its own; the reference is read the same way
-(:func:`enumerate_cells`): the prompt once, then the tree of contexts depth first, every context read
-right after its parent so that only its last token is evaluated. The laws the engine reports while
+variation of 0.015 to 0.067 between the two, and even the size of the batch in which the prompt was
+evaluated moves it (docs/results/engine.md). Plain decoding evaluates the prompt in one batch, then
+its last token again on its own (a fully cached prompt is re-evaluated from its last token), then
+each generated token on its own; the reference is read the same way (:func:`enumerate_cells`): the
+prompt once in one batch of its own length, then the tree of contexts depth first, every context
+read right after its parent so that only its last token is evaluated. The laws the engine reports while
 sampling (``n_probs`` in the sampling requests) are stored and compared with the reference
 (``reported_vs_reference_tv``: 0 when the two computations agree), and the total variation between the
 reference and the same cells read with every context in one batch (``numerics_tv``) states how much
@@ -146,10 +147,12 @@ def enumerate_cells(laws: LawSource, prompt, sampling: Sampling, depth: int, n: 
     """The cells (module docstring), read from ``laws`` depth first.
 
     From a llama.cpp server (:class:`~otbound.engine.ServerLaws`) the laws are read the way plain decoding
-    computes them (module docstring): the prompt once in one batch, then every context with only its last
-    token evaluated on the cached ones. With ``numerics`` the same cells are read a second time with every
-    context evaluated in one batch, and the total variation between the two sequence laws is
-    :attr:`Cells.numerics_tv`.
+    computes them (module docstring): the prompt once in one batch of its own length, then every context
+    with only its last token evaluated on the cached ones; the server's cache is left as the sampling
+    requests that follow need it (the prompt as evaluated here). With ``numerics`` the same cells are
+    first read with every context evaluated in one batch, and the total variation between the two
+    sequence laws is :attr:`Cells.numerics_tv`. The sampling must follow on the same server with no
+    other request in between.
     """
     url = getattr(laws, "target_url", None)
     if url is None:
@@ -157,13 +160,15 @@ def enumerate_cells(laws: LawSource, prompt, sampling: Sampling, depth: int, n: 
         seqs, p, rest = _cells_of(tree, depth)
         return Cells(seqs, p, rest, tree)
     params = {**sampling.params, **IGNORE_EOS}
-    _server_law(url, prompt, params, n, cache=True)  # the prompt in one batch, as the first request of a run
+    batch = None
+    if numerics:  # first: these reads leave the cache computed in batches of other sizes
+        batch = _read_tree(lambda ctx: _server_law(url, ctx, params, n, cache=False), prompt, depth)
+    # the prompt alone in one batch, as a server's first request evaluates it; every later request with
+    # this prompt finds it cached and evaluates its last token alone, as the depth-first reads do
+    _server_law(url, prompt, params, n, cache=False)
     tree = _read_tree(lambda ctx: _server_law(url, ctx, params, n, cache=True), prompt, depth)
     seqs, p, rest = _cells_of(tree, depth)
-    spread = math.nan
-    if numerics:
-        batch = _read_tree(lambda ctx: _server_law(url, ctx, params, n, cache=False), prompt, depth)
-        spread = _law_tv((seqs, p, rest), _cells_of(batch, depth))
+    spread = math.nan if batch is None else _law_tv((seqs, p, rest), _cells_of(batch, depth))
     return Cells(seqs, p, rest, tree, spread)
 
 
