@@ -17,7 +17,7 @@ the engine when no drafting is involved.
 How the reference laws are read matters. llama.cpp's logits at a context are not a function of the
 context alone: they depend on how the cached tokens were evaluated (one batch, or one token at a
 time). On the Qwen2.5-Coder Q4_K_M pair on CPU the post-sampling law at one prefix differs by a total
-variation of 0.015 to 0.067 between the two, and even the size of the batch in which the prompt was
+variation of 0.013 to 0.067 between the two, and even the size of the batch in which the prompt was
 evaluated moves it (docs/results/engine.md). Plain decoding evaluates the prompt in one batch, then
 its last token again on its own (a fully cached prompt is re-evaluated from its last token), then
 each generated token on its own; the reference is read the same way (:func:`enumerate_cells`): the
