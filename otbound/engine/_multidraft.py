@@ -39,6 +39,9 @@ import numpy as np
 from otbound._validation import InvalidInputError
 from otbound.conformance import enumerate_outcomes
 from otbound.engine._client import EngineError
+from otbound.engine._laws import Sampling, TinyLaws
+from otbound.engine._lossless import detectable_tv, histogram_test
+from otbound.lm import BuildError
 
 
 def _candidates(law: np.ndarray) -> list[tuple[int, float]]:
@@ -161,8 +164,6 @@ def build_llama_speculative_kvu(build, folder) -> Path:
     BuildError
         The source has changed (the patch does not apply) or the compiler failed.
     """
-    from otbound.lm import BuildError
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src_root = build.source
@@ -195,8 +196,6 @@ __attribute__((destructor)) static void otbound_flush_log() { common_log_flush(c
 
 def build_log_flush_shim(build, folder) -> Path:
     """:data:`FLUSH_SHIM` compiled against the build's ``libllama-common`` into ``folder``; its path."""
-    from otbound.lm import BuildError
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src, lib = folder / "flush_log.cpp", folder / "libotbound_flush_log.so"
@@ -253,9 +252,6 @@ def speculative_output_test(binary, pair, prompt: str, prompt_ids, *, num_seqs: 
     independent float64 forward of the pair's weights and llama.cpp's sampler formulas
     (:class:`otbound.engine.TinyLaws`); end of text is ignored on both sides.
     """
-    from otbound.engine._laws import Sampling, TinyLaws
-    from otbound.engine._lossless import detectable_tv, histogram_test
-
     laws = TinyLaws(pair)
     s = Sampling("llama-speculative", dict(sampling))
     V = pair.config.vocab_size
