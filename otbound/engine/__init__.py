@@ -21,7 +21,7 @@ Examples
 from otbound.engine._audit import SpecConfig, counter_metrics, hashed_seed
 from otbound.engine._client import EngineError, parse_prometheus, spec_counters
 from otbound.engine._laws import LawSource, Sampling, ServerLaws, TinyLaws, llama_sampler_law
-from otbound.engine._lossless import detectable_tv
+from otbound.engine._lossless import detectable_tv, enumerate_cells, lossless_test
 from otbound.engine._multidraft import (
                                        build_llama_speculative_kvu,
                                        build_log_flush_shim,
@@ -38,4 +38,5 @@ __all__ = [
     "free_port", "hashed_seed", "llama_sampler_law", "load_engine_json", "parse_prometheus", "recompute_figures",
     "run_audit", "spec_counters",
     "build_llama_speculative_kvu", "build_log_flush_shim", "run_llama_speculative", "speculative_output_test",
+    "enumerate_cells", "lossless_test",
 ]
