@@ -151,7 +151,7 @@ def enumerate_cells(laws: LawSource, prompt, sampling: Sampling, depth: int, n: 
     with only its last token evaluated on the cached ones; the server's cache is left as the sampling
     requests that follow need it (the prompt as evaluated here). With ``numerics`` the same cells are
     first read with every context evaluated in one batch, and the total variation between the two
-    sequence laws is :attr:`Cells.numerics_tv`. The sampling must follow on the same server with no
+    sequence laws is ``Cells.numerics_tv``. The sampling must follow on the same server with no
     other request in between.
     """
     url = getattr(laws, "target_url", None)
@@ -216,7 +216,7 @@ def histogram_test(sequences, cells, probs, rest: float) -> dict:
 
 def sample_continuations(url: str, prompt, sampling: Sampling, *, depth: int, samples: int, n: int, label: str,
                          timeout: float = 300.0, progress=None) -> list[dict]:
-    """``samples`` continuations of ``depth`` tokens, one hashed seed each (:func:`otbound.engine._audit.hashed_seed`
+    """``samples`` continuations of ``depth`` tokens, one hashed seed each (:func:`otbound.engine.hashed_seed`
     of ``label``, 0 and the sample's index), each with the laws the engine reports for its tokens.
 
     Every request asks for the ``n`` most likely tokens of the post-sampling law at each generated
@@ -271,13 +271,14 @@ def reported_vs_reference_tv(sequences, tree) -> float | None:
 
 
 def lossless_test(url: str, laws: LawSource, prompt, sampling: Sampling, *, depth: int, samples: int, n: int,
-                  label: str, cells: Cells | None = None, progress=None) -> dict:
+                  label: str, cells=None, progress=None) -> dict:
     """Sample ``samples`` continuations of ``depth`` tokens from ``url`` and G-test them (module docstring).
 
     The result holds what the test needs to be recomputed: ``reference`` (the laws the cells were built
     from, prefix by prefix), ``sequences`` (per continuation: its seed, tokens, the laws the engine
-    reported for them, its drafted and accepted tokens); and ``numerics_tv`` (:class:`Cells`) and
-    ``reported_vs_reference_tv`` (:func:`reported_vs_reference_tv`).
+    reported for them, its drafted and accepted tokens); and ``numerics_tv`` (of the cells,
+    :func:`enumerate_cells`) and ``reported_vs_reference_tv`` (the largest distance between a law the
+    engine reported while sampling and the reference at the same prefix).
     """
     if cells is None:
         cells = enumerate_cells(laws, prompt, sampling, depth, n)

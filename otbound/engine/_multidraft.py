@@ -156,7 +156,7 @@ _FAILED = ("failed to find a memory slot", "failed to initialize batch", "failed
 
 
 def build_llama_speculative_kvu(build, folder) -> Path:
-    """``llama-speculative`` with :data:`KVU_PATCH`, compiled from the build's vendored source and linked
+    """``llama-speculative`` with ``KVU_PATCH`` (``params.kv_unified = true``), compiled from the build's vendored source and linked
     against its shared libraries (one C++ file: seconds); returns the executable's path in ``folder``.
 
     Raises
@@ -195,7 +195,7 @@ __attribute__((destructor)) static void otbound_flush_log() { common_log_flush(c
 
 
 def build_log_flush_shim(build, folder) -> Path:
-    """:data:`FLUSH_SHIM` compiled against the build's ``libllama-common`` into ``folder``; its path."""
+    """``FLUSH_SHIM`` (a destructor calling ``common_log_flush``) compiled against the build's ``libllama-common`` into ``folder``; its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src, lib = folder / "flush_log.cpp", folder / "libotbound_flush_log.so"
@@ -243,8 +243,8 @@ def run_llama_speculative(binary, target, draft, prompt: str, *, num_seqs: int, 
 def speculative_output_test(binary, pair, prompt: str, prompt_ids, *, num_seqs: int, p_split: float, n_max: int,
                             sampling: dict, samples: int, flush_shim=None, seed: int = 0, progress=None) -> dict:
     """``samples`` runs of the shipped example on a tiny GGUF pair (:class:`otbound.lm.TinyGGUFPair`): the
-    law of its first two emitted tokens G-tested against the target's exact law and against the port's
-    (:func:`llama_speculative_verify`) at the same drafts.
+    law of its first two emitted tokens G-tested against the target's exact law and against the law of
+    the line-for-line port of its verification (``otbound.engine._multidraft``) at the same drafts.
 
     The first token is sampled from the target before any draft; the second is the first verified
     position, whose drafts are the top ``m`` tokens of the draft's law at the served settings (``m``:
