@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from otbound import InvalidInputError
-from otbound.plan import (chain_shape, engine_configurations, make_plan, synthetic_cost_model, synthetic_table,
-                          tree_shape, write_plan)
+from otbound.plan import (
+    chain_shape,
+    engine_configurations,
+    make_plan,
+    synthetic_cost_model,
+    synthetic_table,
+    tree_shape,
+    write_plan,
+)
 
 
 def _cand(law, shape, verifier="onehot"):

@@ -156,8 +156,9 @@ _FAILED = ("failed to find a memory slot", "failed to initialize batch", "failed
 
 
 def build_llama_speculative_kvu(build, folder) -> Path:
-    """``llama-speculative`` with ``KVU_PATCH`` (``params.kv_unified = true``), compiled from the build's vendored source and linked
-    against its shared libraries (one C++ file: seconds); returns the executable's path in ``folder``.
+    """``llama-speculative`` with ``KVU_PATCH`` (``params.kv_unified = true``), compiled from the build's
+    vendored source and linked against its shared libraries (one C++ file: seconds); returns the
+    executable's path in ``folder``.
 
     Raises
     ------
@@ -195,7 +196,8 @@ __attribute__((destructor)) static void otbound_flush_log() { common_log_flush(c
 
 
 def build_log_flush_shim(build, folder) -> Path:
-    """``FLUSH_SHIM`` (a destructor calling ``common_log_flush``) compiled against the build's ``libllama-common`` into ``folder``; its path."""
+    """``FLUSH_SHIM`` (a destructor calling ``common_log_flush``) compiled against the build's
+    ``libllama-common`` into ``folder``; its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src, lib = folder / "flush_log.cpp", folder / "libotbound_flush_log.so"
