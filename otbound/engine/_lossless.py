@@ -153,6 +153,19 @@ def enumerate_cells(laws: LawSource, prompt, sampling: Sampling, depth: int, n: 
     first read with every context evaluated in one batch, and the total variation between the two
     sequence laws is ``Cells.numerics_tv``. The sampling must follow on the same server with no
     other request in between.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.engine import LawSource, enumerate_cells
+    >>> class Coin(LawSource):
+    ...     def target(self, context, sampling, n):
+    ...         return np.array([7, 9]), np.array([0.75, 0.25])
+    >>> cells = enumerate_cells(Coin(), [1, 2], None, depth=2, n=2)
+    >>> cells.sequences, cells.probs.tolist(), cells.rest
+    ([(7, 7), (7, 9), (9, 7), (9, 9)], [0.5625, 0.1875, 0.1875, 0.0625], 0.0)
+    >>> [node["prefix"] for node in cells.tree]   # depth first
+    [[], [7], [9]]
     """
     url = getattr(laws, "target_url", None)
     if url is None:
@@ -279,6 +292,20 @@ def lossless_test(url: str, laws: LawSource, prompt, sampling: Sampling, *, dept
     reported for them, its drafted and accepted tokens); and ``numerics_tv`` (of the cells,
     :func:`enumerate_cells`) and ``reported_vs_reference_tv`` (the largest distance between a law the
     engine reported while sampling and the reference at the same prefix).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.engine import EngineError, LawSource, Sampling, lossless_test
+    >>> class Coin(LawSource):
+    ...     def target(self, context, sampling, n):
+    ...         return np.array([7, 9]), np.array([0.75, 0.25])
+    >>> try:
+    ...     lossless_test("http://127.0.0.1:9", Coin(), [1, 2], Sampling.named("topk4"), depth=3, samples=10, n=2,
+    ...                   label="x")
+    ... except EngineError:
+    ...     print("no server")
+    no server
     """
     if cells is None:
         cells = enumerate_cells(laws, prompt, sampling, depth, n)

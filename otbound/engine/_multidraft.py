@@ -164,6 +164,12 @@ def build_llama_speculative_kvu(build, folder) -> Path:
     ------
     BuildError
         The source has changed (the patch does not apply) or the compiler failed.
+
+    Examples
+    --------
+    >>> from otbound.engine._multidraft import KVU_PATCH
+    >>> print(KVU_PATCH[1].splitlines()[0].split(";")[0].strip())
+    params.kv_unified = true
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -197,7 +203,14 @@ __attribute__((destructor)) static void otbound_flush_log() { common_log_flush(c
 
 def build_log_flush_shim(build, folder) -> Path:
     """``FLUSH_SHIM`` (a destructor calling ``common_log_flush``) compiled against the build's
-    ``libllama-common`` into ``folder``; its path."""
+    ``libllama-common`` into ``folder``; its path.
+
+    Examples
+    --------
+    >>> from otbound.engine._multidraft import FLUSH_SHIM
+    >>> "common_log_flush(common_log_main())" in FLUSH_SHIM
+    True
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src, lib = folder / "flush_log.cpp", folder / "libotbound_flush_log.so"
@@ -218,11 +231,30 @@ def run_llama_speculative(binary, target, draft, prompt: str, *, num_seqs: int, 
     emits them, read from its debug log (an accepted draft token, then the token each iteration samples),
     and the number of llama_decode failures it logged (it goes on after a failed decode). Without
     ``flush_shim`` (:func:`build_log_flush_shim`, preloaded) the end of the log may be missing.
+
+    Raises
+    ------
+    InvalidInputError
+        A binary that does not exist, or a sampling setting the runner does not pass on.
+
+    Examples
+    --------
+    >>> from otbound import InvalidInputError
+    >>> from otbound.engine import run_llama_speculative
+    >>> try:
+    ...     run_llama_speculative("llama-speculative", "t.gguf", "d.gguf", "Hi", num_seqs=2, p_split=0.1,
+    ...                           n_max=3, sampling={"typical_p": 0.9}, seed=1, n_predict=4)
+    ... except InvalidInputError as err:
+    ...     print(str(err).split(";")[0])
+    llama-speculative's runner sets temperature, top_k, top_p, min_p only
     """
     flags = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p"}
     unknown = set(sampling) - set(flags)
     if unknown:
         raise InvalidInputError(f"llama-speculative's runner sets {', '.join(flags)} only; got {sorted(unknown)}")
+    for path, what in ((binary, "llama-speculative binary"), (target, "target model"), (draft, "draft model")):
+        if not Path(path).is_file():
+            raise InvalidInputError(f"the {what} {path} does not exist")
     cmd = [str(binary), "-m", str(target), "-md", str(draft), "-p", prompt, "-n", str(int(n_predict)),
            "-np", str(int(num_seqs)), "--draft-p-split", repr(float(p_split)), "--spec-draft-n-max", str(int(n_max)),
            "--seed", str(int(seed)), "-t", "1", "-td", "1", "-c", "512", "--ignore-eos", "-v"]
@@ -253,7 +285,32 @@ def speculative_output_test(binary, pair, prompt: str, prompt_ids, *, num_seqs: 
     1, plus one per candidate above ``p_split`` up to ``num_seqs``). Both laws are computed by an
     independent float64 forward of the pair's weights and llama.cpp's sampler formulas
     (:class:`otbound.engine.TinyLaws`); end of text is ignored on both sides.
+
+    Returns
+    -------
+    dict
+        ``vs_target`` and ``vs_port`` (G-tests, as in :func:`otbound.engine.lossless_test`),
+        ``port_vs_target_tv`` (the exact distance of the port's law from the target's),
+        ``detectable_tv``, the runs' failed decodes and exit statuses, every run's two tokens
+        (``sequences``) and the last command.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from otbound import InvalidInputError
+    >>> from otbound.engine import speculative_output_test
+    >>> from otbound.lm import write_tiny_gguf_pair
+    >>> pair = write_tiny_gguf_pair(tempfile.mkdtemp())
+    >>> try:
+    ...     speculative_output_test("no-such-binary", pair, "Hi", [72, 105], num_seqs=1, p_split=0.1, n_max=2,
+    ...                             sampling={"temperature": 1.0, "top_k": 2, "top_p": 1.0, "min_p": 0.0},
+    ...                             samples=10)
+    ... except InvalidInputError as err:
+    ...     print(err)
+    the llama-speculative binary no-such-binary does not exist
     """
+    if not Path(binary).is_file():
+        raise InvalidInputError(f"the llama-speculative binary {binary} does not exist")
     laws = TinyLaws(pair)
     s = Sampling("llama-speculative", dict(sampling))
     V = pair.config.vocab_size
