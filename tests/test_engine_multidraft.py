@@ -8,7 +8,7 @@ import pytest
 
 from otbound import draft_joint
 from otbound.conformance import check_token_verifier
-from otbound.engine._multidraft import llama_speculative_verify, output_law, top_k_law
+from otbound.engine._multidraft import llama_speculative_verify, output_law, port_output_law, top_k_law
 
 
 def _mixture(p, q, k, sampling):
@@ -70,3 +70,55 @@ def test_the_kit_catches_the_residual_on_its_adversarial_instances(k):
     assert not res.passed
     failing = {r.label for r in res.instances if not r.passed}
     assert "zero in q where p has mass" in failing
+
+
+def test_the_closed_form_of_the_ports_law_is_the_ports_law():
+    rng = np.random.default_rng(7)
+    for V, k in ((4, 1), (5, 2), (6, 3)):
+        p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+        for pp, qq in ((p, q), (top_k_law(p, 3), top_k_law(q, 3))):
+            drafts = np.argsort(-qq, kind="stable")[:k]
+            np.testing.assert_allclose(port_output_law(pp, qq, drafts),
+                                       output_law(llama_speculative_verify, pp, qq, drafts), rtol=0, atol=1e-12)
+
+
+# -- the shipped binary, on the tiny GGUF pair -------------------------------------------------------------
+
+TOPK4 = {"temperature": 1.0, "top_k": 4, "top_p": 1.0, "min_p": 0.0}
+PROMPT = "Hello wor"
+PROMPT_IDS = [72, 101, 108, 108, 111, 32, 119, 111, 114]  # the tiny vocabulary's byte tokens: no merge applies
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    from otbound.engine import build_llama_speculative_kvu, build_log_flush_shim
+    from otbound.lm import llama_cpp_build, write_tiny_gguf_pair
+
+    build = llama_cpp_build(progress=False)
+    folder = tmp_path_factory.mktemp("llama-speculative")
+    pair = write_tiny_gguf_pair(folder / "pair", seed=0)
+    return (build.binary("llama-speculative"), pair, build_log_flush_shim(build, folder),
+            build_llama_speculative_kvu(build, folder))
+
+
+def test_the_shipped_example_fails_with_several_draft_sequences_and_the_unified_kv_cache_fixes_it(shipped):
+    from otbound.engine import run_llama_speculative
+
+    binary, pair, shim, kvu = shipped
+    kw = {"num_seqs": 3, "p_split": 0.05, "n_max": 3, "sampling": TOPK4, "seed": 1, "n_predict": 8, "flush_shim": shim}
+    as_shipped = run_llama_speculative(binary, pair.target, pair.draft, PROMPT, **kw)
+    assert as_shipped["failed_decodes"] > 0
+    fixed = run_llama_speculative(kvu, pair.target, pair.draft, PROMPT, **kw)
+    assert fixed["failed_decodes"] == 0 and fixed["returncode"] == 0 and len(fixed["tokens"]) >= 8
+
+
+def test_the_shipped_example_emits_the_ports_law_not_the_targets(shipped):
+    from otbound.engine import speculative_output_test
+
+    binary, pair, shim, _ = shipped
+    res = speculative_output_test(binary, pair, PROMPT, PROMPT_IDS, num_seqs=1, p_split=0.05, n_max=3,
+                                  sampling=TOPK4, samples=200, flush_shim=shim)
+    assert res["runs_with_failed_decodes"] == 0 and res["nonzero_exit"] == 0
+    assert res["port_vs_target_tv"] > 0.1  # the exact distance of the port's law from the target's
+    assert res["vs_target"]["p_value"] < 1e-4
+    assert res["vs_port"]["p_value"] >= 0.01

@@ -21,7 +21,13 @@ Examples
 from otbound.engine._audit import SpecConfig, counter_metrics, hashed_seed
 from otbound.engine._client import EngineError, parse_prometheus, spec_counters
 from otbound.engine._laws import LawSource, Sampling, ServerLaws, TinyLaws, llama_sampler_law
-from otbound.engine._lossless import detectable_tv
+from otbound.engine._lossless import detectable_tv, enumerate_cells, lossless_test
+from otbound.engine._multidraft import (
+                                       build_llama_speculative_kvu,
+                                       build_log_flush_shim,
+                                       run_llama_speculative,
+                                       speculative_output_test,
+)
 from otbound.engine._report import load_engine_json, recompute_figures
 from otbound.engine._run import ENGINE_FORMAT, REAL_CONFIGS, SYNTHETIC_CONFIGS, run_audit
 from otbound.engine._server import SPEC_TYPES, LlamaServer, children_of, free_port
@@ -31,4 +37,6 @@ __all__ = [
     "Sampling", "ServerLaws", "SpecConfig", "TinyLaws", "children_of", "counter_metrics", "detectable_tv",
     "free_port", "hashed_seed", "llama_sampler_law", "load_engine_json", "parse_prometheus", "recompute_figures",
     "run_audit", "spec_counters",
+    "build_llama_speculative_kvu", "build_log_flush_shim", "run_llama_speculative", "speculative_output_test",
+    "enumerate_cells", "lossless_test",
 ]

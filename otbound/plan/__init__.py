@@ -40,6 +40,7 @@ from otbound.plan._cost import (
     measure_forward_costs,
     measure_verify_costs,
 )
+from otbound.plan._engines import ENGINES, engine_configurations
 from otbound.plan._plan import (
     DEFAULT_BUDGETS,
     Candidate,
@@ -73,6 +74,7 @@ from otbound.plan._temperature import (
 )
 
 __all__ = [
+    "ENGINES", "engine_configurations",
     "DEFAULT_BUDGETS", "DEFAULT_VERIFIERS", "AcceptanceTable", "Candidate", "CostCurve", "CostModel", "Plan",
     "UnstableTimingWarning", "best_by_budget", "best_tree", "chain_shape", "evaluate", "load_cost",
     "load_run_traces", "machine_description",

@@ -14,6 +14,7 @@ from otbound._io import atomic_path, json_text
 from otbound._validation import InvalidInputError
 from otbound.plan._acceptance import AcceptanceTable, window_levels
 from otbound.plan._cost import CostModel
+from otbound.plan._engines import engine_configurations, engines_markdown
 from otbound.plan._search import best_tree, check_search_size, tree_nodes_of
 from otbound.report import cluster_mean_ci, metrics_from_levels
 
@@ -272,6 +273,8 @@ def plan_markdown(plan: Plan, top: int = 20) -> str:
             lines.append(f"| {law} | {name} | {shape_label(b.shape)} | {b.mean_acceptance_length:.3f} | "
                          f"{b.predicted_speedup:.3f} | {shape_label(opt.shape)} | {opt.mean_acceptance_length:.3f} | "
                          f"{opt.predicted_speedup:.3f} |")
+    if plan.candidates:
+        lines += ["", *engines_markdown(engine_configurations(plan.best(), plan))]
     return "\n".join(lines) + "\n"
 
 
@@ -330,9 +333,10 @@ def _plan_figure(plan: Plan):
 
 
 def write_plan(plan: Plan, out, extra: dict | None = None) -> dict:
-    """Write ``plan.json`` (with its SHA-256), ``plan.md`` and ``plan.png`` under ``out``, and the
-    JSON files of ``extra`` (``{file name: JSON-able body}``, each stored with its SHA-256, e.g. the
-    measured ``cost.json``); returns their paths (keys ``json``, ``markdown``, ``figure`` and the
+    """Write ``plan.json`` (with its SHA-256 and, under ``engines``, the best candidate in the serving
+    engines' configuration: :func:`otbound.plan.engine_configurations`), ``plan.md`` and ``plan.png``
+    under ``out``, and the JSON files of ``extra`` (``{file name: JSON-able body}``, each stored with
+    its SHA-256, e.g. the measured ``cost.json``); returns their paths (keys ``json``, ``markdown``, ``figure`` and the
     stems of ``extra``).
 
     All of them are rendered in full under temporary names beside their targets first, then moved
@@ -353,7 +357,7 @@ def write_plan(plan: Plan, out, extra: dict | None = None) -> dict:
 
     out = Path(out)
     plan.best()  # a plan without candidates is refused before anything is written
-    body = plan.as_dict()
+    body = dict(plan.as_dict(), engines=engine_configurations(plan.best(), plan))
     texts = {"plan.json": json_text(dict(body, sha256=content_key(body)), indent=1), "plan.md": plan_markdown(plan)}
     for name, extra_body in (extra or {}).items():
         plain = json.loads(json_text(extra_body))
