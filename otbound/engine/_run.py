@@ -104,7 +104,10 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
     num_prompts, seeds_per_prompt, n_predict : int
         The acceptance run: prompts × seeds requests of ``n_predict`` tokens.
     lossless_samples, lossless_depth : int
-        Continuations per losslessness test and their length (tokens).
+        Continuations per losslessness test and their length (tokens). ``lossless_samples=0`` skips
+        the losslessness test and its control (each configuration's ``lossless`` is then ``None``):
+        the verification rule the test checks does not depend on the drafting flags, so a grid may
+        run it once per sampling setting.
     n_probs : int
         Tokens of each law asked for (the rest of the law is one cell).
     server_hook : callable, optional
@@ -137,8 +140,9 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
     if modes != 1 and not (pair and url is None and not synthetic):
         raise InvalidInputError("choose one of --synthetic, --pair NAME or --url URL")
     check_inputs([[0]], n_predict, seeds_per_prompt)
-    if lossless_samples < 1 or n_probs < 1 or num_prompts < 1:
-        raise InvalidInputError("lossless samples, n_probs and prompts must be positive")
+    if lossless_samples < 0 or n_probs < 1 or num_prompts < 1:
+        raise InvalidInputError(f"need lossless samples >= 0 and positive n_probs and prompts, got "
+                                f"{lossless_samples}, {n_probs} and {num_prompts}")
     if lossless_depth < 3:
         # llama-server drafts at most n_predict − 2 tokens after the first: a continuation of two
         # tokens is never speculated, and its test would say nothing about speculation
@@ -158,6 +162,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                   "settings": {"num_prompts": num_prompts, "seeds_per_prompt": seeds_per_prompt,
                                "n_predict": n_predict, "lossless_samples": lossless_samples,
                                "lossless_depth": lossless_depth, "n_probs": n_probs, "seed": seed,
+                               "prompt_source": None if synthetic else str(prompt_source),
                                "samplings": [{"name": s.name, "params": s.params} for s in samplings]}}
         laws_check = None
         if url is not None:
@@ -212,8 +217,9 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
         record["prompts"] = prompts
         results, controls = [], {}
         for sampling in samplings:
-            cells = enumerate_cells(laws, prompts[0], sampling, lossless_depth, n_probs)
-            if off_url is not None:
+            cells = (enumerate_cells(laws, prompts[0], sampling, lossless_depth, n_probs)
+                     if lossless_samples else None)
+            if off_url is not None and lossless_samples:
                 controls[sampling.name] = lossless_test(off_url, laws, prompts[0], sampling, depth=lossless_depth,
                                                         samples=lossless_samples, n=n_probs, cells=cells,
                                                         label=f"control {sampling.name} seed={seed}")
@@ -229,9 +235,10 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                                                 n_predict=n_predict,
                                                 seeds_per_prompt=seeds_per_prompt, n_probs=n_probs, progress=bar,
                                                 check_alive=alive)
-                        res["lossless"] = lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
-                                                        samples=lossless_samples, n=n_probs, cells=cells,
-                                                        label=f"lossless {config.label()} seed={seed}", progress=bar)
+                        res["lossless"] = (lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
+                                                         samples=lossless_samples, n=n_probs, cells=cells,
+                                                         label=f"lossless {config.label()} seed={seed}", progress=bar)
+                                           if lossless_samples else None)
                     alive()
                 results.append(res)
         if synthetic:
