@@ -24,15 +24,18 @@ def test_negative_lossless_samples_are_refused_before_anything_starts(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_acceptance_only_audit_skips_the_lossless_test_and_its_control(tmp_path):
+def test_acceptance_only_audit_skips_the_lossless_test_its_control_and_the_speed_baseline(tmp_path):
     from otbound.lm import llama_cpp_build
 
     llama_cpp_build(progress=False)
     out = tmp_path / "a"
     record = run_audit(out, synthetic=True, configs=[("draft-simple", 2, 0.0)], samplings=[Sampling.named("topk4")],
-                       num_prompts=1, seeds_per_prompt=1, n_predict=8, lossless_samples=0, progress=False)
+                       num_prompts=1, seeds_per_prompt=1, n_predict=8, lossless_samples=0,
+                       speed_without_speculation=False, progress=False)
     conf = record["configurations"][0]
     assert conf["lossless"] is None and record["controls"] == {}
+    assert "tokens_per_second_without_speculation" not in conf and conf["tokens_per_second"] > 0
+    assert record["settings"]["speed_without_speculation"] is False
     assert record["settings"]["lossless_samples"] == 0 and record["settings"]["prompt_source"] is None
     # the acceptance part is complete: one request, its timings summing to the counters
     assert len(conf["requests"]) == 1 and conf["timings_match_counters"]
@@ -44,7 +47,7 @@ def test_acceptance_only_audit_skips_the_lossless_test_and_its_control(tmp_path)
 
 def _fake_audit(calls, interrupt_at=None, control_p=0.5):
     def fake(out, *, pair, configs, samplings, num_prompts, seeds_per_prompt, n_predict, lossless_samples,
-             lossless_depth, n_probs, prompt_source, seed, progress):
+             lossless_depth, n_probs, prompt_source, seed, speed_without_speculation, progress):
         calls.append((prompt_source, samplings[0].name, tuple(configs[0]), lossless_samples))
         if interrupt_at is not None and len(calls) == interrupt_at:
             raise KeyboardInterrupt
@@ -66,7 +69,7 @@ def _fake_audit(calls, interrupt_at=None, control_p=0.5):
         record = {"settings": {"num_prompts": num_prompts, "seeds_per_prompt": seeds_per_prompt,
                                "n_predict": n_predict, "lossless_samples": lossless_samples,
                                "lossless_depth": lossless_depth, "n_probs": n_probs, "seed": seed,
-                               "prompt_source": prompt_source,
+                               "prompt_source": prompt_source, "speed_without_speculation": speed_without_speculation,
                                "samplings": [{"name": s.name, "params": s.params} for s in samplings]},
                   "configurations": [conf], "controls": controls}
         record["sha256"] = content_key(record)
@@ -93,7 +96,7 @@ def test_the_grid_resumes_after_an_interruption_and_runs_every_cell_once(tmp_pat
     # 2 prompt sets x 3 samplings x 7 configurations, and one lossless cell per sampling setting
     assert len(calls) == 45 + 1 and len(set(calls)) == 45
     assert calls[4] == calls[5]  # the interrupted cell, run again; no completed one is
-    assert sum(c[3] > 0 for c in calls[5:]) == 3 and {c[3] for c in calls[5:]} == {0, 300}
+    assert sum(c[3] > 0 for c in calls[5:]) == 3 and {c[3] for c in calls[5:]} == {0, 200}
     assert {(c[0], c[2]) for c in calls if c[3]} == {("humaneval", engine_grid.LOSSLESS_CONFIG)}
     n = len(calls)
     engine_grid.run_grid(_args(tmp_path))
@@ -114,6 +117,8 @@ def test_a_damaged_or_differently_configured_cell_is_run_again(tmp_path, monkeyp
     assert len(calls) == 4
     engine_grid.run_grid(_args(tmp_path, "--only", "lossless", "--lossless-samples", "400"))
     assert len(calls) == 7 and calls[-1][3] == 400
+    engine_grid.run_grid(_args(tmp_path, "--only", "lossless", "--lossless-samples", "400", "--speed"))
+    assert len(calls) == 10
 
 
 def test_the_assembled_table_comes_from_the_stored_counters(tmp_path, monkeypatch):

@@ -84,7 +84,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
               configs=None, samplings=None, num_prompts: int = 4, seeds_per_prompt: int = 3, n_predict: int = 32,
               lossless_samples: int = 1500, lossless_depth: int = 3, n_probs: int = 20,
               prompt_source: str = "humaneval", seed: int = 0, progress: bool = True,
-              startup_timeout: float = 180.0, server_hook=None) -> dict:
+              startup_timeout: float = 180.0, speed_without_speculation: bool = True, server_hook=None) -> dict:
     """Run the audit and write ``engine.json``, ``engine.md`` and ``engine.png`` into ``out``.
 
     Parameters
@@ -110,6 +110,9 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
         run it once per sampling setting.
     n_probs : int
         Tokens of each law asked for (the rest of the law is one cell).
+    speed_without_speculation : bool
+        Also send the acceptance run's requests to the target alone, for tokens/s without speculation
+        (``tokens_per_second_without_speculation``; absent when ``False``).
     server_hook : callable, optional
         Called with each speculative :class:`LlamaServer` once it is healthy (tests use it).
 
@@ -163,6 +166,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                                "n_predict": n_predict, "lossless_samples": lossless_samples,
                                "lossless_depth": lossless_depth, "n_probs": n_probs, "seed": seed,
                                "prompt_source": None if synthetic else str(prompt_source),
+                               "speed_without_speculation": bool(speed_without_speculation),
                                "samplings": [{"name": s.name, "params": s.params} for s in samplings]}}
         laws_check = None
         if url is not None:
@@ -234,6 +238,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                         res = run_configuration(spec_url, off_url, config, prompts, laws=prediction_laws,
                                                 n_predict=n_predict,
                                                 seeds_per_prompt=seeds_per_prompt, n_probs=n_probs, progress=bar,
+                                                speed_without_speculation=speed_without_speculation,
                                                 check_alive=alive)
                         res["lossless"] = (lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
                                                          samples=lossless_samples, n=n_probs, cells=cells,
