@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from otbound._integrity import CorruptFileError  # noqa: E402
+from otbound import InvalidInputError  # noqa: E402
 from otbound.engine import Sampling, load_engine_json, run_audit  # noqa: E402
 
 RESULTS = ROOT / "data" / "results"
@@ -97,7 +97,7 @@ def stored(cell) -> dict | None:
         return None
     try:
         record = load_engine_json(cell["file"])
-    except CorruptFileError as err:
+    except InvalidInputError as err:  # a damaged or incomplete file (CorruptFileError)
         print(f"  stored file unusable, rerunning: {err}", file=sys.stderr)
         return None
     s = record["settings"]

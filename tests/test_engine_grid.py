@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from otbound import InvalidInputError
-from otbound._integrity import content_key
+from otbound import InvalidInputError, content_key
 from otbound.engine import Sampling, counter_metrics, load_engine_json, run_audit
 
 ROOT = Path(__file__).resolve().parents[1]
