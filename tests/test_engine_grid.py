@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from otbound import InvalidInputError, content_key
@@ -95,7 +96,7 @@ def test_the_grid_resumes_after_an_interruption_and_runs_every_cell_once(tmp_pat
     # 2 prompt sets x 3 samplings x 7 configurations, and one lossless cell per sampling setting
     assert len(calls) == 45 + 1 and len(set(calls)) == 45
     assert calls[4] == calls[5]  # the interrupted cell, run again; no completed one is
-    assert sum(c[3] > 0 for c in calls[5:]) == 3 and {c[3] for c in calls[5:]} == {0, 200}
+    assert sum(c[3] > 0 for c in calls[5:]) == 3 and {c[3] for c in calls[5:]} == {0, 150}
     assert {(c[0], c[2]) for c in calls if c[3]} == {("humaneval", engine_grid.LOSSLESS_CONFIG)}
     n = len(calls)
     engine_grid.run_grid(_args(tmp_path))
@@ -135,3 +136,20 @@ def test_the_assembled_table_comes_from_the_stored_counters(tmp_path, monkeypatc
     assert "no drafts" in next(r for r in rows if "ngram-simple" in r)
     lossless = [line for line in text.splitlines() if line.startswith("| default@") or line.startswith("| qwen")]
     assert len(lossless) == 3 and all("inconclusive (the control rejects)" in r for r in lossless)
+
+
+def test_the_gap_to_the_bound_per_iteration():
+    # accepted tokens minus sum_l prod_{j<=l} p_j: 2 - (0.5 + 0.25), 1 - (1 + 0.5), 0 - 0.2
+    conf = {"iterations": [{"accepted": 2, "target_probs": [0.5, 0.5]},
+                           {"accepted": 1, "target_probs": [1.0, 0.5]},
+                           {"accepted": 0, "target_probs": [0.2]}]}
+    gaps = engine_grid.bound_gaps(conf)
+    assert gaps.tolist() == pytest.approx([1.25, -0.5, -0.2])
+    m, lo, hi = engine_grid.gap_interval(gaps)
+    # t interval with 2 degrees of freedom: t_0.975 = 4.302652729911275
+    se = np.std([1.25, -0.5, -0.2], ddof=1) / np.sqrt(3)
+    assert m == pytest.approx(0.55 / 3) and hi - m == pytest.approx(4.302652729911275 * se)
+    assert engine_grid.bound_gaps({"iterations": []}).size == 0
+    rows = [({"kind": "acceptance"}, {"configurations": [conf]}), ({"kind": "acceptance"}, {"configurations": [{}]})]
+    pooled = engine_grid.pooled_gap(rows)
+    assert pooled.startswith("Pooled over 3 draft-simple iterations of 1 cells: engine − bound 0.183")
