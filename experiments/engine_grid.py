@@ -84,15 +84,15 @@ def cells(args) -> list[dict]:
                  "settings": loss, "file": RESULTS / f"engine_grid_{slug('lossless', 'humaneval', s)}.json"}
                 for s in SAMPLINGS]
     # by priority, so that a run cut short leaves out whole configurations, never a sampling setting:
-    # HumanEval at p_min 0 (this llama.cpp's default) and ngram, the losslessness tests, MT-Bench's
-    # n_max 4 and ngram, HumanEval's p_min 0.75, MT-Bench's other draft lengths, MT-Bench's p_min 0.75
-    p0 = [c for c in CONFIGS if c[2] == 0]
-    late = [c for c in CONFIGS if c[2] > 0]
+    # HumanEval at n_max 2 and 4 with p_min 0 (this llama.cpp's default) and ngram, the losslessness
+    # tests, MT-Bench's n_max 4 and ngram, HumanEval's n_max 8, HumanEval's p_min 0.75, MT-Bench's
+    # other draft lengths, MT-Bench's p_min 0.75 (n_max 8 cells cost about twice the others)
+    first = [("draft-simple", 2, 0.0), ("draft-simple", 4, 0.0), ("ngram-simple", 4, 0.0)]
     mt_first = [("draft-simple", 4, 0.0), ("ngram-simple", 4, 0.0)]
-    out = (acceptance("humaneval", p0) + lossless + acceptance("mtbench", mt_first, config_major=True)
-           + acceptance("humaneval", late)
-           + acceptance("mtbench", [c for c in p0 if c not in mt_first], config_major=True)
-           + acceptance("mtbench", late, config_major=True))
+    rest = [("draft-simple", 8, 0.0)] + [c for c in CONFIGS if c[2] > 0]
+    out = (acceptance("humaneval", first, config_major=True) + lossless
+           + acceptance("mtbench", mt_first, config_major=True) + acceptance("humaneval", rest, config_major=True)
+           + acceptance("mtbench", [c for c in CONFIGS if c not in mt_first], config_major=True))
     if args.only:
         out = [c for c in out if c["kind"] == args.only]
     return out
