@@ -258,7 +258,7 @@ def best_alternative(iters, laws: LawSource, sampling: Sampling, budget: int, n_
 
 def run_configuration(spec_url: str, off_url: str | None, config: SpecConfig, prompts, *, laws: LawSource | None,
                       n_predict: int, seeds_per_prompt: int, n_probs: int, alternative: bool = True,
-                      progress=None, check_alive=None) -> dict:
+                      speed_without_speculation: bool = True, progress=None, check_alive=None) -> dict:
     """Acceptance, prediction and bound, best alternative and speed of one configuration (module docstring)."""
     label = config.label()
     before = spec_counters(spec_url)
@@ -282,7 +282,7 @@ def run_configuration(spec_url: str, off_url: str | None, config: SpecConfig, pr
     out["mean_acceptance_length_interval"] = [1.0 + lo * per_draft, 1.0 + hi * per_draft]
     out["tokens_per_second"] = float(np.nanmedian([r["predicted_per_second"] for r in requests]))
     out["wall_seconds"] = wall
-    if off_url is not None:
+    if off_url is not None and speed_without_speculation:
         plain = generate(off_url, prompts, n_predict=n_predict, sampling=config.sampling,
                          seeds_per_prompt=seeds_per_prompt, label=label + " plain")
         out["tokens_per_second_without_speculation"] = float(np.nanmedian([r["predicted_per_second"] for r in plain]))

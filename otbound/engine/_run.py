@@ -84,7 +84,7 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
               configs=None, samplings=None, num_prompts: int = 4, seeds_per_prompt: int = 3, n_predict: int = 32,
               lossless_samples: int = 1500, lossless_depth: int = 3, n_probs: int = 20,
               prompt_source: str = "humaneval", seed: int = 0, progress: bool = True,
-              startup_timeout: float = 180.0, server_hook=None) -> dict:
+              startup_timeout: float = 180.0, speed_without_speculation: bool = True, server_hook=None) -> dict:
     """Run the audit and write ``engine.json``, ``engine.md`` and ``engine.png`` into ``out``.
 
     Parameters
@@ -104,9 +104,15 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
     num_prompts, seeds_per_prompt, n_predict : int
         The acceptance run: prompts × seeds requests of ``n_predict`` tokens.
     lossless_samples, lossless_depth : int
-        Continuations per losslessness test and their length (tokens).
+        Continuations per losslessness test and their length (tokens). ``lossless_samples=0`` skips
+        the losslessness test and its control (each configuration's ``lossless`` is then ``None``):
+        the verification rule the test checks does not depend on the drafting flags, so a grid may
+        run it once per sampling setting.
     n_probs : int
         Tokens of each law asked for (the rest of the law is one cell).
+    speed_without_speculation : bool
+        Also send the acceptance run's requests to the target alone, for tokens/s without speculation
+        (``tokens_per_second_without_speculation``; absent when ``False``).
     server_hook : callable, optional
         Called with each speculative :class:`LlamaServer` once it is healthy (tests use it).
 
@@ -137,8 +143,9 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
     if modes != 1 and not (pair and url is None and not synthetic):
         raise InvalidInputError("choose one of --synthetic, --pair NAME or --url URL")
     check_inputs([[0]], n_predict, seeds_per_prompt)
-    if lossless_samples < 1 or n_probs < 1 or num_prompts < 1:
-        raise InvalidInputError("lossless samples, n_probs and prompts must be positive")
+    if lossless_samples < 0 or n_probs < 1 or num_prompts < 1:
+        raise InvalidInputError(f"need lossless samples >= 0 and positive n_probs and prompts, got "
+                                f"{lossless_samples}, {n_probs} and {num_prompts}")
     if lossless_depth < 3:
         # llama-server drafts at most n_predict − 2 tokens after the first: a continuation of two
         # tokens is never speculated, and its test would say nothing about speculation
@@ -158,6 +165,8 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                   "settings": {"num_prompts": num_prompts, "seeds_per_prompt": seeds_per_prompt,
                                "n_predict": n_predict, "lossless_samples": lossless_samples,
                                "lossless_depth": lossless_depth, "n_probs": n_probs, "seed": seed,
+                               "prompt_source": None if synthetic else str(prompt_source),
+                               "speed_without_speculation": bool(speed_without_speculation),
                                "samplings": [{"name": s.name, "params": s.params} for s in samplings]}}
         laws_check = None
         if url is not None:
@@ -212,8 +221,9 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
         record["prompts"] = prompts
         results, controls = [], {}
         for sampling in samplings:
-            cells = enumerate_cells(laws, prompts[0], sampling, lossless_depth, n_probs)
-            if off_url is not None:
+            cells = (enumerate_cells(laws, prompts[0], sampling, lossless_depth, n_probs)
+                     if lossless_samples else None)
+            if off_url is not None and lossless_samples:
                 controls[sampling.name] = lossless_test(off_url, laws, prompts[0], sampling, depth=lossless_depth,
                                                         samples=lossless_samples, n=n_probs, cells=cells,
                                                         label=f"control {sampling.name} seed={seed}")
@@ -228,10 +238,12 @@ def run_audit(out, *, synthetic: bool = False, url: str | None = None, pair: str
                         res = run_configuration(spec_url, off_url, config, prompts, laws=prediction_laws,
                                                 n_predict=n_predict,
                                                 seeds_per_prompt=seeds_per_prompt, n_probs=n_probs, progress=bar,
+                                                speed_without_speculation=speed_without_speculation,
                                                 check_alive=alive)
-                        res["lossless"] = lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
-                                                        samples=lossless_samples, n=n_probs, cells=cells,
-                                                        label=f"lossless {config.label()} seed={seed}", progress=bar)
+                        res["lossless"] = (lossless_test(spec_url, laws, prompts[0], sampling, depth=lossless_depth,
+                                                         samples=lossless_samples, n=n_probs, cells=cells,
+                                                         label=f"lossless {config.label()} seed={seed}", progress=bar)
+                                           if lossless_samples else None)
                     alive()
                 results.append(res)
         if synthetic:
