@@ -71,6 +71,8 @@ def measure(traces, num_drafts, *, temperature=None, sampling="with_replacement"
             "curve": {"temperatures": res.temperatures.tolist(), "mean_alpha_star": res.curve.mean(0).tolist()},
         }
         out[str(k)] = row
+        print(f"draft_temperature_real: T = {temps[0]:g}, K = {k} done ({len(clusters)} positions)", file=sys.stderr,
+              flush=True)
     return {"positions": len(clusters), "traces": len(records), "trace_temperature": temps[0],
             "vocab_size": int(P.shape[1]), "sampling": sampling, "bounds": list(bounds), "grid": grid, "by_k": out}
 
@@ -139,6 +141,9 @@ def main(argv=None) -> dict:
         runs = [measure(traces, args.num_drafts, temperature=t, sampling=args.sampling, bounds=tuple(args.bounds),
                         grid=args.grid, max_positions=args.max_positions) for t in (args.temperature or [None])]
     res = runs[0] if len(runs) == 1 else {"runs": runs}
+    from otbound import content_key
+
+    res["sha256"] = content_key(runs)  # checksum of the measured values (otbound.content_key of 'runs' as a list)
     res.update(command="python experiments/draft_temperature_real.py " + " ".join(sys.argv[1:] if argv is None
                                                                                   else argv),
                pair="tiny(V=16)" if args.tiny else str(args.traces), wall_s=round(time.time() - start, 1),

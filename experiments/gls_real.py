@@ -175,6 +175,9 @@ def main(argv=None) -> dict:
         runs = [measure(traces, args.num_drafts, temperature=t, max_positions=args.max_positions,
                         mc_samples=args.mc_samples, seed=args.seed) for t in temps]
     res = runs[0] if len(runs) == 1 else {"runs": runs}
+    from otbound import content_key
+
+    res["sha256"] = content_key(runs)  # checksum of the measured values (otbound.content_key of 'runs' as a list)
     res.update(command="python experiments/gls_real.py " + " ".join(sys.argv[1:] if argv is None else argv),
                pair="tiny(V=16)" if args.tiny else str(args.traces), wall_s=round(time.time() - start, 1),
                date=time.strftime("%Y-%m-%d"), machine=f"{platform.machine()}, {os.cpu_count()} CPUs")

@@ -139,67 +139,92 @@ def _load_checkpoint(path) -> dict:
     return rows
 
 
+def _tree_rows(rec, budgets, sampled_len, pair, oracle_depth) -> dict:
+    """One stored tree's curves at ``budgets`` (lists): the best subtree of the draft's tree, the
+    best static tree, the sampled bracket and, with a live ``pair``, the oracle (deepest node
+    ``oracle_depth``: None the tree's depth, 0 no limit)."""
+    from otbound import InvalidInputError
+    from otbound.block import oracle_tree_bound, static_branchings
+    from otbound.lm import lm_block_models
+
+    at = np.array(budgets) - 1
+    m, depth = rec.width, rec.depth
+    out = {}
+    target, _ = rec.merged_models(depth)
+    sub = oracle_tree_bound(target, budgets[-1], max_depth=depth, vocab_size=m + 1,
+                            candidates=lambda prefix, kept=range(m): kept)
+    out["draft_tree_oracle"] = np.concatenate([sub.curve, np.full(budgets[-1] - sub.curve.size, sub.value)])[at]
+    statics = [(rec.static_tree(br).value, nodes) for br, nodes in static_branchings(budgets[-1], depth, m)]
+    out["static"] = [max((v for v, nodes in statics if nodes <= b), default=np.nan) for b in budgets]
+    brackets = {}
+    for k in range(1, min(m, 4) + 1):
+        for length in range(1, min(depth, sampled_len) + 1):
+            if k * length <= budgets[-1]:
+                try:
+                    brackets[(k, length)] = rec.iid_bracket(k, length)
+                except InvalidInputError as exc:
+                    print(f"oracle_tree: skipped K = {k}, L = {length}: {exc}", file=sys.stderr)
+    out["sampled_lower"] = [max((br.lower for s, br in brackets.items() if s[0] * s[1] <= b), default=np.nan)
+                            for b in budgets]
+    out["sampled_upper"] = [max((br.upper for s, br in brackets.items() if s[0] * s[1] <= b), default=np.nan)
+                            for b in budgets]
+    if pair is not None:
+        live, _ = lm_block_models(pair, rec.prefix.tolist(), rec.temperature, settings=rec.settings[0])
+        cap = depth if oracle_depth is None else (oracle_depth or None)
+        full = oracle_tree_bound(live, budgets[-1], max_depth=cap)
+        out["oracle"] = np.concatenate([full.curve, np.full(budgets[-1] - full.curve.size, full.value)])[at]
+    return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in out.items()}
+
+
 def run_trees(args, pair=None, temperature=None) -> dict:
     """Stored draft trees (and, with a live ``pair``, the target for the true oracle); only the
     trees of ``temperature`` when given. Per-tree rows go to ``args.checkpoint`` (JSON lines) as
     they finish and are reused from it."""
-    from otbound import InvalidInputError
-    from otbound.block import fit_log_growth, oracle_tree_bound, static_branchings
-    from otbound.lm import lm_block_models, load_draft_trees
+    from otbound.block import fit_log_growth
+    from otbound.lm import load_draft_trees
 
     budgets = sorted(args.budgets)
     rows = {k: [] for k in ("oracle", "draft_tree_oracle", "static", "sampled_lower", "sampled_upper")}
     checkpoint = getattr(args, "checkpoint", None)
     done = _load_checkpoint(checkpoint)
+    oracle_depth = getattr(args, "oracle_depth", None)
     tag = {"budgets": budgets, "sampled_len": args.sampled_len, "live": pair is not None}
-    n = 0
+    if pair is not None and oracle_depth is not None:
+        tag["oracle_depth"] = oracle_depth
+    n, interrupted = 0, False
     for rec in load_draft_trees(args.trees):
         if temperature is not None and abs(rec.temperature - temperature) > 1e-9:
             continue
         if args.max_trees and n >= args.max_trees:
             break
-        n += 1
         key = json.dumps([_tree_key(rec), tag])
         if key in done:
+            n += 1
             for k, v in done[key].items():
                 rows[k].append(np.array(v, dtype=np.float64))
             continue
-        before = {k: len(v) for k, v in rows.items()}
-        m, depth = rec.width, rec.depth
-        target, _ = rec.merged_models(depth)
-        sub = oracle_tree_bound(target, budgets[-1], max_depth=depth, vocab_size=m + 1,
-                                candidates=lambda prefix, kept=range(m): kept)
-        sub_curve = np.concatenate([sub.curve, np.full(budgets[-1] - sub.curve.size, sub.value)])
-        rows["draft_tree_oracle"].append(sub_curve[np.array(budgets) - 1])
-        statics = [(rec.static_tree(br).value, nodes) for br, nodes in static_branchings(budgets[-1], depth, m)]
-        rows["static"].append([max((v for v, nodes in statics if nodes <= b), default=np.nan) for b in budgets])
-        brackets = {}
-        for k in range(1, min(m, 4) + 1):
-            for length in range(1, min(depth, args.sampled_len) + 1):
-                if k * length <= budgets[-1]:
-                    try:
-                        brackets[(k, length)] = rec.iid_bracket(k, length)
-                    except InvalidInputError as exc:
-                        print(f"oracle_tree: skipped K = {k}, L = {length}: {exc}", file=sys.stderr)
-        rows["sampled_lower"].append([max((br.lower for s, br in brackets.items() if s[0] * s[1] <= b), default=np.nan)
-                                      for b in budgets])
-        rows["sampled_upper"].append([max((br.upper for s, br in brackets.items() if s[0] * s[1] <= b), default=np.nan)
-                                      for b in budgets])
-        if pair is not None:
-            live, _ = lm_block_models(pair, rec.prefix.tolist(), rec.temperature, settings=rec.settings[0])
-            full = oracle_tree_bound(live, budgets[-1], max_depth=depth)
-            curve = np.concatenate([full.curve, np.full(budgets[-1] - full.curve.size, full.value)])
-            rows["oracle"].append(curve[np.array(budgets) - 1])
+        try:
+            mine = _tree_rows(rec, budgets, args.sampled_len, pair, oracle_depth)
+        except KeyboardInterrupt:  # Ctrl-C (SIGINT): keep the trees that finished
+            interrupted = True
+            print(f"oracle_tree: interrupted; {n} finished trees kept", file=sys.stderr)
+            break
+        n += 1
+        for k, v in mine.items():
+            rows[k].append(np.asarray(v, dtype=np.float64))
         if checkpoint is not None:
-            mine = {k: np.asarray(v[-1], dtype=np.float64).tolist() for k, v in rows.items() if len(v) > before[k]}
             with open(checkpoint, "a") as fh:
                 fh.write(json.dumps({"key": key, "rows": mine}) + "\n")
-        print(f"oracle_tree: {n} trees", file=sys.stderr)
+        print(f"oracle_tree: {n} trees", file=sys.stderr, flush=True)
     if n == 0:
         print(f"oracle_tree: no draft trees under {args.trees}"
               + ("" if temperature is None else f" at T = {temperature}"), file=sys.stderr)
         raise SystemExit(2)
     out = {"budgets": budgets, "trees": n}
+    if interrupted:
+        out["interrupted"] = True
+    if pair is not None:
+        out["oracle_depth"] = "tree depth" if oracle_depth is None else (oracle_depth or "none")
     for key, vals in rows.items():
         if vals:
             out[key] = np.nanmean(np.array(vals, dtype=np.float64), axis=0).tolist()
@@ -280,6 +305,8 @@ def main(argv=None) -> dict:
                     help="first collect the draft trees of these traces into --trees (needs --pair; resumable)")
     ap.add_argument("--width", type=int, default=3, help="with --collect: children per node m (default 3)")
     ap.add_argument("--positions-per-trace", type=int, default=1, help="with --collect: trees per trace (default 1)")
+    ap.add_argument("--oracle-depth", type=int, default=None,
+                    help="deepest node of the live oracle (default: the stored trees' depth; 0: no limit)")
     ap.add_argument("--temperature", type=float, nargs="+", default=None,
                     help="one panel per temperature of the stored trees (default: one panel of all)")
     ap.add_argument("--sampled-len", type=int, default=2, help="longest sampled block L (default 2)")
@@ -294,6 +321,8 @@ def main(argv=None) -> dict:
         ap.error("--pair needs --trees (the live target is asked at the stored trees' contexts)")
     if args.collect and not (args.pair and args.trees):
         ap.error("--collect needs --pair (the models) and --trees (where the draft trees go)")
+    if args.oracle_depth is not None and args.oracle_depth < 0:
+        ap.error("--oracle-depth must be 0 (no limit) or positive")
     if args.width < 1 or args.positions_per_trace < 1:
         ap.error("--width and --positions-per-trace must be positive")
     if args.redraw:
