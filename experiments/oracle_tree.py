@@ -191,7 +191,7 @@ def run_trees(args, pair=None, temperature=None) -> dict:
     tag = {"budgets": budgets, "sampled_len": args.sampled_len, "live": pair is not None}
     if pair is not None and oracle_depth is not None:
         tag["oracle_depth"] = oracle_depth
-    n, interrupted = 0, False
+    n, interrupted, datasets = 0, False, []
     for rec in load_draft_trees(args.trees):
         if temperature is not None and abs(rec.temperature - temperature) > 1e-9:
             continue
@@ -200,6 +200,7 @@ def run_trees(args, pair=None, temperature=None) -> dict:
         key = json.dumps([_tree_key(rec), tag])
         if key in done:
             n += 1
+            datasets.append(rec.dataset)
             for k, v in done[key].items():
                 rows[k].append(np.array(v, dtype=np.float64))
             continue
@@ -210,6 +211,7 @@ def run_trees(args, pair=None, temperature=None) -> dict:
             print(f"oracle_tree: interrupted; {n} finished trees kept", file=sys.stderr)
             break
         n += 1
+        datasets.append(rec.dataset)
         for k, v in mine.items():
             rows[k].append(np.asarray(v, dtype=np.float64))
         if checkpoint is not None:
@@ -230,8 +232,19 @@ def run_trees(args, pair=None, temperature=None) -> dict:
             out[key] = np.nanmean(np.array(vals, dtype=np.float64), axis=0).tolist()
     main_curve = out.get("oracle", out["draft_tree_oracle"])
     fit = fit_log_growth(budgets, main_curve)
-    out["fit"] = {"a": fit.a, "b": fit.b, "r2": fit.r2, "max_residual": fit.max_residual,
-                  "of": "oracle" if "oracle" in out else "draft_tree_oracle"}
+    of = "oracle" if "oracle" in out else "draft_tree_oracle"
+    out["fit"] = {"a": fit.a, "b": fit.b, "r2": fit.r2, "max_residual": fit.max_residual, "of": of}
+    if len(set(datasets)) > 1:  # the same curves and fit per dataset (contexts of different entropy)
+        out["by_dataset"] = {}
+        for ds in sorted(set(datasets)):
+            pick = [i for i, d in enumerate(datasets) if d == ds]
+            part = {"budgets": budgets, "trees": len(pick)}
+            for key, vals in rows.items():
+                if vals:
+                    part[key] = np.nanmean(np.array(vals, dtype=np.float64)[pick], axis=0).tolist()
+            f = fit_log_growth(budgets, part[of])
+            part["fit"] = {"a": f.a, "b": f.b, "r2": f.r2, "max_residual": f.max_residual, "of": of}
+            out["by_dataset"][ds] = part
     return out
 
 
@@ -241,6 +254,14 @@ LABELS = {"oracle": "oracle (target's best tree)", "draft_tree_oracle": "best su
 
 
 def table(name: str, rows: dict) -> str:
+    """The panel's table and fits, then those of each dataset (real mode, several datasets)."""
+    text = _table(name, rows)
+    for ds, part in rows.get("by_dataset", {}).items():
+        text += "\n" + _table(f"{name}: {ds} ({part['trees']} trees)", part)
+    return text
+
+
+def _table(name: str, rows: dict) -> str:
     keys = [k for k in LABELS if k in rows]
     lines = [f"### {name}", "", "| B | " + " | ".join(LABELS[k] for k in keys) + " |",
              "|---|" + "---|" * len(keys)]
@@ -261,7 +282,8 @@ def table(name: str, rows: dict) -> str:
         pred = np.exp(design @ np.array([c0, c1]))
         r2 = 1 - float(((y[tail] - pred) ** 2).sum()) / float(((y[tail] - y[tail].mean()) ** 2).sum())
         lines.append(f"On B ≥ 4: {ft.a:.4f} + {ft.b:.4f} log B (R² = {ft.r2:.4f}, largest residual "
-                     f"{ft.max_residual:.4f}); a power law c·B^d fits worse ({np.exp(c0):.4f}·B^{c1:.4f}, "
+                     f"{ft.max_residual:.4f}); a power law c·B^d fits {'better' if r2 > ft.r2 else 'worse'} "
+                     f"({np.exp(c0):.4f}·B^{c1:.4f}, "
                      f"R² = {r2:.4f}, largest residual {np.abs(y[tail] - pred).max():.4f}).")
     return "\n".join(lines + [""])
 
