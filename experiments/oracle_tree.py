@@ -177,9 +177,10 @@ def _tree_rows(rec, budgets, sampled_len, pair, oracle_depth) -> dict:
 
 
 def run_trees(args, pair=None, temperature=None) -> dict:
-    """Stored draft trees (and, with a live ``pair``, the target for the true oracle); only the
-    trees of ``temperature`` when given. Per-tree rows go to ``args.checkpoint`` (JSON lines) as
-    they finish and are reused from it."""
+    """Stored draft trees (and, with a live ``pair``, the target for the true oracle; ``pair`` may
+    be a callable loading it, called only for a tree the checkpoint lacks); only the trees of
+    ``temperature`` when given. Per-tree rows go to ``args.checkpoint`` (JSON lines) as they finish
+    and are reused from it."""
     from otbound.block import fit_log_growth
     from otbound.lm import load_draft_trees
 
@@ -205,7 +206,8 @@ def run_trees(args, pair=None, temperature=None) -> dict:
                 rows[k].append(np.array(v, dtype=np.float64))
             continue
         try:
-            mine = _tree_rows(rec, budgets, args.sampled_len, pair, oracle_depth)
+            live = pair() if callable(pair) else pair
+            mine = _tree_rows(rec, budgets, args.sampled_len, live, oracle_depth)
         except KeyboardInterrupt:  # Ctrl-C (SIGINT): keep the trees that finished
             interrupted = True
             print(f"oracle_tree: interrupted; {n} finished trees kept", file=sys.stderr)
@@ -365,13 +367,19 @@ def main(argv=None) -> dict:
         from otbound.lm import ModelUnavailableError
 
         args.checkpoint = None if args.pair == "tiny" else str(Path(args.trees) / "oracle_tree_rows.jsonl")
-        pair = None
+        loaded = []
+
+        def get_pair():  # the models, loaded on first need (a rerun on a full checkpoint needs none)
+            if not loaded:
+                loaded.append(load_live_pair(args))
+            return loaded[0]
+
+        pair = get_pair if args.pair else None
         try:
-            pair = load_live_pair(args)
             if args.collect:
                 from otbound.lm import collect_draft_trees
 
-                collect_draft_trees(pair, args.collect, args.trees, width=args.width, depth=args.depth,
+                collect_draft_trees(get_pair, args.collect, args.trees, width=args.width, depth=args.depth,
                                     positions_per_trace=args.positions_per_trace)
             if args.temperature:
                 panels = {f"stored draft trees, T = {t:g}": run_trees(args, pair, t) for t in args.temperature}
@@ -381,9 +389,10 @@ def main(argv=None) -> dict:
             print(f"oracle_tree: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         finally:
-            for model in (getattr(pair, "draft", None), getattr(pair, "target", None)):
-                if hasattr(model, "close"):
-                    model.close()
+            for live in loaded:
+                for model in (live.draft, live.target):
+                    if hasattr(model, "close"):
+                        model.close()
         name = "oracle_tree_real"
     else:
         panels = {"synthetic (Dirichlet 0.3, V = 6)": run_synthetic(args),
