@@ -192,7 +192,7 @@ def run_trees(args, pair=None, temperature=None) -> dict:
     tag = {"budgets": budgets, "sampled_len": args.sampled_len, "live": pair is not None}
     if pair is not None and oracle_depth is not None:
         tag["oracle_depth"] = oracle_depth
-    n, interrupted, datasets = 0, False, []
+    n, interrupted, datasets, reused = 0, False, [], 0
     for rec in load_draft_trees(args.trees):
         if temperature is not None and abs(rec.temperature - temperature) > 1e-9:
             continue
@@ -200,7 +200,7 @@ def run_trees(args, pair=None, temperature=None) -> dict:
             break
         key = json.dumps([_tree_key(rec), tag])
         if key in done:
-            n += 1
+            n, reused = n + 1, reused + 1
             datasets.append(rec.dataset)
             for k, v in done[key].items():
                 rows[k].append(np.array(v, dtype=np.float64))
@@ -224,7 +224,7 @@ def run_trees(args, pair=None, temperature=None) -> dict:
         print(f"oracle_tree: no draft trees under {args.trees}"
               + ("" if temperature is None else f" at T = {temperature}"), file=sys.stderr)
         raise SystemExit(2)
-    out = {"budgets": budgets, "trees": n}
+    out = {"budgets": budgets, "trees": n, "trees_from_checkpoint": reused}  # wall_s: only the trees computed
     if interrupted:
         out["interrupted"] = True
     if pair is not None:
