@@ -293,7 +293,10 @@ def _table(name: str, rows: dict) -> str:
 def draw(results: dict, path: Path) -> None:
     from otbound.report import plots
 
-    panels = results["panels"]
+    panels = {}
+    for name, rows in results["panels"].items():  # each panel, then its datasets' (real mode)
+        panels[name] = rows
+        panels.update({f"{name}: {ds}": part for ds, part in rows.get("by_dataset", {}).items()})
     fig, axes = plots.figure(ncols=len(panels), height=2.6)
     axes = axes.ravel()
     for ax, (name, rows) in zip(axes, panels.items()):
