@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import tempfile
 import time
@@ -45,11 +47,13 @@ def measure(traces, num_drafts, *, temperature=None, sampling="with_replacement"
     if len(temps) > 1:
         raise SystemExit(f"traces at several temperatures {temps}: choose one with --temperature")
     P, Z, clusters = [], [], []
+    from gls_real import positions
+
     for rec in records:
-        n = rec.positions if max_positions is None else min(rec.positions, max_positions)
-        P.append(rec.p[:n])
-        Z.append(np.asarray(rec.draft_logits[:n], dtype=np.float64))
-        clusters += [f"{rec.dataset}/{rec.prompt_id}"] * n
+        ts = positions(rec.positions, max_positions)
+        P.append(rec.p[ts])
+        Z.append(np.asarray(rec.draft_logits[ts], dtype=np.float64))
+        clusters += [f"{rec.dataset}/{rec.prompt_id}"] * ts.size
     P, Z = np.concatenate(P), np.concatenate(Z)
     out = {}
     for k in num_drafts:
@@ -67,6 +71,8 @@ def measure(traces, num_drafts, *, temperature=None, sampling="with_replacement"
             "curve": {"temperatures": res.temperatures.tolist(), "mean_alpha_star": res.curve.mean(0).tolist()},
         }
         out[str(k)] = row
+        print(f"draft_temperature_real: T = {temps[0]:g}, K = {k} done ({len(clusters)} positions)", file=sys.stderr,
+              flush=True)
     return {"positions": len(clusters), "traces": len(records), "trace_temperature": temps[0],
             "vocab_size": int(P.shape[1]), "sampling": sampling, "bounds": list(bounds), "grid": grid, "by_k": out}
 
@@ -83,20 +89,48 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def draw(runs: list, path) -> None:
+    """Mean α* against the draft temperature τ (log axis), one panel per run, one line per K; marked:
+    the per-run best τ and the traces' own temperature; dashed: the mean of the per-position best."""
+    from otbound.report import plots
+
+    fig, axes = plots.figure(ncols=len(runs), height=2.4)
+    for ax, res in zip(axes.ravel(), runs):
+        for i, (k, r) in enumerate(res["by_k"].items()):
+            c = f"C{i}"
+            ax.plot(r["curve"]["temperatures"], r["curve"]["mean_alpha_star"], color=c, label=f"K = {k}")
+            ax.plot([r["run_temperature"]], [r["run_acceptance"]], "v", color=c, ms=5)
+            ax.axhline(r["best_per_position"]["mean"], color=c, ls="--", lw=0.8)
+            ax.axhline(r["deterministic"]["mean"], color=c, ls=":", lw=0.8)
+        ax.axvline(res["trace_temperature"], color="k", lw=0.6, alpha=0.5)
+        ax.set_xscale("log")
+        ax.set_xlabel("draft temperature τ")
+        ax.set_title(f"T = {res['trace_temperature']:g}, {res['positions']} positions")
+    axes.ravel()[0].set_ylabel("mean α*")
+    axes.ravel()[-1].legend(loc="lower left")
+    plots.save(fig, Path(path).with_suffix(""), ("png",))
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--traces", help="a trace file or folder (e.g. <run>/traces)")
     src.add_argument("--tiny", action="store_true", help="traces of the tiny random pair (seconds)")
     ap.add_argument("--num-drafts", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--temperature", type=float, default=None, help="only the traces of this temperature")
+    ap.add_argument("--temperature", type=float, nargs="+", default=None,
+                    help="only the traces of these temperatures (several: one result per temperature, under 'runs')")
     ap.add_argument("--sampling", default="with_replacement", choices=("with_replacement", "without_replacement"))
     ap.add_argument("--bounds", type=float, nargs=2, default=[0.05, 5.0])
     ap.add_argument("--grid", type=int, default=25)
-    ap.add_argument("--max-positions", type=int, default=None, help="positions per trace (default all)")
+    ap.add_argument("--max-positions", type=int, default=None,
+                    help="positions per trace, evenly spaced (default all)")
     ap.add_argument("--out", default=None, help="write the result here (JSON)")
+    ap.add_argument("--figure", default=None, help="draw the figure here (PNG)")
     args = ap.parse_args(argv)
+    if args.max_positions is not None and args.max_positions < 1:
+        ap.error("--max-positions must be positive")
     start = time.time()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # gls_real: the tiny traces, the positions
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:
             import gls_real
@@ -104,15 +138,24 @@ def main(argv=None) -> dict:
             traces = gls_real.tiny_traces(Path(tmp))
         else:
             traces = Path(args.traces)
-        res = measure(traces, args.num_drafts, temperature=args.temperature, sampling=args.sampling,
-                      bounds=tuple(args.bounds), grid=args.grid, max_positions=args.max_positions)
+        runs = [measure(traces, args.num_drafts, temperature=t, sampling=args.sampling, bounds=tuple(args.bounds),
+                        grid=args.grid, max_positions=args.max_positions) for t in (args.temperature or [None])]
+    res = runs[0] if len(runs) == 1 else {"runs": runs}
+    from otbound import content_key
+
+    res["sha256"] = content_key(runs)  # checksum of the measured values (otbound.content_key of 'runs' as a list)
     res.update(command="python experiments/draft_temperature_real.py " + " ".join(sys.argv[1:] if argv is None
                                                                                   else argv),
                pair="tiny(V=16)" if args.tiny else str(args.traces), wall_s=round(time.time() - start, 1),
-               date=time.strftime("%Y-%m-%d"))
-    print(table(res))
+               date=time.strftime("%Y-%m-%d"), machine=f"{platform.machine()}, {os.cpu_count()} CPUs")
+    print("\n\n".join(table(r) for r in runs))
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    if args.figure:
+        from otbound.report import plots
+
+        plots.use_file_backend()
+        draw(runs, args.figure)
     return res
 
 

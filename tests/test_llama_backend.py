@@ -336,3 +336,94 @@ def test_ensure_gguf_refuses_bytes_of_another_checksum(tmp_path, monkeypatch):
     with pytest.raises(HashMismatchError, match="Refusing to load it"):
         ensure_gguf(model, download=False, progress=False)
     assert [f.name for f in (tmp_path / "cache" / "gguf").iterdir()] == [".fake.gguf.lock"]   # no bytes kept
+
+
+def test_logits_after_reuses_the_common_prefix_and_equals_an_independent_forward(llama, gguf):
+    """Prefixes of a tree asked in an order that jumps between branches: every answer is the float64
+    reference's row for that prefix (a stale KV cache entry or a wrong cut moves the logits by O(1))."""
+    rng = np.random.default_rng(5)
+    ids = gguf.text_ids()
+    base = [int(t) for t in rng.choice(ids, size=6)]
+    branches = [[int(t) for t in rng.choice(ids, size=3)] for _ in range(3)]
+    asks = [base, base + branches[0][:2], base + branches[1], base + branches[1][:1], base + branches[0],
+            base[:4], base + branches[2], base + branches[2]]   # deeper, sideways, shorter, repeated
+    model = llama.target
+    for seq in asks:
+        expected = tiny_gguf_logits(gguf.target_weights, gguf.config, seq)[-1]
+        np.testing.assert_allclose(model.logits_after(seq), expected, rtol=0, atol=LOGIT_ATOL)
+    assert model._tokens == asks[-1]                               # the cache holds the last sequence
+    with pytest.raises(InvalidInputError, match="at least one token"):
+        model.logits_after([])
+
+
+def _tree_pairs(llama, gguf):
+    target = _hf_model(gguf.target_weights, gguf.config, gguf.eos_id)
+    draft = _hf_model(gguf.draft_weights, gguf.config, gguf.eos_id)
+    return ModelPair("tiny-gguf", draft, target, None, torch.device("cpu"), torch.float32, gguf.config.vocab_size)
+
+
+def test_draft_trees_match_the_transformers_path_on_the_same_weights(llama, gguf, tmp_path):
+    """The draft trees collected through llama.cpp (a depth-first walk on one KV cache) and through
+    transformers (batched, cache repeated) on the same traces: the same children and laws."""
+    from otbound.lm import collect_draft_trees, load_draft_trees
+
+    hf = _tree_pairs(llama, gguf)
+    traces = tmp_path / "traces"
+    collect_traces(llama, _prompts(gguf, 2), traces, temperatures=(1.0,), max_new_tokens=8, seed=3, progress=False)
+    kw = dict(width=3, depth=3, positions_per_trace=2, variants=[{}, {"top_k": 5}], progress=False)
+    collect_draft_trees(llama, traces, tmp_path / "llama", **kw)
+    collect_draft_trees(hf, traces, tmp_path / "hf", **kw)
+    got, ref = list(load_draft_trees(tmp_path / "llama")), list(load_draft_trees(tmp_path / "hf"))
+    assert len(got) == len(ref) >= 3                               # 2 positions a trace, 1 in a trace that stops at 1
+    for a, b in zip(got, ref):
+        assert (a.prompt_id, a.position) == (b.prompt_id, b.position)
+        np.testing.assert_array_equal(a.children, b.children)
+        assert a.target.shape == (2, 1 + 3 + 9, 4)
+        # probabilities of float32 logits ~1e-5 apart (LOGIT_ATOL bounds them by 1e-3 in the logits)
+        np.testing.assert_allclose(a.target, b.target, rtol=0, atol=2e-3)
+        np.testing.assert_allclose(a.draft, b.draft, rtol=0, atol=2e-3)
+        assert a.target[1, :, 3].max() < 1 and abs(a.target.sum(axis=2) - 1).max() < 1e-12
+
+
+def test_live_block_models_and_the_oracle_script_run_on_llama_cpp(llama, gguf, tmp_path):
+    """lm_block_models on a llama.cpp pair gives the transformers path's laws; experiments/oracle_tree.py
+    collects draft trees and computes the true oracle through llama.cpp, equal to the oracle computed
+    on the transformers path of the same weights."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from otbound.block import oracle_tree_bound
+    from otbound.lm import lm_block_models, load_draft_trees
+
+    hf = _tree_pairs(llama, gguf)
+    context = [int(t) for t in np.random.default_rng(2).choice(gguf.text_ids(), size=5)]
+    lt, ld = lm_block_models(llama, context, 0.8)
+    ht, hd = lm_block_models(hf, context, 0.8)
+    for prefix in [(), (7,), (7, 9), (3,), (7,)]:
+        np.testing.assert_allclose(lt(prefix), ht(prefix), rtol=0, atol=2e-3)
+        np.testing.assert_allclose(ld(prefix), hd(prefix), rtol=0, atol=2e-3)
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    script = importlib.import_module("oracle_tree")
+    traces, trees = tmp_path / "traces", tmp_path / "trees"
+    collect_traces(llama, _prompts(gguf, 2), traces, temperatures=(1.0,), max_new_tokens=6, seed=1, progress=False)
+    res = script.main(["--trees", str(trees), "--collect", str(traces), "--pair", f"{gguf.draft},{gguf.target}",
+                       "--backend", "llama.cpp", "--width", "2", "--depth", "2", "--budgets", "1", "2", "4",
+                       "--temperature", "1.0", "--out", str(tmp_path), "--results", str(tmp_path)])
+    rows = res["panels"]["stored draft trees, T = 1"]
+    assert rows["trees"] == 2 and res["meta"]["backend"] == "llama.cpp"
+    expected = np.mean([oracle_tree_bound(lm_block_models(hf, rec.prefix.tolist(), 1.0)[0], 4,
+                                          max_depth=2).curve[[0, 1, 3]] for rec in load_draft_trees(trees)], axis=0)
+    np.testing.assert_allclose(rows["oracle"], expected, rtol=0, atol=5e-3)
+    assert (np.array(rows["static"]) <= np.array(rows["oracle"]) + 5e-3).all()
+    # a rerun reads every tree's rows from the checkpoint (nothing appended) and gives the same values
+    checkpoint = trees / "oracle_tree_rows.jsonl"
+    lines = checkpoint.read_text().splitlines()
+    assert len(lines) == 2
+    checkpoint.write_text("\n".join(lines) + "\n" + '{"key": "torn')              # a torn last line is dropped
+    again = script.main(["--trees", str(trees), "--pair", f"{gguf.draft},{gguf.target}", "--backend", "llama.cpp",
+                         "--budgets", "1", "2", "4", "--temperature", "1.0", "--out", str(tmp_path), "--results",
+                         str(tmp_path)])
+    assert again["panels"]["stored draft trees, T = 1"]["oracle"] == rows["oracle"]
+    assert checkpoint.read_text().splitlines() == lines                           # the torn line removed

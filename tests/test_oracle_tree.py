@@ -218,3 +218,59 @@ def test_default_script_path_runs(tmp_path):
     with pytest.raises(SystemExit) as exc:
         script.main(["--redraw", "--out", str(tmp_path), "--results", str(tmp_path)])
     assert exc.value.code == 2
+
+
+def test_real_pair_script_oracle_without_depth_limit(tmp_path):
+    """--oracle-depth 0: the live oracle may go deeper than the stored trees; it equals
+    oracle_tree_bound without max_depth on the same live models, and is at least the depth-limited one."""
+    pytest.importorskip("torch")
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from otbound.lm import Prompt, collect_draft_trees, collect_traces, lm_block_models, load_draft_trees, tiny_pair
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    script = importlib.import_module("oracle_tree")
+    pair = tiny_pair(vocab_size=4)
+    traces, trees = tmp_path / "traces", tmp_path / "trees"
+    collect_traces(pair, [Prompt("tiny/0", "tiny", "", (1, 2, 3))], str(traces), max_new_tokens=4, progress=False)
+    collect_draft_trees(pair, str(traces), str(trees), width=2, depth=1, positions_per_trace=1, progress=False)
+    common = ["--trees", str(trees), "--pair", "tiny", "--tiny-vocab", "4", "--budgets", "1", "3", "6",
+              "--out", str(tmp_path), "--results", str(tmp_path)]
+    deep = script.main(common + ["--oracle-depth", "0"])["panels"]["stored draft trees"]
+    flat = script.main(common)["panels"]["stored draft trees"]
+    (rec,) = load_draft_trees(trees)
+    live, _ = lm_block_models(pair, rec.prefix.tolist(), rec.temperature)
+    expected = oracle_tree_bound(live, 6).curve[[0, 2, 5]]
+    assert np.allclose(deep["oracle"], expected, rtol=0, atol=1e-12) and deep["oracle_depth"] == "none"
+    assert flat["oracle_depth"] == "tree depth" and flat["oracle"][2] <= 1.0 + 1e-12   # depth 1: at most 1 token
+    assert (np.array(deep["oracle"]) >= np.array(flat["oracle"]) - 1e-12).all() and deep["oracle"][2] > 1.0
+
+
+def test_real_pair_script_curves_per_dataset(tmp_path):
+    """Trees of two datasets: each dataset's mean curve, and the panel's curve is their mean weighted
+    by trees; the table names both."""
+    pytest.importorskip("torch")
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from otbound.lm import Prompt, collect_draft_trees, collect_traces, tiny_pair
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    script = importlib.import_module("oracle_tree")
+    pair = tiny_pair(vocab_size=4)
+    traces, trees = tmp_path / "traces", tmp_path / "trees"
+    prompts = [Prompt("a/0", "a", "", (1, 2, 3)), Prompt("b/0", "b", "", (3, 1)), Prompt("b/1", "b", "", (2, 2, 0))]
+    collect_traces(pair, prompts, str(traces), max_new_tokens=3, progress=False)
+    collect_draft_trees(pair, str(traces), str(trees), width=2, depth=2, positions_per_trace=1, progress=False)
+    res = script.main(["--trees", str(trees), "--budgets", "1", "2", "4", "--out", str(tmp_path), "--results",
+                       str(tmp_path)])
+    rows = res["panels"]["stored draft trees"]
+    parts = rows["by_dataset"]
+    assert sorted(parts) == ["a", "b"] and [parts[d]["trees"] for d in ("a", "b")] == [1, 2]
+    weighted = (np.array(parts["a"]["static"]) + 2 * np.array(parts["b"]["static"])) / 3
+    assert np.allclose(rows["static"], weighted, rtol=0, atol=1e-12)
+    text = (tmp_path / "oracle_tree_real.md").read_text()
+    assert "stored draft trees: a (1 trees)" in text and "stored draft trees: b (2 trees)" in text

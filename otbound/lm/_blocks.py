@@ -205,8 +205,10 @@ def lm_block_models(pair, context, temperature, *, settings=None):
     own settings (a repetition penalty reads context + prefix). Each
     model runs once over the context (KV cache); every new prefix is then one cached forward over
     the last context token and the prefix, keeping only the last logits (results cached per
-    prefix by :class:`~otbound.block.models.BlockModel`). For block bounds, truncated-tree
-    brackets and block verifiers on the live models.
+    prefix by :class:`~otbound.block.models.BlockModel`). On a llama.cpp pair each new prefix is
+    evaluated after the longest prefix it shares with the model's last sequence
+    (:meth:`~otbound.lm._llama_backend.LlamaCppModel.logits_after`). For block bounds,
+    truncated-tree brackets and block verifiers on the live models.
 
     Parameters
     ----------
@@ -243,6 +245,13 @@ def lm_block_models(pair, context, temperature, *, settings=None):
     law_of = (temperature, temperature) if settings is None else tuple(settings)
 
     def make(model, name, how):
+        if getattr(model, "backend", None) == "llama.cpp":  # one model, one sequence: the common prefix reused
+
+            def fn(prefix):
+                logits = model.logits_after(context + list(prefix))[: pair.vocab_size]  # (V,) float32
+                return laws_from_logits(logits, how, context + list(prefix))
+
+            return BlockModel(pair.vocab_size, fn, name=name)
         layers = prefix_cache(model, context)
 
         def fn(prefix):

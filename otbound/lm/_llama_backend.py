@@ -159,7 +159,7 @@ class LlamaCppModel:
         eos = int(self._llm.token_eos())
         self.generation_config = SimpleNamespace(eos_token_id=eos if eos >= 0 else None)
         self.metadata = dict(self._llm.metadata)
-        self._past = 0
+        self._tokens: list[int] = []  # the sequence the KV cache holds
 
     def _decode(self, tokens, keep_from: int) -> np.ndarray:
         """Append ``tokens`` to the sequence; float32 ``(len(tokens) − keep_from, V)``: the logits after
@@ -181,7 +181,7 @@ class LlamaCppModel:
             for i, flag in enumerate(wanted):  # which positions llama.cpp computes logits for
                 batch.batch.logits[i] = flag
             ctx.decode(batch)
-            self._past += len(chunk)
+            self._tokens += chunk
             m = sum(wanted)
             if m:
                 flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(m * self.vocab_size,))
@@ -191,7 +191,7 @@ class LlamaCppModel:
     def reset(self) -> None:
         """Forget the sequence (clear the KV cache)."""
         self._llm._ctx.kv_cache_seq_rm(0, 0, -1)
-        self._past = 0
+        self._tokens = []
 
     def logits(self, tokens, start: int = 0) -> np.ndarray:
         """float32 ``(len(tokens) − start, V)``: row ``t`` is the logit vector after ``tokens[: start + t + 1]``.
@@ -209,7 +209,26 @@ class LlamaCppModel:
         if not 0 <= length <= self._past:
             raise InvalidInputError(f"cannot keep {length} of a sequence of {self._past} tokens")
         self._llm._ctx.kv_cache_seq_rm(0, length, -1)
-        self._past = length
+        del self._tokens[length:]
+
+    @property
+    def _past(self) -> int:
+        return len(self._tokens)
+
+    def logits_after(self, tokens) -> np.ndarray:
+        """float32 ``(V,)``: the logit vector after ``tokens`` (at least one), reusing the KV cache of
+        the longest common prefix with the sequence evaluated last: the sequence is cut there and only
+        the rest is evaluated. Walking a tree of prefixes depth first costs one token per node."""
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise InvalidInputError("logits_after needs at least one token")
+        common = 0
+        for a, b in zip(self._tokens, tokens[:-1]):  # the last token is always evaluated again
+            if a != b:
+                break
+            common += 1
+        self.truncate(common)
+        return self._decode(tokens[common:], len(tokens) - common - 1)[-1]
 
     def extend_all(self, tokens) -> np.ndarray:
         """Append ``tokens`` to the sequence: float32 ``(len(tokens), V)``, the logits after each (as a

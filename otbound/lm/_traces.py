@@ -558,7 +558,8 @@ def _files(path, fmt: str):
 
 
 def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: str, positions_per_trace: int,
-                         seed: int, progress: bool, measure, check_meta=None) -> list[Path]:
+                         seed: int, progress: bool, measure, check_meta=None,
+                         backends=("transformers",)) -> list[Path]:
     """The per-trace driver of :func:`otbound.lm.collect_block_traces` and
     :func:`otbound.lm.collect_draft_trees`: one output file per trace under ``out`` (the trace's
     dataset and settings folders, its file name), resumable (files present are checked against
@@ -570,7 +571,8 @@ def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: st
     ``measure(pair, record, ts, rng, layers_d, layers_t) -> (arrays, meta)`` whose arrays are
     stored beside the tokens and positions, its meta beside the trace's (pair, prompt, both
     sampling settings), ``config``, ``format=fmt`` and the trace's name. ``check_meta(meta)``
-    vets each trace's metadata before anything runs.
+    vets each trace's metadata before anything runs. ``backends``: those ``measure`` handles; a
+    llama.cpp pair gets no prefix caches (``layers_d = layers_t = None``).
     """
     files = list(_files(traces, TRACE_FORMAT))
     targets = []
@@ -586,7 +588,8 @@ def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: st
     todo = [(f, o) for f, o in zip(files, targets) if not o.exists()]
     if todo and callable(pair):
         pair = pair()
-    if todo:
+    llama_cpp = bool(todo) and backend_of(pair) == "llama.cpp" and "llama.cpp" in backends
+    if todo and not llama_cpp:
         require_transformers(pair, label)
     bar = progress_bar(len(todo), label, progress)
     for f, o in todo:
@@ -596,8 +599,8 @@ def collect_at_positions(pair, traces, out, *, config: dict, fmt: str, label: st
         rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
         ts = np.sort(rng.choice(record.positions, size=m, replace=False))
         upto = record.prompt_length + int(ts[-1])  # the caches need tokens[:prompt_length + t - 1]
-        layers_d = prefix_cache(pair.draft, record.tokens[:upto])
-        layers_t = prefix_cache(pair.target, record.tokens[:upto])
+        layers_d = None if llama_cpp else prefix_cache(pair.draft, record.tokens[:upto])
+        layers_t = None if llama_cpp else prefix_cache(pair.target, record.tokens[:upto])
         arrays, extra = measure(pair, record, ts, rng, layers_d, layers_t)
         meta = {k: record.meta[k] for k in ("pair", "sources", "model_dtype", "prompt_id", "dataset", "temperature",
                                             "prompt_length", "vocab_size")}

@@ -21,7 +21,9 @@ node-budget comparison reads:
 
 The models run once over the trace's sequence (prefix KV cache); the draft then runs depth by depth
 over the ``m^d`` prefixes of depth ``d`` (batched, cache repeated), the target once over the
-``m^{D−1}`` deepest prefixes (its logits at every depth of them).
+``m^{D−1}`` deepest prefixes (its logits at every depth of them). On a llama.cpp pair
+(``load_pair(..., backend="llama.cpp")``) each model walks the tree depth first instead, one token
+per internal node on its parent's KV cache.
 
 Format ``otbound-trees-1``: one safetensors file per trace at
 ``<out>/<dataset>/<settings folder>/<prompt id>.safetensors``, checksummed, with the trace's pair,
@@ -56,7 +58,7 @@ from otbound.block import StaticTreeBound, merged_bound_bracket
 from otbound.block.law_bounds import merged_tuple_law_bracket
 from otbound.lm import _store
 from otbound.lm._decode import cache_prefix, forward
-from otbound.lm._traces import _files, collect_at_positions, record_settings
+from otbound.lm._traces import _files, backend_of, collect_at_positions, record_settings
 from otbound.token import SamplingParams
 from otbound.token.logits import laws_from_logits
 
@@ -388,6 +390,34 @@ def _tree_at(pair, record, t, layers_d, layers_t, width, depth, settings):
     return children, tl, dl
 
 
+def _tree_at_llama_cpp(pair, record, t, width, depth, settings):
+    """:func:`_tree_at` on a llama.cpp pair: each model walks the tree depth first
+    (:meth:`otbound.lm._llama_backend.LlamaCppModel.logits_after`, one token per internal node on the
+    KV cache of its parent); the same nodes, children and merged laws."""
+    start = record.prompt_length + t - 1
+    context = [int(x) for x in record.tokens[: start + 1]]
+    v, m = pair.vocab_size, width
+    n = int(_offsets(m, depth)[-1])
+    children = np.zeros((n, m), dtype=np.int64)
+    dl = np.zeros((len(settings), n, m + 1))
+    tl = np.zeros((len(settings), n, m + 1))
+
+    def walk(model, table, which, ranks, path):
+        node = _node(ranks, m)
+        logits = model.logits_after(context + list(path))[:v]  # (V,) float32
+        if which == 1:  # the draft ranks the children
+            children[node] = top_by_rank(logits, m)
+        for s, laws in enumerate(settings):
+            table[s, node] = _merged_row(logits, children[node], laws[which], context + list(path))
+        if len(ranks) + 1 < depth:
+            for r in range(m):
+                walk(model, table, which, ranks + (r,), path + (int(children[node, r]),))
+
+    walk(pair.draft, dl, 1, (), ())
+    walk(pair.target, tl, 0, (), ())
+    return children, tl, dl
+
+
 def collect_draft_trees(pair, traces, out, *, width: int = 3, depth: int = 4, positions_per_trace: int = 2,
                         seed: int = 0, variants=({},), progress: bool = True) -> list[Path]:
     """Store the draft's top-``width`` tree of depth ``depth`` at ``positions_per_trace`` positions
@@ -459,14 +489,17 @@ def collect_draft_trees(pair, traces, out, *, width: int = 3, depth: int = 4, po
 
     def measure(pair, record, ts, rng, layers_d, layers_t):
         settings = _variant_settings(*record_settings(record.meta, record.meta["temperature"]), variants)
-        got = [_tree_at(pair, record, int(t), layers_d, layers_t, width, depth, settings) for t in ts]
+        if backend_of(pair) == "llama.cpp":
+            got = [_tree_at_llama_cpp(pair, record, int(t), width, depth, settings) for t in ts]
+        else:
+            got = [_tree_at(pair, record, int(t), layers_d, layers_t, width, depth, settings) for t in ts]
         arrays = {"children": np.stack([g[0] for g in got]).astype(np.int32),
                   "target": np.stack([g[1] for g in got]), "draft": np.stack([g[2] for g in got])}
         return arrays, {"variant_settings": [[a.as_dict(), b.as_dict()] for a, b in settings]}
 
     return collect_at_positions(pair, traces, out, config=config, fmt=TREES_FORMAT, label="draft trees",
                                 positions_per_trace=positions_per_trace, seed=seed, progress=progress,
-                                measure=measure, check_meta=check_meta)
+                                measure=measure, check_meta=check_meta, backends=("transformers", "llama.cpp"))
 
 
 def load_draft_trees(path):
