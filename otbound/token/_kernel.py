@@ -108,6 +108,8 @@ class LawBatch:
             self.device = (p if is_torch(p) else q).device
             p, q, q_min = _check_torch(p, q, self.device)
             self.q_min = q_min.reshape(-1)  # (B,): from the check's pass (the cached property otherwise)
+            self.shape = tuple(p.shape[:-1])
+            p, q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])  # (B, V) each
         else:
             self.device = None
             p, q, q_min = _check_numpy(p, q)
@@ -116,11 +118,11 @@ class LawBatch:
             if bool((q_min > 0).all()):  # every token of every row has q > 0: no count needed
                 self.support = v
             numpy_rows = (p.reshape(-1, v), q.reshape(-1, v))  # (B, V) each, what numpy_rows() gives
-            p, q = torch.from_numpy(p), torch.from_numpy(q)
-        self.shape = tuple(p.shape[:-1])
+            self.shape = tuple(p.shape[:-1])
+            p, q = torch.from_numpy(numpy_rows[0]), torch.from_numpy(numpy_rows[1])  # (B, V) views
         self.vocab = int(p.shape[-1])
-        self.p = p.reshape(-1, self.vocab)  # (B, V) float64
-        self.q = q.reshape(-1, self.vocab)  # (B, V) float64
+        self.p = p  # (B, V) float64
+        self.q = q  # (B, V) float64
         self.seed = seed
         self._memo: dict = {} if self.device is not None else {"numpy": numpy_rows}
         if check_overflow:
@@ -206,7 +208,14 @@ class LawBatch:
 
     def _check_overflow(self):
         q = self.q
-        if not bool(((q > 0) & (q < _OVERFLOW_Q)).any()):
+        q_min = self.q_min if self.device is not None else self.q_min.numpy()  # (B,)
+        if not self.rows or float(q_min.min()) >= _OVERFLOW_Q:  # every q ≥ the floor: nothing to scan
+            return
+        if self.device is None:  # numpy laws: one scan in numpy (cheaper per call than torch's at small V)
+            qn = self.numpy_rows()[1]
+            if not bool(((qn > 0) & (qn < _OVERFLOW_Q)).any()):
+                return
+        elif not bool(((q > 0) & (q < _OVERFLOW_Q)).any()):
             return
         torch = _torch()
         over = (q > 0) & torch.isinf(self.p / torch.where(q > 0, q, torch.ones_like(q)))
@@ -789,7 +798,8 @@ def _without_replacement(batch, k, want_sets):
     if not want_sets and not on_accelerator(batch.p) and "sorted" not in batch.__dict__:
         # rows not sorted (a single call): the search on the rows as given, bucketing each row once
         # (cheaper than sorting it whole); the same values as on sorted rows to rounding
-        vals = _search.without_replacement(*batch.numpy_rows(), k, False)[0]
+        tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch)).numpy()  # (B,): rows clock_law must scan
+        vals = _search.without_replacement(*batch.numpy_rows(), k, False, tiny=tiny)[0]
         return torch.from_numpy(np.clip(vals, 0.0, 1.0)), None
     tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch))  # (B,), every K
     if k >= 3 or bool(tiny.any()):
