@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import shutil
 import sys
 import time
@@ -37,10 +38,12 @@ KINDS = ("load", "forward", "measurement", "io")
 
 
 class Timers:
-    """Wall seconds per kind; a call inside another call of the same kind is not counted again."""
+    """Wall and CPU seconds (of the process: llama.cpp's threads included) per kind; a call inside
+    another call of the same kind is not counted again."""
 
     def __init__(self):
         self.seconds = dict.fromkeys(KINDS, 0.0)
+        self.cpu = dict.fromkeys(KINDS, 0.0)
         self.calls = dict.fromkeys(KINDS, 0)
         self._depth = dict.fromkeys(KINDS, 0)
 
@@ -48,13 +51,14 @@ class Timers:
         @functools.wraps(fn)
         def timed(*args, **kwargs):
             self._depth[kind] += 1
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self._depth[kind] -= 1
                 if not self._depth[kind]:
                     self.seconds[kind] += time.perf_counter() - t0
+                    self.cpu[kind] += time.process_time() - c0
                     self.calls[kind] += 1
         return timed
 
@@ -150,10 +154,10 @@ def main(argv=None):
     from otbound import compare
 
     timers = Timers()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with patched(timers, args.backend):
         compare.main(job)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     n = positions(out / "report")
     rest_s = wall - sum(timers.seconds.values())
     res = {"command": "python -m otbound.compare " + " ".join(job), "positions": n, "wall_s": wall,
@@ -161,7 +165,11 @@ def main(argv=None):
            "positions_per_s_after_load": n / (wall - timers.seconds["load"]),
            **{f"{k}_s": v for k, v in timers.seconds.items()}, "rest_s": rest_s,
            **{f"{k}_fraction": v / wall for k, v in timers.seconds.items()}, "rest_fraction": rest_s / wall,
-           "calls": timers.calls}
+           "cpu_s": cpu, **{f"{k}_cpu_s": v for k, v in timers.cpu.items()},
+           "rest_cpu_s": cpu - sum(timers.cpu.values()),
+           **{f"{k}_cpu_fraction": v / cpu for k, v in timers.cpu.items()},
+           "rest_cpu_fraction": (cpu - sum(timers.cpu.values())) / cpu,
+           "load_average": os.getloadavg(), "calls": timers.calls}
     print(json.dumps(res, indent=1))
     return res
 

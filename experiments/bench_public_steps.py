@@ -40,6 +40,7 @@ def main(argv=None):
         "without_replacement K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "without_replacement"),
         "greedy K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "greedy"),
         "deterministic K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "deterministic"),
+        "rrs acceptance K=2 (whole call)": lambda i: ob.VERIFIERS["rrs"].acceptance(p[i], q[i], 2),
     }
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(q > 0, p / q, np.inf)

@@ -112,7 +112,7 @@ class MeasureLaws:
 class VerifierAcceptance:
     """A verifier's exact acceptance on one row at K = 2 (``VERIFIERS[name].acceptance``)."""
 
-    params = (("rrs", "spechub"), FAMILIES[:1] if REDUCED else ("zipf_noise", "flat"), VOCABS)
+    params = (("rrs", "spechub"), FAMILIES[:1] if REDUCED else ("zipf_noise", "flat", "ties"), VOCABS)
     param_names = ("verifier", "family", "vocab")
     timeout = 300
 
