@@ -79,3 +79,24 @@ def test_without_replacement_single_call_matches_the_reference_dp(kind, k):
         batch = LawBatch(p, q)
         _ = batch.sorted  # the sorted kernel's value
         assert got == pytest.approx(float(batch.optimal_acceptance(k, "without_replacement")[0]), abs=1e-12)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_top_tokens_are_the_first_of_a_stable_sort_of_minus_q(m):
+    from otbound.token._kernel import top_tokens
+
+    rng = np.random.default_rng(m)
+    for _ in range(20):
+        q = rng.integers(0, 4, size=int(rng.integers(m, 40))).astype(float)  # many ties, the largest tied too
+        np.testing.assert_array_equal(top_tokens(q, m), np.argsort(-q, kind="stable")[:m])
+
+
+@pytest.mark.parametrize("law", ["greedy", "deterministic"])
+@pytest.mark.parametrize("kind", ["lm", "ties"])
+def test_top_laws_single_call_matches_the_sorted_kernel(law, kind):
+    for k in (1, 2, 3):
+        p, q = _rows(kind, 500, k)
+        batch = LawBatch(p, q)
+        _ = batch.sorted  # the measurement's path (torch's top-k selection, the prefix sums)
+        ref = float(batch.optimal_acceptance(k, law)[0])
+        assert ob.optimal_acceptance(p, q, k, law) == pytest.approx(ref, abs=1e-14)

@@ -136,10 +136,9 @@ class LawBatch:
     def wrap(self, values):
         """``values`` (a (B,) float64 tensor) in the caller's type and batch shape: a float for 1-D
         numpy laws, a numpy array for numpy batches, a tensor on the input's device for torch."""
-        values = values.reshape(self.shape)
         if self.device is not None:
-            return values
-        arr = values.cpu().numpy()
+            return values.reshape(self.shape)
+        arr = values.numpy().reshape(self.shape)  # a CPU tensor; numpy reshapes for less overhead
         return float(arr) if arr.ndim == 0 else arr
 
     def memo(self, key, build):
@@ -798,7 +797,7 @@ def _without_replacement(batch, k, want_sets):
     if not want_sets and not on_accelerator(batch.p) and "sorted" not in batch.__dict__:
         # rows not sorted (a single call): the search on the rows as given, bucketing each row once
         # (cheaper than sorting it whole); the same values as on sorted rows to rounding
-        tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch)).numpy()  # (B,): rows clock_law must scan
+        tiny = batch.q_min.numpy() < _wor.CLOCK_FLOOR  # (B,): rows clock_law must scan (a zero q included)
         vals = _search.without_replacement(*batch.numpy_rows(), k, False, tiny=tiny)[0]
         return torch.from_numpy(np.clip(vals, 0.0, 1.0)), None
     tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch))  # (B,), every K
@@ -908,6 +907,8 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     first m of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
     if m == 0:
         return np.zeros(0, dtype=np.int64)
+    if m == 1:  # the largest, ties to the lower index: argmax, one pass
+        return np.array([np.argmax(q)], dtype=np.int64)
     v = q.size
     part = np.argpartition(q, v - m)[v - m :]
     thr = q[part].min()

@@ -626,34 +626,53 @@ def _bounds(rows: list, answers: list) -> list:
     beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
     [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
     Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
-    # the bound is needed only where the search may keep the stretch: pts → nxt spanning more than one
-    # step, or one step of the bucket chain (a bucket to open); elsewhere (a token chain evaluated
-    # whole: every step is one token) it is +inf, which _search never keeps either
-    f_parts, need_parts, cols = [], [], [[] for _ in range(9)]  # p_s, p_e, in_s, in_e, r_lo, r_hi, Q_e, Q_s, d1
-    curv_parts = [[], []]  # c2, c3
+    # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step) needs no
+    # bound (_search keeps none of its stretches): f alone there, bound +inf, its positions left out
+    whole = [[ch.bucket is not None and pts.size == ch.fp.size - 1 for ch, pts, _ in parts] for parts in rows]
+    if not any(map(any, whole)):
+        return _bounds_all(rows, answers)
+    kept_rows, kept_answers, pieces = [], [], []
+    for parts, answer, flags in zip(rows, answers, whole):
+        starts = np.cumsum([0] + [pts.size for _, pts, _ in parts])
+        kept = [i for i, w in enumerate(flags) if not w]
+        kept_rows.append([parts[i] for i in kept])
+        kept_answers.append(tuple(np.concatenate([a[starts[i] : starts[i + 1]] for i in kept]) if kept else a[:0]
+                                  for a in answer))
+        pieces.append([(ch, pts, answer[0][starts[i] : starts[i + 1]], flags[i])
+                       for i, (ch, pts, _) in enumerate(parts)])
+    found = _bounds_all(kept_rows, kept_answers)
+    out = []
+    for row_pieces, (f_kept, b_kept) in zip(pieces, found):
+        fs, bs, at = [], [], 0
+        for ch, pts, q_at, is_whole in row_pieces:
+            if is_whole:
+                ch.q[pts] = q_at
+                fs.append(ch.fp[pts] - q_at)
+                bs.append(np.full(pts.size, np.inf))
+            else:
+                fs.append(f_kept[at : at + pts.size])
+                bs.append(b_kept[at : at + pts.size])
+                at += pts.size
+        out.append((np.concatenate(fs), np.concatenate(bs)))
+    return out
+
+
+def _bounds_all(rows: list, answers: list) -> list:
+    """:func:`_bounds` at every position of the parts."""
+    cols = [[] for _ in range(7)]  # p_s, p_e, inside_s, inside_e, r_lo, r_hi, Q_e: one array per part
     for parts, answer in zip(rows, answers):
         start = 0
         for ch, pts, nxt in parts:
-            sl = slice(start, start + pts.size)
-            start = sl.stop
-            ch.q[pts] = answer[0][sl]
-            f_parts.append(ch.fp[pts] - answer[0][sl])
-            step = nxt - pts
-            need = (step > 1) | (step > 0) & (ch.bucket is None)
-            if not bool(need.all()):
-                need = np.flatnonzero(need)
-                pts, nxt = pts[need], nxt[need]
-            else:
-                need = slice(None)
-            need_parts.append(need)
+            ch.q[pts] = answer[0][start : start + pts.size]
+            start += pts.size
             r_lo = ch.r_step[np.minimum(pts + 1, ch.r_step.size - 1)]  # at the chain's end (x = 0): its own step
             for col, x in zip(cols, (ch.fp[pts], ch.fp[nxt], ch.inside[pts], ch.inside[nxt], r_lo,
-                                     ch.r_top[nxt], ch.q[nxt], answer[0][sl][need], answer[1][sl][need])):
+                                     ch.r_top[nxt], ch.q[nxt])):
                 col.append(x)
-            curv_parts[0].append(answer[2][sl][need])
-            curv_parts[1].append(answer[3][sl][need])
-    p_s, p_e, in_s, in_e, r_lo, r_hi, q_e, q_s, d1 = (np.concatenate(col) for col in cols)  # (npos,) each
-    c2, c3 = (np.concatenate(col) for col in curv_parts)  # (npos,) each
+    if not cols[0]:
+        return [(np.zeros(0), np.zeros(0)) for _ in rows]
+    p_s, p_e, in_s, in_e, r_lo, r_hi, q_e = (np.concatenate(col) for col in cols)  # (npos,) each
+    q_s, d1, c2, c3 = (np.concatenate([a[i] for a in answers]) for i in range(4))  # (npos,) each
     f = p_s - q_s
     mass = in_e - in_s
     rise = np.maximum(q_e - q_s, 0.0)
@@ -668,20 +687,8 @@ def _bounds(rows: list, answers: list) -> list:
     bound = np.minimum(f, np.where(np.isnan(at_c), low, at_c))
     inner = (x_m > 0.0) & (x_m < x_c) & ~np.isnan(at_m)
     bound = np.where(inner, np.minimum(bound, at_m), bound)
-    out, b_at, part = [], 0, 0
-    for parts in rows:
-        fs, bs = [], []
-        for _ in parts:
-            fp_, need = f_parts[part], need_parts[part]
-            part += 1
-            bd = np.full(fp_.size, np.inf)
-            n_need = fp_.size if isinstance(need, slice) else need.size
-            bd[need] = bound[b_at : b_at + n_need]
-            b_at += n_need
-            fs.append(fp_)
-            bs.append(bd)
-        out.append((np.concatenate(fs), np.concatenate(bs)) if len(fs) != 1 else (fs[0], bs[0]))
-    return out
+    ends = np.cumsum([0] + [a[0].size for a in answers])
+    return [(f[a:b], bound[a:b]) for a, b in zip(ends[:-1], ends[1:])]
 
 
 def _samples(lo, hi, leaf):
