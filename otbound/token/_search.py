@@ -626,8 +626,9 @@ def _bounds(rows: list, answers: list) -> list:
     beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
     [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
     Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
-    # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step) needs no
-    # bound (_search keeps none of its stretches): f alone there, bound +inf, its positions left out
+    # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step,
+    # none of which _search keeps): the stretch's exact minimum, min(f_s, f_e), instead of the bound
+    # (Q at e is known: evaluated now, or the chain's end, evaluated on the bucket chain)
     whole = [[ch.bucket is not None and pts.size == ch.fp.size - 1 for ch, pts, _ in parts] for parts in rows]
     if not any(map(any, whole)):
         return _bounds_all(rows, answers)
@@ -638,17 +639,17 @@ def _bounds(rows: list, answers: list) -> list:
         kept_rows.append([parts[i] for i in kept])
         kept_answers.append(tuple(np.concatenate([a[starts[i] : starts[i + 1]] for i in kept]) if kept else a[:0]
                                   for a in answer))
-        pieces.append([(ch, pts, answer[0][starts[i] : starts[i + 1]], flags[i])
-                       for i, (ch, pts, _) in enumerate(parts)])
+        pieces.append([(ch, pts, nxt, answer[0][starts[i] : starts[i + 1]], flags[i])
+                       for i, (ch, pts, nxt) in enumerate(parts)])
     found = _bounds_all(kept_rows, kept_answers)
     out = []
     for row_pieces, (f_kept, b_kept) in zip(pieces, found):
         fs, bs, at = [], [], 0
-        for ch, pts, q_at, is_whole in row_pieces:
+        for ch, pts, nxt, q_at, is_whole in row_pieces:
             if is_whole:
                 ch.q[pts] = q_at
                 fs.append(ch.fp[pts] - q_at)
-                bs.append(np.full(pts.size, np.inf))
+                bs.append(np.minimum(fs[-1], ch.fp[nxt] - ch.q[nxt]))
             else:
                 fs.append(f_kept[at : at + pts.size])
                 bs.append(b_kept[at : at + pts.size])
