@@ -23,9 +23,11 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     import otbound as ob
+    from otbound.token import _search
 
     p, q = rows(args.family, args.rows, LM_VOCAB)
     s = p[0].sum()
+    ids = [_search._ratio_buckets(p[i], q[i], 3.0)[0].copy() for i in range(args.rows)]  # α*_wor's bucket ids
     steps = {
         "one pass over p and q (p + q)": lambda i: p[i] + q[i],
         "law checks: sum, min, renormalise (p and q)": lambda i: [(x.sum(), x.min(), x / s) for x in (p[i], q[i])],
@@ -35,6 +37,10 @@ def main(argv=None):
                                                                          .view(np.int64) - 0, weights=x)
                                                              for x in (p[i], q[i])],
         "top-8 partition of q": lambda i: np.argpartition(q[i], LM_VOCAB - 8),
+        "the 34 largest q by group maxima (α*_wor)": lambda i: _search._largest(q[i], 34),
+        "bucket ids of p/q (α*_wor: divide, mask, shift, clip)": lambda i: _search._ratio_buckets(p[i], q[i], 3.0),
+        "one bincount over the bucket ids": lambda i: np.bincount(ids[i], weights=p[i]),
+        "u = q/(1 − q) (α*_wor K = 2)": lambda i: np.divide(q[i], np.subtract(1.0, q[i])),
         "with_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2),
         "without_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "without_replacement"),
         "without_replacement K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "without_replacement"),
@@ -55,7 +61,7 @@ def main(argv=None):
                 fn(i)
                 out[name].append((time.process_time() - t1) / (t1 - t0))
     for name, x in out.items():
-        print(f"{name:45s} {statistics.median(x):6.2f}x np.sort", flush=True)
+        print(f"{name:55s} {statistics.median(x):6.2f}x np.sort", flush=True)
     return out
 
 
