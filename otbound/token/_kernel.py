@@ -746,7 +746,7 @@ def _with_replacement_buckets(P, Q, k: int):
         stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
         cand = np.flatnonzero(low & stationary)
         if cand.size:
-            toks = _search._bucket_tokens(b, ids[cand], p, q)  # (t,) by ratio, ties by index
+            toks = _search._bucket_tokens(b, ids[cand], p, q, top - lo + 1)  # (t,) by ratio, ties by index
             pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
             first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
             cps, cqs = np.cumsum(p[toks]), np.cumsum(q[toks])  # (t,) each

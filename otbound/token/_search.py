@@ -217,12 +217,13 @@ def _bucket_floor(ids) -> np.ndarray:
     return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
 
 
-def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first)."""
+def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, size: int | None = None) -> np.ndarray:
+    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first); ``size``:
+    a bound on the ids of ``b`` (every id < size), if known (else a pass over b finds it)."""
     if len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
-        table = np.zeros(int(b.max()) + 1, dtype=bool)
+        table = np.zeros(size if size is not None else int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
     return sel[np.argsort(p[sel] / q[sel], kind="stable")]
@@ -472,7 +473,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
-            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None
+            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None  # one id: no table
         else:
             toks, ratio = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
