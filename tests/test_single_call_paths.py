@@ -100,3 +100,23 @@ def test_top_laws_single_call_matches_the_sorted_kernel(law, kind):
         _ = batch.sorted  # the measurement's path (torch's top-k selection, the prefix sums)
         ref = float(batch.optimal_acceptance(k, law)[0])
         assert ob.optimal_acceptance(p, q, k, law) == pytest.approx(ref, abs=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["lm", "ties", "zeros"])
+@pytest.mark.parametrize("v", [1, 2, 7, 100, 1023, 1024, 3000])
+def test_with_replacement_single_call_matches_the_sorted_kernel_and_brute_force(kind, v):
+    p, q = _rows(kind, v, seed=v) if v > 1 else (np.ones(1), np.ones(1))
+    for k in (1, 2, 4):
+        got = ob.optimal_acceptance(p, q, k)
+        batch = LawBatch(p, q)
+        _ = batch.sorted  # the measurement's path
+        ref = float(batch.optimal_acceptance(k)[0])
+        if v < 1024:  # short rows sorted whole, prefix sums sequential as the kernel's: bit for bit
+            assert got == ref
+        assert got == pytest.approx(ref, abs=1e-13)
+        # independent: 1 + min over every prefix of the (ratio, index) order of p(H) − q(H)^K
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(q > 0, p / q, np.inf)
+        order = np.argsort(r, kind="stable")
+        brute = 1.0 + min(0.0, float((np.cumsum(p[order]) - np.cumsum(q[order]) ** k).min()))
+        assert got == pytest.approx(min(max(brute, 0.0), 1.0), abs=1e-12)

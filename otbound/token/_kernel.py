@@ -719,6 +719,8 @@ def _with_replacement_buckets(P, Q, k: int):
     ``r_lo ≤ K (Q0 + q_b)^(K−1)``, since p/q ≤ K q(H*)^(K−1) on H* and ≥ off it) are sorted token by
     token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
     rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured)."""
+    if P.shape[1] <= _SMALL_ROW:
+        return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
     for i in range(P.shape[0]):
@@ -755,6 +757,29 @@ def _with_replacement_buckets(P, Q, k: int):
             f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
             best = min(best, float(f.min()))
         out[i] = 1.0 + best
+    return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+
+
+_SMALL_ROW = 1023  # rows this short are sorted whole (fewer numpy calls than the buckets' bound)
+
+
+def _with_replacement_small(P, Q, k: int):
+    """:func:`_with_replacement_buckets` for short rows (V ≤ ``_SMALL_ROW``, where the per-call
+    overhead of the buckets exceeds a sort): each row sorted by (ratio, index) (q = 0 last), f = Pc − Qc^K
+    over the prefixes of ratio below K (1 + 1e-12), as :meth:`SortedRows.prefix_limit` takes them; the
+    prefix sums sequential, as :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the
+    sorted kernel's values, bit for bit."""
+    out = np.ones(P.shape[0])  # (B,)
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.divide(p, q)  # (V,)
+        r[q == 0] = np.inf  # 0/0 and x/0 last
+        order = np.argsort(r, kind="stable")  # (V,) by ratio, ties by index (−0 and +0 equal)
+        m = int(np.searchsorted(r[order], k * (1.0 + 1e-12), side="left"))  # the prefixes' length bound
+        if m:
+            sel = order[:m]
+            out[i] = 1.0 + min(0.0, float((np.cumsum(p[sel]) - power(np.cumsum(q[sel]), k)).min()))
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
