@@ -927,6 +927,9 @@ def _pair_f(v, pc, qc, qrs, odds, cols):
     return torch.sub(pc.index_select(0, cols + 1), mass)
 
 
+_SHORT_TOP = 256  # rows this short take their top q from one stable argsort (a partition beyond: V = 1,000 1.3x faster)
+
+
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     """Indices of the m largest entries of a 1-D ``q`` by decreasing q, ties to the lower index (the
     first m of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
@@ -935,7 +938,7 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     if m == 1:  # the largest, ties to the lower index: argmax, one pass
         return np.array([np.argmax(q)], dtype=np.int64)
     v = q.size
-    if v <= _SMALL_ROW:  # a short row: the definition itself, one call (fewer than the partition's)
+    if v <= _SHORT_TOP:  # a short row: the definition itself, one call (fewer than the partition's)
         return np.argsort(-q, kind="stable")[:m].astype(np.int64)
     part = np.argpartition(q, v - m)[v - m :]
     thr = q[part].min()
