@@ -23,11 +23,12 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     import otbound as ob
-    from otbound.token import _search
 
     p, q = rows(args.family, args.rows, LM_VOCAB)
     s = p[0].sum()
-    ids = [_search._ratio_buckets(p[i], q[i], 3.0)[0].copy() for i in range(args.rows)]  # α*_wor's bucket ids
+    # the bucket ids of α*_wor: the ratio's exponent and top 5 mantissa bits (32 buckets per octave)
+    ids = [(np.bitwise_and(np.divide(p[i], q[i]).view(np.uint64), np.uint64(0x7FFF_FFFF_FFFF_FFFF))
+            >> np.uint64(47)).view(np.int64) for i in range(args.rows)]
     steps = {
         "one pass over p and q (p + q)": lambda i: p[i] + q[i],
         "law checks: sum, min, renormalise (p and q)": lambda i: [(x.sum(), x.min(), x / s) for x in (p[i], q[i])],
@@ -37,8 +38,6 @@ def main(argv=None):
                                                                          .view(np.int64) - 0, weights=x)
                                                              for x in (p[i], q[i])],
         "top-8 partition of q": lambda i: np.argpartition(q[i], LM_VOCAB - 8),
-        "the 34 largest q by group maxima (α*_wor)": lambda i: _search._largest(q[i], 34),
-        "bucket ids of p/q (α*_wor: divide, mask, shift, clip)": lambda i: _search._ratio_buckets(p[i], q[i], 3.0),
         "one bincount over the bucket ids": lambda i: np.bincount(ids[i], weights=p[i]),
         "u = q/(1 − q) (α*_wor K = 2)": lambda i: np.divide(q[i], np.subtract(1.0, q[i])),
         "with_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2),

@@ -1,5 +1,7 @@
-"""The main job's rate: ``python -m otbound.compare`` run in this process with timers around its
-parts, printing positions per second and the fraction of the wall time spent in
+"""The main job's rate (a maintainers' harness: it wraps the job's private functions with timers, so
+it lives beside the asv suite, not among the experiments, which use the public API only):
+``python -m otbound.compare`` run in this process with timers around its parts, printing positions
+per second and the fraction of the wall and CPU time spent in
 
 * **load**: loading the pair (``otbound.lm.load_pair``);
 * **forward**: the models' forward passes (llama.cpp's ``llama_decode`` through
@@ -16,10 +18,10 @@ registered one: ``--backend llama.cpp`` a tiny GGUF pair (V = 264, ``write_tiny_
 ``--backend transformers`` a tiny random Qwen2 pair with a byte tokenizer (V = 259), both
 saved under ``--out``.
 
-    python experiments/bench_main_job.py --tiny --backend transformers --out /tmp/mj-tf -- --num-prompts 4
-    python experiments/bench_main_job.py --tiny --backend llama.cpp --out /tmp/mj-ll -- --num-prompts 4
+    python benchmarks/main_job.py --tiny --backend transformers --out /tmp/mj-tf -- --num-prompts 4
+    python benchmarks/main_job.py --tiny --backend llama.cpp --out /tmp/mj-ll -- --num-prompts 4
     # [real pair]
-    python experiments/bench_main_job.py --backend llama.cpp --out /tmp/mj-real -- --num-prompts 1 --max-new-tokens 16
+    python benchmarks/main_job.py --backend llama.cpp --out /tmp/mj-real -- --num-prompts 1 --max-new-tokens 16
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def tiny_pair_args(backend: str, folder: Path) -> list:
 
         g = write_tiny_gguf_pair(folder / "gguf", seed=7)
         return ["--pair", f"{g.draft},{g.target}", "--datasets", str(data)]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' tiny byte tokenizer
     from test_lm import tiny_tokenizer
 
     from otbound.lm._models import random_pair
