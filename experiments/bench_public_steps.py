@@ -26,6 +26,9 @@ def main(argv=None):
 
     p, q = rows(args.family, args.rows, LM_VOCAB)
     s = p[0].sum()
+    # the bucket ids of α*_wor: the ratio's exponent and top 5 mantissa bits (32 buckets per octave)
+    ids = [(np.bitwise_and(np.divide(p[i], q[i]).view(np.uint64), np.uint64(0x7FFF_FFFF_FFFF_FFFF))
+            >> np.uint64(47)).view(np.int64) for i in range(args.rows)]
     steps = {
         "one pass over p and q (p + q)": lambda i: p[i] + q[i],
         "law checks: sum, min, renormalise (p and q)": lambda i: [(x.sum(), x.min(), x / s) for x in (p[i], q[i])],
@@ -35,11 +38,14 @@ def main(argv=None):
                                                                          .view(np.int64) - 0, weights=x)
                                                              for x in (p[i], q[i])],
         "top-8 partition of q": lambda i: np.argpartition(q[i], LM_VOCAB - 8),
+        "one bincount over the bucket ids": lambda i: np.bincount(ids[i], weights=p[i]),
+        "u = q/(1 − q) (α*_wor K = 2)": lambda i: np.divide(q[i], np.subtract(1.0, q[i])),
         "with_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2),
         "without_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "without_replacement"),
         "without_replacement K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "without_replacement"),
         "greedy K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "greedy"),
         "deterministic K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "deterministic"),
+        "rrs acceptance K=2 (whole call)": lambda i: ob.VERIFIERS["rrs"].acceptance(p[i], q[i], 2),
     }
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(q > 0, p / q, np.inf)
@@ -54,7 +60,7 @@ def main(argv=None):
                 fn(i)
                 out[name].append((time.process_time() - t1) / (t1 - t0))
     for name, x in out.items():
-        print(f"{name:45s} {statistics.median(x):6.2f}x np.sort", flush=True)
+        print(f"{name:55s} {statistics.median(x):6.2f}x np.sort", flush=True)
     return out
 
 

@@ -109,6 +109,8 @@ class LawBatch:
             self.device = (p if is_torch(p) else q).device
             p, q, q_min = _check_torch(p, q, self.device)
             self.q_min = q_min.reshape(-1)  # (B,): from the check's pass (the cached property otherwise)
+            self.shape = tuple(p.shape[:-1])
+            p, q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])  # (B, V) each
         else:
             self.device = None
             p, q, q_min = _check_numpy(p, q)
@@ -117,11 +119,11 @@ class LawBatch:
             if bool((q_min > 0).all()):  # every token of every row has q > 0: no count needed
                 self.support = v
             numpy_rows = (p.reshape(-1, v), q.reshape(-1, v))  # (B, V) each, what numpy_rows() gives
-            p, q = torch.from_numpy(p), torch.from_numpy(q)
-        self.shape = tuple(p.shape[:-1])
+            self.shape = tuple(p.shape[:-1])
+            p, q = torch.from_numpy(numpy_rows[0]), torch.from_numpy(numpy_rows[1])  # (B, V) views
         self.vocab = int(p.shape[-1])
-        self.p = p.reshape(-1, self.vocab)  # (B, V) float64
-        self.q = q.reshape(-1, self.vocab)  # (B, V) float64
+        self.p = p  # (B, V) float64
+        self.q = q  # (B, V) float64
         self.seed = seed
         self._memo: dict = {} if self.device is not None else {"numpy": numpy_rows}
         if check_overflow:
@@ -135,10 +137,9 @@ class LawBatch:
     def wrap(self, values):
         """``values`` (a (B,) float64 tensor) in the caller's type and batch shape: a float for 1-D
         numpy laws, a numpy array for numpy batches, a tensor on the input's device for torch."""
-        values = values.reshape(self.shape)
         if self.device is not None:
-            return values
-        arr = values.cpu().numpy()
+            return values.reshape(self.shape)
+        arr = values.numpy().reshape(self.shape)  # a CPU tensor; numpy reshapes for less overhead
         return float(arr) if arr.ndim == 0 else arr
 
     def memo(self, key, build):
@@ -208,7 +209,14 @@ class LawBatch:
 
     def _check_overflow(self):
         q = self.q
-        if not bool(((q > 0) & (q < _OVERFLOW_Q)).any()):
+        q_min = self.q_min if self.device is not None else self.q_min.numpy()  # (B,)
+        if not self.rows or float(q_min.min()) >= _OVERFLOW_Q:  # every q ≥ the floor: nothing to scan
+            return
+        if self.device is None:  # numpy laws: one scan in numpy (cheaper per call than torch's at small V)
+            qn = self.numpy_rows()[1]
+            if not bool(((qn > 0) & (qn < _OVERFLOW_Q)).any()):
+                return
+        elif not bool(((q > 0) & (q < _OVERFLOW_Q)).any()):
             return
         torch = _torch()
         over = (q > 0) & torch.isinf(self.p / torch.where(q > 0, q, torch.ones_like(q)))
@@ -703,6 +711,8 @@ def _with_replacement_buckets(P, Q, k: int):
     ``r_lo ≤ K (Q0 + q_b)^(K−1)``, since p/q ≤ K q(H*)^(K−1) on H* and ≥ off it) are sorted token by
     token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
     rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured)."""
+    if P.shape[1] <= _SMALL_ROW:
+        return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
     for i in range(P.shape[0]):
@@ -730,7 +740,7 @@ def _with_replacement_buckets(P, Q, k: int):
         stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
         cand = np.flatnonzero(low & stationary)
         if cand.size:
-            toks = _search._bucket_tokens(b, ids[cand], p, q)  # (t,) by ratio, ties by index
+            toks = _search._bucket_tokens(b, ids[cand], p, q, top - lo + 1)  # (t,) by ratio, ties by index
             pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
             first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
             cps, cqs = np.cumsum(p[toks]), np.cumsum(q[toks])  # (t,) each
@@ -739,6 +749,29 @@ def _with_replacement_buckets(P, Q, k: int):
             f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
             best = min(best, float(f.min()))
         out[i] = 1.0 + best
+    return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+
+
+_SMALL_ROW = 1023  # rows this short are sorted whole (fewer numpy calls than the buckets' bound)
+
+
+def _with_replacement_small(P, Q, k: int):
+    """:func:`_with_replacement_buckets` for short rows (V ≤ ``_SMALL_ROW``, where the per-call
+    overhead of the buckets exceeds a sort): each row sorted by (ratio, index) (q = 0 last), f = Pc − Qc^K
+    over the prefixes of ratio below K (1 + 1e-12), as :meth:`SortedRows.prefix_limit` takes them; the
+    prefix sums sequential, as :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the
+    sorted kernel's values, bit for bit."""
+    out = np.ones(P.shape[0])  # (B,)
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.divide(p, q)  # (V,)
+        r[q == 0] = np.inf  # 0/0 and x/0 last
+        order = np.argsort(r, kind="stable")  # (V,) by ratio, ties by index (−0 and +0 equal)
+        m = int(np.searchsorted(r[order], k * (1.0 + 1e-12), side="left"))  # the prefixes' length bound
+        if m:
+            sel = order[:m]
+            out[i] = 1.0 + min(0.0, float((np.cumsum(p[sel]) - power(np.cumsum(q[sel]), k)).min()))
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
@@ -781,7 +814,8 @@ def _without_replacement(batch, k, want_sets):
     if not want_sets and not on_accelerator(batch.p) and "sorted" not in batch.__dict__:
         # rows not sorted (a single call): the search on the rows as given, bucketing each row once
         # (cheaper than sorting it whole); the same values as on sorted rows to rounding
-        vals = _search.without_replacement(*batch.numpy_rows(), k, False)[0]
+        tiny = batch.q_min.numpy() < _wor.CLOCK_FLOOR  # (B,): rows clock_law must scan (a zero q included)
+        vals = _search.without_replacement(*batch.numpy_rows(), k, False, tiny=tiny)[0]
         return torch.from_numpy(np.clip(vals, 0.0, 1.0)), None
     tiny = batch.memo("tiny_q", lambda: _tiny_q_rows(batch))  # (B,), every K
     if k >= 3 or bool(tiny.any()):
@@ -885,12 +919,19 @@ def _pair_f(v, pc, qc, qrs, odds, cols):
     return torch.sub(pc.index_select(0, cols + 1), mass)
 
 
+_SHORT_TOP = 256  # rows this short take their top q from one stable argsort (a partition beyond: V = 1,000 1.3x faster)
+
+
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     """Indices of the m largest entries of a 1-D ``q`` by decreasing q, ties to the lower index (the
     first m of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
     if m == 0:
         return np.zeros(0, dtype=np.int64)
+    if m == 1:  # the largest, ties to the lower index: argmax, one pass
+        return np.array([np.argmax(q)], dtype=np.int64)
     v = q.size
+    if v <= _SHORT_TOP:  # a short row: the definition itself, one call (fewer than the partition's)
+        return np.argsort(-q, kind="stable")[:m].astype(np.int64)
     part = np.argpartition(q, v - m)[v - m :]
     thr = q[part].min()
     if int(np.count_nonzero(q == thr)) != int(np.count_nonzero(q[part] == thr)):  # ties cut at the threshold

@@ -82,23 +82,20 @@ def _ratio_buckets(p: np.ndarray, q: np.ndarray, limit: float, out=None) -> tupl
 
 
 def _bucket_sums(p: np.ndarray, q: np.ndarray, limit: float, out=None):
-    """``(b, top, bp, bq, ids, sums)``: the buckets of :func:`_ratio_buckets`, the p and q mass of
-    every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio) and the
-    :class:`otbound.token._wor.KeySums` of ``b`` (a row in any order)."""
+    """``(b, top, bp, bq, ids, sums, by_id)``: the buckets of :func:`_ratio_buckets`, the p and q mass
+    of every bucket id ``0..top``, the ids below ``top`` holding q mass (in increasing ratio), the
+    :class:`otbound.token._wor.KeySums` of ``b`` (a row in any order) and ``(sums over the ids from
+    lo, lo)``, the sums the p and q masses were made with (ids shifted down by lo)."""
     b, top = _ratio_buckets(p, q, limit, out=out)
     sums = _wor.KeySums(b, top)
     # the ids lie in [lo, top]: the sums are made over those (zeros below, never read), so that a
     # short row does not pay for tables of the 2^15 ids below the cut
     lo = int(b.min()) if 0 < b.size < top else 0
     bp, bq = np.zeros(top + 1), np.zeros(top + 1)  # (top + 1,) each
-    if lo:
-        shifted = _wor.KeySums(b - lo, top - lo)
-        shifted.into(p, bp[lo:])
-        shifted.into(q, bq[lo:])
-    else:
-        sums.into(p, bp)
-        sums.into(q, bq)
-    return b, top, bp, bq, lo + np.flatnonzero(bq[lo:top] > 0), sums
+    shifted = _wor.KeySums(b - lo, top - lo) if lo else sums
+    shifted.into(p, bp[lo:])
+    shifted.into(q, bq[lo:])
+    return b, top, bp, bq, lo + np.flatnonzero(bq[lo:top] > 0), sums, (shifted, lo)
 
 
 # the largest q's kept per row by RowRuns: the 2K + 30 of every K ≤ MAX_FAST_DRAFTS
@@ -220,12 +217,13 @@ def _bucket_floor(ids) -> np.ndarray:
     return np.left_shift(np.asarray(ids, dtype=np.int64), _SHIFT).view(np.float64)
 
 
-def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first)."""
+def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, size: int | None = None) -> np.ndarray:
+    """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first); ``size``:
+    a bound on the ids of ``b`` (every id < size), if known (else a pass over b finds it)."""
     if len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
-        table = np.zeros(int(b.max()) + 1, dtype=bool)
+        table = np.zeros(size if size is not None else int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
     return sel[np.argsort(p[sel] / q[sel], kind="stable")]
@@ -243,7 +241,7 @@ def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np
     return sel, ratio
 
 
-def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
+def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None, tiny=None):
     """α* for drafts without replacement: branch and bound over ratio buckets with fast Q(H).
 
     Only tokens with p_i/q_i ≤ K / (1 − M) can bind, M the mass of the K − 1 largest q's: adding i
@@ -253,6 +251,8 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
     ``ratio_sorted``: every row is sorted by ratio p/q ascending (q = 0 last), as
     :func:`without_replacement_ratio_sorted` takes them; binding sets are then in that order, and
     ``runs`` may give the rows' :class:`RowRuns` (:func:`sorted_runs`, shared by every K).
+    ``tiny`` (B,) bool: the rows that may hold a positive q below ``_wor.CLOCK_FLOOR`` (None: all;
+    the others skip :func:`otbound.token._wor.clock_law`'s scan).
     """
     if k == 1:
         raise ValueError("the without-replacement search needs K >= 2 (K = 1 is the i.i.d. case)")
@@ -265,7 +265,8 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None):
     searches = []
     for i in range(n):
         row_q = Q[i]
-        q = _wor.clock_law(row_q, k) if runs is None or runs[i].tiny else row_q
+        may_be_tiny = (runs is None or runs[i].tiny) and (tiny is None or bool(tiny[i]))
+        q = _wor.clock_law(row_q, k) if may_be_tiny else row_q
         # a law changed by clock_law (dropped tiny tokens, renormalised) may no longer be in ratio order
         row_runs = None
         if ratio_sorted and q is row_q:
@@ -352,17 +353,13 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     """
     v = p.size
     n_top = min(v, 2 * k + 30)
-    if runs is None:
-        top = np.argpartition(q, v - n_top)[v - n_top :]
-        top = top[np.argsort(-q[top], kind="stable")]
-    else:
-        top = runs.top[:n_top]
+    top = _largest(q, n_top) if runs is None else runs.top[:n_top]  # by decreasing q, ties to the lower index
     m = q[top[: k - 1]].sum()
     rest = _sum_without(q, top[: k - 1]) if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
     limit = min(cut, 2.0**1000)
     if runs is None:
-        b, top_id, bp, bq, ids, sums = _bucket_sums(p, q, limit, out=work["ratio"])
+        b, top_id, bp, bq, ids, sums, by_id = _bucket_sums(p, q, limit, out=work["ratio"])
         nb = ids.size
         if nb == 0:
             return 1.0, None
@@ -371,12 +368,15 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
         out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
         bucket_p, bucket_q = bp[ids], bq[ids]
-        # every token's index in ids (nb: above the cut); no token lies below the first id (a bucket
-        # below the cut holding a token holds its q > 0), so the entries below it are never read
-        key = np.empty(top_id + 1, dtype=np.int64)
-        key[ids[0] :] = nb
-        key[ids] = np.arange(nb)
-        chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
+        if k == 2:  # the closed form reads one sum per bucket: the bucket-id sums at ids (the same sums)
+            chain_sums = _IdSums(*by_id, ids)
+        else:
+            # every token's index in ids (nb: above the cut); no token lies below the first id (a bucket
+            # below the cut holding a token holds its q > 0), so the entries below it are never read
+            key = np.empty(top_id + 1, dtype=np.int64)
+            key[ids[0] :] = nb
+            key[ids] = np.arange(nb)
+            chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
     else:
         b = None  # by runs: runs.b when a binding set needs it
         ids, bucket_p, bucket_q, rest_q, chain_sums = runs.clip(limit)
@@ -391,7 +391,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     moments = None if runs is None else runs.moments
     row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments)
     if k == 2:
-        return (yield from _wor_search(row, _wor.PairMass(q), None, want_set, work))
+        return (yield from _wor_search(row, _wor.PairMass(q, big=int(top[0])), None, want_set, work))
     top_pos = np.searchsorted(ids, b[top]) if runs is None else np.minimum(runs.run_of(top), nb)
     t_ends, t_cut_before = _wor_horizons(q, k, top_pos, ids, top, out, inside)
     horizon = t_ends
@@ -405,6 +405,19 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
         except _LongerGrid as need:
             horizon = need.t_end
+
+
+class _IdSums:
+    """Sums per chain bucket read from sums per bucket id: ``sums`` (a :class:`otbound.token._wor.KeySums`
+    over the ids shifted down by ``lo``) taken at ``ids`` (the chain's buckets, in order): the same
+    tokens summed in the same order as a KeySums keyed by chain position, without spreading new keys
+    over the row. Only what :meth:`otbound.token._wor.PairMass.bucket_features` calls."""
+
+    def __init__(self, sums, lo: int, ids: np.ndarray):
+        self.sums, self.at = sums, ids - lo
+
+    def __call__(self, weights: np.ndarray) -> np.ndarray:
+        return self.sums(weights)[self.at]
 
 
 def _sum_without(q: np.ndarray, idx: np.ndarray) -> float:
@@ -460,7 +473,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
-            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None
+            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None  # one id: no table
         else:
             toks, ratio = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
@@ -614,6 +627,40 @@ def _bounds(rows: list, answers: list) -> list:
     beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
     [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
     Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
+    # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step,
+    # none of which _search keeps): the stretch's exact minimum, min(f_s, f_e), instead of the bound
+    # (Q at e is known: evaluated now, or the chain's end, evaluated on the bucket chain)
+    whole = [[ch.bucket is not None and pts.size == ch.fp.size - 1 for ch, pts, _ in parts] for parts in rows]
+    if not any(map(any, whole)):
+        return _bounds_all(rows, answers)
+    kept_rows, kept_answers, pieces = [], [], []
+    for parts, answer, flags in zip(rows, answers, whole):
+        starts = np.cumsum([0] + [pts.size for _, pts, _ in parts])
+        kept = [i for i, w in enumerate(flags) if not w]
+        kept_rows.append([parts[i] for i in kept])
+        kept_answers.append(tuple(np.concatenate([a[starts[i] : starts[i + 1]] for i in kept]) if kept else a[:0]
+                                  for a in answer))
+        pieces.append([(ch, pts, nxt, answer[0][starts[i] : starts[i + 1]], flags[i])
+                       for i, (ch, pts, nxt) in enumerate(parts)])
+    found = _bounds_all(kept_rows, kept_answers)
+    out = []
+    for row_pieces, (f_kept, b_kept) in zip(pieces, found):
+        fs, bs, at = [], [], 0
+        for ch, pts, nxt, q_at, is_whole in row_pieces:
+            if is_whole:
+                ch.q[pts] = q_at
+                fs.append(ch.fp[pts] - q_at)
+                bs.append(np.minimum(fs[-1], ch.fp[nxt] - ch.q[nxt]))
+            else:
+                fs.append(f_kept[at : at + pts.size])
+                bs.append(b_kept[at : at + pts.size])
+                at += pts.size
+        out.append((np.concatenate(fs), np.concatenate(bs)))
+    return out
+
+
+def _bounds_all(rows: list, answers: list) -> list:
+    """:func:`_bounds` at every position of the parts."""
     cols = [[] for _ in range(7)]  # p_s, p_e, inside_s, inside_e, r_lo, r_hi, Q_e: one array per part
     for parts, answer in zip(rows, answers):
         start = 0
@@ -624,6 +671,8 @@ def _bounds(rows: list, answers: list) -> list:
             for col, x in zip(cols, (ch.fp[pts], ch.fp[nxt], ch.inside[pts], ch.inside[nxt], r_lo,
                                      ch.r_top[nxt], ch.q[nxt])):
                 col.append(x)
+    if not cols[0]:
+        return [(np.zeros(0), np.zeros(0)) for _ in rows]
     p_s, p_e, in_s, in_e, r_lo, r_hi, q_e = (np.concatenate(col) for col in cols)  # (npos,) each
     q_s, d1, c2, c3 = (np.concatenate([a[i] for a in answers]) for i in range(4))  # (npos,) each
     f = p_s - q_s

@@ -507,8 +507,8 @@ class PairMass:
     has_exact = False
     num_features = 1
 
-    def __init__(self, q: np.ndarray):
-        self.big = int(np.argmax(q))
+    def __init__(self, q: np.ndarray, big: int | None = None):
+        self.big = int(np.argmax(q)) if big is None else big  # ``big``: the index of the largest q, if known
         rest = np.delete(q, self.big).sum() if q[self.big] > 0.5 else 1.0 - q[self.big]
         self.rest_of_big = float(rest)
 
@@ -520,8 +520,9 @@ class PairMass:
     def bucket_features(self, q: np.ndarray, sums: KeySums, num_keys: int, work=None, exact=None,
                         moments=None) -> np.ndarray:
         """Σ u per key below ``num_keys`` (``sums``: the :class:`KeySums` of the row's keys)."""
+        u = np.subtract(1.0, q, out=None if work is None else work["w"][: q.size])
         with np.errstate(divide="ignore"):
-            u = q / (1.0 - q)
+            np.divide(q, u, out=u)  # q/(1 − q), in the scratch row
         u[self.big] = q[self.big] / self.rest_of_big
         return sums(u)[:num_keys, None]
 

@@ -1,0 +1,122 @@
+"""The single public calls' own paths (rows not sorted by ratio): each against an independent
+reference and against the sorted kernel that ``measure_laws`` reads.
+
+* RRS acceptance on rows not sorted sums ``h(μ) = Σ (p − μ q)_+`` directly; the reference is the
+  verifier's definition (round i rejects with ``Σ (q − p_i)_+``, ``p_{i+1} = norm((p_i − q)_+)``).
+* α* without replacement on rows as given (the branch and bound evaluates long token chains whole
+  and bounds only the stretches it may keep); the reference is the token-by-token DP.
+"""
+
+import numpy as np
+import pytest
+
+import otbound as ob
+from otbound.token import LawBatch
+from otbound.token._search import _without_replacement_reference
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _rows(kind, v, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "ties":  # integer logits: many exactly equal ratios
+        return (_softmax(np.round(rng.standard_normal(v) * 2.5)), _softmax(np.round(rng.standard_normal(v) * 2.5)))
+    if kind == "zeros":  # zeros in p and in q
+        p, q = rng.dirichlet(np.ones(v)), rng.dirichlet(np.ones(v))
+        p[rng.random(v) < 0.3] = 0.0
+        q[rng.random(v) < 0.3] = 0.0
+        q[np.argmax(p)] = 0.5  # q > 0 where p is largest
+        return p / p.sum(), q / q.sum()
+    z = rng.standard_normal(v) * 2.0
+    return _softmax(z + rng.standard_normal(v)), _softmax(z)
+
+
+def _rrs_reference(p, q, k):
+    """1 − P(all K rounds reject), from the residual recursion of the verifier's definition."""
+    reject, law = 1.0, p.copy()
+    for _ in range(k):
+        excess = np.maximum(q - law, 0.0)
+        rej = excess.sum()
+        reject *= rej
+        if rej <= 0.0:
+            return 1.0
+        res = np.maximum(law - q, 0.0)
+        law = res / res.sum()
+    return 1.0 - reject
+
+
+@pytest.mark.parametrize("kind", ["lm", "ties", "zeros"])
+@pytest.mark.parametrize("v", [2, 7, 100, 3000])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_rrs_acceptance_of_unsorted_rows_matches_its_definition_and_the_sorted_kernel(kind, v, k):
+    p, q = _rows(kind, v, seed=v + k)
+    got = ob.VERIFIERS["rrs"].acceptance(p, q, k)  # one row: no sort
+    assert got == pytest.approx(_rrs_reference(p, q, k), abs=1e-13)
+    batch = LawBatch(p, q)
+    _ = batch.sorted  # the measurement's path: the sorted prefix sums
+    assert got == pytest.approx(float(ob.VERIFIERS["rrs"].batch_acceptance(batch, k)[0]), abs=1e-13)
+
+
+def test_rrs_acceptance_of_a_batch_not_sorted_is_per_row():
+    rows = [_rows("lm", 50, s) for s in range(3)]
+    P, Q = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+    got = ob.VERIFIERS["rrs"].acceptance(P, Q, 3)
+    assert got.shape == (3,)
+    np.testing.assert_allclose(got, [_rrs_reference(p, q, 3) for p, q in rows], atol=1e-13, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["ties", "lm"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_without_replacement_single_call_matches_the_reference_dp(kind, k):
+    for seed in range(3):
+        p, q = _rows(kind, 4000, seed)
+        ref = _without_replacement_reference(p[None], q[None], k, False)[0][0]
+        got = ob.optimal_acceptance(p, q, k, "without_replacement")
+        assert got == pytest.approx(ref, abs=1e-12)
+        batch = LawBatch(p, q)
+        _ = batch.sorted  # the sorted kernel's value
+        assert got == pytest.approx(float(batch.optimal_acceptance(k, "without_replacement")[0]), abs=1e-12)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_top_tokens_are_the_first_of_a_stable_sort_of_minus_q(m):
+    from otbound.token._kernel import top_tokens
+
+    rng = np.random.default_rng(m)
+    for _ in range(20):
+        q = rng.integers(0, 4, size=int(rng.integers(m, 40))).astype(float)  # many ties, the largest tied too
+        np.testing.assert_array_equal(top_tokens(q, m), np.argsort(-q, kind="stable")[:m])
+
+
+@pytest.mark.parametrize("law", ["greedy", "deterministic"])
+@pytest.mark.parametrize("kind", ["lm", "ties"])
+def test_top_laws_single_call_matches_the_sorted_kernel(law, kind):
+    for k in (1, 2, 3):
+        p, q = _rows(kind, 500, k)
+        batch = LawBatch(p, q)
+        _ = batch.sorted  # the measurement's path (torch's top-k selection, the prefix sums)
+        ref = float(batch.optimal_acceptance(k, law)[0])
+        assert ob.optimal_acceptance(p, q, k, law) == pytest.approx(ref, abs=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["lm", "ties", "zeros"])
+@pytest.mark.parametrize("v", [1, 2, 7, 100, 1023, 1024, 3000])
+def test_with_replacement_single_call_matches_the_sorted_kernel_and_brute_force(kind, v):
+    p, q = _rows(kind, v, seed=v) if v > 1 else (np.ones(1), np.ones(1))
+    for k in (1, 2, 4):
+        got = ob.optimal_acceptance(p, q, k)
+        batch = LawBatch(p, q)
+        _ = batch.sorted  # the measurement's path
+        ref = float(batch.optimal_acceptance(k)[0])
+        if v < 1024:  # short rows sorted whole, prefix sums sequential as the kernel's: bit for bit
+            assert got == ref
+        assert got == pytest.approx(ref, abs=1e-13)
+        # independent: 1 + min over every prefix of the (ratio, index) order of p(H) − q(H)^K
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(q > 0, p / q, np.inf)
+        order = np.argsort(r, kind="stable")
+        brute = 1.0 + min(0.0, float((np.cumsum(p[order]) - np.cumsum(q[order]) ** k).min()))
+        assert got == pytest.approx(min(max(brute, 0.0), 1.0), abs=1e-12)
