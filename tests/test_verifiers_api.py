@@ -293,6 +293,10 @@ def test_kernel_entry_points_run_on_one_cpu_thread_and_restore_the_callers(monke
             return values(*args, **kwargs)
         return spied
 
+    def _sorted(batch):  # a batch whose rows are already sorted: rrs reads them (its thresholds)
+        batch.sorted  # noqa: B018 (the cached property sorts on the pinned thread)
+        return batch
+
     monkeypatch.setattr(_kernel.SortedRows, "__init__", spy)
     for law in DRAFT_LAWS.values():  # each law's α* kernel
         monkeypatch.setattr(law, "optimal_acceptance", spy_values(law.optimal_acceptance))
@@ -303,7 +307,7 @@ def test_kernel_entry_points_run_on_one_cpu_thread_and_restore_the_callers(monke
         p, q = r.dirichlet(np.ones(50), size=3), r.dirichlet(np.ones(50), size=3)
         calls = [
             lambda: optimal_acceptance(p, q, 2),
-            lambda: VERIFIERS["rrs"].acceptance(p, q, 2),
+            lambda: VERIFIERS["rrs"].batch_acceptance(_sorted(LawBatch(p, q)), 2),
             lambda: LawBatch(p, q).optimal_acceptance(3),
             lambda: VERIFIERS["kseq"].batch_acceptance(LawBatch(p, q), 2),
             lambda: measure_laws(p, q, (2,), verifiers=["nss"]),
@@ -314,5 +318,11 @@ def test_kernel_entry_points_run_on_one_cpu_thread_and_restore_the_callers(monke
             assert torch.get_num_threads() == 2
             assert len(seen) > start  # it sorted or computed α* in the kernel
         assert set(seen) == {1}
+        # a single rrs acceptance of rows not sorted is numpy only (no sort, no torch threads):
+        # it leaves the caller's setting as it was and agrees with the sorted kernel
+        single = VERIFIERS["rrs"].acceptance(p, q, 2)
+        assert torch.get_num_threads() == 2
+        np.testing.assert_allclose(single, VERIFIERS["rrs"].batch_acceptance(_sorted(LawBatch(p, q)), 2).numpy(),
+                                   rtol=0, atol=1e-14)
     finally:
         torch.set_num_threads(before)
