@@ -165,3 +165,20 @@ def report_bytes(path) -> bytes:
     if path.name == "report.md":
         return re.sub(rb"(?m)^- wall time: .*$", b"- wall time:", data)
     return data
+
+
+def gguf_names_of_qwen2(n_layer: int) -> dict[str, str]:
+    """transformers' Qwen2 parameter names -> the GGUF tensor names of the tiny pair
+    (otbound.lm._tiny_gguf), for loading a GGUF file's weights into an independent forward."""
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    for i in range(n_layer):
+        for hf, gg in (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_layernorm.weight",
+                       "ffn_norm.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
+                       ("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.weight", "ffn_up.weight"),
+                       ("mlp.down_proj.weight", "ffn_down.weight")):
+            names[f"model.layers.{i}.{hf}"] = f"blk.{i}.{gg}"
+        for p in "qkv":
+            for kind in ("weight", "bias"):
+                names[f"model.layers.{i}.self_attn.{p}_proj.{kind}"] = f"blk.{i}.attn_{p}.{kind}"
+    return names

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import gguf_names_of_qwen2
 
 from otbound._validation import InvalidInputError
 from otbound.lm import ModelPair, Prompt, collect_traces, load_pair, load_traces
@@ -54,17 +55,7 @@ def _hf_model(weights, c, eos_id):
                                       max_position_embeddings=c.n_ctx, tie_word_embeddings=False,
                                       bos_token_id=eos_id, eos_token_id=eos_id)
     model = transformers.Qwen2ForCausalLM(config).float().eval()
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    for i in range(c.n_layer):
-        for hf, gg in (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_layernorm.weight",
-                       "ffn_norm.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
-                       ("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.weight", "ffn_up.weight"),
-                       ("mlp.down_proj.weight", "ffn_down.weight")):
-            names[f"model.layers.{i}.{hf}"] = f"blk.{i}.{gg}"
-        for p in "qkv":
-            for kind in ("weight", "bias"):
-                names[f"model.layers.{i}.self_attn.{p}_proj.{kind}"] = f"blk.{i}.attn_{p}.{kind}"
+    names = gguf_names_of_qwen2(c.n_layer)
     state = model.state_dict()
     model.load_state_dict({**state, **{hf: torch.tensor(weights[gg]) for hf, gg in names.items()}})
     return model

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import gguf_names_of_qwen2
 
 from otbound._validation import InvalidInputError
 from otbound.lm._tiny_gguf import EOS_TEXT, tiny_gguf_logits, write_tiny_gguf_pair
@@ -45,17 +46,7 @@ def test_numpy_forward_matches_transformers_qwen2(tmp_path):
                                       max_position_embeddings=c.n_ctx, tie_word_embeddings=False)
     config._attn_implementation = "eager"
     model = transformers.Qwen2ForCausalLM(config).double().eval()
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    for i in range(c.n_layer):
-        for hf, gg in (("input_layernorm.weight", "attn_norm.weight"), ("post_attention_layernorm.weight",
-                       "ffn_norm.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
-                       ("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.weight", "ffn_up.weight"),
-                       ("mlp.down_proj.weight", "ffn_down.weight")):
-            names[f"model.layers.{i}.{hf}"] = f"blk.{i}.{gg}"
-        for p in "qkv":
-            for kind in ("weight", "bias"):
-                names[f"model.layers.{i}.self_attn.{p}_proj.{kind}"] = f"blk.{i}.attn_{p}.{kind}"
+    names = gguf_names_of_qwen2(c.n_layer)
     state = model.state_dict()
     assert set(names) == {k for k in state if "rotary" not in k}
     model.load_state_dict({**state, **{hf: torch.tensor(pair.draft_weights[gg], dtype=torch.float64)
