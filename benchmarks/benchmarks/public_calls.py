@@ -5,7 +5,9 @@
   the same call as a multiple of one ``np.sort`` of the row's ratios p/q, both timed alternately in
   the benchmark's process (median of 7; at V = 100 each of the 7 times 50 calls and 50 sorts, as
   one sort of 100 entries takes microseconds): the budget figure, steadier across machines than seconds.
-* ``MeasureLaws``: ``otbound.report.measure_laws(P, Q)`` with its default set on 4 rows.
+* ``MeasureLaws``: ``otbound.report.measure_laws(P, Q)`` with its default set on 4 rows; its
+  ``track_x_np_sort`` is the time per position as a multiple of one ``np.sort`` of a row's ratios
+  (median of 5, alternated as above).
 * ``VerifierAcceptance``: a verifier's exact acceptance on one row (``otbound.VERIFIERS[name]``).
 
 A law or verifier that the otbound being timed lacks is skipped (``NotImplementedError`` in setup),
@@ -111,6 +113,22 @@ class MeasureLaws:
 
     def time_measure_laws(self, family, vocab):
         self.measure(self.p, self.q)
+
+    def track_x_np_sort(self, family, vocab):
+        ratio = self.p[0] / self.q[0]  # every family's q is a softmax: positive
+        reps = min(50, max(1, 5_000 // vocab))  # sorts of a short row repeated, as in OptimalAcceptance
+        calls, sorts = [], []
+        for _ in range(5):
+            t0 = time.process_time()
+            self.measure(self.p, self.q)
+            t1 = time.process_time()
+            for _ in range(reps):
+                np.sort(ratio)
+            calls.append((t1 - t0) / len(self.p))
+            sorts.append((time.process_time() - t1) / reps)
+        return statistics.median(calls) / max(statistics.median(sorts), 1e-9)
+
+    track_x_np_sort.unit = "x np.sort"
 
 
 class VerifierAcceptance:
