@@ -368,21 +368,21 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
         out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
         bucket_p, bucket_q = bp[ids], bq[ids]
-        if k == 2:  # the closed form reads one sum per bucket: the bucket-id sums at ids (the same sums)
-            chain_sums = _IdSums(*by_id, ids)
-        else:
-            # every token's index in ids (nb: above the cut); no token lies below the first id (a bucket
-            # below the cut holding a token holds its q > 0), so the entries below it are never read
-            key = np.empty(top_id + 1, dtype=np.int64)
-            key[ids[0] :] = nb
-            key[ids] = np.arange(nb)
-            chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
+        # the features are summed per bucket id from the first id on (no token lies below it: a bucket
+        # below the cut holding a token holds its q > 0) and read at ids (the same tokens summed in the
+        # same order as sums keyed by chain position, without a second pass to map ids to positions)
+        shifted, lo = by_id
+        first = int(ids[0])
+        if k > 2 and first > lo:  # the moment tables: rows from the first id only
+            shifted, lo = _wor.KeySums(np.subtract(b, first, out=work["keys"]), top_id - first), first
+        chain_sums = (shifted, top_id - lo, ids - lo)
     else:
         b = None  # by runs: runs.b when a binding set needs it
-        ids, bucket_p, bucket_q, rest_q, chain_sums = runs.clip(limit)
+        ids, bucket_p, bucket_q, rest_q, by_runs = runs.clip(limit)
         nb = ids.size
         if nb == 0:
             return 1.0, None
+        chain_sums = (by_runs, nb, None)
         # q after i buckets, summed from the top as above (the same sums: the buckets are the runs)
         out = np.cumsum(np.append(bucket_q, rest_q)[::-1])[::-1]
     inside = np.concatenate([[0.0], np.cumsum(bucket_q)])
@@ -400,6 +400,12 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         wide = ends - runs.starts[:nb] >= 2
         t_inside = np.minimum(_wor.TAIL / (out[1:] + q[ends - 1]), t_cut_before)[wide]
         horizon = max(horizon, float(t_inside.max(initial=0.0)) * (1.0 + 1e-6))
+    else:  # a bucket's last token unknown: its q ≥ 0 bounds what any opened bucket needs; taken up
+        # front when at most _UPFRONT times the bucket ends' grid (else a bucket needing more redoes the row)
+        with np.errstate(divide="ignore"):
+            need = float(np.minimum(_wor.TAIL / out[1:], t_cut_before).max()) * (1.0 + 1e-6)
+        if need <= _UPFRONT * t_ends:
+            horizon = max(horizon, need)
     while True:
         try:
             return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
@@ -407,17 +413,9 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             horizon = need.t_end
 
 
-class _IdSums:
-    """Sums per chain bucket read from sums per bucket id: ``sums`` (a :class:`otbound.token._wor.KeySums`
-    over the ids shifted down by ``lo``) taken at ``ids`` (the chain's buckets, in order): the same
-    tokens summed in the same order as a KeySums keyed by chain position, without spreading new keys
-    over the row. Only what :meth:`otbound.token._wor.PairMass.bucket_features` calls."""
-
-    def __init__(self, sums, lo: int, ids: np.ndarray):
-        self.sums, self.at = sums, ids - lo
-
-    def __call__(self, weights: np.ndarray) -> np.ndarray:
-        return self.sums(weights)[self.at]
+# a row as given takes the grid any bucket it may open needs up front when at most this many times
+# the bucket ends' (a longer grid costs a little in every evaluation, a row redone its whole search)
+_UPFRONT = 2.0
 
 
 def _sum_without(q: np.ndarray, idx: np.ndarray) -> float:
@@ -452,13 +450,17 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
             exact = np.sort(largest[q[largest] > ev.theta])
         else:
             exact = np.flatnonzero(q > ev.theta)
+    sums, num_keys, key_at = chain_sums  # key_at: the key of each chain bucket (None: its position)
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, chain_sums, nb, work, exact, moments), axis=0, out=feats[1:])
+    bucket_feats = ev.bucket_features(q, sums, num_keys, work, exact, moments)  # (num_keys, features)
+    np.cumsum(bucket_feats if key_at is None else bucket_feats[key_at], axis=0, out=feats[1:])
     states = state_of = None
     if ev.has_exact:
-        exact_keys = chain_sums.key_of(exact)
-        inside_cut = exact_keys < nb
+        exact_keys = sums.key_of(exact)
+        inside_cut = exact_keys < num_keys
         exact, exact_keys = exact[inside_cut], exact_keys[inside_cut]
+        if key_at is not None:  # their buckets hold q > 0, so are chain buckets: keys to positions
+            exact_keys = np.searchsorted(key_at, exact_keys)
         by_ratio = np.argsort(p[exact] / q[exact], kind="stable")
         exact, exact_keys = exact[by_ratio], exact_keys[by_ratio]
         through = np.searchsorted(exact_keys, np.arange(nb), side="right")

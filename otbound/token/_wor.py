@@ -321,9 +321,19 @@ def _series_setup(j_max: int):
     return x0, order, _stirling_coefficients(j_max, order), limits
 
 
+_SCATTER_MIN = 1 << 12  # tokens from which KeySums scatters with torch (below, np.bincount costs less per call)
+
+
+def _torch():
+    import torch  # imported by the call (LawBatch) already; not at ``import otbound``
+
+    return torch
+
+
 class KeySums:
     """Σ of weights per key 0..``num_keys`` (keys in that range), for several weight rows over the
-    same keys: ``np.bincount``, or, when ``keys_sorted`` (the tokens of a row sorted by ratio, whose
+    same keys: a scatter in token order (``np.bincount``, or torch's ``scatter_add_`` on long rows:
+    :meth:`into`), or, when ``keys_sorted`` (the tokens of a row sorted by ratio, whose
     bucket keys never decrease), sums of the contiguous runs of equal keys (``np.add.reduceat``: a
     sequential pass instead of a scatter; the run starts are found once for every weight row).
     Keys claimed sorted are verified on the run starts (they must increase strictly), else bincount.
@@ -332,6 +342,7 @@ class KeySums:
 
     def __init__(self, keys: np.ndarray, num_keys: int, keys_sorted: bool = False):
         self.keys, self.length, self.starts, self.size = keys, num_keys + 1, None, keys.size
+        self._keys_tensor = None  # the keys as a torch tensor (shared memory), made at the first scatter
         if keys_sorted and keys.size:
             starts = np.flatnonzero(keys[1:] != keys[:-1])
             starts += 1
@@ -346,6 +357,7 @@ class KeySums:
         begins at 0 and increases, ``at`` increases strictly)."""
         out = cls.__new__(cls)
         out.keys, out.length, out.size, out.starts, out.at = None, num_keys + 1, size, starts, at
+        out._keys_tensor = None
         return out
 
     def key_of(self, idx: np.ndarray) -> np.ndarray:
@@ -359,9 +371,19 @@ class KeySums:
 
     def into(self, weights: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The sums written into ``out`` (a zero (num_keys + 1,) array, or view: the keys without
-        tokens keep their 0)."""
+        tokens keep their 0). By keys, from ``_SCATTER_MIN`` tokens on, torch's ``scatter_add_``
+        into ``out`` itself: the same additions in the same order as ``np.bincount`` (token order,
+        from 0; one thread whatever torch's setting: a 1-D scatter is not split), so the same sums
+        bit for bit, about a third cheaper (no pass for the keys' range, no copy of the result)."""
         if self.starts is None:
-            out[:] = np.bincount(self.keys, weights=weights, minlength=self.length)
+            if (self.size >= _SCATTER_MIN and self.keys.dtype == np.int64 and weights.dtype == out.dtype == np.float64
+                    and weights.flags.writeable and out.flags.writeable):
+                torch = _torch()
+                if self._keys_tensor is None:
+                    self._keys_tensor = torch.from_numpy(self.keys)
+                torch.from_numpy(out).scatter_add_(0, self._keys_tensor, torch.from_numpy(weights))
+            else:
+                out[:] = np.bincount(self.keys, weights=weights, minlength=self.length)
         elif self.starts.size:
             out[self.at] = np.add.reduceat(weights, self.starts)
         return out
