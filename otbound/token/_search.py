@@ -220,13 +220,30 @@ def _bucket_floor(ids) -> np.ndarray:
 def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, size: int | None = None) -> np.ndarray:
     """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first); ``size``:
     a bound on the ids of ``b`` (every id < size), if known (else a pass over b finds it)."""
+    return _bucket_tokens_by_ratio(b, ids, p, q, size)[0]
+
+
+def _bucket_tokens_by_ratio(b, ids, p, q, size=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bucket_tokens` and the tokens' ratios p/q (in that order). Ratios within 2^16 units
+    in the last place of each other (a bucket of tied or near-tied ratios: few distinct values) are
+    ordered by their bit patterns' offsets, 16-bit keys whose stable sort is a radix sort (one pass
+    instead of a comparison sort; the order of non-negative floats is that of their bit patterns)."""
     if len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
         table = np.zeros(size if size is not None else int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
-    return sel[np.argsort(p[sel] / q[sel], kind="stable")]
+    ratio = p[sel] / q[sel]
+    if sel.size < 2:
+        return sel, ratio
+    bits = ratio.view(np.int64) & np.int64(0x7FFF_FFFF_FFFF_FFFF)  # −0.0 as 0.0 (sorted alike)
+    low = int(bits.min())
+    if int(bits.max()) - low < 1 << 16:
+        order = np.argsort((bits - low).astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort(ratio, kind="stable")
+    return sel[order], ratio[order]
 
 
 def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -475,7 +492,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
-            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None  # one id: no table
+            toks, ratio = _bucket_tokens_by_ratio(b, ids[i - 1 : i], p, q)  # one id: no table
         else:
             toks, ratio = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
@@ -486,7 +503,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
         return chain.tokens(i, toks, p, q, ratio)
 
-    best, where = yield from _search(chain, open_bucket)
+    best, where = yield from _search(chain, open_bucket, _samples_to_ends if runs is None else None)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -560,7 +577,7 @@ class _Chain:
 _FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
 
 
-def _search(root, open_bucket):
+def _search(root, open_bucket, sample_bucket=None):
     """Branch and bound over the positions of ``root`` (the empty prefix first, f = 0 there).
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
@@ -569,7 +586,9 @@ def _search(root, open_bucket):
     resumes with f and the stretch bounds at the positions of the parts, :func:`_lockstep`), and
     each consecutive pair of samples becomes a stretch of the next round. The
     first round samples the whole root and evaluates its end with them (Q at the end, f of the
-    whole chain). Returns the best f (≤ 0) and where it is ((chain, position), or None for 0).
+    whole chain). ``sample_bucket``: how an opened bucket's token chain is first sampled
+    (:func:`_samples` if None). Returns the best f (≤ 0) and where it is ((chain, position), or
+    None for 0).
     """
     ev = root.ev
     n = root.fp.size - 1
@@ -606,7 +625,7 @@ def _search(root, open_bucket):
                     sub = open_bucket(hi)  # only root stretches are single steps here
                     if sub is not None:
                         m = sub.fp.size - 1
-                        s = _samples(0, m, ev.leaf)
+                        s = (sample_bucket or _samples)(0, m, ev.leaf)
                         parts.append((sub, s, np.append(s[1:], m)))
                     continue
                 s = _samples(lo, hi, ev.leaf)
@@ -700,6 +719,25 @@ def _samples(lo, hi, leaf):
     inner = hi - lo - 1
     step = 1 if inner <= leaf else -(-inner // _FANOUT)
     return np.arange(lo, hi, step)
+
+
+_GEO_MIN = 1024  # an opened bucket of at least this many tokens is also sampled toward its ends
+
+
+def _samples_to_ends(lo, hi, leaf):
+    """:func:`_samples`, plus, on stretches of at least ``_GEO_MIN`` positions, those at distances
+    1, 2, 4, … (below the sampling step) from either end (the first sampling of an opened bucket on
+    rows as given). A bucket's ends are bucket-chain positions, often the best f found (a tied run
+    whose prefixes all lie above its end, as on rows of few distinct ratios): the stretches next to
+    the best position are kept until they are single steps, so without these a long bucket is
+    narrowed about ``_FANOUT``-fold per round toward its end (five rounds over 16,000 tokens), with
+    them in one round."""
+    inner = hi - lo - 1
+    if inner <= leaf or inner < _GEO_MIN:
+        return _samples(lo, hi, leaf)
+    step = -(-inner // _FANOUT)
+    steps = 1 << np.arange(max(0, (step - 1).bit_length()))  # 1, 2, 4, … < step
+    return np.unique(np.concatenate([np.arange(lo, hi, step), lo + steps, hi - steps]))
 
 
 def _mass_arguments(ev, parts):

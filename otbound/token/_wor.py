@@ -381,7 +381,11 @@ class KeySums:
                 torch = _torch()
                 if self._keys_tensor is None:
                     self._keys_tensor = torch.from_numpy(self.keys)
-                torch.from_numpy(out).scatter_add_(0, self._keys_tensor, torch.from_numpy(weights))
+                if out.flags.c_contiguous:
+                    torch.from_numpy(out).scatter_add_(0, self._keys_tensor, torch.from_numpy(weights))
+                else:  # a column of a table: scattered into a contiguous row (cheaper), then copied
+                    out[:] = torch.zeros(out.size, dtype=torch.float64).scatter_add_(
+                        0, self._keys_tensor, torch.from_numpy(weights)).numpy()
             else:
                 out[:] = np.bincount(self.keys, weights=weights, minlength=self.length)
         elif self.starts.size:
