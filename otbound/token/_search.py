@@ -733,7 +733,7 @@ def _samples_to_ends(lo, hi, leaf):
     narrowed about ``_FANOUT``-fold per round toward its end (five rounds over 16,000 tokens), with
     them in one round."""
     inner = hi - lo - 1
-    if inner <= leaf or inner < _GEO_MIN:
+    if inner < _GEO_MIN:
         return _samples(lo, hi, leaf)
     step = -(-inner // _FANOUT)
     steps = 1 << np.arange(max(0, (step - 1).bit_length()))  # 1, 2, 4, … < step
