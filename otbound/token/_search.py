@@ -22,6 +22,8 @@ call, and share their bucket moments across K
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Protocol
 
 import numpy as np
@@ -390,9 +392,16 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         # same order as sums keyed by chain position, without a second pass to map ids to positions)
         shifted, lo = by_id
         first = int(ids[0])
-        if k > 2 and first > lo:  # the moment tables: rows from the first id only
-            shifted, lo = _wor.KeySums(np.subtract(b, first, out=work["keys"]), top_id - first), first
-        chain_sums = (shifted, top_id - lo, ids - lo)
+        if k > 2 and top_id - first > max(_SPARSE_IDS * nb, _ID_ROWS):  # ids far apart (ratios 0 and others):
+            # the moment tables by chain position (every token's index in ids, nb above the cut)
+            key = np.empty(top_id + 1, dtype=np.int64)
+            key[first:] = nb
+            key[ids] = np.arange(nb)
+            chain_sums = (_wor.KeySums(sums.spread(key, out=work["keys"]), nb), nb, None)
+        else:
+            if k > 2 and first > lo:  # the moment tables: rows from the first id only
+                shifted, lo = _wor.KeySums(np.subtract(b, first, out=work["keys"]), top_id - first), first
+            chain_sums = (shifted, top_id - lo, ids - lo)
     else:
         b = None  # by runs: runs.b when a binding set needs it
         ids, bucket_p, bucket_q, rest_q, by_runs = runs.clip(limit)
@@ -429,6 +438,11 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         except _LongerGrid as need:
             horizon = need.t_end
 
+
+# moment tables by bucket id (rows first id..cut) unless they would exceed both this many times the
+# buckets holding q mass and _ID_ROWS rows (then by chain position, one more gather over the row)
+_SPARSE_IDS = 4
+_ID_ROWS = 4096
 
 # a row as given takes the grid any bucket it may open needs up front when at most this many times
 # the bucket ends' (a longer grid costs a little in every evaluation, a row redone its whole search)
@@ -794,16 +808,29 @@ def _wor_horizons(q, k, pos, ids, top, out, inside):
     t = 2.0 ** (np.arange(-4, 100) / 2.0)
     if q_cap > 0:
         t = t[t <= 1.0 / q_cap]
-    mu = s_rest[:, None] * t[None, :] * (1.0 - 0.5 * q_cap * t[None, :])  # (nb, len(t))
-    a = k - 1
+    # the first t of the grid with μ = s' g(t) ≥ μ*, g(t) = t (1 − q_cap t/2) increasing on it, μ* the
+    # least μ whose Chernoff bound is ≤ e^{−40} (the bound decreases in μ > K − 1)
+    g = t * (1.0 - 0.5 * q_cap * t)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_tail = -mu if a == 0 else np.where(mu > a, -mu + a * (1.0 + np.log(mu / a)), 0.0)
-        ok = log_tail <= -_wor.TAIL
-        t_chernoff = np.where(ok.any(axis=1), t[np.argmax(ok, axis=1)], np.inf) if t.size else np.full(nb, np.inf)
+        first = np.searchsorted(g, _chernoff_mu(k - 1) / s_rest, side="left")  # (nb,); s' = 0: none
+        t_chernoff = np.append(t, np.inf)[first]
         t_cut = np.where(has_k, (_wor.TAIL + np.log(k)) / np.where(has_k, kth, 1.0), np.inf)
         t_cut = np.minimum(t_cut, t_chernoff)
         t_ends = np.minimum(_wor.TAIL / out[1:], t_cut)[out[1:] > 0]
     return float(t_ends.max(initial=_wor.TAIL)), np.concatenate([[np.inf], t_cut[:-1]])
+
+
+@functools.lru_cache(maxsize=None)
+def _chernoff_mu(a: int) -> float:
+    """The least μ (to a relative 1e-12, rounded up) with −μ + a (1 + ln(μ/a)) ≤ −40 (μ ≥ 40 for a = 0):
+    the mean count from which P[N ≤ a] ≤ e^{−40} for a Poisson-binomial count N (Chernoff)."""
+    if a == 0:
+        return _wor.TAIL
+    lo, hi = float(a), float(a) + 2.0 * _wor.TAIL + 10.0 * a  # the bound is ≤ −40 at hi, above at lo
+    while hi - lo > 1e-13 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if -mid + a * (1.0 + math.log(mid / a)) <= -_wor.TAIL else (mid, hi)
+    return hi * (1.0 + 1e-12)
 
 
 def _without_replacement_reference(P, Q, k, want_sets):
