@@ -517,7 +517,10 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
         return chain.tokens(i, toks, p, q, ratio)
 
-    best, where = yield from _search(chain, open_bucket, _samples_to_ends if runs is None else None)
+    if runs is None:  # a row as given, searched alone
+        best, where = yield from _search(chain, open_bucket, _samples_to_ends, leaves_plain=True)
+    else:
+        best, where = yield from _search(chain, open_bucket)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -591,7 +594,7 @@ class _Chain:
 _FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
 
 
-def _search(root, open_bucket, sample_bucket=None):
+def _search(root, open_bucket, sample_bucket=None, leaves_plain=False):
     """Branch and bound over the positions of ``root`` (the empty prefix first, f = 0 there).
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
@@ -601,7 +604,9 @@ def _search(root, open_bucket, sample_bucket=None):
     each consecutive pair of samples becomes a stretch of the next round. The
     first round samples the whole root and evaluates its end with them (Q at the end, f of the
     whole chain). ``sample_bucket``: how an opened bucket's token chain is first sampled
-    (:func:`_samples` if None). Returns the best f (≤ 0) and where it is ((chain, position), or
+    (:func:`_samples` if None); ``leaves_plain``: a round whose stretches are all single steps of
+    token chains (whose bounds nothing reads) asks Q alone (:func:`_bounds` then gives them no
+    bound). Returns the best f (≤ 0) and where it is ((chain, position), or
     None for 0).
     """
     ev = root.ev
@@ -612,7 +617,9 @@ def _search(root, open_bucket, sample_bucket=None):
     best, where = 0.0, None
     live = {}
     while parts:
-        f, bound = yield ev, _mass_arguments(ev, parts), parts
+        # leaves only (token chains' single steps, never kept): Q alone, without the stretch bounds
+        need = not leaves_plain or any(ch is root or bool((nxt - pts > 1).any()) for ch, pts, nxt in parts)
+        f, bound = yield ev, _mass_arguments(ev, parts, need), parts
         j = int(np.argmin(f))
         f_min = f[j]
         if f_min < best:  # the part holding position j of the round
@@ -662,6 +669,21 @@ def _bounds(rows: list, answers: list) -> list:
     beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
     [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
     Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
+    plain = [not isinstance(answer, tuple) for answer in answers]  # Q alone: f, and no bound (inf)
+    if any(plain):
+        out = [None] * len(rows)
+        asked = [i for i, is_plain in enumerate(plain) if not is_plain]
+        for i, found in zip(asked, _bounds([rows[i] for i in asked], [answers[i] for i in asked]) if asked else []):
+            out[i] = found
+        for i in (i for i, is_plain in enumerate(plain) if is_plain):
+            fs, start = [], 0
+            for ch, pts, _ in rows[i]:
+                ch.q[pts] = answers[i][start : start + pts.size]
+                fs.append(ch.fp[pts] - ch.q[pts])
+                start += pts.size
+            f = np.concatenate(fs)
+            out[i] = (f, np.full(f.size, np.inf))
+        return out
     # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step,
     # none of which _search keeps): the stretch's exact minimum, min(f_s, f_e), instead of the bound
     # (Q at e is known: evaluated now, or the chain's end, evaluated on the bucket chain)
@@ -754,16 +776,17 @@ def _samples_to_ends(lo, hi, leaf):
     return np.unique(np.concatenate([np.arange(lo, hi, step), lo + steps, hi - steps]))
 
 
-def _mass_arguments(ev, parts):
-    """The arguments of ``ev.mass`` for Q and the stretch-bound coefficients at the positions of
-    several chains: (features, out, inside, exact states, out_next)."""
+def _mass_arguments(ev, parts, bounds=True):
+    """The arguments of ``ev.mass`` for Q and (``bounds``) the stretch-bound coefficients at the
+    positions of several chains: (features, out, inside, exact states, out_next or None)."""
     if len(parts) == 1:  # one chain: its gathers as they are
         ch, pts, nxt = parts[0]
-        return ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None, ch.out[nxt]
+        return (ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None,
+                ch.out[nxt] if bounds else None)
     feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
     out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
     inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
-    out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts])
+    out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts]) if bounds else None
     exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
     return feats, out, inside, exact, out_next
 
