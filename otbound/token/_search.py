@@ -3,8 +3,9 @@
 
 f(H) = p(H) − Q(H) over prefixes H of the ratio order p/q, Q(H) the probability that all K drafts
 lie in H (:mod:`otbound.token._wor`). Tokens are bucketed by the bit pattern of p/q (32 buckets per
-octave, a bincount per row), prefix values come from bucket sums, and the search sorts only the
-buckets whose lower bound can beat the best value found (a few thousand tokens of V = 151,936).
+octave, a scatter per summed quantity and row: :class:`otbound.token._wor.KeySums`), prefix
+values come from bucket sums, and the search sorts only the buckets whose lower bound can beat
+the best value found (a few thousand tokens of V = 151,936).
 On rows already sorted by ratio (the batched kernel's) the buckets are runs of the row: their sums,
 q's total and largest entries are found once per row for every K (:class:`RowRuns`), and the
 quadrature horizon of every bucket's inside is known before the search (no row is redone on a
@@ -355,7 +356,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     runs, buckets as slices).
 
     f(H) = p(H) − Q(H) over prefixes of the ratio order, by branch and bound over chains of
-    positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
+    positions: the bucket ends (cumulative sums of the bucket sums), and inside an opened bucket its
     tokens sorted by ratio. A stretch of a chain between evaluated positions s and e is dropped
     when its lower bound is no better than the best value found: every prefix H in it adds q-mass
     x ≤ X = q(e) − q(s) to H_s and p(H) ≥ max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the
@@ -363,12 +364,15 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), which bound f over the stretch
     (:func:`_bounds`). Long stretches are sampled at about ``_FANOUT``
     positions and the pieces bounded the same way; a bucket (one step of the bucket chain) is opened
-    into its tokens. All stretches alive in a round are evaluated in one call.
+    into its tokens (on a row as given, a bucket of ``_GEO_MIN`` tokens or more first sampled toward
+    its ends too: :func:`_samples_to_ends`). All stretches alive in a round are evaluated in one call.
 
     The quadrature grid (K ≥ 3) reaches the horizon the bucket ends need (:func:`_wor_horizons`) and,
     on a row sorted by ratio (whose buckets' last tokens are known), the horizon of every bucket's
-    inside; elsewhere a bucket whose inside needs a longer grid is opened only after the row is
-    redone on a longer one.
+    inside. On a row as given the inside of bucket m needs at most min(40/out(H_m), t_cut(H_{m−1}))
+    (its last token's q ≥ 0): that bound over every bucket is the grid's end when at most
+    ``_UPFRONT`` times the bucket ends' horizon; otherwise a bucket whose inside needs a longer grid
+    is opened only after the row is redone on a longer one.
     """
     v = p.size
     n_top = min(v, 2 * k + 30)

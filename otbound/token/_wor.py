@@ -25,8 +25,8 @@ Fast path (:class:`PairMass`, :class:`ClockMass`; used by the branch and bound o
   tokens (x_i = q_i t ≤ x0 = 4/(K − 1) at a node) log ∏ (1 + ρ_i z) mod z^K needs only the power sums
   P_j = Σ_i ρ_i^j, j < K, and ρ^j = Σ_n j! S(n, j) x^n / n! (S: Stirling numbers of the second kind,
   all terms positive), so P_j(t) = Σ_n c_{jn} (tθ)^n Σ_i (q_i/θ)^n: moments of q, bucket sums from one
-  bincount per order over the row (orders truncated per token to a relative 1e-16 of x_i). The
-  coefficients e_0..e_{K−1} follow by Newton's identities; x0 keeps them well conditioned (rounding
+  scatter per order over the row (:class:`KeySums`; orders truncated per token to a relative 1e-16
+  of x_i). The coefficients e_0..e_{K−1} follow by Newton's identities; x0 keeps them well conditioned (rounding
   amplified by at most about e^{(K−1)x0} = e^4). Tokens with q_i > θ = x0/t_end ("exact", few:
   at most 1/θ) are treated exactly at the nodes where they are large, by the positive recursion
   e_b ← e_b + ρ_i e_{b−1} (cumulative sums, no cancellation; x capped at 45, ρ scaled by e^{−45}).
