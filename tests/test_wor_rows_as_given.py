@@ -180,3 +180,45 @@ def test_samples_to_ends():
     assert s[0] == 100 and np.all(np.diff(s) > 0) and s[-1] < 5_100
     assert {101, 102, 104, 5_099, 5_098, 5_096}.issubset(s.tolist())
     np.testing.assert_array_equal(_search._samples_to_ends(0, 500, 16), _search._samples(0, 500, 16))
+
+
+def _moment_sums_by_orders(y, keys, length, limit, order):
+    """Σ y^n per key, one bincount per order over the tokens still in the arrays (cut down to those
+    above limit[n] at the checkpoints where under 1/3 of them remain, or stopped when none), the
+    loop :func:`otbound.token._wor._moment_sums` documents."""
+    out = np.zeros((length, order))
+    w = y.copy()
+    for n in range(1, order + 1):
+        out[:, n - 1] = np.bincount(keys, w, length)
+        if n == order:
+            break
+        if n >= 2 and n in limit and not _wor._mostly_above(y, limit[n]):
+            keep = np.flatnonzero(y > limit[n])
+            if keep.size == 0:
+                break
+            if 3 * keep.size < y.size:
+                y, w, keys = y[keep], w[keep], keys[keep]
+        w = w * y
+    return out
+
+
+@pytest.mark.parametrize("k", [3, 4, 8])
+def test_chunked_moment_sums_equal_one_bincount_per_order_bit_for_bit(k):
+    """Long rows by keys take their first orders chunk by chunk (every chunk's powers scattered while
+    in cache): the same sums, bit for bit, as one bincount per order over the row."""
+    rng = np.random.default_rng(k)
+    v = 3 * _wor._CHUNK + 123
+    ev = _wor.ClockMass(k, 200.0)
+    y = np.minimum(rng.dirichlet(np.full(v, 0.5)) / ev.theta, 1.0)  # y = q/θ ≤ 1 (exact tokens: 0)
+    y[y >= 1.0] = 0.0
+    keys = np.sort(rng.integers(0, 300, v))[rng.permutation(v)]
+    keys[: v // 3] = 5  # long runs of one key
+    want = _moment_sums_by_orders(y, keys, 301, ev.limit, ev.order)
+    got = np.zeros((301, ev.order))
+    _wor._moment_sums(y.copy(), _wor.KeySums(keys, 300), ev.limit, got)
+    np.testing.assert_array_equal(got, want)
+    frozen = y.copy()
+    frozen.flags.writeable = False  # no torch view of a read-only row: one bincount per order
+    got = np.zeros((301, ev.order))
+    _wor._moment_sums(frozen, _wor.KeySums(keys, 300), ev.limit, got)
+    np.testing.assert_array_equal(got, want)
