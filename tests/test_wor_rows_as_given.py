@@ -222,3 +222,16 @@ def test_chunked_moment_sums_equal_one_bincount_per_order_bit_for_bit(k):
     got = np.zeros((301, ev.order))
     _wor._moment_sums(frozen, _wor.KeySums(keys, 300), ev.limit, got)
     np.testing.assert_array_equal(got, want)
+
+
+def test_tokens_above_theta_from_the_group_maxima():
+    """The tokens with q > θ found in the groups whose maximum exceeds θ are those of a pass over q
+    (few groups above θ, many, none; a row whose length is not a multiple of the group size)."""
+    rng = np.random.default_rng(9)
+    for v in (10_000, 151_936):
+        q = rng.dirichlet(np.full(v, 0.05))
+        top, peak = _search._largest_and_peaks(q, 38)
+        np.testing.assert_array_equal(top, _search._largest(q, 38))
+        assert peak is not None
+        for theta in (q.max(), np.sort(q)[-5], np.sort(q)[-200], np.sort(q)[-v // 4], 0.0):
+            np.testing.assert_array_equal(_search._above(q, theta, peak), np.flatnonzero(q > theta))

@@ -196,8 +196,14 @@ def _largest(q: np.ndarray, n: int) -> np.ndarray:
     among the groups of ``_BLOCK`` tokens (j, j + G, j + 2G, …) whose maxima are among the n largest
     group maxima (each of the n largest entries is at least the n-th largest group maximum, so its
     group is one of them): one pass over q instead of a partition of it."""
+    return _largest_and_peaks(q, n)[0]
+
+
+def _largest_and_peaks(q: np.ndarray, n: int):
+    """:func:`_largest` and the group maxima it read (None when it partitioned q instead)."""
     v = q.size
     groups = v // _BLOCK
+    peak = None
     if groups <= 4 * n:
         top = np.argpartition(q, v - n)[v - n :]
     else:
@@ -206,7 +212,22 @@ def _largest(q: np.ndarray, n: int) -> np.ndarray:
         cand = np.concatenate([(held[None, :] + groups * np.arange(_BLOCK)[:, None]).ravel(),
                                np.arange(groups * _BLOCK, v)])
         top = cand[np.argpartition(q[cand], cand.size - n)[cand.size - n :]]
-    return top[np.lexsort((top, -q[top]))]
+    return top[np.lexsort((top, -q[top]))], peak
+
+
+def _above(q: np.ndarray, theta: float, peak) -> np.ndarray:
+    """Indices of the entries of q above θ, increasing: in the groups of :func:`_largest_and_peaks`
+    whose maximum ``peak`` exceeds θ (and the tokens after the last whole group) when those are
+    few, else by a pass over q."""
+    if peak is None:
+        return np.flatnonzero(q > theta)
+    groups = peak.size
+    held = np.flatnonzero(peak > theta)
+    if 8 * _BLOCK * held.size > q.size:
+        return np.flatnonzero(q > theta)
+    cand = np.concatenate([(held[None, :] + groups * np.arange(_BLOCK)[:, None]).ravel(),
+                           np.arange(groups * _BLOCK, q.size)])
+    return np.sort(cand[q[cand] > theta])
 
 
 def sorted_runs(P: np.ndarray, Q: np.ndarray, tiny=None) -> list:
@@ -376,7 +397,8 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     """
     v = p.size
     n_top = min(v, 2 * k + 30)
-    top = _largest(q, n_top) if runs is None else runs.top[:n_top]  # by decreasing q, ties to the lower index
+    # by decreasing q, ties to the lower index (and the group maxima read, to find q > θ later)
+    top, peak = _largest_and_peaks(q, n_top) if runs is None else (runs.top[:n_top], None)
     m = q[top[: k - 1]].sum()
     rest = _sum_without(q, top[: k - 1]) if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
@@ -419,7 +441,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     fp = np.concatenate([[0.0], np.cumsum(bucket_p)])
     largest = top if runs is None else runs.top  # the largest q's, decreasing
     moments = None if runs is None else runs.moments
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments)
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments, peak)
     if k == 2:
         return (yield from _wor_search(row, _wor.PairMass(q, big=int(top[0])), None, want_set, work))
     top_pos = np.searchsorted(ids, b[top]) if runs is None else np.minimum(runs.run_of(top), nb)
@@ -450,7 +472,7 @@ _ID_ROWS = 4096
 
 # a row as given takes the grid any bucket it may open needs up front when at most this many times
 # the bucket ends' (a longer grid costs a little in every evaluation, a row redone its whole search)
-_UPFRONT = 2.0
+_UPFRONT = 8.0
 
 
 def _sum_without(q: np.ndarray, idx: np.ndarray) -> float:
@@ -477,14 +499,14 @@ class _LongerGrid(Exception):
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
     it yields ``(ev, arguments of ev.mass, parts)`` and resumes with f and the stretch bounds)."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments = row
+    p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments, peak = row
     nb = ids.size
     exact = None
     if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
         if largest.size == q.size or q[largest[-1]] <= ev.theta:
             exact = np.sort(largest[q[largest] > ev.theta])
         else:
-            exact = np.flatnonzero(q > ev.theta)
+            exact = _above(q, ev.theta, peak)
     sums, num_keys, key_at = chain_sums  # key_at: the key of each chain bucket (None: its position)
     feats = np.zeros((nb + 1, ev.num_features))
     bucket_feats = ev.bucket_features(q, sums, num_keys, work, exact, moments)  # (num_keys, features)
