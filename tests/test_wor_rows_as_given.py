@@ -235,3 +235,13 @@ def test_tokens_above_theta_from_the_group_maxima():
         assert peak is not None
         for theta in (q.max(), np.sort(q)[-5], np.sort(q)[-200], np.sort(q)[-v // 4], 0.0):
             np.testing.assert_array_equal(_search._above(q, theta, peak), np.flatnonzero(q > theta))
+
+
+def test_adversarial_pairs_padded_to_long_rows(adversarial_pair):
+    """Each adversarial pair padded with 70,000 tokens of mass 0 under both laws (the long-row paths:
+    torch's scatter, the chunked moments) gives the token-by-token DP's α* of the pair itself."""
+    name, p, q = adversarial_pair
+    pad = (np.pad(p, (0, 70_000)), np.pad(q, (0, 70_000)))
+    for k in range(2, min(4, int(np.count_nonzero(q))) + 1):
+        ref = float(np.clip(_search._without_replacement_reference(p[None], q[None], k, False)[0][0], 0, 1))
+        assert ob.optimal_acceptance(*pad, k, "without_replacement") == pytest.approx(ref, abs=1e-12), (name, k)
