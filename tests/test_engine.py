@@ -561,7 +561,8 @@ def test_without_replacement_sorted_rows_need_no_second_grid_at_full_vocabulary(
     sorted rows shared by K = 3 and 4, every bucket's horizon known up front) equals the search on
     the rows as given (bincount buckets, the grid lengthened when a bucket needs it) to 1e-12, numpy
     and torch, and builds one quadrature grid per row and K: the peaked rows are those whose
-    search as given redoes a row on a longer grid."""
+    search as given redoes a row on a longer grid when it takes the bucket ends' grid only (its
+    default bounds every bucket's need up front here: one grid per row, the same values)."""
     from otbound.token import _search, _wor
 
     rng = np.random.default_rng(31)
@@ -579,8 +580,14 @@ def test_without_replacement_sorted_rows_need_no_second_grid_at_full_vocabulary(
     redone = 0
     for k in (3, 4):
         grids.clear()
-        ref = _search.without_replacement(p, q, k, False)[0]
+        upfront = _search.without_replacement(p, q, k, False)[0]  # the grid bound up front: no row redone
+        assert len(grids) == p.shape[0]
+        grids.clear()
+        with monkeypatch.context() as m:
+            m.setattr(_search, "_UPFRONT", 0.0)  # the grid of the bucket ends only: lengthened when needed
+            ref = _search.without_replacement(p, q, k, False)[0]
         redone += len(grids) - p.shape[0]
+        np.testing.assert_allclose(upfront, ref, rtol=0, atol=WOR_TOL, err_msg=f"K={k}")
         grids.clear()
         batch = LawBatch(p, q)
         _ = batch.sorted  # sorted first, as measure_laws does (a single call searches the rows as given)

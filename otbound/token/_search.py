@@ -3,8 +3,9 @@
 
 f(H) = p(H) − Q(H) over prefixes H of the ratio order p/q, Q(H) the probability that all K drafts
 lie in H (:mod:`otbound.token._wor`). Tokens are bucketed by the bit pattern of p/q (32 buckets per
-octave, a bincount per row), prefix values come from bucket sums, and the search sorts only the
-buckets whose lower bound can beat the best value found (a few thousand tokens of V = 151,936).
+octave, a scatter per summed quantity and row: :class:`otbound.token._wor.KeySums`), prefix
+values come from bucket sums, and the search sorts only the buckets whose lower bound can beat
+the best value found (a few thousand tokens of V = 151,936).
 On rows already sorted by ratio (the batched kernel's) the buckets are runs of the row: their sums,
 q's total and largest entries are found once per row for every K (:class:`RowRuns`), and the
 quadrature horizon of every bucket's inside is known before the search (no row is redone on a
@@ -22,6 +23,8 @@ call, and share their bucket moments across K
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Protocol
 
 import numpy as np
@@ -193,8 +196,14 @@ def _largest(q: np.ndarray, n: int) -> np.ndarray:
     among the groups of ``_BLOCK`` tokens (j, j + G, j + 2G, …) whose maxima are among the n largest
     group maxima (each of the n largest entries is at least the n-th largest group maximum, so its
     group is one of them): one pass over q instead of a partition of it."""
+    return _largest_and_peaks(q, n)[0]
+
+
+def _largest_and_peaks(q: np.ndarray, n: int):
+    """:func:`_largest` and the group maxima it read (None when it partitioned q instead)."""
     v = q.size
     groups = v // _BLOCK
+    peak = None
     if groups <= 4 * n:
         top = np.argpartition(q, v - n)[v - n :]
     else:
@@ -203,7 +212,22 @@ def _largest(q: np.ndarray, n: int) -> np.ndarray:
         cand = np.concatenate([(held[None, :] + groups * np.arange(_BLOCK)[:, None]).ravel(),
                                np.arange(groups * _BLOCK, v)])
         top = cand[np.argpartition(q[cand], cand.size - n)[cand.size - n :]]
-    return top[np.lexsort((top, -q[top]))]
+    return top[np.lexsort((top, -q[top]))], peak
+
+
+def _above(q: np.ndarray, theta: float, peak) -> np.ndarray:
+    """Indices of the entries of q above θ, increasing: in the groups of :func:`_largest_and_peaks`
+    whose maximum ``peak`` exceeds θ (and the tokens after the last whole group) when those are
+    few, else by a pass over q."""
+    if peak is None:
+        return np.flatnonzero(q > theta)
+    groups = peak.size
+    held = np.flatnonzero(peak > theta)
+    if 8 * _BLOCK * held.size > q.size:
+        return np.flatnonzero(q > theta)
+    cand = np.concatenate([(held[None, :] + groups * np.arange(_BLOCK)[:, None]).ravel(),
+                           np.arange(groups * _BLOCK, q.size)])
+    return np.sort(cand[q[cand] > theta])
 
 
 def sorted_runs(P: np.ndarray, Q: np.ndarray, tiny=None) -> list:
@@ -220,13 +244,30 @@ def _bucket_floor(ids) -> np.ndarray:
 def _bucket_tokens(b: np.ndarray, ids, p: np.ndarray, q: np.ndarray, size: int | None = None) -> np.ndarray:
     """Indices of the tokens in buckets ``ids``, sorted by ratio (ties: lower index first); ``size``:
     a bound on the ids of ``b`` (every id < size), if known (else a pass over b finds it)."""
+    return _bucket_tokens_by_ratio(b, ids, p, q, size)[0]
+
+
+def _bucket_tokens_by_ratio(b, ids, p, q, size=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bucket_tokens` and the tokens' ratios p/q (in that order). Ratios within 2^16 units
+    in the last place of each other (a bucket of tied or near-tied ratios: few distinct values) are
+    ordered by their bit patterns' offsets, 16-bit keys whose stable sort is a radix sort (one pass
+    instead of a comparison sort; the order of non-negative floats is that of their bit patterns)."""
     if len(ids) == 1:
         sel = np.flatnonzero(b == ids[0])
     else:
         table = np.zeros(size if size is not None else int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
-    return sel[np.argsort(p[sel] / q[sel], kind="stable")]
+    ratio = p[sel] / q[sel]
+    if sel.size < 2:
+        return sel, ratio
+    bits = ratio.view(np.int64) & np.int64(0x7FFF_FFFF_FFFF_FFFF)  # −0.0 as 0.0 (sorted alike)
+    low = int(bits.min())
+    if int(bits.max()) - low < 1 << 16:
+        order = np.argsort((bits - low).astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort(ratio, kind="stable")
+    return sel[order], ratio[order]
 
 
 def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -336,7 +377,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     runs, buckets as slices).
 
     f(H) = p(H) − Q(H) over prefixes of the ratio order, by branch and bound over chains of
-    positions: the bucket ends (cumulative sums from bincounts), and inside an opened bucket its
+    positions: the bucket ends (cumulative sums of the bucket sums), and inside an opened bucket its
     tokens sorted by ratio. A stretch of a chain between evaluated positions s and e is dropped
     when its lower bound is no better than the best value found: every prefix H in it adds q-mass
     x ≤ X = q(e) − q(s) to H_s and p(H) ≥ max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the
@@ -344,16 +385,20 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     (``mass(..., out_next=...)`` in :mod:`otbound.token._wor`), which bound f over the stretch
     (:func:`_bounds`). Long stretches are sampled at about ``_FANOUT``
     positions and the pieces bounded the same way; a bucket (one step of the bucket chain) is opened
-    into its tokens. All stretches alive in a round are evaluated in one call.
+    into its tokens (on a row as given, a bucket of ``_GEO_MIN`` tokens or more first sampled toward
+    its ends too: :func:`_samples_to_ends`). All stretches alive in a round are evaluated in one call.
 
     The quadrature grid (K ≥ 3) reaches the horizon the bucket ends need (:func:`_wor_horizons`) and,
     on a row sorted by ratio (whose buckets' last tokens are known), the horizon of every bucket's
-    inside; elsewhere a bucket whose inside needs a longer grid is opened only after the row is
-    redone on a longer one.
+    inside. On a row as given the inside of bucket m needs at most min(40/out(H_m), t_cut(H_{m−1}))
+    (its last token's q ≥ 0): that bound over every bucket is the grid's end when at most
+    ``_UPFRONT`` times the bucket ends' horizon; otherwise a bucket whose inside needs a longer grid
+    is opened only after the row is redone on a longer one.
     """
     v = p.size
     n_top = min(v, 2 * k + 30)
-    top = _largest(q, n_top) if runs is None else runs.top[:n_top]  # by decreasing q, ties to the lower index
+    # by decreasing q, ties to the lower index (and the group maxima read, to find q > θ later)
+    top, peak = _largest_and_peaks(q, n_top) if runs is None else (runs.top[:n_top], None)
     m = q[top[: k - 1]].sum()
     rest = _sum_without(q, top[: k - 1]) if m > 0.5 else _total(q, runs) - m  # 1 − M summed directly if small
     cut = k / max(rest, 1e-300) * (1.0 + 1e-9)
@@ -368,28 +413,35 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         tail = np.append(np.cumsum(bq[held][::-1])[::-1], 0.0)
         out = tail[np.searchsorted(held, np.concatenate([[0], ids + 1]))]  # chain position i: after i buckets
         bucket_p, bucket_q = bp[ids], bq[ids]
-        if k == 2:  # the closed form reads one sum per bucket: the bucket-id sums at ids (the same sums)
-            chain_sums = _IdSums(*by_id, ids)
-        else:
-            # every token's index in ids (nb: above the cut); no token lies below the first id (a bucket
-            # below the cut holding a token holds its q > 0), so the entries below it are never read
+        # the features are summed per bucket id from the first id on (no token lies below it: a bucket
+        # below the cut holding a token holds its q > 0) and read at ids (the same tokens summed in the
+        # same order as sums keyed by chain position, without a second pass to map ids to positions)
+        shifted, lo = by_id
+        first = int(ids[0])
+        if k > 2 and top_id - first > max(_SPARSE_IDS * nb, _ID_ROWS):  # ids far apart (ratios 0 and others):
+            # the moment tables by chain position (every token's index in ids, nb above the cut)
             key = np.empty(top_id + 1, dtype=np.int64)
-            key[ids[0] :] = nb
+            key[first:] = nb
             key[ids] = np.arange(nb)
-            chain_sums = _wor.KeySums(sums.spread(key, out=work["keys"]), nb)
+            chain_sums = (_wor.KeySums(sums.spread(key, out=work["keys"]), nb), nb, None)
+        else:
+            if k > 2 and first > lo:  # the moment tables: rows from the first id only
+                shifted, lo = _wor.KeySums(np.subtract(b, first, out=work["keys"]), top_id - first), first
+            chain_sums = (shifted, top_id - lo, ids - lo)
     else:
         b = None  # by runs: runs.b when a binding set needs it
-        ids, bucket_p, bucket_q, rest_q, chain_sums = runs.clip(limit)
+        ids, bucket_p, bucket_q, rest_q, by_runs = runs.clip(limit)
         nb = ids.size
         if nb == 0:
             return 1.0, None
+        chain_sums = (by_runs, nb, None)
         # q after i buckets, summed from the top as above (the same sums: the buckets are the runs)
         out = np.cumsum(np.append(bucket_q, rest_q)[::-1])[::-1]
     inside = np.concatenate([[0.0], np.cumsum(bucket_q)])
     fp = np.concatenate([[0.0], np.cumsum(bucket_p)])
     largest = top if runs is None else runs.top  # the largest q's, decreasing
     moments = None if runs is None else runs.moments
-    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments)
+    row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments, peak)
     if k == 2:
         return (yield from _wor_search(row, _wor.PairMass(q, big=int(top[0])), None, want_set, work))
     top_pos = np.searchsorted(ids, b[top]) if runs is None else np.minimum(runs.run_of(top), nb)
@@ -400,6 +452,12 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
         wide = ends - runs.starts[:nb] >= 2
         t_inside = np.minimum(_wor.TAIL / (out[1:] + q[ends - 1]), t_cut_before)[wide]
         horizon = max(horizon, float(t_inside.max(initial=0.0)) * (1.0 + 1e-6))
+    else:  # a bucket's last token unknown: its q ≥ 0 bounds what any opened bucket needs; taken up
+        # front when at most _UPFRONT times the bucket ends' grid (else a bucket needing more redoes the row)
+        with np.errstate(divide="ignore"):
+            need = float(np.minimum(_wor.TAIL / out[1:], t_cut_before).max()) * (1.0 + 1e-6)
+        if need <= _UPFRONT * t_ends:
+            horizon = max(horizon, need)
     while True:
         try:
             return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
@@ -407,17 +465,14 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             horizon = need.t_end
 
 
-class _IdSums:
-    """Sums per chain bucket read from sums per bucket id: ``sums`` (a :class:`otbound.token._wor.KeySums`
-    over the ids shifted down by ``lo``) taken at ``ids`` (the chain's buckets, in order): the same
-    tokens summed in the same order as a KeySums keyed by chain position, without spreading new keys
-    over the row. Only what :meth:`otbound.token._wor.PairMass.bucket_features` calls."""
+# moment tables by bucket id (rows first id..cut) unless they would exceed both this many times the
+# buckets holding q mass and _ID_ROWS rows (then by chain position, one more gather over the row)
+_SPARSE_IDS = 4
+_ID_ROWS = 4096
 
-    def __init__(self, sums, lo: int, ids: np.ndarray):
-        self.sums, self.at = sums, ids - lo
-
-    def __call__(self, weights: np.ndarray) -> np.ndarray:
-        return self.sums(weights)[self.at]
+# a row as given takes the grid any bucket it may open needs up front when at most this many times
+# the bucket ends' (a longer grid costs a little in every evaluation, a row redone its whole search)
+_UPFRONT = 8.0
 
 
 def _sum_without(q: np.ndarray, idx: np.ndarray) -> float:
@@ -444,21 +499,25 @@ class _LongerGrid(Exception):
 def _wor_search(row, ev, t_cut_before, want_set, work):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
     it yields ``(ev, arguments of ev.mass, parts)`` and resumes with f and the stretch bounds)."""
-    p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments = row
+    p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments, peak = row
     nb = ids.size
     exact = None
     if ev.has_exact:  # tokens with q > θ: among the largest q's when the smallest of those is ≤ θ
         if largest.size == q.size or q[largest[-1]] <= ev.theta:
             exact = np.sort(largest[q[largest] > ev.theta])
         else:
-            exact = np.flatnonzero(q > ev.theta)
+            exact = _above(q, ev.theta, peak)
+    sums, num_keys, key_at = chain_sums  # key_at: the key of each chain bucket (None: its position)
     feats = np.zeros((nb + 1, ev.num_features))
-    np.cumsum(ev.bucket_features(q, chain_sums, nb, work, exact, moments), axis=0, out=feats[1:])
+    bucket_feats = ev.bucket_features(q, sums, num_keys, work, exact, moments)  # (num_keys, features)
+    np.cumsum(bucket_feats if key_at is None else bucket_feats[key_at], axis=0, out=feats[1:])
     states = state_of = None
     if ev.has_exact:
-        exact_keys = chain_sums.key_of(exact)
-        inside_cut = exact_keys < nb
+        exact_keys = sums.key_of(exact)
+        inside_cut = exact_keys < num_keys
         exact, exact_keys = exact[inside_cut], exact_keys[inside_cut]
+        if key_at is not None:  # their buckets hold q > 0, so are chain buckets: keys to positions
+            exact_keys = np.searchsorted(key_at, exact_keys)
         by_ratio = np.argsort(p[exact] / q[exact], kind="stable")
         exact, exact_keys = exact[by_ratio], exact_keys[by_ratio]
         through = np.searchsorted(exact_keys, np.arange(nb), side="right")
@@ -473,7 +532,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
-            toks, ratio = _bucket_tokens(b, ids[i - 1 : i], p, q), None  # one id: no table
+            toks, ratio = _bucket_tokens_by_ratio(b, ids[i - 1 : i], p, q)  # one id: no table
         else:
             toks, ratio = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
@@ -484,7 +543,10 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
         return chain.tokens(i, toks, p, q, ratio)
 
-    best, where = yield from _search(chain, open_bucket)
+    if runs is None:  # a row as given, searched alone
+        best, where = yield from _search(chain, open_bucket, _samples_to_ends, leaves_plain=True)
+    else:
+        best, where = yield from _search(chain, open_bucket)
     if not (want_set and best < 0):
         return 1.0 + best, None
     ch, j = where
@@ -558,7 +620,7 @@ class _Chain:
 _FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
 
 
-def _search(root, open_bucket):
+def _search(root, open_bucket, sample_bucket=None, leaves_plain=False):
     """Branch and bound over the positions of ``root`` (the empty prefix first, f = 0 there).
 
     Rounds: every live stretch (lo → hi of a chain, bound < best) is sampled (or, for one step of
@@ -567,7 +629,11 @@ def _search(root, open_bucket):
     resumes with f and the stretch bounds at the positions of the parts, :func:`_lockstep`), and
     each consecutive pair of samples becomes a stretch of the next round. The
     first round samples the whole root and evaluates its end with them (Q at the end, f of the
-    whole chain). Returns the best f (≤ 0) and where it is ((chain, position), or None for 0).
+    whole chain). ``sample_bucket``: how an opened bucket's token chain is first sampled
+    (:func:`_samples` if None); ``leaves_plain``: a round whose stretches are all single steps of
+    token chains (whose bounds nothing reads) asks Q alone (:func:`_bounds` then gives them no
+    bound). Returns the best f (≤ 0) and where it is ((chain, position), or
+    None for 0).
     """
     ev = root.ev
     n = root.fp.size - 1
@@ -577,7 +643,9 @@ def _search(root, open_bucket):
     best, where = 0.0, None
     live = {}
     while parts:
-        f, bound = yield ev, _mass_arguments(ev, parts), parts
+        # leaves only (token chains' single steps, never kept): Q alone, without the stretch bounds
+        need = not leaves_plain or any(ch is root or bool((nxt - pts > 1).any()) for ch, pts, nxt in parts)
+        f, bound = yield ev, _mass_arguments(ev, parts, need), parts
         j = int(np.argmin(f))
         f_min = f[j]
         if f_min < best:  # the part holding position j of the round
@@ -604,7 +672,7 @@ def _search(root, open_bucket):
                     sub = open_bucket(hi)  # only root stretches are single steps here
                     if sub is not None:
                         m = sub.fp.size - 1
-                        s = _samples(0, m, ev.leaf)
+                        s = (sample_bucket or _samples)(0, m, ev.leaf)
                         parts.append((sub, s, np.append(s[1:], m)))
                     continue
                 s = _samples(lo, hi, ev.leaf)
@@ -627,6 +695,21 @@ def _bounds(rows: list, answers: list) -> list:
     beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
     [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
     Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
+    plain = [not isinstance(answer, tuple) for answer in answers]  # Q alone: f, and no bound (inf)
+    if any(plain):
+        out = [None] * len(rows)
+        asked = [i for i, is_plain in enumerate(plain) if not is_plain]
+        for i, found in zip(asked, _bounds([rows[i] for i in asked], [answers[i] for i in asked]) if asked else []):
+            out[i] = found
+        for i in (i for i, is_plain in enumerate(plain) if is_plain):
+            fs, start = [], 0
+            for ch, pts, _ in rows[i]:
+                ch.q[pts] = answers[i][start : start + pts.size]
+                fs.append(ch.fp[pts] - ch.q[pts])
+                start += pts.size
+            f = np.concatenate(fs)
+            out[i] = (f, np.full(f.size, np.inf))
+        return out
     # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step,
     # none of which _search keeps): the stretch's exact minimum, min(f_s, f_e), instead of the bound
     # (Q at e is known: evaluated now, or the chain's end, evaluated on the bucket chain)
@@ -700,16 +783,36 @@ def _samples(lo, hi, leaf):
     return np.arange(lo, hi, step)
 
 
-def _mass_arguments(ev, parts):
-    """The arguments of ``ev.mass`` for Q and the stretch-bound coefficients at the positions of
-    several chains: (features, out, inside, exact states, out_next)."""
+_GEO_MIN = 1024  # an opened bucket of at least this many tokens is also sampled toward its ends
+
+
+def _samples_to_ends(lo, hi, leaf):
+    """:func:`_samples`, plus, on stretches of at least ``_GEO_MIN`` positions, those at distances
+    1, 2, 4, … (below the sampling step) from either end (the first sampling of an opened bucket on
+    rows as given). A bucket's ends are bucket-chain positions, often the best f found (a tied run
+    whose prefixes all lie above its end, as on rows of few distinct ratios): the stretches next to
+    the best position are kept until they are single steps, so without these a long bucket is
+    narrowed about ``_FANOUT``-fold per round toward its end (five rounds over 16,000 tokens), with
+    them in one round."""
+    inner = hi - lo - 1
+    if inner < _GEO_MIN:
+        return _samples(lo, hi, leaf)
+    step = -(-inner // _FANOUT)
+    steps = 1 << np.arange(max(0, (step - 1).bit_length()))  # 1, 2, 4, … < step
+    return np.unique(np.concatenate([np.arange(lo, hi, step), lo + steps, hi - steps]))
+
+
+def _mass_arguments(ev, parts, bounds=True):
+    """The arguments of ``ev.mass`` for Q and (``bounds``) the stretch-bound coefficients at the
+    positions of several chains: (features, out, inside, exact states, out_next or None)."""
     if len(parts) == 1:  # one chain: its gathers as they are
         ch, pts, nxt = parts[0]
-        return ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None, ch.out[nxt]
+        return (ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None,
+                ch.out[nxt] if bounds else None)
     feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
     out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
     inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
-    out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts])
+    out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts]) if bounds else None
     exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
     return feats, out, inside, exact, out_next
 
@@ -754,16 +857,29 @@ def _wor_horizons(q, k, pos, ids, top, out, inside):
     t = 2.0 ** (np.arange(-4, 100) / 2.0)
     if q_cap > 0:
         t = t[t <= 1.0 / q_cap]
-    mu = s_rest[:, None] * t[None, :] * (1.0 - 0.5 * q_cap * t[None, :])  # (nb, len(t))
-    a = k - 1
+    # the first t of the grid with μ = s' g(t) ≥ μ*, g(t) = t (1 − q_cap t/2) increasing on it, μ* the
+    # least μ whose Chernoff bound is ≤ e^{−40} (the bound decreases in μ > K − 1)
+    g = t * (1.0 - 0.5 * q_cap * t)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_tail = -mu if a == 0 else np.where(mu > a, -mu + a * (1.0 + np.log(mu / a)), 0.0)
-        ok = log_tail <= -_wor.TAIL
-        t_chernoff = np.where(ok.any(axis=1), t[np.argmax(ok, axis=1)], np.inf) if t.size else np.full(nb, np.inf)
+        first = np.searchsorted(g, _chernoff_mu(k - 1) / s_rest, side="left")  # (nb,); s' = 0: none
+        t_chernoff = np.append(t, np.inf)[first]
         t_cut = np.where(has_k, (_wor.TAIL + np.log(k)) / np.where(has_k, kth, 1.0), np.inf)
         t_cut = np.minimum(t_cut, t_chernoff)
         t_ends = np.minimum(_wor.TAIL / out[1:], t_cut)[out[1:] > 0]
     return float(t_ends.max(initial=_wor.TAIL)), np.concatenate([[np.inf], t_cut[:-1]])
+
+
+@functools.lru_cache(maxsize=None)
+def _chernoff_mu(a: int) -> float:
+    """The least μ (to a relative 1e-12, rounded up) with −μ + a (1 + ln(μ/a)) ≤ −40 (μ ≥ 40 for a = 0):
+    the mean count from which P[N ≤ a] ≤ e^{−40} for a Poisson-binomial count N (Chernoff)."""
+    if a == 0:
+        return _wor.TAIL
+    lo, hi = float(a), float(a) + 2.0 * _wor.TAIL + 10.0 * a  # the bound is ≤ −40 at hi, above at lo
+    while hi - lo > 1e-13 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if -mid + a * (1.0 + math.log(mid / a)) <= -_wor.TAIL else (mid, hi)
+    return hi * (1.0 + 1e-12)
 
 
 def _without_replacement_reference(P, Q, k, want_sets):
