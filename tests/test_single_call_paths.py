@@ -120,3 +120,82 @@ def test_with_replacement_single_call_matches_the_sorted_kernel_and_brute_force(
         order = np.argsort(r, kind="stable")
         brute = 1.0 + min(0.0, float((np.cumsum(p[order]) - np.cumsum(q[order]) ** k).min()))
         assert got == pytest.approx(min(max(brute, 0.0), 1.0), abs=1e-12)
+
+
+def _top_rows(v, seed):
+    """Long rows for the top-q selection: LM-like, integer levels (ties everywhere, the largest tied
+    too), the largest entries in the tail past a multiple of 64, one flat row, a row of zeros but
+    for a few entries."""
+    rng = np.random.default_rng(seed)
+    yield rng.dirichlet(np.ones(v) * 0.1)
+    yield rng.integers(0, 5, size=v).astype(float)
+    yield np.round(rng.standard_normal(v) * 2.5)
+    tail = rng.random(v) * 0.5
+    tail[-(v % 64 or 1) :] = 1.0 + np.arange(v % 64 or 1)  # the largest in the last, partial group
+    yield tail
+    yield np.ones(v)
+    sparse = np.zeros(v)
+    sparse[rng.choice(v, 5, replace=False)] = [3.0, 3.0, 1.0, 2.0, 3.0]
+    yield sparse
+
+
+@pytest.mark.parametrize("v", [4096, 5000, 151_936])
+def test_top_tokens_of_long_rows_are_the_first_of_a_stable_sort_of_minus_q(v):
+    from otbound.token._kernel import top_tokens
+
+    for row in _top_rows(v, v):
+        want = np.argsort(-row, kind="stable")
+        for m in (2, 3, 4, 8, 9, 40):
+            np.testing.assert_array_equal(top_tokens(row, m), want[:m])
+
+
+def _top_law_reference(p, q, k, law):
+    """α* of the greedy or deterministic law from its definition, G from a stable sort of −q."""
+    order = np.argsort(-q, kind="stable")
+    if law == "deterministic":
+        return float(p[order[:k]].sum())
+    g = order[: k - 1]
+    rest = q.copy()
+    rest[g] = 0.0
+    rest = rest / rest.sum()
+    return min(1.0, float(p[g].sum() + np.minimum(p, rest).sum()))
+
+
+@pytest.mark.parametrize("law", ["greedy", "deterministic"])
+@pytest.mark.parametrize("kind", ["lm", "ties", "zeros", "peaked_q", "tied_edge"])
+@pytest.mark.parametrize("v", [2, 300, 5000])
+def test_top_laws_single_call_of_long_rows_match_their_definition(law, kind, v):
+    rng = np.random.default_rng(v)
+    if kind == "peaked_q":  # q(G) > 1/2: q off G summed directly
+        p, q = _rows("lm", v, seed=v)
+        q = q.copy()
+        q[rng.integers(v)] += 3.0
+        q /= q.sum()
+    elif kind == "tied_edge":  # the K-th and (K+1)-th largest q equal, among many
+        p, q = _rows("lm", v, seed=v)
+        q = np.floor(q * v / 4) + 1.0
+        q[rng.choice(v, min(v, 6), replace=False)] = q.max() + 1.0
+        q /= q.sum()
+    else:
+        p, q = _rows(kind, v, seed=v)
+    for k in (1, 2, 3, 4, 8):
+        if k > np.count_nonzero(q):  # both laws draw K distinct tokens of q > 0
+            continue
+        got = ob.optimal_acceptance(p, q, k, law)
+        assert got == pytest.approx(_top_law_reference(p, q, k, law), abs=1e-14)
+        batch = LawBatch(p, q)
+        _ = batch.sorted  # the measurement's path (torch's top-k selection, the prefix sums)
+        assert got == pytest.approx(float(batch.optimal_acceptance(k, law)[0]), abs=1e-14)
+
+
+@pytest.mark.parametrize("law", ["greedy", "deterministic"])
+def test_top_laws_single_call_of_adversarial_pairs_padded_to_a_long_row(adversarial_pair, law):
+    _, p0, q0 = adversarial_pair
+    v = 5000  # the pair's tokens first, then tokens of tiny equal mass in both laws
+    p, q = np.full(v, 1e-9), np.full(v, 1e-9)
+    p[: p0.size], q[: q0.size] = p0, q0
+    p, q = p / p.sum(), q / q.sum()
+    for k in (1, 2, 3):
+        if k > np.count_nonzero(q):
+            continue
+        assert ob.optimal_acceptance(p, q, k, law) == pytest.approx(_top_law_reference(p, q, k, law), abs=1e-14)

@@ -602,22 +602,31 @@ def power(x, k: int):
 
 def _top_law_rows(P, Q, k: int, sampling: str):
     """α* of the greedy or deterministic law for rows not sorted by ratio (numpy (B, V) each, a
-    single call's rows), row by row in numpy: G by a partition (:func:`top_tokens`), then
-    α*_det = p(G) (G the K largest q) or α*_greedy = p(G) + Σ_x min(p, q') with G the K − 1 largest
-    q and q' = q|_{V∖G} / q(V∖G) (zero on G; q(V∖G) summed directly, never as 1 − q(G)): a
-    partition and, for the greedy law, three passes over the row. The values of :func:`_greedy` and
-    :func:`_deterministic` to float64 rounding (their batched torch form; ≤ 1e-15 measured)."""
+    single call's rows), row by row in numpy: G by :func:`top_tokens`, then α*_det = p(G) (G the K
+    largest q) or α*_greedy = p(G) + Σ_{x∉G} min(p, q') with G the K − 1 largest q and
+    q' = q / q(V∖G) off G. q(V∖G) is 1 − q(G) where q(G) ≤ 1/2 (a row sums to 1 within a few
+    ulps: relative error ≤ 1e-15), else summed directly (no cancellation where q(G) is near 1): for
+    the greedy law three passes over the row (q/q(V∖G), the minimum with p, its sum). The values
+    of :func:`_greedy` and :func:`_deterministic` to float64 rounding (their batched torch form;
+    ≤ 1e-15 measured)."""
     out = np.empty(P.shape[0])  # (B,)
+    buf = np.empty(P.shape[1]) if sampling != "deterministic" else None  # (V,) q', then min(p, q')
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
         if sampling == "deterministic":
             out[i] = p[top_tokens(q, k)].sum()
             continue
         g = top_tokens(q, k - 1)  # (K − 1,)
-        rest = q.copy()  # (V,) q off G, then q'
-        rest[g] = 0.0
-        rest /= rest.sum()
-        out[i] = p[g].sum() + np.minimum(p, rest, out=rest).sum()
+        in_g = float(q[g].sum())
+        if in_g <= 0.5:
+            off = 1.0 - in_g
+        else:  # q(V∖G) summed directly
+            np.copyto(buf, q)
+            buf[g] = 0.0
+            off = float(buf.sum())
+        np.divide(q, off, out=buf)
+        buf[g] = 0.0
+        out[i] = p[g].sum() + np.minimum(p, buf, out=buf).sum()
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
@@ -920,11 +929,21 @@ def _pair_f(v, pc, qc, qrs, odds, cols):
 
 
 _SHORT_TOP = 256  # rows this short take their top q from one stable argsort (a partition beyond: V = 1,000 1.3x faster)
+_TOP_ROWS = 64  # rows of the (_TOP_ROWS, V // _TOP_ROWS) view whose column maxima bound the top q (long rows)
+_TOP_CANDIDATES = 4096  # at most this many candidate tokens for the column maxima (more: a tied row, partitioned)
 
 
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     """Indices of the m largest entries of a 1-D ``q`` by decreasing q, ties to the lower index (the
-    first m of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
+    first m of a stable sort of −q).
+
+    On a long row (V ≥ ``_TOP_ROWS``² and m ≤ V / ``_TOP_ROWS``) the row's first ``_TOP_ROWS · n``
+    entries are viewed as ``_TOP_ROWS`` rows of n and their column maxima taken (one pass, the
+    row-wise ``np.maximum`` of contiguous rows); t, the m-th largest column maximum, is at most the
+    m-th largest q (m columns each hold an entry ≥ t), so every token of the top m lies in a column
+    whose maximum is ≥ t, or in the short tail past the view with q ≥ t. Those candidates (a few
+    columns) are sorted by (−q, index). Elsewhere a partition: O(V + m log m) instead of a full sort.
+    """
     if m == 0:
         return np.zeros(0, dtype=np.int64)
     if m == 1:  # the largest, ties to the lower index: argmax, one pass
@@ -932,6 +951,16 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     v = q.size
     if v <= _SHORT_TOP:  # a short row: the definition itself, one call (fewer than the partition's)
         return np.argsort(-q, kind="stable")[:m].astype(np.int64)
+    n = v // _TOP_ROWS
+    if n >= max(_TOP_ROWS, m):
+        cols = q[: _TOP_ROWS * n].reshape(_TOP_ROWS, n).max(axis=0)  # (n,) column maxima
+        t = np.partition(cols, n - m)[n - m]  # the m-th largest column maximum ≤ the m-th largest q
+        keep = np.flatnonzero(cols >= t)  # (c,) the columns that can hold a token of the top m
+        if keep.size * _TOP_ROWS <= _TOP_CANDIDATES:
+            cand = (np.arange(0, _TOP_ROWS * n, n)[:, None] + keep).ravel()  # (64 c,) their tokens
+            tail = _TOP_ROWS * n + np.flatnonzero(q[_TOP_ROWS * n :] >= t)  # (≤ V mod 64,)
+            cand = np.concatenate([cand[q[cand] >= t], tail])
+            return cand[np.lexsort((cand, -q[cand]))[:m]].astype(np.int64)
     part = np.argpartition(q, v - m)[v - m :]
     thr = q[part].min()
     if int(np.count_nonzero(q == thr)) != int(np.count_nonzero(q[part] == thr)):  # ties cut at the threshold
