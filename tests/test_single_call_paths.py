@@ -199,3 +199,37 @@ def test_top_laws_single_call_of_adversarial_pairs_padded_to_a_long_row(adversar
         if k > np.count_nonzero(q):
             continue
         assert ob.optimal_acceptance(p, q, k, law) == pytest.approx(_top_law_reference(p, q, k, law), abs=1e-14)
+
+
+def _with_replacement_brute(p, q, k):
+    """1 + min over every prefix of the (ratio, index) order of p(H) − q(H)^K, clipped to [0, 1]."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(q > 0, p / q, np.inf)
+    order = np.argsort(r, kind="stable")
+    return min(max(1.0 + min(0.0, float((np.cumsum(p[order]) - np.cumsum(q[order]) ** k).min())), 0.0), 1.0)
+
+
+@pytest.mark.parametrize("v", [1024, 3000, 40_000])
+def test_with_replacement_single_call_of_rows_with_signed_zeros_and_empty_tokens(v):
+    """Tokens with p = −0.0 (ratio −0: the lowest bucket), p = q = 0 (0/0), q = 0 < p (inf) and
+    q = −0.0: the bucket ids keep the division's sign bit, and every such token lands where the
+    sorted order puts it."""
+    rng = np.random.default_rng(v)
+    for case in range(4):
+        p, q = _rows("lm", v, seed=v + case)
+        p, q = p.copy(), q.copy()
+        low = np.argsort(p / q)[: v // 20]  # tokens of the lowest ratios: where a prefix minimum starts
+        if case in (0, 3):
+            p[low[::2]] = -0.0
+        if case in (1, 3):
+            both = rng.choice(v, v // 10, replace=False)
+            p[both], q[both] = 0.0, 0.0
+        if case in (2, 3):
+            q[rng.choice(v, v // 10, replace=False)] = -0.0
+        p, q = p / p.sum(), q / q.sum()
+        for k in (1, 2, 4):
+            got = ob.optimal_acceptance(p, q, k)
+            assert got == pytest.approx(_with_replacement_brute(p, q, k), abs=1e-12)
+            batch = LawBatch(p, q)
+            _ = batch.sorted
+            assert got == pytest.approx(float(batch.optimal_acceptance(k)[0]), abs=1e-13)

@@ -710,7 +710,7 @@ def _with_replacement_buckets(P, Q, k: int):
     tokens of the buckets that can hold the minimum are sorted.
 
     The tokens are bucketed by the bits of p/q (32 buckets per octave; those of ratio above the
-    bucket of K, and q = 0, dropped: :func:`otbound.token._search._ratio_buckets`); a bucket's p and
+    bucket of K, and q = 0, never read: :func:`_ratio_ids`); a bucket's p and
     q masses give f = Pc − Qc^K exactly at every bucket end, prefixes of the ratio order. Inside a
     bucket of ratios [r_lo, r_hi) and masses (p_b, q_b) after (P0, Q0), a prefix adding q-mass x adds
     p-mass ≥ max(r_lo x, p_b − r_hi (q_b − x)), so f ≥ P0 + r_lo x* − (Q0 + x*)^K at the kink
@@ -724,14 +724,23 @@ def _with_replacement_buckets(P, Q, k: int):
         return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
+    top = min((int(np.float64(k).view(np.uint64)) >> _search._SHIFT) + 1, _search._INF_ID)  # the id above K's
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
-        b, top = _search._ratio_buckets(p, q, float(k), out=scratch)  # (V,) bucket ids ≤ top
+        b = _ratio_ids(p, q, scratch)  # (V,) bucket ids, those ≥ top never read
         lo = int(b.min()) if b.size < top else 0  # a short row: ids from 0, tables over its own buckets
         if lo:
             b -= lo
-        bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (top − lo + 1,)
+        bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (≥ top − lo + 1,)
         bq = np.bincount(b, weights=q, minlength=top - lo + 1)
+        if bq.size > _NEG_ZERO_ID - lo and bq[_NEG_ZERO_ID - lo] > 0:  # a p = −0 where q > 0: ratio 0, bucket 0
+            b, _ = _search._ratio_buckets(p, q, float(k), out=scratch)  # ids with the sign bit cleared
+            lo = int(b.min()) if b.size < top else 0
+            if lo:
+                b -= lo
+            bp = np.bincount(b, weights=p, minlength=top - lo + 1)
+            bq = np.bincount(b, weights=q, minlength=top - lo + 1)
+        size = bq.size
         ids = np.flatnonzero(bq[: top - lo] > 0)  # (nb,) the buckets holding q-mass, by increasing ratio
         if ids.size == 0:
             continue
@@ -749,7 +758,7 @@ def _with_replacement_buckets(P, Q, k: int):
         stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
         cand = np.flatnonzero(low & stationary)
         if cand.size:
-            toks = _search._bucket_tokens(b, ids[cand], p, q, top - lo + 1)  # (t,) by ratio, ties by index
+            toks = _search._bucket_tokens(b, ids[cand], p, q, size)  # (t,) by ratio, ties by index
             pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
             first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
             cps, cqs = np.cumsum(p[toks]), np.cumsum(q[toks])  # (t,) each
@@ -759,6 +768,24 @@ def _with_replacement_buckets(P, Q, k: int):
             best = min(best, float(f.min()))
         out[i] = 1.0 + best
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+
+
+_NEG_ZERO_ID = int(np.float64(-0.0).view(np.uint64)) >> _search._SHIFT  # the id of a ratio −0 (sign bit kept)
+
+
+def _ratio_ids(p, q, out):
+    """The bucket ids of :func:`otbound.token._search._ratio_buckets` (the ratio's exponent and top
+    5 mantissa bits: 32 buckets per octave) for one checked row, in two passes (the division and a
+    shift in place in ``out``, a float64 scratch row), not clamped: every finite ratio ≥ +0 has its
+    bucket, those above K (and q = 0: inf, or 0/0: a NaN, whose sign bit the division may set) land
+    above the cut and are never read; a ratio −0 (a p = −0.0 where q > 0) has id ``_NEG_ZERO_ID``.
+    Leaving the ids above K apart instead of merging them into one bucket also spares
+    ``np.bincount`` a chain of additions into one bin (on rows of tied ratios: 0.6 against 1.0
+    ``np.sort``)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bits = np.divide(p, q, out=out).view(np.uint64)
+    np.right_shift(bits, _search._SHIFT, out=bits)
+    return bits.view(np.int64)
 
 
 _SMALL_ROW = 1023  # rows this short are sorted whole (fewer numpy calls than the buckets' bound)
