@@ -233,3 +233,112 @@ def test_with_replacement_single_call_of_rows_with_signed_zeros_and_empty_tokens
             batch = LawBatch(p, q)
             _ = batch.sorted
             assert got == pytest.approx(float(batch.optimal_acceptance(k)[0]), abs=1e-13)
+
+
+def _checked_error(p, q):
+    """The message of the checked path's refusal of (p, q) (LawBatch, as_pair's checks)."""
+    with pytest.raises(ob.InvalidInputError) as err:
+        LawBatch(p, q)
+    return str(err.value)
+
+
+def _bad_laws(v):
+    """Laws a long single call must refuse, each with the checked path's message; every change
+    keeps the sums within the tolerance (a negative entry −1e-12 on a token whose mass moved to
+    token 0), so that only the sign, NaN or infinity can refuse them, except the two sums off 1."""
+    p, q = _rows("lm", v, seed=v)
+    a = b = v // 2
+    p[0], q[0] = p[0] + p[a], q[0] + q[a]
+    p[a], q[a] = 1e-12, 1e-12
+    for name, change in [
+        ("negative p", lambda p, q: p.__setitem__(a, -1e-12)),
+        ("negative p where q is -0.0", lambda p, q: (p.__setitem__(a, -1e-12), q.__setitem__(a, -0.0))),
+        ("negative p where q is 0", lambda p, q: (p.__setitem__(a, -1e-12), q.__setitem__(a, 0.0))),
+        ("negative p and q", lambda p, q: (p.__setitem__(a, -1e-12), q.__setitem__(a, -1e-12))),
+        ("negative q", lambda p, q: q.__setitem__(b, -1e-12)),
+        ("NaN p", lambda p, q: p.__setitem__(7, np.nan)),
+        ("NaN q", lambda p, q: q.__setitem__(7, np.nan)),
+        ("inf p", lambda p, q: p.__setitem__(7, np.inf)),
+        ("inf q", lambda p, q: q.__setitem__(7, np.inf)),
+        ("p sums to 1.01", lambda p, q: p.__setitem__(0, p[0] + 0.01)),
+        ("q sums to 1 + 2e-6", lambda p, q: q.__setitem__(0, q[0] + 2e-6)),
+    ]:
+        bad_p, bad_q = p.copy(), q.copy()
+        change(bad_p, bad_q)
+        yield name, bad_p, bad_q
+
+
+@pytest.mark.parametrize("v", [1024, 5000])
+def test_with_replacement_single_call_refuses_bad_laws_with_the_checked_message(v):
+    for name, p, q in _bad_laws(v):
+        want = _checked_error(p, q)
+        for k in (1, 2, 4):
+            with pytest.raises(ob.InvalidInputError) as err:
+                ob.optimal_acceptance(p, q, k)
+            assert str(err.value) == want, name
+        # a bad row among good ones, and a bad law with a bad K: the law's error first, as before
+        P, Q = np.stack([_rows("lm", v, 1)[0], p]), np.stack([_rows("lm", v, 1)[1], q])
+        with pytest.raises(ob.InvalidInputError) as err:
+            ob.optimal_acceptance(P, Q, 2)
+        assert str(err.value) == _checked_error(P, Q), name
+        with pytest.raises(ob.InvalidInputError) as err:
+            ob.optimal_acceptance(p, q, 0)
+        assert str(err.value) == want, name
+
+
+@pytest.mark.parametrize("v", [1024, 3000, 40_000])
+def test_with_replacement_single_call_of_laws_off_one_and_batches(v):
+    """Laws summing to 1 within the tolerance but not exactly (renormalised through their bucket
+    sums), at the tolerance's edge (the checked path), batches of several shapes, other dtypes and
+    layouts (the checked path): the values of the sorted kernel and of the brute force on the
+    renormalised laws."""
+    rng = np.random.default_rng(v)
+    cases = []
+    for kind in ("lm", "ties", "zeros"):
+        p, q = _rows(kind, v, seed=v)
+        for sp, sq in ((1 + 3e-7, 1 - 5e-7), (1 - 1e-6 + 1e-12, 1.0), (1.0, 1 + 1e-6 - 1e-12)):
+            cases.append((p * sp, q * sq))
+    for p, q in cases:
+        pn, qn = p / p.sum(), q / q.sum()
+        for k in (1, 2, 4, 64):  # Qc^K carries K times Qc's rounding: 1e-13 K
+            got = ob.optimal_acceptance(p, q, k)
+            batch = LawBatch(p, q)
+            _ = batch.sorted
+            assert got == pytest.approx(float(batch.optimal_acceptance(k)[0]), abs=1e-13 * k)
+            assert got == pytest.approx(_with_replacement_brute(pn, qn, k), abs=1e-12 * k)  # its cumsum: V eps
+    P = np.stack([c[0] for c in cases[:6]]).reshape(2, 3, v)
+    Q = np.stack([c[1] for c in cases[:6]]).reshape(2, 3, v)
+    got = ob.optimal_acceptance(P, Q, 2)
+    assert got.shape == (2, 3)
+    want = [[ob.optimal_acceptance(P[i, j], Q[i, j], 2) for j in range(3)] for i in range(2)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)  # a row at the edge: all renormalised by LawBatch
+    p, q = cases[0]
+    strided = np.stack([p, rng.random(v)], 1)[:, 0]  # not contiguous
+    for other in (p.astype(np.float32), p.tolist(), strided):
+        want = LawBatch(other, q)
+        _ = want.sorted
+        assert ob.optimal_acceptance(other, q, 2) == pytest.approx(float(want.optimal_acceptance(2)[0]), abs=1e-13)
+
+
+def _exact_prefix_sums(x):
+    """Prefix sums of the float64 entries of x, each exact then rounded once (Fractions)."""
+    from fractions import Fraction
+    from itertools import accumulate
+
+    return np.array([float(s) for s in accumulate(Fraction(v) for v in x.tolist())])
+
+
+@pytest.mark.parametrize("v", [2000])
+def test_with_replacement_single_call_of_adversarial_pairs_padded_to_a_long_row(adversarial_pair, v):
+    """The pair's tokens, then tokens of tiny equal mass in both laws (α* may be ~1e-6: the checked
+    path and a float64 cumsum are ~1e-13 off there); the reference's prefix sums exact."""
+    _, p0, q0 = adversarial_pair
+    p, q = np.full(v, 1e-9), np.full(v, 1e-9)
+    p[: p0.size], q[: q0.size] = p0, q0
+    p, q = p / p.sum(), q / q.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        order = np.argsort(np.where(q > 0, p / q, np.inf), kind="stable")
+    pc, qc = _exact_prefix_sums(p[order]), _exact_prefix_sums(q[order])
+    for k in (1, 2, 3, 8):
+        want = min(max(1.0 + min(0.0, float((pc - qc**k).min())), 0.0), 1.0)
+        assert ob.optimal_acceptance(p, q, k) == pytest.approx(want, abs=1e-14 * k)

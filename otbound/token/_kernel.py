@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from otbound._backend import is_torch, on_accelerator, on_one_cpu_thread, one_cpu_thread, positive_counts
-from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_real
+from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_real
 from otbound.token import _search, _wor
 from otbound.token._draft_law import draft_law
 
@@ -704,7 +704,7 @@ _KINK_MARGIN = 1e-13  # a bucket is opened where its bound is below the best f f
 _STATIONARY_SLACK = 1.0 + 1e-12  # the stationarity test is a filter: borderline buckets are kept
 
 
-def _with_replacement_buckets(P, Q, k: int):
+def _with_replacement_buckets(P, Q, k: int, q_min=None):
     """With-replacement α* of rows not sorted by ratio (numpy (B, V) each; a single call's rows): the
     bound of :func:`_with_replacement` on ratio buckets instead of column blocks, so that only the
     tokens of the buckets that can hold the minimum are sorted.
@@ -719,55 +719,134 @@ def _with_replacement_buckets(P, Q, k: int):
     hold the end of a minimiser H* (stationarity: ``K Q0^(K−1) ≤ r_hi`` and
     ``r_lo ≤ K (Q0 + q_b)^(K−1)``, since p/q ≤ K q(H*)^(K−1) on H* and ≥ off it) are sorted token by
     token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
-    rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured)."""
+    rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured).
+
+    ``q_min`` (B,): the rows are the caller's laws as given, checked here instead of by
+    :class:`LawBatch` (:func:`with_replacement_as_given`): ``q_min`` their smallest q (≥ 0), each
+    row's p and q sums read off its bucket sums (no pass of their own), the renormalisation applied
+    to the bucket sums and the ratio bounds (a ratio of the renormalised laws is p/q · s_q/s_p)
+    instead of to the rows; None where a row fails or nears a check (the caller then takes the
+    checked path, whose messages apply)."""
     if P.shape[1] <= _SMALL_ROW:
         return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
-    top = min((int(np.float64(k).view(np.uint64)) >> _search._SHIFT) + 1, _search._INF_ID)  # the id above K's
     for i in range(P.shape[0]):
-        p, q = P[i], Q[i]
-        b = _ratio_ids(p, q, scratch)  # (V,) bucket ids, those ≥ top never read
-        lo = int(b.min()) if b.size < top else 0  # a short row: ids from 0, tables over its own buckets
-        if lo:
-            b -= lo
-        bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (≥ top − lo + 1,)
-        bq = np.bincount(b, weights=q, minlength=top - lo + 1)
-        if bq.size > _NEG_ZERO_ID - lo and bq[_NEG_ZERO_ID - lo] > 0:  # a p = −0 where q > 0: ratio 0, bucket 0
-            b, _ = _search._ratio_buckets(p, q, float(k), out=scratch)  # ids with the sign bit cleared
-            lo = int(b.min()) if b.size < top else 0
+        value = _with_replacement_row(P[i], Q[i], k, scratch, None if q_min is None else float(q_min[i]))
+        if value is None:
+            return None
+        out[i] = value
+    return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+
+
+_SHORT_IDS = 1 << 15  # rows shorter than this count their buckets from their least id (about the ids of ratio 2)
+_SUM_ATOL = LAW_ATOL - 1e-9  # rows checked on their bucket sums: the ones this near the tolerance take the full check
+_WIDEN = 2.0**-45  # relative widening of the ratio bounds of rows renormalised through their bucket sums
+
+
+def _with_replacement_row(p, q, k: int, scratch, q_min):
+    """1 + min over bucket ends and opened buckets of f (:func:`_with_replacement_buckets`) for one
+    row, or None where a row as given (``q_min`` not None) fails or nears a check."""
+    sp = sq = 1.0  # the laws' sums: 1 for checked rows (renormalised already)
+    p_checked = q_min is None
+    if not p_checked and q_min == 0.0:  # q = −0.0 passes q ≥ 0, and p < 0 over it gives +inf: p checked
+        if not p.min() >= 0.0:
+            return None
+        p_checked = True
+    b = _ratio_ids(p, q, scratch)  # (V,) bucket ids, those above K's never read
+    lo = int(b.min()) if b.size < _SHORT_IDS else 0  # a short row: ids from 0, tables over its own buckets
+    if lo:
+        b -= lo
+    bp = np.bincount(b, weights=p)  # (max id − lo + 1,)
+    bq = np.bincount(b, weights=q)
+    if bq.size > _NEG_ZERO_ID - lo:  # a ratio with its sign bit: a p < 0 (refused), −0.0 or 0/0
+        if not (p_checked or p.min() >= 0.0):
+            return None
+        if bq[_NEG_ZERO_ID - lo] > 0:  # a p = −0 where q > 0: ratio 0, the lowest bucket; ids with the sign masked
+            b, _ = _search._ratio_buckets(p, q, math.inf, out=scratch)
+            lo = int(b.min()) if b.size < _SHORT_IDS else 0
             if lo:
                 b -= lo
-            bp = np.bincount(b, weights=p, minlength=top - lo + 1)
-            bq = np.bincount(b, weights=q, minlength=top - lo + 1)
-        size = bq.size
-        ids = np.flatnonzero(bq[: top - lo] > 0)  # (nb,) the buckets holding q-mass, by increasing ratio
-        if ids.size == 0:
-            continue
-        bp, bq = bp[ids], bq[ids]  # (nb,) each
-        cp, cq = np.cumsum(bp), np.cumsum(bq)  # (nb,) each: Pc, Qc at the bucket ends
-        best = min(0.0, float((cp - power(cq, k)).min()))
-        p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
-        r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
-        kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
-        low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
-        # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
-        # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
-        slack = _STATIONARY_SLACK
-        lead_0, lead_1 = (power(x, k - 1) if k > 1 else np.ones_like(x) for x in (q0, cq))  # Q^(K−1), (nb,)
-        stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
-        cand = np.flatnonzero(low & stationary)
-        if cand.size:
-            toks = _search._bucket_tokens(b, ids[cand], p, q, size)  # (t,) by ratio, ties by index
-            pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
-            first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
-            cps, cqs = np.cumsum(p[toks]), np.cumsum(q[toks])  # (t,) each
-            base_p = np.where(first > 0, cps[first - 1], 0.0)
-            base_q = np.where(first > 0, cqs[first - 1], 0.0)
-            f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
-            best = min(best, float(f.min()))
-        out[i] = 1.0 + best
-    return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+            bp = np.bincount(b, weights=p)
+            bq = np.bincount(b, weights=q)
+    if q_min is not None:  # the sums of the laws as given, from their bucket sums
+        sp, sq = float(bp.sum()), float(bq.sum())  # NaN or inf where a row holds one
+        if not (abs(sp - 1.0) <= _SUM_ATOL and abs(sq - 1.0) <= _SUM_ATOL):
+            return None
+    scaled = sp != 1.0 or sq != 1.0
+    limit = k * (sp / sq) * (1.0 + _WIDEN) if scaled else float(k)  # the raw ratio of a renormalised K
+    top = min((int(np.float64(limit).view(np.uint64)) >> _search._SHIFT) + 1, _search._INF_ID) - lo
+    ids = np.flatnonzero(bq[:top] > 0)  # (nb,) the buckets below K's holding q-mass, by increasing ratio
+    if ids.size == 0:
+        return 1.0
+    size = bq.size  # every id of b is below it
+    bp, bq = bp[ids], bq[ids]  # (nb,) each
+    r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
+    if scaled:  # the renormalised laws' bucket masses and ratio bounds (widened over rounding)
+        bp, bq = bp / sp, bq / sq
+        r_lo, r_hi = r_lo * ((sq / sp) * (1.0 - _WIDEN)), r_hi * ((sq / sp) * (1.0 + _WIDEN))
+    cp, cq = np.cumsum(bp), np.cumsum(bq)  # (nb,) each: Pc, Qc at the bucket ends
+    best = min(0.0, float((cp - power(cq, k)).min()))
+    p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
+    kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
+    low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
+    # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
+    # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
+    slack = _STATIONARY_SLACK
+    lead_0, lead_1 = (power(x, k - 1) if k > 1 else np.ones_like(x) for x in (q0, cq))  # Q^(K−1), (nb,)
+    stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
+    cand = np.flatnonzero(low & stationary)
+    if cand.size:
+        toks = _search._bucket_tokens(b, ids[cand], p, q, size)  # (t,) by ratio, ties by index
+        pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
+        first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
+        pt, qt = p[toks], q[toks]  # (t,) each
+        if scaled:
+            pt, qt = pt / sp, qt / sq
+        cps, cqs = np.cumsum(pt), np.cumsum(qt)  # (t,) each
+        base_p = np.where(first > 0, cps[first - 1], 0.0)
+        base_q = np.where(first > 0, cqs[first - 1], 0.0)
+        f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
+        best = min(best, float(f.min()))
+    return 1.0 + best
+
+
+def with_replacement_as_given(p, q, num_drafts):
+    """With-replacement α* of numpy laws as the caller gave them (a single call without binding
+    sets, V > ``_SMALL_ROW``), checked on the way (:func:`_with_replacement_buckets` with ``q_min``):
+    one pass for the smallest q of each row, the sums from the bucket sums, p ≥ 0 from the sign bits
+    of the ratios (read by a pass only where q holds a zero or a ratio has its sign bit); a float
+    for 1-D laws, an array over the batch shape otherwise. None where the laws or ``num_drafts``
+    need :class:`LawBatch` (another type, dtype or layout, short rows, a failed or borderline check):
+    the checked path then gives the value or the error.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token._kernel import with_replacement_as_given
+    >>> p, q = np.full(2048, 1 / 2048), np.r_[np.full(1024, 1.5 / 2048), np.full(1024, 0.5 / 2048)]
+    >>> with_replacement_as_given(p, q, 2)  # 1 + p(H) − q(H)² on H, the first 1024 tokens: 1 + 0.5 − 0.75²
+    0.9375
+    >>> with_replacement_as_given(p, -q, 2) is None  # refused by the checked path, with its message
+    True
+    """
+    if not (type(p) is np.ndarray and type(q) is np.ndarray and p.dtype == np.float64 and q.dtype == np.float64
+            and p.shape == q.shape and p.ndim >= 1 and p.size and p.shape[-1] > _SMALL_ROW
+            and p.flags.c_contiguous and q.flags.c_contiguous):
+        return None
+    try:
+        k = check_num_drafts(num_drafts)
+    except InvalidInputError:
+        return None
+    v = p.shape[-1]
+    P, Q = p.reshape(-1, v), q.reshape(-1, v)  # (B, V) views
+    q_min = Q.min(axis=1)  # (B,) NaN where a row holds one
+    if not bool((q_min >= 0.0).all()):
+        return None
+    values = _with_replacement_buckets(P, Q, k, q_min=q_min)
+    if values is None:
+        return None
+    return float(values[0]) if p.ndim == 1 else values.reshape(p.shape[:-1])
 
 
 _NEG_ZERO_ID = int(np.float64(-0.0).view(np.uint64)) >> _search._SHIFT  # the id of a ratio −0 (sign bit kept)

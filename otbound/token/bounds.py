@@ -162,6 +162,10 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
     array([False,  True,  True])
     """
     law = draft_law(sampling)
+    if not return_certificate:  # a law's own path for laws as given, checked on its way (or None)
+        value = law.single_call(p, q, num_drafts)
+        if value is not None:
+            return value
     batch = LawBatch(p, q)
     k = batch.check_num_drafts(num_drafts, law)
     values, sets = law.optimal_acceptance(batch, k, want_sets=return_certificate)

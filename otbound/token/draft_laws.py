@@ -372,6 +372,9 @@ class WithReplacement(DraftLaw):
     def optimal_acceptance(self, batch, k, want_sets=False):
         return _kernel._with_replacement(batch, k, want_sets)
 
+    def single_call(self, p, q, num_drafts):
+        return _kernel.with_replacement_as_given(p, q, num_drafts)
+
     def sample(self, q, k, n, rng):
         return inverse_cdf(q, rng.random((n, k)))
 
