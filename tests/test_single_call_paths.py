@@ -162,9 +162,12 @@ def _top_law_reference(p, q, k, law):
 
 
 @pytest.mark.parametrize("law", ["greedy", "deterministic"])
-@pytest.mark.parametrize("kind", ["lm", "ties", "zeros", "peaked_q", "tied_edge"])
+@pytest.mark.parametrize("kind", ["lm", "ties", "zeros", "peaked_q", "tied_edge", "sum_one", "p_off_one"])
 @pytest.mark.parametrize("v", [2, 300, 5000])
 def test_top_laws_single_call_of_long_rows_match_their_definition(law, kind, v):
+    """Rows whose q sums to exactly 1 take the greedy law's path checked on its way (p
+    renormalised through its sum), the others LawBatch's: both against the definition and the
+    sorted kernel."""
     rng = np.random.default_rng(v)
     if kind == "peaked_q":  # q(G) > 1/2: q off G summed directly
         p, q = _rows("lm", v, seed=v)
@@ -176,13 +179,20 @@ def test_top_laws_single_call_of_long_rows_match_their_definition(law, kind, v):
         q = np.floor(q * v / 4) + 1.0
         q[rng.choice(v, min(v, 6), replace=False)] = q.max() + 1.0
         q /= q.sum()
+    elif kind in ("sum_one", "p_off_one"):  # q summing to exactly 1; p off 1 within the tolerance
+        p, q = _rows("ties", v, seed=v)
+        q = q.copy()
+        q[np.argmin(q)] += 1.0 - q.sum()
+        if kind == "p_off_one":
+            p = p * (1 + 7e-7)
     else:
         p, q = _rows(kind, v, seed=v)
     for k in (1, 2, 3, 4, 8):
         if k > np.count_nonzero(q):  # both laws draw K distinct tokens of q > 0
             continue
         got = ob.optimal_acceptance(p, q, k, law)
-        assert got == pytest.approx(_top_law_reference(p, q, k, law), abs=1e-14)
+        pn, qn = p / p.sum(), q / q.sum()  # the laws renormalised as LawBatch does (q summing to 1: as given)
+        assert got == pytest.approx(_top_law_reference(pn, qn, k, law), abs=1e-14)
         batch = LawBatch(p, q)
         _ = batch.sorted  # the measurement's path (torch's top-k selection, the prefix sums)
         assert got == pytest.approx(float(batch.optimal_acceptance(k, law)[0]), abs=1e-14)
@@ -268,22 +278,45 @@ def _bad_laws(v):
         yield name, bad_p, bad_q
 
 
+@pytest.mark.parametrize("law", ["with_replacement", "greedy"])
 @pytest.mark.parametrize("v", [1024, 5000])
-def test_with_replacement_single_call_refuses_bad_laws_with_the_checked_message(v):
+def test_single_calls_checked_on_their_way_refuse_bad_laws_with_the_checked_message(v, law):
     for name, p, q in _bad_laws(v):
+        if law == "greedy" and np.isfinite(q).all() and "sums" not in name:  # its path: q summing to exactly 1
+            for _ in range(2):
+                q[0] += 1.0 - q.sum()
+            assert q.sum() == 1.0
         want = _checked_error(p, q)
         for k in (1, 2, 4):
             with pytest.raises(ob.InvalidInputError) as err:
-                ob.optimal_acceptance(p, q, k)
+                ob.optimal_acceptance(p, q, k, law)
             assert str(err.value) == want, name
         # a bad row among good ones, and a bad law with a bad K: the law's error first, as before
         P, Q = np.stack([_rows("lm", v, 1)[0], p]), np.stack([_rows("lm", v, 1)[1], q])
         with pytest.raises(ob.InvalidInputError) as err:
-            ob.optimal_acceptance(P, Q, 2)
+            ob.optimal_acceptance(P, Q, 2, law)
         assert str(err.value) == _checked_error(P, Q), name
         with pytest.raises(ob.InvalidInputError) as err:
-            ob.optimal_acceptance(p, q, 0)
+            ob.optimal_acceptance(p, q, 0, law)
         assert str(err.value) == want, name
+
+
+def test_greedy_single_call_refuses_k_beyond_the_support_with_the_checked_message():
+    p, q = _rows("zeros", 3000, seed=1)
+    q = q.copy()
+    top = np.argsort(-q)[:5]
+    q[np.argsort(-q)[5:]] = 0.0  # five tokens of positive q
+    q[top[0]] += 1.0 - q.sum()
+    q[top[0]] += 1.0 - q.sum()
+    assert q.sum() == 1.0 and np.count_nonzero(q) == 5
+    assert ob.optimal_acceptance(p, q, 5, "greedy") == pytest.approx(_top_law_reference(p, q, 5, "greedy"), abs=1e-14)
+    batch = LawBatch(p, q)
+    for k in (6, 3000, 4000):
+        with pytest.raises(ob.InvalidInputError) as err:
+            ob.optimal_acceptance(p, q, k, "greedy")
+        with pytest.raises(ob.InvalidInputError) as want:
+            batch.check_num_drafts(k, "greedy")
+        assert str(err.value) == str(want.value)
 
 
 @pytest.mark.parametrize("v", [1024, 3000, 40_000])

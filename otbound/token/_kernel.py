@@ -630,6 +630,65 @@ def _top_law_rows(P, Q, k: int, sampling: str):
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
+def greedy_as_given(p, q, num_drafts):
+    """α* of the greedy law for numpy laws as the caller gave them (a single call without binding
+    sets, V > ``_SHORT_TOP``), checked on its way: :func:`_top_law_rows`'s formula on rows whose q
+    sums to exactly 1 (held as given by :class:`LawBatch` too, so G is the same), p renormalised
+    through its sum, ``α*_greedy = [p(G) + Σ_{x∉G} min(p, s_p q')] / s_p``; the two minimum
+    checks (p ≥ 0, q ≥ 0) read off ``min_x min(p, s_p q')`` (≥ 0 only where both are: q' ≥ 0 off
+    G, and q < 0 on G would make every q off G negative), K within the support of q from
+    q(V∖G) > 0 (G holds every positive q where K exceeds it). Seven passes over a row instead of
+    eight and no copy of p. A float for 1-D laws, an array over the batch shape otherwise; None
+    where the laws or ``num_drafts`` need :class:`LawBatch` (:func:`_rows_as_given`, a q not
+    summing to exactly 1, a failed check).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token._kernel import greedy_as_given
+    >>> q = np.r_[0.5, np.full(512, 1 / 1024)]  # G = {0}, q' = 1/512 off G
+    >>> p = np.r_[0.125, np.full(256, 1.25 / 512), np.full(256, 0.5 / 512)]
+    >>> greedy_as_given(p, q, 2)  # p(G) + Σ min(p, q') off G = 0.125 + 256/512 + 256 · 0.5/512
+    0.875
+    >>> greedy_as_given(p, q, 1000) is None  # K beyond the support: the checked path refuses it
+    True
+    """
+    rows = _rows_as_given(p, q, num_drafts, _SHORT_TOP)
+    if rows is None:
+        return None
+    P, Q, k = rows
+    if k > P.shape[1]:  # beyond the support: refused by the checked path
+        return None
+    shape = p.shape[:-1]  # the batch shape
+    out = np.empty(P.shape[0])  # (B,)
+    buf = np.empty(P.shape[1])  # (V,) s_p q', then min(p, s_p q')
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        sp, sq = float(p.sum()), float(q.sum())  # the checked path's sums, bit for bit
+        if not (sq == 1.0 and abs(sp - 1.0) <= LAW_ATOL):  # NaN and inf fail here
+            return None
+        g = top_tokens(q, k - 1)  # (K − 1,)
+        in_g = float(q[g].sum())
+        if in_g <= 0.5:
+            off = 1.0 - in_g
+        else:  # q(V∖G) summed directly
+            np.copyto(buf, q)
+            buf[g] = 0.0
+            off = float(buf.sum())
+        if not off > 0.0:  # no q off G: K beyond the support (or a negative q), refused by the checked path
+            return None
+        np.divide(q, off / sp if sp != 1.0 else off, out=buf)
+        buf[g] = 0.0
+        np.minimum(p, buf, out=buf)
+        low = float(buf.min())
+        if not low >= 0.0:  # a negative or NaN entry: refused by the checked path
+            return None
+        value = float(p[g].sum()) + float(buf.sum())
+        out[i] = value / sp if sp != 1.0 else value
+    np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+    return float(out[0]) if not shape else out.reshape(shape)
+
+
 def _deterministic(batch, k, want_sets):
     """α*_det = p(G), G = top-K(q) (ties to the lower index, :func:`greedy_split_rows`), binding set
     H* = G where p(G) < 1 (docs/theory/token-bounds.md, the deterministic draft law)."""
@@ -811,6 +870,23 @@ def _with_replacement_row(p, q, k: int, scratch, q_min):
     return 1.0 + best
 
 
+def _rows_as_given(p, q, num_drafts, shortest: int):
+    """``(P, Q, K)``: numpy laws as the caller gave them as (B, V) views and K checked, for a law's
+    path that checks the laws on its way (:meth:`otbound.token.DraftLaw.single_call`); None for
+    anything else (another type, dtype or layout, rows of at most ``shortest`` tokens, a bad K: the
+    checked path then answers, with its messages in its order)."""
+    if not (type(p) is np.ndarray and type(q) is np.ndarray and p.dtype == np.float64 and q.dtype == np.float64
+            and p.shape == q.shape and p.ndim >= 1 and p.size and p.shape[-1] > shortest
+            and p.flags.c_contiguous and q.flags.c_contiguous):
+        return None
+    try:
+        k = check_num_drafts(num_drafts)
+    except InvalidInputError:
+        return None
+    v = p.shape[-1]
+    return p.reshape(-1, v), q.reshape(-1, v), k
+
+
 def with_replacement_as_given(p, q, num_drafts):
     """With-replacement α* of numpy laws as the caller gave them (a single call without binding
     sets, V > ``_SMALL_ROW``), checked on the way (:func:`_with_replacement_buckets` with ``q_min``):
@@ -830,16 +906,10 @@ def with_replacement_as_given(p, q, num_drafts):
     >>> with_replacement_as_given(p, -q, 2) is None  # refused by the checked path, with its message
     True
     """
-    if not (type(p) is np.ndarray and type(q) is np.ndarray and p.dtype == np.float64 and q.dtype == np.float64
-            and p.shape == q.shape and p.ndim >= 1 and p.size and p.shape[-1] > _SMALL_ROW
-            and p.flags.c_contiguous and q.flags.c_contiguous):
+    rows = _rows_as_given(p, q, num_drafts, _SMALL_ROW)
+    if rows is None:
         return None
-    try:
-        k = check_num_drafts(num_drafts)
-    except InvalidInputError:
-        return None
-    v = p.shape[-1]
-    P, Q = p.reshape(-1, v), q.reshape(-1, v)  # (B, V) views
+    P, Q, k = rows
     q_min = Q.min(axis=1)  # (B,) NaN where a row holds one
     if not bool((q_min >= 0.0).all()):
         return None

@@ -476,6 +476,9 @@ class Greedy(_TopTokenLaw):
     style = ":^"
     _batched = staticmethod(_kernel._greedy)
 
+    def single_call(self, p, q, num_drafts):
+        return _kernel.greedy_as_given(p, q, num_drafts)
+
     def max_tuples(self, v, k):
         return v - k + 1
 
