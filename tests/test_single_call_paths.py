@@ -12,6 +12,7 @@ import pytest
 
 import otbound as ob
 from otbound.token import LawBatch
+from otbound.token._kernel import _AS_GIVEN_ROW, _SMALL_ROW
 from otbound.token._search import _without_replacement_reference
 
 
@@ -103,7 +104,7 @@ def test_top_laws_single_call_matches_the_sorted_kernel(law, kind):
 
 
 @pytest.mark.parametrize("kind", ["lm", "ties", "zeros"])
-@pytest.mark.parametrize("v", [1, 2, 7, 100, 1023, 1024, 3000])
+@pytest.mark.parametrize("v", [1, 2, 7, 100, 511, 512, 1023, 1024, 3000])
 def test_with_replacement_single_call_matches_the_sorted_kernel_and_brute_force(kind, v):
     p, q = _rows(kind, v, seed=v) if v > 1 else (np.ones(1), np.ones(1))
     for k in (1, 2, 4):
@@ -111,8 +112,10 @@ def test_with_replacement_single_call_matches_the_sorted_kernel_and_brute_force(
         batch = LawBatch(p, q)
         _ = batch.sorted  # the measurement's path
         ref = float(batch.optimal_acceptance(k)[0])
-        if v < 1024:  # short rows sorted whole, prefix sums sequential as the kernel's: bit for bit
+        if v <= _AS_GIVEN_ROW:  # short rows sorted whole, prefix sums sequential as the kernel's: bit for bit
             assert got == ref
+        if v <= _SMALL_ROW:  # and rows of LawBatch (not numpy float64 laws as given)
+            assert ob.optimal_acceptance(p.tolist(), q.tolist(), k) == ref
         assert got == pytest.approx(ref, abs=1e-13)
         # independent: 1 + min over every prefix of the (ratio, index) order of p(H) − q(H)^K
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -219,7 +222,7 @@ def _with_replacement_brute(p, q, k):
     return min(max(1.0 + min(0.0, float((np.cumsum(p[order]) - np.cumsum(q[order]) ** k).min())), 0.0), 1.0)
 
 
-@pytest.mark.parametrize("v", [1024, 3000, 40_000])
+@pytest.mark.parametrize("v", [600, 1024, 3000, 40_000])
 def test_with_replacement_single_call_of_rows_with_signed_zeros_and_empty_tokens(v):
     """Tokens with p = −0.0 (ratio −0: the lowest bucket), p = q = 0 (0/0), q = 0 < p (inf) and
     q = −0.0: the bucket ids keep the division's sign bit, and every such token lands where the
@@ -279,7 +282,7 @@ def _bad_laws(v):
 
 
 @pytest.mark.parametrize("law", ["with_replacement", "greedy"])
-@pytest.mark.parametrize("v", [1024, 5000])
+@pytest.mark.parametrize("v", [600, 1024, 5000])
 def test_single_calls_checked_on_their_way_refuse_bad_laws_with_the_checked_message(v, law):
     for name, p, q in _bad_laws(v):
         if law == "greedy" and np.isfinite(q).all() and "sums" not in name:  # its path: q summing to exactly 1
@@ -319,7 +322,7 @@ def test_greedy_single_call_refuses_k_beyond_the_support_with_the_checked_messag
         assert str(err.value) == str(want.value)
 
 
-@pytest.mark.parametrize("v", [1024, 3000, 40_000])
+@pytest.mark.parametrize("v", [600, 1024, 3000, 40_000])
 def test_with_replacement_single_call_of_laws_off_one_and_batches(v):
     """Laws summing to 1 within the tolerance but not exactly (renormalised through their bucket
     sums), at the tolerance's edge (the checked path), batches of several shapes, other dtypes and

@@ -786,7 +786,7 @@ def _with_replacement_buckets(P, Q, k: int, q_min=None):
     to the bucket sums and the ratio bounds (a ratio of the renormalised laws is p/q · s_q/s_p)
     instead of to the rows; None where a row fails or nears a check (the caller then takes the
     checked path, whose messages apply)."""
-    if P.shape[1] <= _SMALL_ROW:
+    if q_min is None and P.shape[1] <= _SMALL_ROW:
         return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
@@ -889,7 +889,7 @@ def _rows_as_given(p, q, num_drafts, shortest: int):
 
 def with_replacement_as_given(p, q, num_drafts):
     """With-replacement α* of numpy laws as the caller gave them (a single call without binding
-    sets, V > ``_SMALL_ROW``), checked on the way (:func:`_with_replacement_buckets` with ``q_min``):
+    sets, V > ``_AS_GIVEN_ROW``), checked on the way (:func:`_with_replacement_buckets` with ``q_min``):
     one pass for the smallest q of each row, the sums from the bucket sums, p ≥ 0 from the sign bits
     of the ratios (read by a pass only where q holds a zero or a ratio has its sign bit); a float
     for 1-D laws, an array over the batch shape otherwise. None where the laws or ``num_drafts``
@@ -906,7 +906,7 @@ def with_replacement_as_given(p, q, num_drafts):
     >>> with_replacement_as_given(p, -q, 2) is None  # refused by the checked path, with its message
     True
     """
-    rows = _rows_as_given(p, q, num_drafts, _SMALL_ROW)
+    rows = _rows_as_given(p, q, num_drafts, _AS_GIVEN_ROW)
     if rows is None:
         return None
     P, Q, k = rows
@@ -937,12 +937,14 @@ def _ratio_ids(p, q, out):
     return bits.view(np.int64)
 
 
-_SMALL_ROW = 1023  # rows this short are sorted whole (fewer numpy calls than the buckets' bound)
+_SMALL_ROW = 1023  # checked rows this short are sorted whole (fewer numpy calls than the buckets' bound)
+_AS_GIVEN_ROW = 511  # laws as given longer than this take the buckets checked on their way (faster than LawBatch's sort)
 
 
 def _with_replacement_small(P, Q, k: int):
-    """:func:`_with_replacement_buckets` for short rows (V ≤ ``_SMALL_ROW``, where the per-call
-    overhead of the buckets exceeds a sort): each row sorted by (ratio, index) (q = 0 last), f = Pc − Qc^K
+    """:func:`_with_replacement_buckets` for short checked rows (V ≤ ``_SMALL_ROW``, where the
+    per-call overhead of the buckets and of LawBatch's checks exceeds a sort; numpy laws as given
+    of V > ``_AS_GIVEN_ROW`` take the buckets, their checks fused): each row sorted by (ratio, index) (q = 0 last), f = Pc − Qc^K
     over the prefixes of ratio below K (1 + 1e-12), as :meth:`SortedRows.prefix_limit` takes them; the
     prefix sums sequential, as :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the
     sorted kernel's values, bit for bit."""
