@@ -946,8 +946,9 @@ def _with_replacement_small(P, Q, k: int):
     per-call overhead of the buckets and of LawBatch's checks exceeds a sort; numpy laws as given
     of V > ``_AS_GIVEN_ROW`` take the buckets, their checks fused): each row sorted by (ratio,
     index) (q = 0 last), f = Pc − Qc^K over the prefixes of ratio below K (1 + 1e-12), as
-    :meth:`SortedRows.prefix_limit` takes them; the prefix sums sequential, as :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the
-    sorted kernel's values, bit for bit."""
+    :meth:`SortedRows.prefix_limit` takes them; the prefix sums sequential, as
+    :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the sorted kernel's values,
+    bit for bit."""
     out = np.ones(P.shape[0])  # (B,)
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
