@@ -632,15 +632,15 @@ def _top_law_rows(P, Q, k: int, sampling: str):
 
 def greedy_as_given(p, q, num_drafts):
     """α* of the greedy law for numpy laws as the caller gave them (a single call without binding
-    sets, V > ``_SHORT_TOP``), checked on its way: :func:`_top_law_rows`'s formula on rows whose q
-    sums to exactly 1 (held as given by :class:`LawBatch` too, so G is the same), p renormalised
-    through its sum, ``α*_greedy = [p(G) + Σ_{x∉G} min(p, s_p q')] / s_p``; the two minimum
-    checks (p ≥ 0, q ≥ 0) read off ``min_x min(p, s_p q')`` (≥ 0 only where both are: q' ≥ 0 off
-    G, and q < 0 on G would make every q off G negative), K within the support of q from
-    q(V∖G) > 0 (G holds every positive q where K exceeds it). Seven passes over a row instead of
-    eight and no copy of p. A float for 1-D laws, an array over the batch shape otherwise; None
-    where the laws or ``num_drafts`` need :class:`LawBatch` (:func:`_rows_as_given`, a q not
-    summing to exactly 1, a failed check).
+    sets, V > ``_SHORT_TOP``), checked on its way: :func:`_top_law_rows`'s formula, q as
+    :class:`LawBatch` holds it (renormalised only where it does not sum to exactly 1, so G is the
+    same), p renormalised through its sum, ``α*_greedy = [p(G) + Σ_{x∉G} min(p, s_p q')] / s_p``;
+    the two minimum checks (p ≥ 0, q ≥ 0) read off ``min_x min(p, s_p q')`` (≥ 0 only where both
+    are: q' ≥ 0 off G, and q < 0 on G would make every q off G negative), K within the support of
+    q from q(V∖G) > 0 (G holds every positive q where K exceeds it). Seven passes over a row
+    instead of eight and no copy of p. A float for 1-D laws, an array over the batch shape otherwise; None
+    where the laws or ``num_drafts`` need :class:`LawBatch` (:func:`_rows_as_given`, a failed
+    check).
 
     Examples
     --------
@@ -665,8 +665,10 @@ def greedy_as_given(p, q, num_drafts):
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
         sp, sq = float(p.sum()), float(q.sum())  # the checked path's sums, bit for bit
-        if not (sq == 1.0 and abs(sp - 1.0) <= LAW_ATOL):  # NaN and inf fail here
+        if not (abs(sp - 1.0) <= LAW_ATOL and abs(sq - 1.0) <= LAW_ATOL):  # NaN and inf fail here
             return None
+        if sq != 1.0:  # q renormalised as LawBatch does (the same q / q.sum()): the same G
+            q = q / sq
         g = top_tokens(q, k - 1)  # (K − 1,)
         in_g = float(q[g].sum())
         if in_g <= 0.5:
