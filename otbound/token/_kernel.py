@@ -765,7 +765,7 @@ _KINK_MARGIN = 1e-13  # a bucket is opened where its bound is below the best f f
 _STATIONARY_SLACK = 1.0 + 1e-12  # the stationarity test is a filter: borderline buckets are kept
 
 
-def _with_replacement_buckets(P, Q, k: int, q_min=None):
+def _with_replacement_buckets(P, Q, k: int, as_given: bool = False):
     """With-replacement α* of rows not sorted by ratio (numpy (B, V) each; a single call's rows): the
     bound of :func:`_with_replacement` on ratio buckets instead of column blocks, so that only the
     tokens of the buckets that can hold the minimum are sorted.
@@ -782,18 +782,19 @@ def _with_replacement_buckets(P, Q, k: int, q_min=None):
     token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
     rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured).
 
-    ``q_min`` (B,): the rows are the caller's laws as given, checked here instead of by
-    :class:`LawBatch` (:func:`with_replacement_as_given`): ``q_min`` their smallest q (≥ 0), each
-    row's p and q sums read off its bucket sums (no pass of their own), the renormalisation applied
+    ``as_given``: the rows are the caller's laws as given, checked here instead of by
+    :class:`LawBatch` (:func:`with_replacement_as_given`): each row's smallest q (≥ 0) in one pass
+    after its bucket sums (q is then in cache), its p and q sums read off its bucket sums (no pass
+    of their own), the renormalisation applied
     to the bucket sums and the ratio bounds (a ratio of the renormalised laws is p/q · s_q/s_p)
     instead of to the rows; None where a row fails or nears a check (the caller then takes the
     checked path, whose messages apply)."""
-    if q_min is None and P.shape[1] <= _SMALL_ROW:
+    if not as_given and P.shape[1] <= _SMALL_ROW:
         return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
     for i in range(P.shape[0]):
-        value = _with_replacement_row(P[i], Q[i], k, scratch, None if q_min is None else float(q_min[i]))
+        value = _with_replacement_row(P[i], Q[i], k, scratch, as_given)
         if value is None:
             return None
         out[i] = value
@@ -805,21 +806,25 @@ _SUM_ATOL = LAW_ATOL - 1e-9  # rows checked on their bucket sums: the ones this 
 _WIDEN = 2.0**-45  # relative widening of the ratio bounds of rows renormalised through their bucket sums
 
 
-def _with_replacement_row(p, q, k: int, scratch, q_min):
+def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
     """1 + min over bucket ends and opened buckets of f (:func:`_with_replacement_buckets`) for one
-    row, or None where a row as given (``q_min`` not None) fails or nears a check."""
+    row, or None where a row ``as_given`` fails or nears a check."""
     sp = sq = 1.0  # the laws' sums: 1 for checked rows (renormalised already)
-    p_checked = q_min is None
-    if not p_checked and q_min == 0.0:  # q = −0.0 passes q ≥ 0, and p < 0 over it gives +inf: p checked
-        if not p.min() >= 0.0:
-            return None
-        p_checked = True
     b = _ratio_ids(p, q, scratch)  # (V,) bucket ids, those above K's never read
     lo = int(b.min()) if b.size < _SHORT_IDS else 0  # a short row: ids from 0, tables over its own buckets
     if lo:
         b -= lo
     bp = np.bincount(b, weights=p)  # (max id − lo + 1,)
     bq = np.bincount(b, weights=q)
+    p_checked = not as_given
+    if as_given:  # checked after the sums (read while q is in cache; nothing is used before)
+        q_min = float(q.min())  # NaN where the row holds one
+        if not q_min >= 0.0:
+            return None
+        if q_min == 0.0:  # q = −0.0 passes q ≥ 0, and p < 0 over it gives +inf: p checked
+            if not p.min() >= 0.0:
+                return None
+            p_checked = True
     if bq.size > _NEG_ZERO_ID - lo:  # a ratio with its sign bit: a p < 0 (refused), −0.0 or 0/0
         if not (p_checked or p.min() >= 0.0):
             return None
@@ -830,7 +835,7 @@ def _with_replacement_row(p, q, k: int, scratch, q_min):
                 b -= lo
             bp = np.bincount(b, weights=p)
             bq = np.bincount(b, weights=q)
-    if q_min is not None:  # the sums of the laws as given, from their bucket sums
+    if as_given:  # the sums of the laws as given, from their bucket sums
         sp, sq = float(bp.sum()), float(bq.sum())  # NaN or inf where a row holds one
         if not (abs(sp - 1.0) <= _SUM_ATOL and abs(sq - 1.0) <= _SUM_ATOL):
             return None
@@ -891,7 +896,7 @@ def _rows_as_given(p, q, num_drafts, shortest: int):
 
 def with_replacement_as_given(p, q, num_drafts):
     """With-replacement α* of numpy laws as the caller gave them (a single call without binding
-    sets, V > ``_AS_GIVEN_ROW``), checked on the way (:func:`_with_replacement_buckets` with ``q_min``):
+    sets, V > ``_AS_GIVEN_ROW``), checked on the way (:func:`_with_replacement_buckets`, ``as_given``):
     one pass for the smallest q of each row, the sums from the bucket sums, p ≥ 0 from the sign bits
     of the ratios (read by a pass only where q holds a zero or a ratio has its sign bit); a float
     for 1-D laws, an array over the batch shape otherwise. None where the laws or ``num_drafts``
@@ -912,10 +917,7 @@ def with_replacement_as_given(p, q, num_drafts):
     if rows is None:
         return None
     P, Q, k = rows
-    q_min = Q.min(axis=1)  # (B,) NaN where a row holds one
-    if not bool((q_min >= 0.0).all()):
-        return None
-    values = _with_replacement_buckets(P, Q, k, q_min=q_min)
+    values = _with_replacement_buckets(P, Q, k, as_given=True)
     if values is None:
         return None
     return float(values[0]) if p.ndim == 1 else values.reshape(p.shape[:-1])
