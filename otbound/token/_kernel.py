@@ -35,6 +35,11 @@ function only in the column blocks whose lower bound can hold its minimum (:func
 :func:`_pair_closed_form`); one selection of the largest q per batch serves the greedy and
 deterministic laws.
 
+A single call (rows not sorted, no binding sets) sorts nothing whole: with replacement sums the
+ratio buckets (:func:`_with_replacement_buckets`; numpy laws as given are checked on the way,
+:func:`with_replacement_as_given`), the greedy and deterministic laws select the largest q from
+column maxima (:func:`top_tokens`, :func:`_top_law_rows`, :func:`greedy_as_given`).
+
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); the values agree
 with the per-row references of the tests to float64 summation error (≤ 1e-14 measured, 1e-12
 demanded; without replacement K ≥ 3 within the clock integral's stated 1e-12).
