@@ -625,12 +625,13 @@ def _top_law_rows(P, Q, k: int, sampling: str):
         in_g = float(q[g].sum())
         if in_g <= 0.5:
             off = 1.0 - in_g
-        else:  # q(V∖G) summed directly
+            np.divide(q, off, out=buf)
+            buf[g] = 0.0
+        else:  # q(V∖G) summed directly; G zeroed before the division (q/q(V∖G) may overflow there)
             np.copyto(buf, q)
             buf[g] = 0.0
             off = float(buf.sum())
-        np.divide(q, off, out=buf)
-        buf[g] = 0.0
+            np.divide(buf, off, out=buf)
         out[i] = p[g].sum() + np.minimum(p, buf, out=buf).sum()
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
@@ -678,14 +679,15 @@ def greedy_as_given(p, q, num_drafts):
         in_g = float(q[g].sum())
         if in_g <= 0.5:
             off = 1.0 - in_g
-        else:  # q(V∖G) summed directly
+            np.divide(q, off / sp if sp != 1.0 else off, out=buf)
+            buf[g] = 0.0
+        else:  # q(V∖G) summed directly; G zeroed before the division (q/q(V∖G) may overflow there)
             np.copyto(buf, q)
             buf[g] = 0.0
             off = float(buf.sum())
-        if not off > 0.0:  # no q off G: K beyond the support (or a negative q), refused by the checked path
-            return None
-        np.divide(q, off / sp if sp != 1.0 else off, out=buf)
-        buf[g] = 0.0
+            if not off > 0.0:  # no q off G: K beyond the support (or a negative q), refused by the checked path
+                return None
+            np.divide(buf, off / sp if sp != 1.0 else off, out=buf)
         np.minimum(p, buf, out=buf)
         low = float(buf.min())
         if not low >= 0.0:  # a negative or NaN entry: refused by the checked path
@@ -961,7 +963,7 @@ def _with_replacement_small(P, Q, k: int):
     out = np.ones(P.shape[0])  # (B,)
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # an overflowing ratio: inf, past K
             r = np.divide(p, q)  # (V,)
         r[q == 0] = np.inf  # 0/0 and x/0 last
         order = np.argsort(r, kind="stable")  # (V,) by ratio, ties by index (−0 and +0 equal)
