@@ -808,6 +808,7 @@ def _with_replacement_buckets(P, Q, k: int, as_given: bool = False):
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
+_FLOORS = _search._bucket_floor(np.arange(_search._INF_ID + 2))  # (ids,) the least ratio of each bucket id
 _SHORT_IDS = 1 << 15  # rows shorter than this count their buckets from their least id (about the ids of ratio 2)
 _SUM_ATOL = LAW_ATOL - 1e-9  # rows checked on their bucket sums: the ones this near the tolerance take the full check
 _WIDEN = 2.0**-45  # relative widening of the ratio bounds of rows renormalised through their bucket sums
@@ -849,26 +850,28 @@ def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
     scaled = sp != 1.0 or sq != 1.0
     limit = k * (sp / sq) * (1.0 + _WIDEN) if scaled else float(k)  # the raw ratio of a renormalised K
     top = min((int(np.float64(limit).view(np.uint64)) >> _search._SHIFT) + 1, _search._INF_ID) - lo
-    ids = np.flatnonzero(bq[:top] > 0)  # (nb,) the buckets below K's holding q-mass, by increasing ratio
+    ids = (bq[:top] > 0).nonzero()[0]  # (nb,) the buckets below K's holding q-mass, by increasing ratio
     if ids.size == 0:
         return 1.0
     size = bq.size  # every id of b is below it
     bp, bq = bp[ids], bq[ids]  # (nb,) each
-    r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
+    r_lo, r_hi = _FLOORS[ids + lo], _FLOORS[ids + (lo + 1)]  # (nb,) each
     if scaled:  # the renormalised laws' bucket masses and ratio bounds (widened over rounding)
         bp, bq = bp / sp, bq / sq
         r_lo, r_hi = r_lo * ((sq / sp) * (1.0 - _WIDEN)), r_hi * ((sq / sp) * (1.0 + _WIDEN))
-    cp, cq = np.cumsum(bp), np.cumsum(bq)  # (nb,) each: Pc, Qc at the bucket ends
+    cp, cq = bp.cumsum(), bq.cumsum()  # (nb,) each: Pc, Qc at the bucket ends
     best = min(0.0, float((cp - power(cq, k)).min()))
     p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
-    kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
+    kink = np.minimum(np.maximum((r_hi * bq - bp) / (r_hi - r_lo), 0.0), bq)  # (nb,) in [0, q_b]
     low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
     # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
     # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
-    slack = _STATIONARY_SLACK
-    lead_0, lead_1 = (power(x, k - 1) if k > 1 else np.ones_like(x) for x in (q0, cq))  # Q^(K−1), (nb,)
-    stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
-    cand = np.flatnonzero(low & stationary)
+    if k > 1:
+        low &= (k / _STATIONARY_SLACK) * power(q0, k - 1) <= r_hi  # borderline buckets kept
+        low &= r_lo <= (k * _STATIONARY_SLACK) * power(cq, k - 1)
+    else:
+        low &= (r_lo <= _STATIONARY_SLACK) & (r_hi * _STATIONARY_SLACK >= 1.0)
+    cand = low.nonzero()[0]
     if cand.size:
         toks = _search._bucket_tokens(b, ids[cand], p, q, size)  # (t,) by ratio, ties by index
         pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
