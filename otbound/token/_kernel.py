@@ -609,30 +609,30 @@ def _top_law_rows(P, Q, k: int, sampling: str):
     """α* of the greedy or deterministic law for rows not sorted by ratio (numpy (B, V) each, a
     single call's rows), row by row in numpy: G by :func:`top_tokens`, then α*_det = p(G) (G the K
     largest q) or α*_greedy = p(G) + Σ_{x∉G} min(p, q') with G the K − 1 largest q and
-    q' = q / q(V∖G) off G. q(V∖G) is 1 − q(G) where q(G) ≤ 1/2 (a row sums to 1 within a few
-    ulps: relative error ≤ 1e-15), else summed directly (no cancellation where q(G) is near 1): for
-    the greedy law three passes over the row (q/q(V∖G), the minimum with p, its sum). The values
+    q' = q / q(V∖G) off G. On long rows (V > ``_SHORT_TOP``) q(V∖G) is 1 − q(G) where q(G) ≤ 1/2
+    (a row sums to 1 within a few ulps: relative error ≤ 1e-15), else and on short rows it is
+    summed directly (no cancellation where q(G) is near 1): for the greedy law three passes over a
+    long row (q/q(V∖G), the minimum with p, its sum). The values
     of :func:`_greedy` and :func:`_deterministic` to float64 rounding (their batched torch form;
     ≤ 1e-15 measured)."""
     out = np.empty(P.shape[0])  # (B,)
-    buf = np.empty(P.shape[1]) if sampling != "deterministic" else None  # (V,) q', then min(p, q')
+    long_rows = P.shape[1] > _SHORT_TOP  # short rows: q(V∖G) summed directly (fewer numpy calls)
+    buf = np.empty(P.shape[1]) if long_rows and sampling != "deterministic" else None  # (V,) q', then min(p, q')
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
         if sampling == "deterministic":
             out[i] = p[top_tokens(q, k)].sum()
             continue
         g = top_tokens(q, k - 1)  # (K − 1,)
-        in_g = float(q[g].sum())
-        if in_g <= 0.5:
-            off = 1.0 - in_g
-            np.divide(q, off, out=buf)
-            buf[g] = 0.0
+        in_g = float(q[g].sum()) if long_rows else 1.0
+        if in_g <= 0.5:  # q(V∖G) = 1 − q(G): no copy of q
+            rest = np.divide(q, 1.0 - in_g, out=buf)  # (V,) q'
+            rest[g] = 0.0
         else:  # q(V∖G) summed directly; G zeroed before the division (q/q(V∖G) may overflow there)
-            np.copyto(buf, q)
-            buf[g] = 0.0
-            off = float(buf.sum())
-            np.divide(buf, off, out=buf)
-        out[i] = p[g].sum() + np.minimum(p, buf, out=buf).sum()
+            rest = q.copy()  # (V,) q off G, then q'
+            rest[g] = 0.0
+            rest /= rest.sum()
+        out[i] = p[g].sum() + np.minimum(p, rest, out=rest).sum()
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
@@ -892,9 +892,10 @@ def _rows_as_given(p, q, num_drafts, shortest: int):
     path that checks the laws on its way (:meth:`otbound.token.DraftLaw.single_call`); None for
     anything else (another type, dtype or layout, rows of at most ``shortest`` tokens, a bad K: the
     checked path then answers, with its messages in its order)."""
-    if not (type(p) is np.ndarray and type(q) is np.ndarray and p.dtype == np.float64 and q.dtype == np.float64
-            and p.shape == q.shape and p.ndim >= 1 and p.size and p.shape[-1] > shortest
-            and p.flags.c_contiguous and q.flags.c_contiguous):
+    if type(p) is not np.ndarray or not p.shape or p.shape[-1] <= shortest:  # short rows first: the cheapest test
+        return None
+    if not (type(q) is np.ndarray and p.dtype == np.float64 and q.dtype == np.float64 and p.shape == q.shape
+            and p.size and p.flags.c_contiguous and q.flags.c_contiguous):
         return None
     try:
         k = check_num_drafts(num_drafts)
