@@ -284,11 +284,11 @@ def _bad_laws(v):
         yield name, bad_p, bad_q
 
 
-@pytest.mark.parametrize("law", ["with_replacement", "greedy"])
+@pytest.mark.parametrize("law", ["with_replacement", "greedy", "deterministic"])
 @pytest.mark.parametrize("v", [600, 1024, 5000])
 def test_single_calls_checked_on_their_way_refuse_bad_laws_with_the_checked_message(v, law):
     for name, p, q in _bad_laws(v):
-        if law == "greedy" and np.isfinite(q).all() and "sums" not in name:  # its path: q summing to exactly 1
+        if law != "with_replacement" and np.isfinite(q).all() and "sums" not in name:  # q summing to exactly 1
             for _ in range(2):
                 q[0] += 1.0 - q.sum()
             assert q.sum() == 1.0
@@ -307,7 +307,8 @@ def test_single_calls_checked_on_their_way_refuse_bad_laws_with_the_checked_mess
         assert str(err.value) == want, name
 
 
-def test_greedy_single_call_refuses_k_beyond_the_support_with_the_checked_message():
+@pytest.mark.parametrize("law", ["greedy", "deterministic"])
+def test_top_laws_single_call_refuses_k_beyond_the_support_with_the_checked_message(law):
     p, q = _rows("zeros", 3000, seed=1)
     q = q.copy()
     top = np.argsort(-q)[:5]
@@ -315,13 +316,13 @@ def test_greedy_single_call_refuses_k_beyond_the_support_with_the_checked_messag
     q[top[0]] += 1.0 - q.sum()
     q[top[0]] += 1.0 - q.sum()
     assert q.sum() == 1.0 and np.count_nonzero(q) == 5
-    assert ob.optimal_acceptance(p, q, 5, "greedy") == pytest.approx(_top_law_reference(p, q, 5, "greedy"), abs=1e-14)
+    assert ob.optimal_acceptance(p, q, 5, law) == pytest.approx(_top_law_reference(p, q, 5, law), abs=1e-14)
     batch = LawBatch(p, q)
     for k in (6, 3000, 4000):
         with pytest.raises(ob.InvalidInputError) as err:
-            ob.optimal_acceptance(p, q, k, "greedy")
+            ob.optimal_acceptance(p, q, k, law)
         with pytest.raises(ob.InvalidInputError) as want:
-            batch.check_num_drafts(k, "greedy")
+            batch.check_num_drafts(k, law)
         assert str(err.value) == str(want.value)
 
 

@@ -38,7 +38,7 @@ deterministic laws.
 A single call (rows not sorted, no binding sets) sorts nothing whole: with replacement sums the
 ratio buckets (:func:`_with_replacement_buckets`; numpy laws as given are checked on the way,
 :func:`with_replacement_as_given`), the greedy and deterministic laws select the largest q from
-column maxima (:func:`top_tokens`, :func:`_top_law_rows`, :func:`greedy_as_given`).
+column maxima (:func:`top_tokens`, :func:`_top_law_rows`, :func:`top_law_as_given`).
 
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); the values agree
 with the per-row references of the tests to float64 summation error (≤ 1e-14 measured, 1e-12
@@ -636,27 +636,33 @@ def _top_law_rows(P, Q, k: int, sampling: str):
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
-def greedy_as_given(p, q, num_drafts):
-    """α* of the greedy law for numpy laws as the caller gave them (a single call without binding
-    sets, V > ``_SHORT_TOP``), checked on its way: :func:`_top_law_rows`'s formula, q as
-    :class:`LawBatch` holds it (renormalised only where it does not sum to exactly 1, so G is the
-    same), p renormalised through its sum, ``α*_greedy = [p(G) + Σ_{x∉G} min(p, s_p q')] / s_p``;
-    the two minimum checks (p ≥ 0, q ≥ 0) read off ``min_x min(p, s_p q')`` (≥ 0 only where both
-    are: q' ≥ 0 off G, and q < 0 on G would make every q off G negative), K within the support of
-    q from q(V∖G) > 0 (G holds every positive q where K exceeds it). Seven passes over a row
-    instead of eight and no copy of p. A float for 1-D laws, an array over the batch shape otherwise; None
-    where the laws or ``num_drafts`` need :class:`LawBatch` (:func:`_rows_as_given`, a failed
-    check).
+def top_law_as_given(p, q, num_drafts, sampling: str):
+    """α* of the greedy or deterministic law (``sampling``) for numpy laws as the caller gave them
+    (a single call without binding sets, V > ``_SHORT_TOP``), checked on its way: the formulas of
+    :func:`_top_law_rows` with q as :class:`LawBatch` holds it (renormalised only where it does not
+    sum to exactly 1, so G is the same) and p renormalised through its sum s_p instead of a copy:
+
+    * greedy: ``α*_greedy = [p(G) + Σ_{x∉G} min(p, s_p q')] / s_p``, the two minimum checks
+      (p ≥ 0, q ≥ 0) read off ``min_x min(p, s_p q')`` (≥ 0 only where both are: q' ≥ 0 off G, and
+      q < 0 on G would make every q off G negative), K within the support of q from q(V∖G) > 0
+      (G holds every positive q where K exceeds it): seven passes over a row instead of eight;
+    * deterministic: ``α*_det = p(G) / s_p``, the minima of p and q one pass each, the support of q
+      counted only where q holds a zero: five passes, as LawBatch's, without its copies.
+
+    A float for 1-D laws, an array over the batch shape otherwise; None where the laws or
+    ``num_drafts`` need :class:`LawBatch` (:func:`_rows_as_given`, a failed check).
 
     Examples
     --------
     >>> import numpy as np
-    >>> from otbound.token._kernel import greedy_as_given
-    >>> q = np.r_[0.5, np.full(512, 1 / 1024)]  # G = {0}, q' = 1/512 off G
+    >>> from otbound.token._kernel import top_law_as_given
+    >>> q = np.r_[0.5, np.full(512, 1 / 1024)]  # G = {0} at K = 2, q' = 1/512 off G
     >>> p = np.r_[0.125, np.full(256, 1.25 / 512), np.full(256, 0.5 / 512)]
-    >>> greedy_as_given(p, q, 2)  # p(G) + Σ min(p, q') off G = 0.125 + 256/512 + 256 · 0.5/512
+    >>> top_law_as_given(p, q, 2, "greedy")  # p(G) + Σ min(p, q') off G = 0.125 + 256/512 + 256 · 0.5/512
     0.875
-    >>> greedy_as_given(p, q, 1000) is None  # K beyond the support: the checked path refuses it
+    >>> top_law_as_given(p, q, 2, "deterministic")  # p(G), G = {0, 1} (ties to the lower index): 0.125 + 1.25/512
+    0.12744140625
+    >>> top_law_as_given(p, q, 1000, "greedy") is None  # K beyond the support: the checked path refuses it
     True
     """
     rows = _rows_as_given(p, q, num_drafts, _SHORT_TOP)
@@ -665,9 +671,10 @@ def greedy_as_given(p, q, num_drafts):
     P, Q, k = rows
     if k > P.shape[1]:  # beyond the support: refused by the checked path
         return None
+    greedy = sampling == "greedy"
     shape = p.shape[:-1]  # the batch shape
     out = np.empty(P.shape[0])  # (B,)
-    buf = np.empty(P.shape[1])  # (V,) s_p q', then min(p, s_p q')
+    buf = np.empty(P.shape[1]) if greedy else None  # (V,) s_p q', then min(p, s_p q')
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
         sp, sq = float(p.sum()), float(q.sum())  # the checked path's sums, bit for bit
@@ -675,6 +682,15 @@ def greedy_as_given(p, q, num_drafts):
             return None
         if sq != 1.0:  # q renormalised as LawBatch does (the same q / q.sum()): the same G
             q = q / sq
+        if not greedy:
+            q_min = float(q.min())
+            if not (q_min >= 0.0 and p.min() >= 0.0):  # a negative entry: refused by the checked path
+                return None
+            if q_min == 0.0 and k > int(np.count_nonzero(q > 0)):  # K beyond the support of q
+                return None
+            value = float(p[top_tokens(q, k)].sum())
+            out[i] = value / sp if sp != 1.0 else value
+            continue
         g = top_tokens(q, k - 1)  # (K − 1,)
         in_g = float(q[g].sum())
         if in_g <= 0.5:

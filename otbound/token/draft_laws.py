@@ -464,6 +464,9 @@ class _TopTokenLaw(DraftLaw):
             return _kernel._torch().from_numpy(_kernel._top_law_rows(*batch.numpy_rows(), k, self.name)), None
         return type(self)._batched(batch, k, want_sets)
 
+    def single_call(self, p, q, num_drafts):
+        return _kernel.top_law_as_given(p, q, num_drafts, self.name)
+
 
 class Greedy(_TopTokenLaw):
     """G = the K−1 most likely tokens of q, then x_K ~ q' = q|_{V∖G} / (1 − q(G));
@@ -475,9 +478,6 @@ class Greedy(_TopTokenLaw):
     color = "#2ca02c"
     style = ":^"
     _batched = staticmethod(_kernel._greedy)
-
-    def single_call(self, p, q, num_drafts):
-        return _kernel.greedy_as_given(p, q, num_drafts)
 
     def max_tuples(self, v, k):
         return v - k + 1
