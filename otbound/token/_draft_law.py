@@ -169,9 +169,8 @@ class DraftLaw:
     def single_call(self, p, q, num_drafts):
         """α* of the laws as the caller gave them by a path that checks them on its way (a single
         call without binding sets), or None where they take :class:`otbound.token.LawBatch` (the
-        laws with replacement, greedy and deterministic have such paths:
-        :func:`otbound.token._kernel.with_replacement_as_given`,
-        :func:`otbound.token._kernel.top_law_as_given`)."""
+        laws with replacement, greedy and deterministic have such paths in the token kernel:
+        ``with_replacement_as_given``, ``top_law_as_given``)."""
         return None
 
     def coupling_law(self, q: np.ndarray, k: int) -> np.ndarray:
