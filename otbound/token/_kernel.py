@@ -120,8 +120,9 @@ class LawBatch:
             self.device = None
             p, q, q_min = _check_numpy(p, q)
             v = p.shape[-1]
-            self.q_min = torch.from_numpy(q_min.reshape(-1))  # (B,): from the check's pass
-            if bool((q_min > 0).all()):  # every token of every row has q > 0: no count needed
+            self._q_min_rows = q_min.reshape(-1)  # (B,) from the check's pass: q_min's tensor on first use
+            low = float(q_min) if q_min.ndim == 0 else float(q_min.min()) if q_min.size else math.inf
+            if low > 0.0:  # every token of every row has q > 0: no count needed
                 self.support = v
             numpy_rows = (p.reshape(-1, v), q.reshape(-1, v))  # (B, V) each, what numpy_rows() gives
             self.shape = tuple(p.shape[:-1])
@@ -164,7 +165,10 @@ class LawBatch:
     @functools.cached_property
     def q_min(self):
         """The smallest q of each row, (B,) float64: one reduction serving the support and the test
-        for positive q below ``_wor.CLOCK_FLOOR`` (:func:`_tiny_q_rows`)."""
+        for positive q below ``_wor.CLOCK_FLOOR`` (:func:`_tiny_q_rows`); the check's own minima
+        (numpy laws: made a tensor on first use)."""
+        if self.device is None:
+            return _torch().from_numpy(self._q_min_rows)
         return self.q.amin(1)
 
     @functools.cached_property
