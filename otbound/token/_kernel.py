@@ -870,7 +870,7 @@ def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
     scaled = sp != 1.0 or sq != 1.0
     limit = k * (sp / sq) * (1.0 + _WIDEN) if scaled else float(k)  # the raw ratio of a renormalised K
     top = min((int(np.float64(limit).view(np.uint64)) >> _search._SHIFT) + 1, _search._INF_ID) - lo
-    ids = (bq[:top] > 0).nonzero()[0]  # (nb,) the buckets below K's holding q-mass, by increasing ratio
+    ids = (bq[: max(top, 0)] > 0).nonzero()[0]  # (nb,) the buckets below K's holding q-mass, by increasing ratio
     if ids.size == 0:
         return 1.0
     size = bq.size  # every id of b is below it
