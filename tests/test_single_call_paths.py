@@ -382,3 +382,29 @@ def test_with_replacement_single_call_of_adversarial_pairs_padded_to_a_long_row(
     for k in (1, 2, 3, 8):
         want = min(max(1.0 + min(0.0, float((pc - qc**k).min())), 0.0), 1.0)
         assert ob.optimal_acceptance(p, q, k) == pytest.approx(want, abs=1e-14 * k)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_single_calls_as_given_equal_the_checked_path_on_random_rows(seed):
+    """Random long rows (LM-like, integer logits, zeros in p and q, a dominant q, sums off 1 within
+    the tolerance), one call each: the paths checked on their way against LawBatch's (the laws
+    renormalised first, the sorted kernel for with replacement)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        v = int(rng.integers(600, 6000))
+        kind = ["lm", "ties", "zeros"][int(rng.integers(3))]
+        p, q = _rows(kind, v, seed=int(rng.integers(1 << 30)))
+        p, q = p.copy(), q.copy()
+        if rng.random() < 0.3:  # a dominant draft token: q(G) > 1/2
+            q[int(rng.integers(v))] += float(rng.uniform(1, 5))
+            q /= q.sum()
+        if rng.random() < 0.5:  # sums off 1 within the tolerance
+            p, q = p * (1 + rng.uniform(-9e-7, 9e-7)), q * (1 + rng.uniform(-9e-7, 9e-7))
+        batch = LawBatch(p, q)
+        _ = batch.sorted
+        for k in (1, 2, 3, 8):
+            if k > np.count_nonzero(q):
+                continue
+            for law in ("with_replacement", "greedy", "deterministic"):
+                want = float(batch.optimal_acceptance(k, law)[0])
+                assert ob.optimal_acceptance(p, q, k, law) == pytest.approx(want, abs=1e-13 * k), (kind, v, law, k)
