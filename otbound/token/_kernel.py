@@ -616,9 +616,8 @@ def _top_law_rows(P, Q, k: int, sampling: str):
     q' = q / q(V∖G) off G. On long rows (V > ``_SHORT_TOP``) q(V∖G) is 1 − q(G) where q(G) ≤ 1/2
     (a row sums to 1 within a few ulps: relative error ≤ 1e-15), else and on short rows it is
     summed directly (no cancellation where q(G) is near 1): for the greedy law three passes over a
-    long row (q/q(V∖G), the minimum with p, its sum). The values
-    of :func:`_greedy` and :func:`_deterministic` to float64 rounding (their batched torch form;
-    ≤ 1e-15 measured)."""
+    long row (q/q(V∖G), the minimum with p, its sum). The values of :func:`_greedy` and
+    :func:`_deterministic` to float64 rounding (their batched torch form; ≤ 1e-15 measured)."""
     out = np.empty(P.shape[0])  # (B,)
     long_rows = P.shape[1] > _SHORT_TOP  # short rows: q(V∖G) summed directly (fewer numpy calls)
     buf = np.empty(P.shape[1]) if long_rows and sampling != "deterministic" else None  # (V,) q', then min(p, q')
@@ -812,10 +811,11 @@ def _with_replacement_buckets(P, Q, k: int, as_given: bool = False):
     ``as_given``: the rows are the caller's laws as given, checked here instead of by
     :class:`LawBatch` (:func:`with_replacement_as_given`): each row's smallest q (≥ 0) in one pass
     after its bucket sums (q is then in cache), its p and q sums read off its bucket sums (no pass
-    of their own), the renormalisation applied
-    to the bucket sums and the ratio bounds (a ratio of the renormalised laws is p/q · s_q/s_p)
-    instead of to the rows; None where a row fails or nears a check (the caller then takes the
-    checked path, whose messages apply)."""
+    of their own), the renormalisation applied to the bucket sums and the ratio bounds (a ratio of
+    the renormalised laws is p/q · s_q/s_p) instead of to the rows; None where a row fails or nears
+    a check (the caller then takes the checked path, whose messages apply). Its values are those of
+    the renormalised rows to float64 summation (≤ 1e-14 from an extended-precision reference on the
+    benchmark's rows)."""
     if not as_given and P.shape[1] <= _SMALL_ROW:
         return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
