@@ -5,6 +5,11 @@ reference and against the sorted kernel that ``measure_laws`` reads.
   verifier's definition (round i rejects with ``Σ (q − p_i)_+``, ``p_{i+1} = norm((p_i − q)_+)``).
 * α* without replacement on rows as given (the branch and bound evaluates long token chains whole
   and bounds only the stretches it may keep); the reference is the token-by-token DP.
+* The largest q of a long row from column maxima; the reference is a stable sort of −q.
+* α* with replacement (ratio buckets), greedy and deterministic (the largest q) on numpy laws as
+  given, checked on the way; the references are the prefix minimum over a stable sort (exact
+  prefix sums where α* is tiny), the laws' definitions, the sorted kernel, and LawBatch's refusals
+  and messages for bad laws.
 """
 
 import numpy as np
