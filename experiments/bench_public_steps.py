@@ -29,6 +29,7 @@ def main(argv=None):
     # the bucket ids of α*_wor: the ratio's exponent and top 5 mantissa bits (32 buckets per octave)
     ids = [(np.bitwise_and(np.divide(p[i], q[i]).view(np.uint64), np.uint64(0x7FFF_FFFF_FFFF_FFFF))
             >> np.uint64(47)).view(np.int64) for i in range(args.rows)]
+    free_ids = [(np.divide(p[i], q[i]).view(np.uint64) >> np.uint64(47)).view(np.int64) for i in range(args.rows)]
     steps = {
         "one pass over p and q (p + q)": lambda i: p[i] + q[i],
         "law checks: sum, min, renormalise (p and q)": lambda i: [(x.sum(), x.min(), x / s) for x in (p[i], q[i])],
@@ -40,7 +41,18 @@ def main(argv=None):
         "top-8 partition of q": lambda i: np.argpartition(q[i], LM_VOCAB - 8),
         "one bincount over the bucket ids": lambda i: np.bincount(ids[i], weights=p[i]),
         "u = q/(1 − q) (α*_wor K = 2)": lambda i: np.divide(q[i], np.subtract(1.0, q[i])),
+        "q.min (with replacement's one check pass)": lambda i: q[i].min(),
+        "p/q and its unmasked bucket ids (division, shift)": lambda i: np.right_shift(
+            np.divide(p[i], q[i]).view(np.uint64), np.uint64(47)),
+        "two bincounts over the unmasked ids (p and q)": lambda i: [np.bincount(free_ids[i], weights=x)
+                                                                   for x in (p[i], q[i])],
+        "top-3 column maxima of q (64 rows)": lambda i: q[i][: 64 * (LM_VOCAB // 64)].reshape(64, -1).max(0),
+        "greedy's passes: q/c, min with p, its min and sum": lambda i: [
+            (m.min(), m.sum()) for m in [np.minimum(p[i], np.divide(q[i], 0.9))]],
         "with_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2),
+        "with_replacement K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4),
+        "greedy K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "greedy"),
+        "deterministic K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "deterministic"),
         "without_replacement K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "without_replacement"),
         "without_replacement K=4 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 4, "without_replacement"),
         "greedy K=2 (whole call)": lambda i: ob.optimal_acceptance(p[i], q[i], 2, "greedy"),

@@ -166,6 +166,13 @@ class DraftLaw:
         return (torch.from_numpy(values).to(device),
                 None if sets is None else torch.from_numpy(sets).to(device))
 
+    def single_call(self, p, q, num_drafts):
+        """α* of the laws as the caller gave them by a path that checks them on its way (a single
+        call without binding sets), or None where they take :class:`otbound.token.LawBatch` (the
+        laws with replacement, greedy and deterministic have such paths in the token kernel:
+        ``with_replacement_as_given``, ``top_law_as_given``)."""
+        return None
+
     def coupling_law(self, q: np.ndarray, k: int) -> np.ndarray:
         """The law of the one random draft coupled with p in the lower relaxation 1 − TV (q itself,
         except for the greedy law, whose only random draft follows q', and the deterministic law)."""

@@ -35,6 +35,11 @@ function only in the column blocks whose lower bound can hold its minimum (:func
 :func:`_pair_closed_form`); one selection of the largest q per batch serves the greedy and
 deterministic laws.
 
+A single call (rows not sorted, no binding sets) sorts nothing whole: with replacement sums the
+ratio buckets (:func:`_with_replacement_buckets`; numpy laws as given are checked on the way,
+:func:`with_replacement_as_given`), the greedy and deterministic laws select the largest q from
+column maxima (:func:`top_tokens`, :func:`_top_law_rows`, :func:`top_law_as_given`).
+
 Tolerances: laws are checked and renormalised as everywhere (``LAW_ATOL = 1e-6``); the values agree
 with the per-row references of the tests to float64 summation error (≤ 1e-14 measured, 1e-12
 demanded; without replacement K ≥ 3 within the clock integral's stated 1e-12).
@@ -49,7 +54,7 @@ import math
 import numpy as np
 
 from otbound._backend import is_torch, on_accelerator, on_one_cpu_thread, one_cpu_thread, positive_counts
-from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_real
+from otbound._validation import LAW_ATOL, InvalidInputError, as_pair, check_num_drafts, check_real
 from otbound.token import _search, _wor
 from otbound.token._draft_law import draft_law
 
@@ -115,8 +120,9 @@ class LawBatch:
             self.device = None
             p, q, q_min = _check_numpy(p, q)
             v = p.shape[-1]
-            self.q_min = torch.from_numpy(q_min.reshape(-1))  # (B,): from the check's pass
-            if bool((q_min > 0).all()):  # every token of every row has q > 0: no count needed
+            self._q_min_rows = q_min.reshape(-1)  # (B,) from the check's pass: q_min's tensor on first use
+            low = float(q_min) if q_min.ndim == 0 else float(q_min.min()) if q_min.size else math.inf
+            if low > 0.0:  # every token of every row has q > 0: no count needed
                 self.support = v
             numpy_rows = (p.reshape(-1, v), q.reshape(-1, v))  # (B, V) each, what numpy_rows() gives
             self.shape = tuple(p.shape[:-1])
@@ -159,7 +165,10 @@ class LawBatch:
     @functools.cached_property
     def q_min(self):
         """The smallest q of each row, (B,) float64: one reduction serving the support and the test
-        for positive q below ``_wor.CLOCK_FLOOR`` (:func:`_tiny_q_rows`)."""
+        for positive q below ``_wor.CLOCK_FLOOR`` (:func:`_tiny_q_rows`); the check's own minima
+        (numpy laws: made a tensor on first use)."""
+        if self.device is None:
+            return _torch().from_numpy(self._q_min_rows)
         return self.q.amin(1)
 
     @functools.cached_property
@@ -602,23 +611,110 @@ def power(x, k: int):
 
 def _top_law_rows(P, Q, k: int, sampling: str):
     """α* of the greedy or deterministic law for rows not sorted by ratio (numpy (B, V) each, a
-    single call's rows), row by row in numpy: G by a partition (:func:`top_tokens`), then
-    α*_det = p(G) (G the K largest q) or α*_greedy = p(G) + Σ_x min(p, q') with G the K − 1 largest
-    q and q' = q|_{V∖G} / q(V∖G) (zero on G; q(V∖G) summed directly, never as 1 − q(G)): a
-    partition and, for the greedy law, three passes over the row. The values of :func:`_greedy` and
+    single call's rows), row by row in numpy: G by :func:`top_tokens`, then α*_det = p(G) (G the K
+    largest q) or α*_greedy = p(G) + Σ_{x∉G} min(p, q') with G the K − 1 largest q and
+    q' = q / q(V∖G) off G. On long rows (V > ``_SHORT_TOP``) q(V∖G) is 1 − q(G) where q(G) ≤ 1/2
+    (a row sums to 1 within a few ulps: relative error ≤ 1e-15), else and on short rows it is
+    summed directly (no cancellation where q(G) is near 1): for the greedy law three passes over a
+    long row (q/q(V∖G), the minimum with p, its sum). The values of :func:`_greedy` and
     :func:`_deterministic` to float64 rounding (their batched torch form; ≤ 1e-15 measured)."""
     out = np.empty(P.shape[0])  # (B,)
+    long_rows = P.shape[1] > _SHORT_TOP  # short rows: q(V∖G) summed directly (fewer numpy calls)
+    buf = np.empty(P.shape[1]) if long_rows and sampling != "deterministic" else None  # (V,) q', then min(p, q')
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
         if sampling == "deterministic":
             out[i] = p[top_tokens(q, k)].sum()
             continue
         g = top_tokens(q, k - 1)  # (K − 1,)
-        rest = q.copy()  # (V,) q off G, then q'
-        rest[g] = 0.0
-        rest /= rest.sum()
+        in_g = float(q[g].sum()) if long_rows else 1.0
+        if in_g <= 0.5:  # q(V∖G) = 1 − q(G): no copy of q
+            rest = np.divide(q, 1.0 - in_g, out=buf)  # (V,) q'
+            rest[g] = 0.0
+        else:  # q(V∖G) summed directly; G zeroed before the division (q/q(V∖G) may overflow there)
+            rest = q.copy()  # (V,) q off G, then q'
+            rest[g] = 0.0
+            rest /= rest.sum()
         out[i] = p[g].sum() + np.minimum(p, rest, out=rest).sum()
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+
+
+def top_law_as_given(p, q, num_drafts, sampling: str):
+    """α* of the greedy or deterministic law (``sampling``) for numpy laws as the caller gave them
+    (a single call without binding sets, V > ``_SHORT_TOP``), checked on its way: the formulas of
+    :func:`_top_law_rows` with q as :class:`LawBatch` holds it (renormalised only where it does not
+    sum to exactly 1, so G is the same) and p renormalised through its sum s_p instead of a copy:
+
+    * greedy: ``α*_greedy = [p(G) + Σ_{x∉G} min(p, s_p q')] / s_p``, the two minimum checks
+      (p ≥ 0, q ≥ 0) read off ``min_x min(p, s_p q')`` (≥ 0 only where both are: q' ≥ 0 off G, and
+      q < 0 on G would make every q off G negative), K within the support of q from q(V∖G) > 0
+      (G holds every positive q where K exceeds it): seven passes over a row instead of eight;
+    * deterministic: ``α*_det = p(G) / s_p``, the minima of p and q one pass each, the support of q
+      counted only where q holds a zero: five passes, as LawBatch's, without its copies.
+
+    A float for 1-D laws, an array over the batch shape otherwise; None where the laws or
+    ``num_drafts`` need :class:`LawBatch` (:func:`_rows_as_given`, a failed check).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token._kernel import top_law_as_given
+    >>> q = np.r_[0.5, np.full(512, 1 / 1024)]  # G = {0} at K = 2, q' = 1/512 off G
+    >>> p = np.r_[0.125, np.full(256, 1.25 / 512), np.full(256, 0.5 / 512)]
+    >>> top_law_as_given(p, q, 2, "greedy")  # p(G) + Σ min(p, q') off G = 0.125 + 256/512 + 256 · 0.5/512
+    0.875
+    >>> top_law_as_given(p, q, 2, "deterministic")  # p(G), G = {0, 1} (ties to the lower index): 0.125 + 1.25/512
+    0.12744140625
+    >>> top_law_as_given(p, q, 1000, "greedy") is None  # K beyond the support: the checked path refuses it
+    True
+    """
+    rows = _rows_as_given(p, q, num_drafts, _SHORT_TOP)
+    if rows is None:
+        return None
+    P, Q, k = rows
+    if k > P.shape[1]:  # beyond the support: refused by the checked path
+        return None
+    greedy = sampling == "greedy"
+    shape = p.shape[:-1]  # the batch shape
+    out = np.empty(P.shape[0])  # (B,)
+    buf = np.empty(P.shape[1]) if greedy else None  # (V,) s_p q', then min(p, s_p q')
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        sp, sq = float(p.sum()), float(q.sum())  # the checked path's sums, bit for bit
+        if not (abs(sp - 1.0) <= LAW_ATOL and abs(sq - 1.0) <= LAW_ATOL):  # NaN and inf fail here
+            return None
+        if sq != 1.0:  # q renormalised as LawBatch does (the same q / q.sum()): the same G
+            q = q / sq
+        if not greedy:
+            q_min = float(q.min())
+            if not (q_min >= 0.0 and p.min() >= 0.0):  # a negative entry: refused by the checked path
+                return None
+            if q_min == 0.0 and k > int(np.count_nonzero(q > 0)):  # K beyond the support of q
+                return None
+            value = float(p[top_tokens(q, k)].sum())
+            out[i] = value / sp if sp != 1.0 else value
+            continue
+        g = top_tokens(q, k - 1)  # (K − 1,)
+        in_g = float(q[g].sum())
+        if in_g <= 0.5:
+            off = 1.0 - in_g
+            np.divide(q, off / sp if sp != 1.0 else off, out=buf)
+            buf[g] = 0.0
+        else:  # q(V∖G) summed directly; G zeroed before the division (q/q(V∖G) may overflow there)
+            np.copyto(buf, q)
+            buf[g] = 0.0
+            off = float(buf.sum())
+            if not off > 0.0:  # no q off G: K beyond the support (or a negative q), refused by the checked path
+                return None
+            np.divide(buf, off / sp if sp != 1.0 else off, out=buf)
+        np.minimum(p, buf, out=buf)
+        low = float(buf.min())
+        if not low >= 0.0:  # a negative or NaN entry: refused by the checked path
+            return None
+        value = float(p[g].sum()) + float(buf.sum())
+        out[i] = value / sp if sp != 1.0 else value
+    np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
+    return float(out[0]) if not shape else out.reshape(shape)
 
 
 def _deterministic(batch, k, want_sets):
@@ -695,13 +791,13 @@ _KINK_MARGIN = 1e-13  # a bucket is opened where its bound is below the best f f
 _STATIONARY_SLACK = 1.0 + 1e-12  # the stationarity test is a filter: borderline buckets are kept
 
 
-def _with_replacement_buckets(P, Q, k: int):
+def _with_replacement_buckets(P, Q, k: int, as_given: bool = False):
     """With-replacement α* of rows not sorted by ratio (numpy (B, V) each; a single call's rows): the
     bound of :func:`_with_replacement` on ratio buckets instead of column blocks, so that only the
     tokens of the buckets that can hold the minimum are sorted.
 
     The tokens are bucketed by the bits of p/q (32 buckets per octave; those of ratio above the
-    bucket of K, and q = 0, dropped: :func:`otbound.token._search._ratio_buckets`); a bucket's p and
+    bucket of K, and q = 0, never read: :func:`_ratio_ids`); a bucket's p and
     q masses give f = Pc − Qc^K exactly at every bucket end, prefixes of the ratio order. Inside a
     bucket of ratios [r_lo, r_hi) and masses (p_b, q_b) after (P0, Q0), a prefix adding q-mass x adds
     p-mass ≥ max(r_lo x, p_b − r_hi (q_b − x)), so f ≥ P0 + r_lo x* − (Q0 + x*)^K at the kink
@@ -710,61 +806,188 @@ def _with_replacement_buckets(P, Q, k: int):
     hold the end of a minimiser H* (stationarity: ``K Q0^(K−1) ≤ r_hi`` and
     ``r_lo ≤ K (Q0 + q_b)^(K−1)``, since p/q ≤ K q(H*)^(K−1) on H* and ≥ off it) are sorted token by
     token: on LM-like rows a few hundred tokens of V = 151,936. The same α* as the sorted
-    rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured)."""
-    if P.shape[1] <= _SMALL_ROW:
+    rows' to float64 summation (the prefix sums are summed by bucket here: ≤ 1e-14 measured).
+
+    ``as_given``: the rows are the caller's laws as given, checked here instead of by
+    :class:`LawBatch` (:func:`with_replacement_as_given`): each row's smallest q (≥ 0) in one pass
+    after its bucket sums (q is then in cache), its p and q sums read off its bucket sums (no pass
+    of their own), the renormalisation applied to the bucket sums and the ratio bounds (a ratio of
+    the renormalised laws is p/q · s_q/s_p) instead of to the rows; None where a row fails or nears
+    a check (the caller then takes the checked path, whose messages apply). Its values are those of
+    the renormalised rows to float64 summation (≤ 1e-14 from an extended-precision reference on the
+    benchmark's rows)."""
+    if not as_given and P.shape[1] <= _SMALL_ROW:
         return _with_replacement_small(P, Q, k)
     out = np.ones(P.shape[0])  # (B,)
     scratch = np.empty(P.shape[1])  # (V,) the ratios, then the bucket ids, of each row in turn
     for i in range(P.shape[0]):
-        p, q = P[i], Q[i]
-        b, top = _search._ratio_buckets(p, q, float(k), out=scratch)  # (V,) bucket ids ≤ top
-        lo = int(b.min()) if b.size < top else 0  # a short row: ids from 0, tables over its own buckets
-        if lo:
-            b -= lo
-        bp = np.bincount(b, weights=p, minlength=top - lo + 1)  # (top − lo + 1,)
-        bq = np.bincount(b, weights=q, minlength=top - lo + 1)
-        ids = np.flatnonzero(bq[: top - lo] > 0)  # (nb,) the buckets holding q-mass, by increasing ratio
-        if ids.size == 0:
-            continue
-        bp, bq = bp[ids], bq[ids]  # (nb,) each
-        cp, cq = np.cumsum(bp), np.cumsum(bq)  # (nb,) each: Pc, Qc at the bucket ends
-        best = min(0.0, float((cp - power(cq, k)).min()))
-        p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
-        r_lo, r_hi = _search._bucket_floor(ids + lo), _search._bucket_floor(ids + lo + 1)  # (nb,) each
-        kink = np.clip((r_hi * bq - bp) / (r_hi - r_lo), 0.0, bq)  # (nb,)
-        low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
-        # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
-        # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
-        slack = _STATIONARY_SLACK
-        lead_0, lead_1 = (power(x, k - 1) if k > 1 else np.ones_like(x) for x in (q0, cq))  # Q^(K−1), (nb,)
-        stationary = (k * lead_0 <= r_hi * slack) & (r_lo <= k * lead_1 * slack)
-        cand = np.flatnonzero(low & stationary)
-        if cand.size:
-            toks = _search._bucket_tokens(b, ids[cand], p, q, top - lo + 1)  # (t,) by ratio, ties by index
-            pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
-            first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
-            cps, cqs = np.cumsum(p[toks]), np.cumsum(q[toks])  # (t,) each
-            base_p = np.where(first > 0, cps[first - 1], 0.0)
-            base_q = np.where(first > 0, cqs[first - 1], 0.0)
-            f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
-            best = min(best, float(f.min()))
-        out[i] = 1.0 + best
+        value = _with_replacement_row(P[i], Q[i], k, scratch, as_given)
+        if value is None:
+            return None
+        out[i] = value
     return np.minimum(np.maximum(out, 0.0, out=out), 1.0, out=out)
 
 
-_SMALL_ROW = 1023  # rows this short are sorted whole (fewer numpy calls than the buckets' bound)
+_FLOORS = _search._bucket_floor(np.arange(_search._INF_ID + 2))  # (ids,) the least ratio of each bucket id
+_SHORT_IDS = 1 << 15  # rows shorter than this count their buckets from their least id (about the ids of ratio 2)
+_SUM_ATOL = LAW_ATOL - 1e-9  # rows checked on their bucket sums: the ones this near the tolerance take the full check
+_WIDEN = 2.0**-45  # relative widening of the ratio bounds of rows renormalised through their bucket sums
+
+
+def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
+    """1 + min over bucket ends and opened buckets of f (:func:`_with_replacement_buckets`) for one
+    row, or None where a row ``as_given`` fails or nears a check."""
+    sp = sq = 1.0  # the laws' sums: 1 for checked rows (renormalised already)
+    b = _ratio_ids(p, q, scratch)  # (V,) bucket ids, those above K's never read
+    lo = int(b.min()) if b.size < _SHORT_IDS else 0  # a short row: ids from 0, tables over its own buckets
+    if lo:
+        b -= lo
+    bp = np.bincount(b, weights=p)  # (max id − lo + 1,)
+    bq = np.bincount(b, weights=q)
+    p_checked = not as_given
+    if as_given:  # checked after the sums (read while q is in cache; nothing is used before)
+        q_min = float(q.min())  # NaN where the row holds one
+        if not q_min >= 0.0:
+            return None
+        if q_min == 0.0:  # q = −0.0 passes q ≥ 0, and p < 0 over it gives +inf: p checked
+            if not p.min() >= 0.0:
+                return None
+            p_checked = True
+    if bq.size > _NEG_ZERO_ID - lo:  # a ratio with its sign bit: a p < 0 (refused), −0.0 or 0/0
+        if not (p_checked or p.min() >= 0.0):
+            return None
+        if bq[_NEG_ZERO_ID - lo] > 0:  # a p = −0 where q > 0: ratio 0, the lowest bucket; ids with the sign masked
+            b, _ = _search._ratio_buckets(p, q, math.inf, out=scratch)
+            lo = int(b.min()) if b.size < _SHORT_IDS else 0
+            if lo:
+                b -= lo
+            bp = np.bincount(b, weights=p)
+            bq = np.bincount(b, weights=q)
+    if as_given:  # the sums of the laws as given, from their bucket sums
+        sp, sq = float(bp.sum()), float(bq.sum())  # NaN or inf where a row holds one
+        if not (abs(sp - 1.0) <= _SUM_ATOL and abs(sq - 1.0) <= _SUM_ATOL):
+            return None
+    scaled = sp != 1.0 or sq != 1.0
+    limit = k * (sp / sq) * (1.0 + _WIDEN) if scaled else float(k)  # the raw ratio of a renormalised K
+    top = min((int(np.float64(limit).view(np.uint64)) >> _search._SHIFT) + 1, _search._INF_ID) - lo
+    ids = (bq[: max(top, 0)] > 0).nonzero()[0]  # (nb,) the buckets below K's holding q-mass, by increasing ratio
+    if ids.size == 0:
+        return 1.0
+    size = bq.size  # every id of b is below it
+    bp, bq = bp[ids], bq[ids]  # (nb,) each
+    r_lo, r_hi = _FLOORS[ids + lo], _FLOORS[ids + (lo + 1)]  # (nb,) each
+    if scaled:  # the renormalised laws' bucket masses and ratio bounds (widened over rounding)
+        bp, bq = bp / sp, bq / sq
+        r_lo, r_hi = r_lo * ((sq / sp) * (1.0 - _WIDEN)), r_hi * ((sq / sp) * (1.0 + _WIDEN))
+    cp, cq = bp.cumsum(), bq.cumsum()  # (nb,) each: Pc, Qc at the bucket ends
+    best = min(0.0, float((cp - power(cq, k)).min()))
+    p0, q0 = cp - bp, cq - bq  # (nb,) each: at the bucket starts
+    kink = np.minimum(np.maximum((r_hi * bq - bp) / (r_hi - r_lo), 0.0), bq)  # (nb,) in [0, q_b]
+    low = p0 + r_lo * kink - power(q0 + kink, k) < best + _KINK_MARGIN  # (nb,)
+    # a minimiser H* ending inside bucket b has r ≤ K q(H*)^(K−1) on H* and ≥ off it (the prefix
+    # theorem's stationarity), with Q0 ≤ q(H*) ≤ Q0 + q_b: only such buckets can hold its end
+    if k > 1:
+        low &= (k / _STATIONARY_SLACK) * power(q0, k - 1) <= r_hi  # borderline buckets kept
+        low &= r_lo <= (k * _STATIONARY_SLACK) * power(cq, k - 1)
+    else:
+        low &= (r_lo <= _STATIONARY_SLACK) & (r_hi * _STATIONARY_SLACK >= 1.0)
+    cand = low.nonzero()[0]
+    if cand.size:
+        toks = _search._bucket_tokens(b, ids[cand], p, q, size)  # (t,) by ratio, ties by index
+        pos = np.searchsorted(ids, b[toks])  # (t,) each token's bucket (non-decreasing)
+        first = np.searchsorted(pos, pos, side="left")  # (t,) the first token of its bucket
+        pt, qt = p[toks], q[toks]  # (t,) each
+        if scaled:
+            pt, qt = pt / sp, qt / sq
+        cps, cqs = np.cumsum(pt), np.cumsum(qt)  # (t,) each
+        base_p = np.where(first > 0, cps[first - 1], 0.0)
+        base_q = np.where(first > 0, cqs[first - 1], 0.0)
+        f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
+        best = min(best, float(f.min()))
+    return 1.0 + best
+
+
+def _rows_as_given(p, q, num_drafts, shortest: int):
+    """``(P, Q, K)``: numpy laws as the caller gave them as (B, V) views and K checked, for a law's
+    path that checks the laws on its way (:meth:`otbound.token.DraftLaw.single_call`); None for
+    anything else (another type, dtype or layout, rows of at most ``shortest`` tokens, a bad K: the
+    checked path then answers, with its messages in its order)."""
+    if type(p) is not np.ndarray or not p.shape or p.shape[-1] <= shortest:  # short rows first: the cheapest test
+        return None
+    if not (type(q) is np.ndarray and p.dtype == np.float64 and q.dtype == np.float64 and p.shape == q.shape
+            and p.size and p.flags.c_contiguous and q.flags.c_contiguous):
+        return None
+    try:
+        k = check_num_drafts(num_drafts)
+    except InvalidInputError:
+        return None
+    v = p.shape[-1]
+    return p.reshape(-1, v), q.reshape(-1, v), k
+
+
+def with_replacement_as_given(p, q, num_drafts):
+    """With-replacement α* of numpy laws as the caller gave them (a single call without binding
+    sets, V > ``_AS_GIVEN_ROW``), checked on the way (:func:`_with_replacement_buckets`, ``as_given``):
+    one pass for the smallest q of each row, the sums from the bucket sums, p ≥ 0 from the sign bits
+    of the ratios (read by a pass only where q holds a zero or a ratio has its sign bit); a float
+    for 1-D laws, an array over the batch shape otherwise. None where the laws or ``num_drafts``
+    need :class:`LawBatch` (another type, dtype or layout, short rows, a failed or borderline check):
+    the checked path then gives the value or the error.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otbound.token._kernel import with_replacement_as_given
+    >>> p, q = np.full(2048, 1 / 2048), np.r_[np.full(1024, 1.5 / 2048), np.full(1024, 0.5 / 2048)]
+    >>> with_replacement_as_given(p, q, 2)  # 1 + p(H) − q(H)² on H, the first 1024 tokens: 1 + 0.5 − 0.75²
+    0.9375
+    >>> with_replacement_as_given(p, -q, 2) is None  # refused by the checked path, with its message
+    True
+    """
+    rows = _rows_as_given(p, q, num_drafts, _AS_GIVEN_ROW)
+    if rows is None:
+        return None
+    P, Q, k = rows
+    values = _with_replacement_buckets(P, Q, k, as_given=True)
+    if values is None:
+        return None
+    return float(values[0]) if p.ndim == 1 else values.reshape(p.shape[:-1])
+
+
+_NEG_ZERO_ID = int(np.float64(-0.0).view(np.uint64)) >> _search._SHIFT  # the id of a ratio −0 (sign bit kept)
+
+
+def _ratio_ids(p, q, out):
+    """The bucket ids of :func:`otbound.token._search._ratio_buckets` (the ratio's exponent and top
+    5 mantissa bits: 32 buckets per octave) for one checked row, in two passes (the division and a
+    shift in place in ``out``, a float64 scratch row), not clamped: every finite ratio ≥ +0 has its
+    bucket, those above K (and q = 0: inf, or 0/0: a NaN, whose sign bit the division may set) land
+    above the cut and are never read; a ratio −0 (a p = −0.0 where q > 0) has id ``_NEG_ZERO_ID``.
+    Leaving the ids above K apart instead of merging them into one bucket also spares
+    ``np.bincount`` a chain of additions into one bin (on rows of tied ratios: 0.6 against 1.0
+    ``np.sort``)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bits = np.divide(p, q, out=out).view(np.uint64)
+    np.right_shift(bits, _search._SHIFT, out=bits)
+    return bits.view(np.int64)
+
+
+_SMALL_ROW = 1023  # checked rows this short are sorted whole (fewer numpy calls than the buckets' bound)
+_AS_GIVEN_ROW = 511  # laws as given longer than this: the buckets checked on their way (faster than LawBatch's sort)
 
 
 def _with_replacement_small(P, Q, k: int):
-    """:func:`_with_replacement_buckets` for short rows (V ≤ ``_SMALL_ROW``, where the per-call
-    overhead of the buckets exceeds a sort): each row sorted by (ratio, index) (q = 0 last), f = Pc − Qc^K
-    over the prefixes of ratio below K (1 + 1e-12), as :meth:`SortedRows.prefix_limit` takes them; the
-    prefix sums sequential, as :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the
-    sorted kernel's values, bit for bit."""
+    """:func:`_with_replacement_buckets` for short checked rows (V ≤ ``_SMALL_ROW``, where the
+    per-call overhead of the buckets and of LawBatch's checks exceeds a sort; numpy laws as given
+    of V > ``_AS_GIVEN_ROW`` take the buckets, their checks fused): each row sorted by (ratio,
+    index) (q = 0 last), f = Pc − Qc^K over the prefixes of ratio below K (1 + 1e-12), as
+    :meth:`SortedRows.prefix_limit` takes them; the prefix sums sequential, as
+    :meth:`SortedRows._prefix` sums rows of fewer than 1,024 columns: the sorted kernel's values,
+    bit for bit."""
     out = np.ones(P.shape[0])  # (B,)
     for i in range(P.shape[0]):
         p, q = P[i], Q[i]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # an overflowing ratio: inf, past K
             r = np.divide(p, q)  # (V,)
         r[q == 0] = np.inf  # 0/0 and x/0 last
         order = np.argsort(r, kind="stable")  # (V,) by ratio, ties by index (−0 and +0 equal)
@@ -920,11 +1143,21 @@ def _pair_f(v, pc, qc, qrs, odds, cols):
 
 
 _SHORT_TOP = 256  # rows this short take their top q from one stable argsort (a partition beyond: V = 1,000 1.3x faster)
+_TOP_ROWS = 64  # rows of the (_TOP_ROWS, V // _TOP_ROWS) view whose column maxima bound the top q (long rows)
+_TOP_CANDIDATES = 4096  # at most this many candidate tokens for the column maxima (more: a tied row, partitioned)
 
 
 def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     """Indices of the m largest entries of a 1-D ``q`` by decreasing q, ties to the lower index (the
-    first m of a stable sort of −q), found by a partition: O(V + m log m) instead of a full sort."""
+    first m of a stable sort of −q).
+
+    On a long row (V ≥ ``_TOP_ROWS``² and m ≤ V / ``_TOP_ROWS``) the row's first ``_TOP_ROWS · n``
+    entries are viewed as ``_TOP_ROWS`` rows of n and their column maxima taken (one pass, the
+    row-wise ``np.maximum`` of contiguous rows); t, the m-th largest column maximum, is at most the
+    m-th largest q (m columns each hold an entry ≥ t), so every token of the top m lies in a column
+    whose maximum is ≥ t, or in the short tail past the view with q ≥ t. Those candidates (a few
+    columns) are sorted by (−q, index). Elsewhere a partition: O(V + m log m) instead of a full sort.
+    """
     if m == 0:
         return np.zeros(0, dtype=np.int64)
     if m == 1:  # the largest, ties to the lower index: argmax, one pass
@@ -932,6 +1165,16 @@ def top_tokens(q: np.ndarray, m: int) -> np.ndarray:
     v = q.size
     if v <= _SHORT_TOP:  # a short row: the definition itself, one call (fewer than the partition's)
         return np.argsort(-q, kind="stable")[:m].astype(np.int64)
+    n = v // _TOP_ROWS
+    if n >= max(_TOP_ROWS, m):
+        cols = q[: _TOP_ROWS * n].reshape(_TOP_ROWS, n).max(axis=0)  # (n,) column maxima
+        t = np.partition(cols, n - m)[n - m]  # the m-th largest column maximum ≤ the m-th largest q
+        keep = np.flatnonzero(cols >= t)  # (c,) the columns that can hold a token of the top m
+        if keep.size * _TOP_ROWS <= _TOP_CANDIDATES:
+            cand = (np.arange(0, _TOP_ROWS * n, n)[:, None] + keep).ravel()  # (64 c,) their tokens
+            tail = _TOP_ROWS * n + np.flatnonzero(q[_TOP_ROWS * n :] >= t)  # (≤ V mod 64,)
+            cand = np.concatenate([cand[q[cand] >= t], tail])
+            return cand[np.lexsort((cand, -q[cand]))[:m]].astype(np.int64)
     part = np.argpartition(q, v - m)[v - m :]
     thr = q[part].min()
     if int(np.count_nonzero(q == thr)) != int(np.count_nonzero(q[part] == thr)):  # ties cut at the threshold

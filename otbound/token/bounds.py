@@ -20,7 +20,9 @@ measured below 1e-13 against its reference DP and exact enumeration).
 
 Computation: the batched sorted-rows kernel of :mod:`otbound.token._kernel` (one ratio ordering per
 row, prefix sums, on the caller's device); without replacement at K ≥ 3 the branch and bound over
-ratio buckets of :mod:`otbound.token._search`.
+ratio buckets of :mod:`otbound.token._search`. A single call on numpy laws sorts no row whole: with
+replacement sums ratio buckets, the greedy and deterministic laws select the largest q, each
+checking the laws on its way (:meth:`otbound.token.DraftLaw.single_call`).
 """
 
 from __future__ import annotations
@@ -162,6 +164,10 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "with_replacement"
     array([False,  True,  True])
     """
     law = draft_law(sampling)
+    if not return_certificate:  # a law's own path for laws as given, checked on its way (or None)
+        value = law.single_call(p, q, num_drafts)
+        if value is not None:
+            return value
     batch = LawBatch(p, q)
     k = batch.check_num_drafts(num_drafts, law)
     values, sets = law.optimal_acceptance(batch, k, want_sets=return_certificate)

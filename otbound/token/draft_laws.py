@@ -372,6 +372,9 @@ class WithReplacement(DraftLaw):
     def optimal_acceptance(self, batch, k, want_sets=False):
         return _kernel._with_replacement(batch, k, want_sets)
 
+    def single_call(self, p, q, num_drafts):
+        return _kernel.with_replacement_as_given(p, q, num_drafts)
+
     def sample(self, q, k, n, rng):
         return inverse_cdf(q, rng.random((n, k)))
 
@@ -460,6 +463,9 @@ class _TopTokenLaw(DraftLaw):
         if not want_sets and _unsorted_cpu(batch):
             return _kernel._torch().from_numpy(_kernel._top_law_rows(*batch.numpy_rows(), k, self.name)), None
         return type(self)._batched(batch, k, want_sets)
+
+    def single_call(self, p, q, num_drafts):
+        return _kernel.top_law_as_given(p, q, num_drafts, self.name)
 
 
 class Greedy(_TopTokenLaw):
