@@ -853,3 +853,31 @@ def test_open_columns_list_each_rows_open_blocks_then_its_first_column():
         own = cols[i].unique()  # sorted: the row's own columns
         j = int(torch.argmin(f_full[i, own]))  # the first least over the increasing own columns
         assert float(best[i]) == float(f_full[i, own].min()) and int(got[i]) == int(own[j])
+
+
+@pytest.mark.parametrize("runs", [3, 40])
+def test_near_tie_counting_run_by_run_equals_all_runs_at_once(runs, monkeypatch):
+    """The counting sort of near ties gives the same permutation counted run by run (few long runs)
+    as over all runs at once, and that permutation is the stable sort by ratio (numpy's stable
+    argsort of the bit patterns); a run wider than the counting sort takes is refused by both."""
+    from otbound.token import _kernel
+
+    rng = np.random.default_rng(7 + runs)
+    v = 20_000
+    cuts = np.sort(rng.choice(np.arange(1, v - 10), runs - 1, replace=False))
+    starts = np.concatenate([[0], cuts])  # (R,) run starts
+    lens = np.diff(starts, append=v)
+    base = (np.arange(runs, dtype=np.uint64) + np.uint64(3)) << np.uint64(30)  # distinct truncated ratios
+    bits = np.repeat(base, lens) + rng.integers(0, _kernel._NEAR_SPREAD, v).astype(np.uint64)  # (V,)
+    want = np.argsort(bits, kind="stable")
+    monkeypatch.setattr(_kernel, "_RUN_TOKENS", 1)  # every row counted run by run
+    by_run = _kernel._near_tie_buckets(bits, starts)
+    monkeypatch.setattr(_kernel, "_RUN_TOKENS", v + 1)  # every row counted at once
+    at_once = _kernel._near_tie_buckets(bits, starts)
+    np.testing.assert_array_equal(by_run, want)
+    np.testing.assert_array_equal(at_once, want)
+    wide = bits.copy()
+    wide[-2:] = base[-1] + np.uint64(_kernel._NEAR_SPREAD), base[-1]  # the last run spans one offset too many
+    for tokens in (1, v + 1):
+        monkeypatch.setattr(_kernel, "_RUN_TOKENS", tokens)
+        assert _kernel._near_tie_buckets(wide, starts) is None

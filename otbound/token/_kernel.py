@@ -403,16 +403,30 @@ def _near_tie_order(r_in_order, descents):
 
 
 _NEAR_SPREAD = 8  # the widest run (units of the last place) the counting sort of near ties takes
+_RUN_TOKENS = 2048  # runs at least this long on average are counted run by run (else all runs at once)
 
 
 def _near_tie_buckets(bits, starts):
     """The permutation sorting a row's ratios (bit patterns ``bits`` (V,), in runs of equal truncated
     ratio beginning at ``starts`` (R,), equal ratios of a run in index order) stably by ratio, by
     counting: within a run a ratio's bits exceed the run's least by an offset o, and where every
-    offset is below ``_NEAR_SPREAD`` the order is (run, o, position). One pass per offset value
-    gathers its positions (increasing) and scatters them after the run's smaller offsets. None where
-    an offset is larger (the caller sorts keys instead)."""
+    offset is below ``_NEAR_SPREAD`` the order is (run, o, position). None where an offset is larger
+    (the caller sorts keys instead).
+
+    Few long runs (at least ``_RUN_TOKENS`` tokens each on average: a row of a few dozen distinct
+    ratios) are counted one at a time, each run's offsets (uint8, in cache) ordered by numpy's stable
+    radix sort; many runs at once, one pass over the row per offset value gathering its positions
+    (increasing) and scattering them after the run's smaller offsets. The same permutation."""
     v = bits.size
+    if starts.size * _RUN_TOKENS <= v:
+        perm = np.empty(v, dtype=np.int64)  # (V,)
+        for a, e in zip(starts.tolist(), starts[1:].tolist() + [v]):
+            run = bits[a:e]  # (n,) one run's bit patterns
+            off = run - run.min()  # (n,) offsets from the run's least ratio
+            if int(off.max()) >= _NEAR_SPREAD:
+                return None
+            np.add(np.argsort(off.astype(np.uint8), kind="stable"), a, out=perm[a:e])
+        return perm
     lens = np.diff(starts, append=v)  # (R,)
     off = bits - np.repeat(np.minimum.reduceat(bits, starts), lens)  # (V,) offsets within the runs
     spread = int(off.max()) + 1
