@@ -709,11 +709,12 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     sorted alone), on rows of a few distinct ratios each broken into near ties by rounding (the
     counting sort by offset within the run) and on rows of a few ratios each perturbed by thousands
     of units of the last place (the key sort), with exact ties, zeros of p and q and −0: the order,
-    sorted rows and ratios equal torch's stable sort of p/q exactly; each path is taken by some row."""
+    sorted rows and ratios equal torch's stable sort of p/q exactly; each path is taken by some row (the
+    counting sort over all runs at once at V = 5,000, one long run at a time at V = 70,000)."""
     from otbound.token import _kernel
 
-    whole, counted = [], []  # per repaired row: whether the whole row moved; per counting sort: if it applied
-    order_fn, buckets_fn = _kernel._near_tie_order, _kernel._near_tie_buckets
+    whole, counted, by_run = [], [], []  # per repaired row: the whole row moved; per counting sort: it applied
+    order_fn, buckets_fn, runs_fn = _kernel._near_tie_order, _kernel._near_tie_buckets, _kernel._near_tie_runs
 
     def near_tie_order(r, descents):
         pos, src = order_fn(r, descents)
@@ -725,8 +726,14 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
         counted.append(perm is not None)
         return perm
 
+    def near_tie_runs(bits, lo, lens):
+        perm = runs_fn(bits, lo, lens)
+        by_run.append(perm is not None)
+        return perm
+
     monkeypatch.setattr(_kernel, "_near_tie_order", near_tie_order)
     monkeypatch.setattr(_kernel, "_near_tie_buckets", near_tie_buckets)
+    monkeypatch.setattr(_kernel, "_near_tie_runs", near_tie_runs)
     rng = np.random.default_rng(41)
     rows_p, rows_q = [], []
     q = rng.random(v) + 0.1
@@ -753,8 +760,10 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     assert torch.equal(srt.ps, torch.gather(pt, 1, want)) and torch.equal(srt.qs, torch.gather(qt, 1, want))
     assert torch.equal(srt.r, torch.gather(torch.where(qt > 0, pt / torch.where(qt > 0, qt, 1.0), torch.inf) + 0.0,
                                            1, want))
-    assert not all(whole) and any(counted)  # the local repair and the counting sort
-    assert sum(whole) > sum(counted)  # and the key sort
+    assert not all(whole)  # the local repair
+    # the counting sort: over all runs at once at V = 5,000, one run at a time at V = 70,000 (few long runs)
+    assert any(counted) if v == 5000 else any(by_run)
+    assert sum(whole) > sum(counted) + sum(by_run)  # and the key sort
 
 
 def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():
@@ -856,10 +865,10 @@ def test_open_columns_list_each_rows_open_blocks_then_its_first_column():
 
 
 @pytest.mark.parametrize("runs", [3, 40])
-def test_near_tie_counting_run_by_run_equals_all_runs_at_once(runs, monkeypatch):
-    """The counting sort of near ties gives the same permutation counted run by run (few long runs)
-    as over all runs at once, and that permutation is the stable sort by ratio (numpy's stable
-    argsort of the bit patterns); a run wider than the counting sort takes is refused by both."""
+def test_near_tie_counting_run_by_run_is_the_stable_order(runs):
+    """The near ties of a few long runs counted one run at a time (the other positions left in place)
+    give the stable sort by ratio (numpy's stable argsort of the bit patterns), as does the counting
+    over all runs at once; a run wider than the counting sort takes is refused by both."""
     from otbound.token import _kernel
 
     rng = np.random.default_rng(7 + runs)
@@ -869,15 +878,13 @@ def test_near_tie_counting_run_by_run_equals_all_runs_at_once(runs, monkeypatch)
     lens = np.diff(starts, append=v)
     base = (np.arange(runs, dtype=np.uint64) + np.uint64(3)) << np.uint64(30)  # distinct truncated ratios
     bits = np.repeat(base, lens) + rng.integers(0, _kernel._NEAR_SPREAD, v).astype(np.uint64)  # (V,)
+    held = np.arange(runs) % 3 != 1  # the runs holding near ties; the others already in order
+    for r in np.flatnonzero(~held):
+        bits[starts[r] : starts[r] + lens[r]] = np.sort(bits[starts[r] : starts[r] + lens[r]])
     want = np.argsort(bits, kind="stable")
-    monkeypatch.setattr(_kernel, "_RUN_TOKENS", 1)  # every row counted run by run
-    by_run = _kernel._near_tie_buckets(bits, starts)
-    monkeypatch.setattr(_kernel, "_RUN_TOKENS", v + 1)  # every row counted at once
-    at_once = _kernel._near_tie_buckets(bits, starts)
-    np.testing.assert_array_equal(by_run, want)
-    np.testing.assert_array_equal(at_once, want)
+    np.testing.assert_array_equal(_kernel._near_tie_runs(bits, starts[held], lens[held]), want)
+    np.testing.assert_array_equal(_kernel._near_tie_buckets(bits, starts), want)
     wide = bits.copy()
     wide[-2:] = base[-1] + np.uint64(_kernel._NEAR_SPREAD), base[-1]  # the last run spans one offset too many
-    for tokens in (1, v + 1):
-        monkeypatch.setattr(_kernel, "_RUN_TOKENS", tokens)
-        assert _kernel._near_tie_buckets(wide, starts) is None
+    assert _kernel._near_tie_runs(wide, starts, lens) is None
+    assert _kernel._near_tie_buckets(wide, starts) is None
