@@ -356,10 +356,13 @@ def test_bad_input_is_refused():
 
 
 def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
-    """The prepared accelerator check (experiments/device_engine.py) and the CPU benchmark, tiny."""
+    """The prepared accelerator check (experiments/device_engine.py) and the CPU benchmark, tiny (with
+    its per-quantity profile)."""
     import importlib
     import sys
     from pathlib import Path
+
+    import otbound
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     try:
@@ -374,12 +377,16 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
     stored = res["collection"]["bytes_per_position"]
     assert stored["float32"] > stored["float16"] > 0 and stored["none"] > 0
     assert res["collection"]["stream_measure_positions"] == res["collection"]["collect_positions"]
-    out = bench.main(["--quick", "--repeats", "1"])
+    out = bench.main(["--quick", "--repeats", "1", "--profile"])
     assert set(out["families"]) == set(bench.FAMILIES)
+    defaults = {name for name, v in otbound.VERIFIERS.items() if v.in_default_measurement}
     for fam in bench.FAMILIES:
         for clock in ("wall", "cpu"):
             r = out["families"][fam][clock]
             assert r["measure_laws_ms"] > 0 and r["wor_k34_ms"] > 0 and r["ratio_to_sort"] > 0
+        shares = out["families"][fam]["profile_x_sort"]  # every quantity of the default set, timed alone
+        assert {label.split()[1] for label in shares if label.startswith("verifier")} == defaults
+        assert shares["sort by ratio (LawBatch.sorted)"] > 0 and shares["alpha* without_replacement K=3,4"] > 0
     import otbound.report
 
     root = Path(__file__).resolve().parents[1]
