@@ -19,9 +19,21 @@ bound per row, timed alone on a fresh :class:`otbound.token.LawBatch` of the sam
 process calls :func:`otbound.retain_freed_memory` first, as ``python -m otbound.compare``
 does. torch's intra-op threads are left as a user's process has them (``--threads`` to set them).
 
+``--profile`` also times each quantity of the default set alone, per position, as a multiple of
+the ``np.sort`` of a row (CPU time, medians): the checked batch (``LawBatch`` and its support), the
+sort by ratio (``LawBatch.sorted``: the integer sort, gathers, ratios, near-tie repair, prefix and
+suffix sums), α* of each draft law at K = 2, 3, 4 (α* without replacement also at K = 2 alone and
+at K = 3, 4), and each verifier's ``batch_estimate`` at K = 2, 3, 4; each on a fresh batch of the
+same rows that has already sorted its rows and counted its support (a verifier's batch also holds
+α* of its own law, which some verifiers read). Caches a quantity shares with another one (the
+top-q selection of the greedy, deterministic and K = 2 without-replacement laws; the RRS
+thresholds of rrs and rrs_wor) are counted in each, so the shares add up to a little more than
+the public call.
+
     python experiments/bench_engine.py                 # ~2 min on 2 busy cores
     python experiments/bench_engine.py --quick         # tiny, for the tests
     python experiments/bench_engine.py --device cuda   # the measurement on a GPU
+    python experiments/bench_engine.py --profile --rows 8 --repeats 3 --families zipf_noise peaked ties
 """
 
 from __future__ import annotations
@@ -83,6 +95,56 @@ def median_time(fn, repeats: int) -> np.ndarray:
     return np.array([statistics.median(walls), statistics.median(cpus)])
 
 
+def profile(pt, qt, repeats: int, sync=lambda: None) -> dict:
+    """CPU seconds per position of each quantity of ``measure_laws``'s default set at K = 2, 3, 4,
+    each timed alone on a fresh :class:`otbound.token.LawBatch` of the rows ``(pt, qt)`` (module
+    docstring): ``{label: seconds}``, medians of ``repeats`` fresh batches after a warm-up."""
+    from otbound.token import LawBatch
+    from otbound.token.verifiers import VERIFIERS
+
+    n = pt.shape[0]
+
+    def sorted_batch():
+        b = LawBatch(pt, qt)
+        _ = b.sorted, b.support
+        return b
+
+    def timed(prepare, work):
+        out = []
+        for j in range(repeats + 1):
+            b = prepare()
+            c0 = time.process_time()
+            work(b)
+            sync()
+            if j:  # the first is a warm-up
+                out.append(time.process_time() - c0)
+        return statistics.median(out) / n
+
+    res = {"checked batch (LawBatch, support)": timed(lambda: None, lambda _: LawBatch(pt, qt).support),
+           "sort by ratio (LawBatch.sorted)": timed(lambda: LawBatch(pt, qt), lambda b: b.sorted)}
+    laws = {"with_replacement": KS, "without_replacement": KS, "greedy": KS, "deterministic": KS}
+    for law, ks in laws.items():
+        res[f"alpha* {law} K=2,3,4"] = timed(sorted_batch, lambda b, law=law, ks=ks: [
+            b.optimal_acceptance(k, law) for k in ks])
+    res["alpha* without_replacement K=2"] = timed(sorted_batch,
+                                                  lambda b: b.optimal_acceptance(2, "without_replacement"))
+    res["alpha* without_replacement K=3,4"] = timed(sorted_batch, lambda b: [
+        b.optimal_acceptance(k, "without_replacement") for k in KS if k >= 3])
+    rng = np.random.default_rng(0)
+    for name, ver in VERIFIERS.items():
+        if not ver.in_default_measurement:
+            continue
+
+        def prepare(ver=ver):
+            b = sorted_batch()
+            for k in KS:
+                b.optimal_acceptance(min(k, b.support) if ver.sampling != "with_replacement" else k, ver.sampling)
+            return b
+
+        res[f"verifier {name} K=2,3,4"] = timed(prepare, lambda b, ver=ver: ver.batch_estimate(b, list(KS), 64, rng))
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="V = 2,000, 4 rows, 2 runs (for the tests)")
@@ -93,6 +155,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's own, as a user's process has them)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time each quantity of the default set alone (module docstring)")
     args = ap.parse_args(argv)
     import torch
 
@@ -139,6 +203,11 @@ def main(argv=None):
                   f"{r['measure_laws_ms']:.1f} ms/position = {r['ratio_to_sort']:.1f}x np.sort | of which "
                   f"alpha*_wor K=3,4 {r['wor_k34_ms']:.1f} ms; the rest {r['rest_ratio_to_sort']:.1f}x np.sort",
                   flush=True)
+        if args.profile:
+            shares = profile(pt, qt, repeats, sync)
+            res["profile_x_sort"] = {label: t / t_sort[1] for label, t in shares.items()}
+            for label, x in res["profile_x_sort"].items():
+                print(f"{fam:10s}   {label:40s} {x:6.2f}x np.sort", flush=True)
         out["families"][fam] = res
     if args.json:
         with open(args.json, "w") as fh:

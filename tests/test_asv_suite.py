@@ -74,8 +74,9 @@ def test_timed_call_is_the_public_value(suite):
 
 
 def test_cross_version_benchmark_runs_and_compares_values():
-    """experiments/bench_public.py against this same checkout: every call timed for both, and the
-    two loads' values equal (the same code), so the value check it applies to two versions holds."""
+    """experiments/bench_public.py against this same checkout: every call and measure_laws timed for
+    both, and the two loads' values equal (the same code), so the value check it applies to two
+    versions holds."""
     import sys
 
     sys.path.insert(0, str(ROOT / "experiments"))
@@ -83,7 +84,8 @@ def test_cross_version_benchmark_runs_and_compares_values():
         bench = importlib.import_module("bench_public")
     finally:
         sys.path.pop(0)
-    out = bench.main(["--against", str(ROOT), "--quick", "--families", "far", "ties"])
+    out = bench.main(["--against", str(ROOT), "--quick", "--families", "far", "ties", "--measure"])
     rows = [v for k, v in out.items() if isinstance(k, tuple)]
-    assert len(rows) == 2 * len(bench.CALLS)
+    assert len(rows) == 2 * (len(bench.CALLS) + 1)  # every call and measure_laws, per family
     assert all(r["max_diff"] == 0.0 and r["this_x_sort"] > 0 and r["ratio"] > 0 for r in rows)
+    assert all(v["compared"] > 0 for k, v in out.items() if isinstance(k, tuple) and k[2] == "measure_laws")

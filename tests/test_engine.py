@@ -356,10 +356,13 @@ def test_bad_input_is_refused():
 
 
 def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
-    """The prepared accelerator check (experiments/device_engine.py) and the CPU benchmark, tiny."""
+    """The prepared accelerator check (experiments/device_engine.py) and the CPU benchmark, tiny (with
+    its per-quantity profile)."""
     import importlib
     import sys
     from pathlib import Path
+
+    import otbound
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     try:
@@ -374,12 +377,16 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
     stored = res["collection"]["bytes_per_position"]
     assert stored["float32"] > stored["float16"] > 0 and stored["none"] > 0
     assert res["collection"]["stream_measure_positions"] == res["collection"]["collect_positions"]
-    out = bench.main(["--quick", "--repeats", "1"])
+    out = bench.main(["--quick", "--repeats", "1", "--profile"])
     assert set(out["families"]) == set(bench.FAMILIES)
+    defaults = {name for name, v in otbound.VERIFIERS.items() if v.in_default_measurement}
     for fam in bench.FAMILIES:
         for clock in ("wall", "cpu"):
             r = out["families"][fam][clock]
             assert r["measure_laws_ms"] > 0 and r["wor_k34_ms"] > 0 and r["ratio_to_sort"] > 0
+        shares = out["families"][fam]["profile_x_sort"]  # every quantity of the default set, timed alone
+        assert {label.split()[1] for label in shares if label.startswith("verifier")} == defaults
+        assert shares["sort by ratio (LawBatch.sorted)"] > 0 and shares["alpha* without_replacement K=3,4"] > 0
     import otbound.report
 
     root = Path(__file__).resolve().parents[1]
@@ -716,11 +723,12 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     sorted alone), on rows of a few distinct ratios each broken into near ties by rounding (the
     counting sort by offset within the run) and on rows of a few ratios each perturbed by thousands
     of units of the last place (the key sort), with exact ties, zeros of p and q and −0: the order,
-    sorted rows and ratios equal torch's stable sort of p/q exactly; each path is taken by some row."""
+    sorted rows and ratios equal torch's stable sort of p/q exactly; each path is taken by some row (the
+    counting sort over all runs at once at V = 5,000, one long run at a time at V = 70,000)."""
     from otbound.token import _kernel
 
-    whole, counted = [], []  # per repaired row: whether the whole row moved; per counting sort: if it applied
-    order_fn, buckets_fn = _kernel._near_tie_order, _kernel._near_tie_buckets
+    whole, counted, by_run = [], [], []  # per repaired row: the whole row moved; per counting sort: it applied
+    order_fn, buckets_fn, runs_fn = _kernel._near_tie_order, _kernel._near_tie_buckets, _kernel._near_tie_runs
 
     def near_tie_order(r, descents):
         pos, src = order_fn(r, descents)
@@ -732,8 +740,14 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
         counted.append(perm is not None)
         return perm
 
+    def near_tie_runs(bits, lo, lens):
+        perm = runs_fn(bits, lo, lens)
+        by_run.append(perm is not None)
+        return perm
+
     monkeypatch.setattr(_kernel, "_near_tie_order", near_tie_order)
     monkeypatch.setattr(_kernel, "_near_tie_buckets", near_tie_buckets)
+    monkeypatch.setattr(_kernel, "_near_tie_runs", near_tie_runs)
     rng = np.random.default_rng(41)
     rows_p, rows_q = [], []
     q = rng.random(v) + 0.1
@@ -760,8 +774,10 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     assert torch.equal(srt.ps, torch.gather(pt, 1, want)) and torch.equal(srt.qs, torch.gather(qt, 1, want))
     assert torch.equal(srt.r, torch.gather(torch.where(qt > 0, pt / torch.where(qt > 0, qt, 1.0), torch.inf) + 0.0,
                                            1, want))
-    assert not all(whole) and any(counted)  # the local repair and the counting sort
-    assert sum(whole) > sum(counted)  # and the key sort
+    assert not all(whole)  # the local repair
+    # the counting sort: over all runs at once at V = 5,000, one run at a time at V = 70,000 (few long runs)
+    assert any(counted) if v == 5000 else any(by_run)
+    assert sum(whole) > sum(counted) + sum(by_run)  # and the key sort
 
 
 def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():
@@ -860,3 +876,48 @@ def test_open_columns_list_each_rows_open_blocks_then_its_first_column():
         own = cols[i].unique()  # sorted: the row's own columns
         j = int(torch.argmin(f_full[i, own]))  # the first least over the increasing own columns
         assert float(best[i]) == float(f_full[i, own].min()) and int(got[i]) == int(own[j])
+
+
+@pytest.mark.parametrize("runs", [3, 40])
+def test_near_tie_counting_run_by_run_is_the_stable_order(runs):
+    """The near ties of a few long runs counted one run at a time (the other positions left in place)
+    give the stable sort by ratio (numpy's stable argsort of the bit patterns), as does the counting
+    over all runs at once; a run wider than the counting sort takes is refused by both."""
+    from otbound.token import _kernel
+
+    rng = np.random.default_rng(7 + runs)
+    v = 20_000
+    cuts = np.sort(rng.choice(np.arange(1, v - 10), runs - 1, replace=False))
+    starts = np.concatenate([[0], cuts])  # (R,) run starts
+    lens = np.diff(starts, append=v)
+    base = (np.arange(runs, dtype=np.uint64) + np.uint64(3)) << np.uint64(30)  # distinct truncated ratios
+    bits = np.repeat(base, lens) + rng.integers(0, _kernel._NEAR_SPREAD, v).astype(np.uint64)  # (V,)
+    held = np.arange(runs) % 3 != 1  # the runs holding near ties; the others already in order
+    for r in np.flatnonzero(~held):
+        bits[starts[r] : starts[r] + lens[r]] = np.sort(bits[starts[r] : starts[r] + lens[r]])
+    want = np.argsort(bits, kind="stable")
+    np.testing.assert_array_equal(_kernel._near_tie_runs(bits, starts[held], lens[held]), want)
+    np.testing.assert_array_equal(_kernel._near_tie_buckets(bits, starts), want)
+    wide = bits.copy()
+    wide[-2:] = base[-1] + np.uint64(_kernel._NEAR_SPREAD), base[-1]  # the last run spans one offset too many
+    assert _kernel._near_tie_runs(wide, starts, lens) is None
+    assert _kernel._near_tie_buckets(wide, starts) is None
+
+
+def test_kseq_searched_for_several_k_at_once_equals_one_k_at_a_time():
+    """K-SEQ's batch_estimate searches ρ* for every K asked at once ((K, row) pairs in one search):
+    on random LM rows (V = 3,000), tied rows (rounded logits), adversarial rows (zeros in p and q,
+    disjoint supports, a 1e-30 tail) it gives each K's values of a fresh batch asked one K at a time
+    bit for bit, and the per-row reference (K-SEQ's acceptance with its coincidence term) to 1e-12."""
+    rng = np.random.default_rng(5)
+    z = np.round(rng.normal(size=(2, 4, 3_000)) * 2.5)
+    cases = [lm_rows(rng, 4, 3_000), (_softmax(z[0]), _softmax(z[1])), adversarial_rows(6), adversarial_rows(12)]
+    ks = [1, 2, 3, 4, 6]
+    for p, q in cases:
+        joint = VERIFIERS["kseq"].batch_estimate(LawBatch(p, q), ks)
+        for k in ks:
+            alone = VERIFIERS["kseq"].batch_acceptance(LawBatch(p, q), k)
+            values, method = joint[k]
+            assert method == "exact"
+            assert torch.equal(values, alone.clamp(0.0, 1.0)), f"K={k}"
+            np.testing.assert_allclose(values.numpy(), per_row("kseq", p, q, k), rtol=0, atol=TOL, err_msg=f"K={k}")

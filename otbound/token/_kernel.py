@@ -391,6 +391,10 @@ def _near_tie_order(r_in_order, descents):
     if 4 * size <= v or 3 * b > 64:
         pos = np.arange(size) + np.repeat(lo - (np.cumsum(lens) - lens), lens)  # (size,) increasing
         return pos, pos[np.argsort(r_in_order[pos], kind="stable")]
+    if lo.size * _RUN_TOKENS <= v:  # few long runs: counted one at a time, the rest of the row in place
+        perm = _near_tie_runs(bits, lo, lens)
+        if perm is not None:
+            return None, perm
     run = np.right_shift(bits, sh)  # (V,) the truncated ratio
     starts = np.flatnonzero(run[1:] != run[:-1]) + 1  # (R − 1,) the runs' first positions but the first
     if starts.size < v // 64:
@@ -412,6 +416,25 @@ def _near_tie_order(r_in_order, descents):
 
 
 _NEAR_SPREAD = 8  # the widest run (units of the last place) the counting sort of near ties takes
+_RUN_TOKENS = 2048  # runs holding descents this long on average are counted one at a time (_near_tie_runs)
+
+
+def _near_tie_runs(bits, lo, lens):
+    """The permutation sorting a row's ratios (bit patterns ``bits`` (V,)) stably by ratio where only
+    the runs of equal truncated ratio starting at ``lo`` (m,), ``lens`` (m,) long (increasing,
+    disjoint) hold descents, their equal ratios in index order: the identity elsewhere, and within
+    each run the order (offset of the ratio's bits from the run's least, position), by numpy's stable
+    radix sort of the run's offsets as uint8 (one run at a time, in cache: for a few long runs, as a
+    row of a few dozen distinct ratios has). None where an offset reaches ``_NEAR_SPREAD`` (the
+    caller sorts keys instead)."""
+    perm = np.arange(bits.size)  # (V,)
+    for a, n in zip(lo.tolist(), lens.tolist()):
+        run = bits[a : a + n]  # (n,) one run's bit patterns
+        off = run - run.min()  # (n,) offsets from the run's least ratio
+        if int(off.max()) >= _NEAR_SPREAD:
+            return None
+        np.add(np.argsort(off.astype(np.uint8), kind="stable"), a, out=perm[a : a + n])
+    return perm
 
 
 def _near_tie_buckets(bits, starts):

@@ -92,10 +92,14 @@ def _missed_mass(batch, k):
         torch = _torch()
         top = max(k, _SHARED_K)
         sums = torch.empty((top, batch.rows), dtype=torch.float64, device=batch.p.device)  # (top, B)
-        parts = [slice(None)] if on_accelerator(batch.p) else [slice(i, i + 1) for i in range(batch.rows)]
+        if on_accelerator(batch.p):
+            parts, miss, missed = [slice(None)], torch.empty_like(batch.q), torch.empty_like(batch.p)  # (B, V) each
+        else:  # a row at a time through two scratch rows, reused (in cache)
+            parts = [slice(i, i + 1) for i in range(batch.rows)]
+            miss, missed = (torch.empty((1, batch.vocab), dtype=torch.float64) for _ in range(2))  # (1, V) each
         for rows in parts:
-            miss = torch.rsub(batch.q[rows], 1.0)  # (b, V): 1 − q
-            missed = torch.mul(batch.p[rows], miss)  # (b, V): p (1 − q)^j, j = 1, 2, ...
+            torch.sub(1.0, batch.q[rows], out=miss)  # 1 − q
+            torch.mul(batch.p[rows], miss, out=missed)  # p (1 − q)^j, j = 1, 2, ...
             for j in range(top):
                 if j:
                     missed.mul_(miss)
