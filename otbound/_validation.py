@@ -102,11 +102,11 @@ def as_law(x, name: str = "p", *, ndim: int | None = None) -> np.ndarray:
     if a.shape[-1] == 0:
         raise InvalidInputError(f"{name} has an empty vocabulary axis (shape {a.shape})")
     if not np.all(np.isfinite(a)):
-        bad = np.argwhere(~np.isfinite(a))[0]
-        raise InvalidInputError(f"{name} has a NaN or infinite entry at index {tuple(bad)}")
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])  # Python ints: "(0,)", not "(np.int64(0),)"
+        raise InvalidInputError(f"{name} has a NaN or infinite entry at index {bad}")
     if np.any(a < 0):
-        bad = np.argwhere(a < 0)[0]
-        raise InvalidInputError(f"{name} has a negative entry {a[tuple(bad)]!r} at index {tuple(bad)}")
+        bad = tuple(int(i) for i in np.argwhere(a < 0)[0])
+        raise InvalidInputError(f"{name} has a negative entry {float(a[bad])!r} at index {bad}")
     s = a.sum(axis=-1, keepdims=True)
     err = np.abs(s - 1.0)
     if np.any(err > LAW_ATOL):

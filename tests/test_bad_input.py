@@ -363,3 +363,20 @@ def test_more_drafts_than_resolvable_are_refused_at_once(k, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         compare.main(["--num-drafts", str(k), "--out", str(tmp_path / "r")])
     assert exc.value.code == 2 and "65536" in _one_line_error(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (np.array([0.25, -0.25, 0.5, 0.5]), "q has a negative entry -0.25 at index (1,)"),
+    (np.array([0.25, np.nan, 0.5, 0.25]), "q has a NaN or infinite entry at index (1,)"),
+])
+@pytest.mark.parametrize("law", ["with_replacement", "greedy", "without_replacement"])
+def test_bad_entry_message_is_the_same_for_numpy_and_torch_laws(bad, needle, law):
+    """A bad entry is named with Python numbers (not ``np.int64(1)``), and numpy and torch laws get
+    the same words."""
+    import torch
+
+    p = np.full(4, 0.25)
+    for pp, qq in ((p, bad), (torch.tensor(p), torch.tensor(bad))):
+        with pytest.raises(ob.InvalidInputError) as err:
+            ob.optimal_acceptance(pp, qq, 2, law)
+        assert str(err.value) == needle
