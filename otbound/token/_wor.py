@@ -393,40 +393,48 @@ class KeySums:
             out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
-    def powers_into(self, y: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """out[:, n − 1] = Σ y^n per key, n = 1..out.shape[1] (``out`` zero on entry; keys in the
-        bincount form), the powers y^1, y^2 = y·y, y^3 = y^2·y, … (the products of
+    def powers_into(self, y: np.ndarray, out: np.ndarray, first: int = 1, cut=None):
+        """out[:, c] = Σ y^(first + c) per key, c = 0..out.shape[1] − 1 (``out`` overwritten; keys in
+        the bincount form), the powers y^1, y^2 = y·y, y^3 = y^2·y, … (the products of
         :func:`_moment_sums`). With torch's scatter, by chunks of ``_CHUNK`` tokens whose powers and
         keys stay in cache across the orders: each chunk's powers scattered in token order into the
         same sums, so every sum adds the same terms in the same order as one scatter per order over
-        the row (the same sums bit for bit)."""
+        the row (the same sums bit for bit). ``cut``: the tokens with y > cut are listed too, chunk
+        by chunk while in cache, and returned (increasing; None without ``cut``)."""
         orders = out.shape[1]
         acc = np.zeros((orders, self.length))  # (orders, keys): contiguous rows for the scatters
         if not (self.keys.dtype == np.int64 and y.dtype == np.float64 and y.flags.writeable):
             w = y.copy()
-            for n in range(orders):  # one bincount per order over the row
-                if n:
+            for n in range(1, first + orders):  # one bincount per order over the row
+                if n > 1:
                     w *= y
-                self.into(w, acc[n])
+                if n >= first:
+                    self.into(w, acc[n - first])
             out[:] = acc.T
-            return out
+            return None if cut is None else np.flatnonzero(y > cut)
         torch = _torch()
         if self._keys_tensor is None:
             self._keys_tensor = torch.from_numpy(self.keys)
         w = np.empty(min(_CHUNK, y.size))
         rows, tw = [torch.from_numpy(a) for a in acc], torch.from_numpy(w)
+        listed = []
         for lo in range(0, y.size, _CHUNK):
             hi = min(lo + _CHUNK, y.size)
             yc, wc, keys = y[lo:hi], w[: hi - lo], self._keys_tensor[lo:hi]
             np.copyto(wc, yc)
-            for n in range(orders):
-                if n == 1:
+            for n in range(1, first + orders):
+                if n == 2:
                     np.multiply(yc, yc, out=wc)
-                elif n:
+                elif n > 2:
                     wc *= yc
-                rows[n].scatter_add_(0, keys, tw[: hi - lo])
+                if n >= first:
+                    rows[n - first].scatter_add_(0, keys, tw[: hi - lo])
+            if cut is not None:
+                found = np.flatnonzero(yc > cut)
+                found += lo
+                listed.append(found)
         out[:] = acc.T
-        return out
+        return None if cut is None else np.concatenate(listed)
 
     def spread(self, table: np.ndarray, out=None) -> np.ndarray:
         """``table[keys]`` (by runs when the keys are sorted)."""
@@ -466,14 +474,21 @@ def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, wor
     tokens in them need more terms; y may be a scratch row). ``out``: zero on entry, written in
     place. ``work``: optional scratch row "w" of y's size.
 
-    Long rows by keys (the bincount form): the orders every token takes (up to the first cut, found
-    first from y alone) are summed chunk by chunk (:meth:`KeySums.powers_into`: each chunk's powers
-    and keys stay in cache across the orders; the same additions in the same order, so the same
-    sums), then the tokens kept go on as below."""
+    Long rows by keys (the bincount form): the orders every token takes (up to the first checkpoint
+    whose probe does not find most tokens above it, :func:`_checkpoint`) are summed chunk by chunk
+    (:meth:`KeySums.powers_into`: each chunk's powers and keys stay in cache across the orders; the
+    same additions in the same order, so the same sums), the tokens above the checkpoint's limit
+    listed in the same pass; then the tokens kept go on as below (or, a third or more of them
+    listed, every token on to the next checkpoint the same way)."""
     order = out.shape[1]
     if sums.starts is None and y.size >= 2 * _CHUNK:
-        n, keep = _first_cut(y, limit, order)
-        sums.powers_into(y, out[:, :n])
+        n = _checkpoint(y, limit, order, 2)
+        keep = sums.powers_into(y, out[:, :n], cut=limit[n] if n < order else None)
+        # the loop's count at that checkpoint: no cut (a third or more need more terms), on with every token
+        while keep is not None and keep.size and _KEEP_FRACTION * keep.size >= y.size:
+            after = _checkpoint(y, limit, order, n + 1)
+            keep = sums.powers_into(y, out[:, n:after], first=n + 1, cut=limit[after] if after < order else None)
+            n = after
         if keep is None or keep.size == 0:
             return
         y, sums = np.take(y, keep), sums.subset(keep)
@@ -508,17 +523,14 @@ def _moment_orders(y, w, sums, limit, out, start) -> None:
         w *= y
 
 
-def _first_cut(y: np.ndarray, limit: dict, order: int):
-    """``(n, keep)``: the order after which :func:`_moment_sums`' loop first cuts its arrays down to
-    the tokens ``keep`` (or, ``keep`` empty, stops; ``(order, None)``: never), from y alone (the
-    loop's checks, in its order)."""
-    for n in range(2, order):
+def _checkpoint(y: np.ndarray, limit: dict, order: int, begin: int) -> int:
+    """The first order n ≥ ``begin`` at which :func:`_moment_sums`' loop counts the tokens needing
+    more terms (a checkpoint of ``limit`` whose strided probe of y does not find most above it), or
+    ``order`` if none."""
+    for n in range(begin, order):
         if n in limit and not _mostly_above(y, limit[n]):
-            more = y > limit[n]
-            count = int(np.count_nonzero(more))
-            if count == 0 or _KEEP_FRACTION * count < y.size:
-                return n, np.flatnonzero(more)
-    return order, None
+            return n
+    return order
 
 
 class RunMoments:
