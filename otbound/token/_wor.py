@@ -293,7 +293,9 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
         rows = np.flatnonzero((keep >= c0) & (keep < c0 + qc.size))
         local = keep[rows] - c0
         x[0] += carry_sx
-        np.cumsum(x, axis=0, out=x)
+        many = qc.size > 1  # a cumulative sum over one token is the token itself
+        if many:
+            np.cumsum(x, axis=0, out=x)
         sx[rows] = x[local]
         carry_sx = x[-1].copy()
         old = carry_e.copy()
@@ -305,7 +307,8 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
                 np.multiply(rho[1:], prev[:-1], out=level[1:])
                 np.multiply(rho[0], old[b - 1], out=level[0])
             level[0] += old[b]
-            np.cumsum(level, axis=0, out=level)
+            if many:
+                np.cumsum(level, axis=0, out=level)
             e[b, rows] = level[local]
             carry_e[b] = level[-1]
             level, prev = prev, level
