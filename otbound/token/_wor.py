@@ -509,21 +509,46 @@ def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, wor
 
 
 def _moment_orders(y, w, sums, limit, out, start) -> None:
-    """Orders start..N of :func:`_moment_sums` (w = y^start)."""
+    """Orders start..N of :func:`_moment_sums` (w = y^start).
+
+    The orders between two cuts of the arrays (or to the stop) share their tokens; by keys (the
+    bincount form) and below ``_SCATTER_MIN`` tokens, those orders' powers are summed by one
+    bincount over (order, key) bins (the powers order by order, each order's tokens in token order:
+    every bin adds the same terms in the same order as one bincount per order, so the same sums)."""
     order = out.shape[1]
-    for n in range(start, order + 1):
-        sums.into(w, out[:, n - 1])
-        if n == order:
-            break
-        if n in limit and not _mostly_above(y, limit[n]):
-            more = y > limit[n]  # the tokens needing more terms: counted, listed only to cut down to them
-            count = int(np.count_nonzero(more))
-            if count == 0:
-                break
-            if _KEEP_FRACTION * count < y.size:
-                keep = np.flatnonzero(more)
-                y, w, sums = np.take(y, keep), np.take(w, keep), sums.subset(keep)
+    n = start
+    while True:
+        last, keep = n, None  # the orders n..last share the arrays; then cut to keep (None: stop)
+        while last < order:
+            if last in limit and not _mostly_above(y, limit[last]):
+                more = y > limit[last]  # the tokens needing more terms: counted, listed only to cut down to them
+                count = int(np.count_nonzero(more))
+                if count == 0:
+                    break
+                if _KEEP_FRACTION * count < y.size:
+                    keep = np.flatnonzero(more)
+                    break
+            last += 1
+        if sums.starts is None and last > n and y.size < _SCATTER_MIN:
+            span = last - n + 1
+            powers = np.empty((span, y.size))  # (orders, tokens): y^n .. y^last
+            powers[0] = w
+            for c in range(1, span):
+                np.multiply(powers[c - 1], y, out=powers[c])
+            bins = np.arange(span)[:, None] * sums.length + sums.keys[None, :]  # (orders, tokens)
+            found = np.bincount(bins.ravel(), weights=powers.ravel(), minlength=span * sums.length)
+            out[:, n - 1 : last] = found.reshape(span, sums.length).T
+            w = powers[-1]
+        else:
+            for m in range(n, last + 1):
+                sums.into(w, out[:, m - 1])
+                if m < last:
+                    w *= y
+        if keep is None:
+            return
+        y, w, sums = np.take(y, keep), np.take(w, keep), sums.subset(keep)
         w *= y
+        n = last + 1
 
 
 def _checkpoint(y: np.ndarray, limit: dict, order: int, begin: int) -> int:
