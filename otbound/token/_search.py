@@ -258,16 +258,23 @@ def _bucket_tokens_by_ratio(b, ids, p, q, size=None) -> tuple[np.ndarray, np.nda
         table = np.zeros(size if size is not None else int(b.max()) + 1, dtype=bool)
         table[ids] = True
         sel = np.flatnonzero(table[b])
-    ratio = p[sel] / q[sel]
+    return _by_ratio(sel, p[sel], q[sel])[:2]
+
+
+def _by_ratio(sel, ps, qs):
+    """``(sel, ratio, ps, qs)``: the tokens ``sel`` of a bucket, given their p and q, sorted by ratio
+    ps/qs (ties: the order of ``sel``) as :func:`_bucket_tokens_by_ratio` sorts them, with their
+    ratios, p and q in that order."""
+    ratio = ps / qs
     if sel.size < 2:
-        return sel, ratio
+        return sel, ratio, ps, qs
     bits = ratio.view(np.int64) & np.int64(0x7FFF_FFFF_FFFF_FFFF)  # −0.0 as 0.0 (sorted alike)
     low = int(bits.min())
     if int(bits.max()) - low < 1 << 16:
         order = np.argsort((bits - low).astype(np.uint16), kind="stable")
     else:
         order = np.argsort(ratio, kind="stable")
-    return sel[order], ratio[order]
+    return sel[order], ratio[order], ps[order], qs[order]
 
 
 def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -532,16 +539,18 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
-            toks, ratio = _bucket_tokens_by_ratio(b, ids[i - 1 : i], p, q)  # one id: no table
+            sel = np.flatnonzero(b == ids[i - 1])  # one id: no table
+            toks, ratio, pt, qt = _by_ratio(sel, p[sel], q[sel])  # their p and q gathered once
         else:
             toks, ratio = _run_tokens(runs, i - 1, p, q)
+            pt, qt = p[toks], q[toks]
         if toks.size < 2:
             return None
         if t_cut_before is not None:  # prefixes inside keep at least the last token out
-            t_inside = min(_wor.TAIL / (out[i] + q[toks[-1]]), t_cut_before[i - 1])
+            t_inside = min(_wor.TAIL / (out[i] + qt[-1]), t_cut_before[i - 1])
             if t_inside > ev.t_end * (1.0 + 1e-9):
                 raise _LongerGrid(t_inside * (1.0 + 1e-6))
-        return chain.tokens(i, toks, p, q, ratio)
+        return chain.tokens(i, toks, pt, qt, ratio)
 
     if runs is None:  # a row as given, searched alone
         best, where = yield from _search(chain, open_bucket, _samples_to_ends, leaves_plain=True)
@@ -584,10 +593,10 @@ class _Chain:
         sums, e, sx = self.states
         return sums[si], e[:, si], sx[si]
 
-    def tokens(self, i, toks, p, q, ratio=None):
-        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i
-        (``ratio``: their p/q, if known)."""
-        ev, qt, pt = self.ev, q[toks], p[toks]
+    def tokens(self, i, toks, pt, qt, ratio=None):
+        """The chain of the tokens ``toks`` (sorted by ratio) of the bucket ending at position i, of
+        p and q ``pt``, ``qt`` (``ratio``: their p/q, if known)."""
+        ev = self.ev
         n = toks.size
         sums = np.zeros((2, n + 1))  # (2, n + 1): p and q of the first j tokens
         np.cumsum(pt, out=sums[0, 1:])

@@ -293,7 +293,9 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
         rows = np.flatnonzero((keep >= c0) & (keep < c0 + qc.size))
         local = keep[rows] - c0
         x[0] += carry_sx
-        np.cumsum(x, axis=0, out=x)
+        many = qc.size > 1  # a cumulative sum over one token is the token itself
+        if many:
+            np.cumsum(x, axis=0, out=x)
         sx[rows] = x[local]
         carry_sx = x[-1].copy()
         old = carry_e.copy()
@@ -305,7 +307,8 @@ def _recursion(t, q_tokens, e_start, sx_start, keep, j_max):
                 np.multiply(rho[1:], prev[:-1], out=level[1:])
                 np.multiply(rho[0], old[b - 1], out=level[0])
             level[0] += old[b]
-            np.cumsum(level, axis=0, out=level)
+            if many:
+                np.cumsum(level, axis=0, out=level)
             e[b, rows] = level[local]
             carry_e[b] = level[-1]
             level, prev = prev, level
@@ -393,40 +396,48 @@ class KeySums:
             out[self.at] = np.add.reduceat(weights, self.starts)
         return out
 
-    def powers_into(self, y: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """out[:, n − 1] = Σ y^n per key, n = 1..out.shape[1] (``out`` zero on entry; keys in the
-        bincount form), the powers y^1, y^2 = y·y, y^3 = y^2·y, … (the products of
+    def powers_into(self, y: np.ndarray, out: np.ndarray, first: int = 1, cut=None):
+        """out[:, c] = Σ y^(first + c) per key, c = 0..out.shape[1] − 1 (``out`` overwritten; keys in
+        the bincount form), the powers y^1, y^2 = y·y, y^3 = y^2·y, … (the products of
         :func:`_moment_sums`). With torch's scatter, by chunks of ``_CHUNK`` tokens whose powers and
         keys stay in cache across the orders: each chunk's powers scattered in token order into the
         same sums, so every sum adds the same terms in the same order as one scatter per order over
-        the row (the same sums bit for bit)."""
+        the row (the same sums bit for bit). ``cut``: the tokens with y > cut are listed too, chunk
+        by chunk while in cache, and returned (increasing; None without ``cut``)."""
         orders = out.shape[1]
         acc = np.zeros((orders, self.length))  # (orders, keys): contiguous rows for the scatters
         if not (self.keys.dtype == np.int64 and y.dtype == np.float64 and y.flags.writeable):
             w = y.copy()
-            for n in range(orders):  # one bincount per order over the row
-                if n:
+            for n in range(1, first + orders):  # one bincount per order over the row
+                if n > 1:
                     w *= y
-                self.into(w, acc[n])
+                if n >= first:
+                    self.into(w, acc[n - first])
             out[:] = acc.T
-            return out
+            return None if cut is None else np.flatnonzero(y > cut)
         torch = _torch()
         if self._keys_tensor is None:
             self._keys_tensor = torch.from_numpy(self.keys)
         w = np.empty(min(_CHUNK, y.size))
         rows, tw = [torch.from_numpy(a) for a in acc], torch.from_numpy(w)
+        listed = []
         for lo in range(0, y.size, _CHUNK):
             hi = min(lo + _CHUNK, y.size)
             yc, wc, keys = y[lo:hi], w[: hi - lo], self._keys_tensor[lo:hi]
             np.copyto(wc, yc)
-            for n in range(orders):
-                if n == 1:
+            for n in range(1, first + orders):
+                if n == 2:
                     np.multiply(yc, yc, out=wc)
-                elif n:
+                elif n > 2:
                     wc *= yc
-                rows[n].scatter_add_(0, keys, tw[: hi - lo])
+                if n >= first:
+                    rows[n - first].scatter_add_(0, keys, tw[: hi - lo])
+            if cut is not None:
+                found = np.flatnonzero(yc > cut)
+                found += lo
+                listed.append(found)
         out[:] = acc.T
-        return out
+        return None if cut is None else np.concatenate(listed)
 
     def spread(self, table: np.ndarray, out=None) -> np.ndarray:
         """``table[keys]`` (by runs when the keys are sorted)."""
@@ -466,14 +477,21 @@ def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, wor
     tokens in them need more terms; y may be a scratch row). ``out``: zero on entry, written in
     place. ``work``: optional scratch row "w" of y's size.
 
-    Long rows by keys (the bincount form): the orders every token takes (up to the first cut, found
-    first from y alone) are summed chunk by chunk (:meth:`KeySums.powers_into`: each chunk's powers
-    and keys stay in cache across the orders; the same additions in the same order, so the same
-    sums), then the tokens kept go on as below."""
+    Long rows by keys (the bincount form): the orders every token takes (up to the first checkpoint
+    whose probe does not find most tokens above it, :func:`_checkpoint`) are summed chunk by chunk
+    (:meth:`KeySums.powers_into`: each chunk's powers and keys stay in cache across the orders; the
+    same additions in the same order, so the same sums), the tokens above the checkpoint's limit
+    listed in the same pass; then the tokens kept go on as below (or, a third or more of them
+    listed, every token on to the next checkpoint the same way)."""
     order = out.shape[1]
     if sums.starts is None and y.size >= 2 * _CHUNK:
-        n, keep = _first_cut(y, limit, order)
-        sums.powers_into(y, out[:, :n])
+        n = _checkpoint(y, limit, order, 2)
+        keep = sums.powers_into(y, out[:, :n], cut=limit[n] if n < order else None)
+        # the loop's count at that checkpoint: no cut (a third or more need more terms), on with every token
+        while keep is not None and keep.size and _KEEP_FRACTION * keep.size >= y.size:
+            after = _checkpoint(y, limit, order, n + 1)
+            keep = sums.powers_into(y, out[:, n:after], first=n + 1, cut=limit[after] if after < order else None)
+            n = after
         if keep is None or keep.size == 0:
             return
         y, sums = np.take(y, keep), sums.subset(keep)
@@ -491,34 +509,56 @@ def _moment_sums(y: np.ndarray, sums: KeySums, limit: dict, out: np.ndarray, wor
 
 
 def _moment_orders(y, w, sums, limit, out, start) -> None:
-    """Orders start..N of :func:`_moment_sums` (w = y^start)."""
+    """Orders start..N of :func:`_moment_sums` (w = y^start).
+
+    The orders between two cuts of the arrays (or to the stop) share their tokens; by keys (the
+    bincount form) and below ``_SCATTER_MIN`` tokens, those orders' powers are summed by one
+    bincount over (order, key) bins (the powers order by order, each order's tokens in token order:
+    every bin adds the same terms in the same order as one bincount per order, so the same sums)."""
     order = out.shape[1]
-    for n in range(start, order + 1):
-        sums.into(w, out[:, n - 1])
-        if n == order:
-            break
-        if n in limit and not _mostly_above(y, limit[n]):
-            more = y > limit[n]  # the tokens needing more terms: counted, listed only to cut down to them
-            count = int(np.count_nonzero(more))
-            if count == 0:
-                break
-            if _KEEP_FRACTION * count < y.size:
-                keep = np.flatnonzero(more)
-                y, w, sums = np.take(y, keep), np.take(w, keep), sums.subset(keep)
+    n = start
+    while True:
+        last, keep = n, None  # the orders n..last share the arrays; then cut to keep (None: stop)
+        while last < order:
+            if last in limit and not _mostly_above(y, limit[last]):
+                more = y > limit[last]  # the tokens needing more terms: counted, listed only to cut down to them
+                count = int(np.count_nonzero(more))
+                if count == 0:
+                    break
+                if _KEEP_FRACTION * count < y.size:
+                    keep = np.flatnonzero(more)
+                    break
+            last += 1
+        if sums.starts is None and last > n and y.size < _SCATTER_MIN:
+            span = last - n + 1
+            powers = np.empty((span, y.size))  # (orders, tokens): y^n .. y^last
+            powers[0] = w
+            for c in range(1, span):
+                np.multiply(powers[c - 1], y, out=powers[c])
+            bins = np.arange(span)[:, None] * sums.length + sums.keys[None, :]  # (orders, tokens)
+            found = np.bincount(bins.ravel(), weights=powers.ravel(), minlength=span * sums.length)
+            out[:, n - 1 : last] = found.reshape(span, sums.length).T
+            w = powers[-1]
+        else:
+            for m in range(n, last + 1):
+                sums.into(w, out[:, m - 1])
+                if m < last:
+                    w *= y
+        if keep is None:
+            return
+        y, w, sums = np.take(y, keep), np.take(w, keep), sums.subset(keep)
         w *= y
+        n = last + 1
 
 
-def _first_cut(y: np.ndarray, limit: dict, order: int):
-    """``(n, keep)``: the order after which :func:`_moment_sums`' loop first cuts its arrays down to
-    the tokens ``keep`` (or, ``keep`` empty, stops; ``(order, None)``: never), from y alone (the
-    loop's checks, in its order)."""
-    for n in range(2, order):
+def _checkpoint(y: np.ndarray, limit: dict, order: int, begin: int) -> int:
+    """The first order n ≥ ``begin`` at which :func:`_moment_sums`' loop counts the tokens needing
+    more terms (a checkpoint of ``limit`` whose strided probe of y does not find most above it), or
+    ``order`` if none."""
+    for n in range(begin, order):
         if n in limit and not _mostly_above(y, limit[n]):
-            more = y > limit[n]
-            count = int(np.count_nonzero(more))
-            if count == 0 or _KEEP_FRACTION * count < y.size:
-                return n, np.flatnonzero(more)
-    return order, None
+            return n
+    return order
 
 
 class RunMoments:
