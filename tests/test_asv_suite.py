@@ -89,3 +89,25 @@ def test_cross_version_benchmark_runs_and_compares_values():
     assert len(rows) == 2 * (len(bench.CALLS) + 1)  # every call and measure_laws, per family
     assert all(r["max_diff"] == 0.0 and r["this_x_sort"] > 0 and r["ratio"] > 0 for r in rows)
     assert all(v["compared"] > 0 for k, v in out.items() if isinstance(k, tuple) and k[2] == "measure_laws")
+
+
+def test_performance_page_is_generated_from_the_stored_asv_results():
+    """docs/results/performance-asv.md is what benchmarks/asv_page.py makes of the stored asv results
+    (the release before the redesign against the later commit stored beside it), so the page and
+    its figures cannot drift apart; its budget table marks the cells over their budget."""
+    page = _module(ROOT / "benchmarks" / "asv_page.py", "asv_page")
+    from asv.results import Results
+
+    stored = sorted({Results.load(str(p)).commit_hash for p in (ROOT / "benchmarks" / "results").glob("*/*.json")
+                     if p.name not in ("machine.json", "benchmarks.json")})
+    before = [c for c in stored if c.startswith("a6e5102")]
+    assert len(before) == 1 and len(stored) == 2, stored
+    after = next(c for c in stored if c not in before)
+    text = page.render(before[0], after)
+    assert text == (ROOT / "docs" / "results" / "performance-asv.md").read_text()
+    budgets = text.split("## Budgets")[1].split("## Every benchmark")[0]
+    for line in budgets.splitlines():
+        if line.startswith("| `optimal_acceptance`") or line.startswith("| `measure_laws`"):
+            limit = float(re.search(r"≤ ([\d.]+)×", line).group(1))
+            for value, verdict in re.findall(r"([\d.]+)× (within|\*\*over\*\*)", line):
+                assert (float(value) <= limit) == (verdict == "within"), line
