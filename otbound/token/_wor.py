@@ -54,7 +54,7 @@ K = 3, 4) and on the random, peaked and adversarial rows of tests/test_engine.py
 K = 3, 4, 5); against the reference DP on the adversarial families of
 experiments/bench_token_bounds.py at V = 2,000 at most 2.1e-15 (K = 3, 4, 5, 8) and 6.3e-15
 (K = 16), and on two rows of each of those six families at V = 151,936 (K = 3, 4) at most 5.8e-14
-(docs/results/performance.md; re-measured with the search's later sampling, bounds and run
+(re-measured with the search's later sampling, bounds and run
 finding, which choose the positions evaluated but not how Q is computed: 2.3e-15, 6.2e-15 and
 6.1e-14, the same figures as the code before them, whose α* they move by at most 1.1e-16 on the
 six families). The shared run moments differ from the per-K sums only in extra
