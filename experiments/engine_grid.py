@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from otbound import InvalidInputError  # noqa: E402
 from otbound.engine import Sampling, load_engine_json, run_audit  # noqa: E402
+from otbound.report import cluster_mean_ci  # noqa: E402
 
 RESULTS = ROOT / "data" / "results"
 FIGURE = ROOT / "figures" / "engine_grid.png"
@@ -197,13 +198,8 @@ def gap_interval(gaps, confidence: float = 0.95) -> tuple[float, float, float]:
     >>> round(m, 3), round(hi - m, 3)   # t_0.975(3) · sqrt(2.5 / 3) / 2 = 3.1824 · 0.4564
     (0.0, 1.453)
     """
-    from scipy import stats
-
     n = len(gaps)
-    if n < 2:
-        return (float(gaps.mean()) if n else np.nan), np.nan, np.nan
-    m, se = float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(n))
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    m, half = cluster_mean_ci(gaps, np.arange(n), confidence)  # each gap its own cluster: Student's t
     return m, m - half, m + half
 
 
