@@ -353,16 +353,24 @@ def _merged_row(logits, children, settings, context) -> np.ndarray:
     return np.append(law[children], law[rest].sum())
 
 
+def _tree_tables(record, t, width, depth, settings_count):
+    """``(start, context, children, dl, tl)`` for the tree at generated position ``t`` of a trace:
+    the caches hold ``tokens[:start]`` and ``tokens[start]`` is fed first; ``children`` (n, width)
+    and the merged laws ``dl``, ``tl`` (settings, n, width + 1), zero, for the n internal nodes."""
+    start = record.prompt_length + t - 1
+    context = [int(x) for x in record.tokens[: start + 1]]
+    n = int(_offsets(width, depth)[-1])
+    children = np.zeros((n, width), dtype=np.int64)
+    dl = np.zeros((settings_count, n, width + 1))
+    tl = np.zeros((settings_count, n, width + 1))
+    return start, context, children, dl, tl
+
+
 def _tree_at(pair, record, t, layers_d, layers_t, width, depth, settings):
     import torch
 
-    start = record.prompt_length + t - 1  # caches hold tokens[:start]; tokens[start] is fed first
-    context = [int(x) for x in record.tokens[: start + 1]]
+    start, context, children, dl, tl = _tree_tables(record, t, width, depth, len(settings))
     v, m = pair.vocab_size, width
-    n = int(_offsets(m, depth)[-1])
-    children = np.zeros((n, m), dtype=np.int64)
-    dl = np.zeros((len(settings), n, m + 1))
-    tl = np.zeros((len(settings), n, m + 1))
     prefixes = [()]  # token ids of the prefixes of the current depth, node order
     for d in range(depth):
         rows = len(prefixes)
@@ -394,13 +402,8 @@ def _tree_at_llama_cpp(pair, record, t, width, depth, settings):
     """:func:`_tree_at` on a llama.cpp pair: each model walks the tree depth first
     (:meth:`otbound.lm._llama_backend.LlamaCppModel.logits_after`, one token per internal node on the
     KV cache of its parent); the same nodes, children and merged laws."""
-    start = record.prompt_length + t - 1
-    context = [int(x) for x in record.tokens[: start + 1]]
+    start, context, children, dl, tl = _tree_tables(record, t, width, depth, len(settings))
     v, m = pair.vocab_size, width
-    n = int(_offsets(m, depth)[-1])
-    children = np.zeros((n, m), dtype=np.int64)
-    dl = np.zeros((len(settings), n, m + 1))
-    tl = np.zeros((len(settings), n, m + 1))
 
     def walk(model, table, which, ranks, path):
         node = _node(ranks, m)
