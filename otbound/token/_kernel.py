@@ -865,8 +865,7 @@ def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
     lo = int(b.min()) if b.size < _SHORT_IDS else 0  # a short row: ids from 0, tables over its own buckets
     if lo:
         b -= lo
-    bp = np.bincount(b, weights=p)  # (max id − lo + 1,)
-    bq = np.bincount(b, weights=q)
+    bp, bq = _bucket_masses(b, p, q)  # (max id − lo + 1,) each
     p_checked = not as_given
     if as_given:  # checked after the sums (read while q is in cache; nothing is used before)
         q_min = float(q.min())  # NaN where the row holds one
@@ -884,8 +883,7 @@ def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
             lo = int(b.min()) if b.size < _SHORT_IDS else 0
             if lo:
                 b -= lo
-            bp = np.bincount(b, weights=p)
-            bq = np.bincount(b, weights=q)
+            bp, bq = _bucket_masses(b, p, q)
     if as_given:  # the sums of the laws as given, from their bucket sums
         sp, sq = float(bp.sum()), float(bq.sum())  # NaN or inf where a row holds one
         if not (abs(sp - 1.0) <= _SUM_ATOL and abs(sq - 1.0) <= _SUM_ATOL):
@@ -928,6 +926,14 @@ def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
         f = (p0[pos] + (cps - base_p)) - power(q0[pos] + (cqs - base_q), k)  # (t,)
         best = min(best, float(f.min()))
     return 1.0 + best
+
+
+def _bucket_masses(b, p, q):
+    """The p and q masses of the bucket ids ``b`` (V,) int64, ≥ 0: ``np.bincount``'s sums bit for
+    bit, by :class:`otbound.token._wor.KeySums` (torch's scatter on long rows, its table sized by one
+    vectorised maximum instead of bincount's scalar pass for the range)."""
+    sums = _wor.KeySums(b, int(b.max()))
+    return sums(p), sums(q)
 
 
 def _rows_as_given(p, q, num_drafts, shortest: int):
