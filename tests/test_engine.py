@@ -724,8 +724,11 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     counting sort by offset within the run) and on rows of a few ratios each perturbed by thousands
     of units of the last place (the key sort), with exact ties, zeros of p and q and −0: the order,
     sorted rows and ratios equal torch's stable sort of p/q exactly; each path is taken by some row (the
-    counting sort over all runs at once at V = 5,000, one long run at a time at V = 70,000)."""
+    counting sort over all runs at once at V = 5,000, one long run at a time at V = 70,000). The
+    counting of rows of few distinct ratios is turned off: such rows never reach the repair."""
     from otbound.token import _kernel
+
+    monkeypatch.setattr(_kernel, "_FEW_RATIOS", 0)
 
     whole, counted, by_run = [], [], []  # per repaired row: the whole row moved; per counting sort: it applied
     order_fn, buckets_fn, runs_fn = _kernel._near_tie_order, _kernel._near_tie_buckets, _kernel._near_tie_runs
@@ -778,6 +781,71 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
     # the counting sort: over all runs at once at V = 5,000, one run at a time at V = 70,000 (few long runs)
     assert any(counted) if v == 5000 else any(by_run)
     assert sum(whole) > sum(counted) + sum(by_run)  # and the key sort
+
+
+def _few_ratio_rows(rng, v):
+    """Rows of few distinct ratios: rounded logits, the same truncated (0/0, x/0, 0/x, −0), exactly
+    256 and 257 distinct ratios, 40 near ties 2^-44 apart, 1,000 distinct ratios hidden from the
+    sample of the row (a tied row there), and one ratio."""
+    from otbound.token import _kernel
+
+    z_p, z_q = np.round(rng.standard_normal((2, v)) * 2.5)
+    rows_p, rows_q = [_softmax(z_p)], [_softmax(z_q)]
+    p, q = _softmax(z_p), _softmax(z_q)
+    q[rng.random(v) < 0.3] = 0.0
+    p[rng.random(v) < 0.3] = 0.0
+    p[::7] = -0.0
+    rows_p.append(p), rows_q.append(q)
+    q = 2.0 ** -rng.integers(1, 30, v)  # q·ratio and its division by q exact: equal ratios are equal
+    for d in (256, 257):
+        rows_p.append(q * (1.0 + rng.permutation(np.arange(v) % d))), rows_q.append(q)
+    ratio = 0.75 * (1 + rng.integers(0, 40, v) * 2.0**-44)
+    rows_p.append(q * ratio), rows_q.append(q)
+    ratio = np.full(v, 2.0)
+    hidden = np.arange(v) % max(1, v // _kernel._FEW_SAMPLE) > 0  # off the sample's grid
+    ratio[hidden] = 1.0 + np.flatnonzero(hidden) % 1000 / 1000
+    rows_p.append(q * ratio), rows_q.append(q)
+    rows_p.append(q.copy()), rows_q.append(q)
+    return np.array(rows_p), np.array(rows_q)
+
+
+def test_few_ratio_rows_are_counted_into_the_stable_order(monkeypatch):
+    """Rows of at most 256 distinct ratios are sorted by their ranks (a hashed table, then a radix
+    argsort): the order, sorted rows and ratios equal numpy's stable argsort of p/q (q = 0 last, −0 as
+    +0) exactly; the rows of more ratios than that (257 in all, or more hidden from the sample), and
+    every row where no multiplier keeps the ratios apart, are left to the key sort, with the same
+    result; the counting itself equals numpy's stable argsort of the bit patterns."""
+    from otbound.token import _kernel
+
+    few = _kernel._few_ratio_order
+    counted = []
+
+    def spy(bits, scratch, rank):
+        got = few(bits, scratch, rank)
+        counted.append(got[0] is not None)
+        if got[0] is not None:
+            np.testing.assert_array_equal(got[0], np.argsort(bits, kind="stable"))
+        return got
+
+    monkeypatch.setattr(_kernel, "_few_ratio_order", spy)
+    rng = np.random.default_rng(43)
+    v = 20_000
+    p, q = _few_ratio_rows(rng, v)  # the rows as given, not renormalised
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(q > 0, p / q, np.inf) + 0.0
+    order = np.argsort(r, axis=1, kind="stable")
+    for multipliers in (_kernel._HASH_MULTIPLIERS, (np.uint64(1),)):  # 1: the top bits, near ties collide
+        monkeypatch.setattr(_kernel, "_HASH_MULTIPLIERS", multipliers)
+        counted.clear()
+        srt = SortedRows(torch.from_numpy(p), torch.from_numpy(q))
+        np.testing.assert_array_equal(srt.order.numpy(), order)
+        assert np.array_equal(srt.ps.numpy(), np.take_along_axis(p, order, 1))
+        assert np.array_equal(srt.qs.numpy(), np.take_along_axis(q, order, 1))
+        assert np.array_equal(srt.r.numpy(), np.take_along_axis(r, order, 1))
+        if len(multipliers) > 1:  # the truncated row asks twice (its ratios mapped by _ratio the second time)
+            assert counted == [True, False, True, True, False, True, False, True]
+        else:
+            assert counted == [False, False, False, False, False, False, False, True]  # one ratio: one slot
 
 
 def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():

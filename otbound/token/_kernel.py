@@ -28,7 +28,8 @@ tiny tails keep their relative accuracy). With ``n(μ) = #{r < μ}`` (a binary s
 Sorting: on the CPU one unsigned-integer sort of the ratio's bit pattern with the index in its low
 bits (:func:`_ratio_order`; ``torch.sort`` costs 16× ``np.sort`` for float64 on one core, numpy's
 ``argsort`` 2.6×), near ties repaired exactly, one row at a time from the division to the prefix
-sums (:meth:`SortedRows._sort_cpu`); on CUDA a stable ``torch.sort`` of the whole batch.
+sums (:meth:`SortedRows._sort_cpu`); a row of at most 256 distinct ratios by a radix argsort of their
+ranks instead (:func:`_few_ratio_order`); on CUDA a stable ``torch.sort`` of the whole batch.
 
 Sparing the (B, V) passes: with-replacement α* and the K = 2 closed form evaluate their prefix
 function only in the column blocks whose lower bound can hold its minimum (:func:`_with_replacement`,
@@ -465,6 +466,62 @@ def _near_tie_buckets(bits, starts):
     return perm
 
 
+_FEW_RATIOS = 256  # rows of at most this many distinct ratios are sorted by counting (_few_ratio_order) ...
+_FEW_MIN_V = 4096  # ... from this many columns on
+_FEW_SAMPLE = 1024  # about this many evenly spaced ratios of a row decide whether to count its distinct ratios
+_HASH_BITS = 16  # the table of ranks: 2^16 bytes
+_HASH_MULTIPLIERS = tuple(
+    np.uint64(a)
+    for a in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+              0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9)
+)  # odd 64-bit constants of the multiplicative hash, tried in turn until one keeps the ratios apart
+
+
+def _few_ratio_order(bits, scratch, rank):
+    """The indices sorting one row exactly by (ratio, index) where it holds at most ``_FEW_RATIOS``
+    distinct ratios (rounded logits, laws truncated to a few tokens): the rank of each ratio among the
+    row's distinct ones, by a table indexed by a multiplicative hash of its bit pattern
+    (``(bits · a) >> (64 − _HASH_BITS)``, ``a`` the first of ``_HASH_MULTIPLIERS`` giving the distinct
+    ratios distinct slots), then numpy's stable radix argsort of the uint8 ranks: a strictly
+    increasing function of the ratio, ties kept in index order. No near ties to repair.
+
+    ``bits`` (V,) uint64: the row's ratios' bit patterns (read only); ``scratch`` (V,) uint64 and
+    ``rank`` (V,) uint8: work arrays, overwritten.
+
+    Returns ``(order, odd)``: ``order`` (V,) int64, or None where the row is not one of few ratios
+    (a sample of about ``_FEW_SAMPLE`` ratios already holds more, or the whole row does), or where no
+    multiplier separates them; ``odd``: the row holds a pattern above +inf's (NaN from 0/0, or a sign
+    bit: −0), whose order is that of :func:`_ratio`'s values (the caller maps them and asks again)."""
+    v = bits.size
+    sample = np.sort(bits[:: max(1, v // _FEW_SAMPLE)])  # (≈ _FEW_SAMPLE,)
+    if np.count_nonzero(sample[1:] != sample[:-1]) >= _FEW_RATIOS:
+        return None, False
+    np.copyto(scratch, bits)
+    scratch.sort()  # (V,) the row's patterns in increasing order
+    if scratch[-1] > _INF_BITS:
+        return None, True
+    new = rank.view(bool)  # (V,) the first of each distinct pattern
+    new[0] = True
+    np.not_equal(scratch[1:], scratch[:-1], out=new[1:])
+    if np.count_nonzero(new) > _FEW_RATIOS:
+        return None, False
+    distinct = scratch[new]  # (D,) increasing: patterns of non-negative floats order as the floats
+    shift = np.uint64(64 - _HASH_BITS)
+    for a in _HASH_MULTIPLIERS:
+        slot = (distinct * a) >> shift  # (D,) wraps modulo 2^64
+        taken = np.sort(slot)
+        if not (taken[1:] == taken[:-1]).any():
+            break
+    else:
+        return None, False
+    table = np.zeros(1 << _HASH_BITS, dtype=np.uint8)  # (2^16,) slot → rank
+    table[slot] = np.arange(distinct.size)
+    np.multiply(bits, a, out=scratch)
+    scratch >>= shift
+    np.take(table, scratch.view(np.int64), out=rank)  # (V,) each ratio's rank among the distinct ones
+    return np.argsort(rank, kind="stable"), False
+
+
 def _odd_ratio(odd: bool, p, q, out):
     """``out[:] = p/q`` (one row): :func:`_ratio` where the row holds 0/0 or −0, else a plain
     division (the same values on such a row)."""
@@ -501,8 +558,9 @@ class SortedRows:
         not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
         holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select``, the
         ratios divided again in sorted order, a near-tie descent repaired in place
-        (:func:`_near_tie_order`), then the prefix and suffix sums. The same values as the batched
-        path of an accelerator, bit for bit."""
+        (:func:`_near_tie_order`), then the prefix and suffix sums. A row of few distinct ratios is
+        ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair). The
+        same values as the batched path of an accelerator, bit for bit."""
         torch = _torch()
         b, v = p.shape
         order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
@@ -510,18 +568,30 @@ class SortedRows:
         pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
         descent = np.empty(max(v - 1, 0), dtype=bool)  # (V − 1,) r[j + 1] < r[j] of the row
         index = np.arange(v, dtype=np.uint64)  # (V,) the token ids of every row's sort keys
+        rank = np.empty(v if v >= _FEW_MIN_V else 0, dtype=np.uint8)  # (V,) work array of _few_ratio_order
         for i in range(b):
             key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
             torch.div(p[i], q[i], out=torch.from_numpy(key))
-            odd = _ratio_order(key.reshape(1, v), index)[1][0]
-            if odd:
-                key[:] = _ratio(p[i], q[i]).numpy()
-                _ratio_order(key.reshape(1, v), index)
+            exact, odd = None, False
+            if v >= _FEW_MIN_V:  # r[i] is free until the sorted division: the counting's scratch
+                exact, odd = _few_ratio_order(key.view(np.uint64), r[i].numpy().view(np.uint64), rank)
+                if odd:
+                    key[:] = _ratio(p[i], q[i]).numpy()
+                    exact = _few_ratio_order(key.view(np.uint64), r[i].numpy().view(np.uint64), rank)[0]
+            if exact is not None:
+                key.view(np.int64)[:] = exact
+            else:
+                if not odd:  # (odd: the key already holds _ratio's values)
+                    odd = _ratio_order(key.reshape(1, v), index)[1][0]
+                    if odd:
+                        key[:] = _ratio(p[i], q[i]).numpy()
+                if odd:
+                    _ratio_order(key.reshape(1, v), index)
             torch.index_select(p[i], 0, order[i], out=ps[i])
             torch.index_select(q[i], 0, order[i], out=qs[i])
             _odd_ratio(odd, ps[i], qs[i], r[i])
             r_row = r[i].numpy()
-            if v > 1 and np.less(r_row[1:], r_row[:-1], out=descent).any():
+            if exact is None and v > 1 and np.less(r_row[1:], r_row[:-1], out=descent).any():
                 pos, src = _near_tie_order(r_row, np.flatnonzero(descent))  # local moves: cache-friendly
                 for x in (order, ps, qs, r):  # r too: the same divisions, moved
                     x_row = x[i].numpy()
