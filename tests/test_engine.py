@@ -820,11 +820,12 @@ def test_few_ratio_rows_are_counted_into_the_stable_order(monkeypatch):
     few = _kernel._few_ratio_order
     counted = []
 
-    def spy(bits, scratch, rank):
-        got = few(bits, scratch, rank)
+    def spy(bits, ordered, scratch, rank):
+        got = few(bits, ordered, scratch, rank)
         counted.append(got[0] is not None)
         if got[0] is not None:
             np.testing.assert_array_equal(got[0], np.argsort(bits, kind="stable"))
+            np.testing.assert_array_equal(ordered, np.sort(bits))
         return got
 
     monkeypatch.setattr(_kernel, "_few_ratio_order", spy)

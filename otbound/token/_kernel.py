@@ -468,7 +468,7 @@ def _near_tie_buckets(bits, starts):
 
 _FEW_RATIOS = 256  # rows of at most this many distinct ratios are sorted by counting (_few_ratio_order) ...
 _FEW_MIN_V = 4096  # ... from this many columns on
-_FEW_SAMPLE = 1024  # about this many evenly spaced ratios of a row decide whether to count its distinct ratios
+_FEW_SAMPLE = 512  # about this many evenly spaced ratios of a row decide whether to count its distinct ratios
 _HASH_BITS = 16  # the table of ranks: 2^16 bytes
 _HASH_MULTIPLIERS = tuple(
     np.uint64(a)
@@ -477,7 +477,7 @@ _HASH_MULTIPLIERS = tuple(
 )  # odd 64-bit constants of the multiplicative hash, tried in turn until one keeps the ratios apart
 
 
-def _few_ratio_order(bits, scratch, rank):
+def _few_ratio_order(bits, ordered, scratch, rank):
     """The indices sorting one row exactly by (ratio, index) where it holds at most ``_FEW_RATIOS``
     distinct ratios (rounded logits, laws truncated to a few tokens): the rank of each ratio among the
     row's distinct ones, by a table indexed by a multiplicative hash of its bit pattern
@@ -485,8 +485,9 @@ def _few_ratio_order(bits, scratch, rank):
     ratios distinct slots), then numpy's stable radix argsort of the uint8 ranks: a strictly
     increasing function of the ratio, ties kept in index order. No near ties to repair.
 
-    ``bits`` (V,) uint64: the row's ratios' bit patterns (read only); ``scratch`` (V,) uint64 and
-    ``rank`` (V,) uint8: work arrays, overwritten.
+    ``bits`` (V,) uint64: the row's ratios' bit patterns (read only); ``ordered`` (V,) uint64: the
+    patterns sorted (on success: the ratios in the order returned, the same values); ``scratch``
+    (V,) uint64 and ``rank`` (V,) uint8: work arrays, overwritten.
 
     Returns ``(order, odd)``: ``order`` (V,) int64, or None where the row is not one of few ratios
     (a sample of about ``_FEW_SAMPLE`` ratios already holds more, or the whole row does), or where no
@@ -496,16 +497,16 @@ def _few_ratio_order(bits, scratch, rank):
     sample = np.sort(bits[:: max(1, v // _FEW_SAMPLE)])  # (≈ _FEW_SAMPLE,)
     if np.count_nonzero(sample[1:] != sample[:-1]) >= _FEW_RATIOS:
         return None, False
-    np.copyto(scratch, bits)
-    scratch.sort()  # (V,) the row's patterns in increasing order
-    if scratch[-1] > _INF_BITS:
+    np.copyto(ordered, bits)
+    ordered.sort()
+    if ordered[-1] > _INF_BITS:
         return None, True
     new = rank.view(bool)  # (V,) the first of each distinct pattern
     new[0] = True
-    np.not_equal(scratch[1:], scratch[:-1], out=new[1:])
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
     if np.count_nonzero(new) > _FEW_RATIOS:
         return None, False
-    distinct = scratch[new]  # (D,) increasing: patterns of non-negative floats order as the floats
+    distinct = ordered[new]  # (D,) increasing: patterns of non-negative floats order as the floats
     shift = np.uint64(64 - _HASH_BITS)
     for a in _HASH_MULTIPLIERS:
         slot = (distinct * a) >> shift  # (D,) wraps modulo 2^64
@@ -559,8 +560,9 @@ class SortedRows:
         holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select``, the
         ratios divided again in sorted order, a near-tie descent repaired in place
         (:func:`_near_tie_order`), then the prefix and suffix sums. A row of few distinct ratios is
-        ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair). The
-        same values as the batched path of an accelerator, bit for bit."""
+        ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair, the
+        sorted ratios its sorted division). The same values as the batched path of an accelerator,
+        bit for bit."""
         torch = _torch()
         b, v = p.shape
         order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
@@ -573,11 +575,12 @@ class SortedRows:
             key = order[i].numpy().view(np.float64)  # (V,) the division, then the sort keys, then the order
             torch.div(p[i], q[i], out=torch.from_numpy(key))
             exact, odd = None, False
-            if v >= _FEW_MIN_V:  # r[i] is free until the sorted division: the counting's scratch
-                exact, odd = _few_ratio_order(key.view(np.uint64), r[i].numpy().view(np.uint64), rank)
+            if v >= _FEW_MIN_V:  # the ratios sorted into r[i] (kept if counted); ps[i]: free until the gather
+                work = r[i].numpy().view(np.uint64), ps[i].numpy().view(np.uint64), rank
+                exact, odd = _few_ratio_order(key.view(np.uint64), *work)
                 if odd:
                     key[:] = _ratio(p[i], q[i]).numpy()
-                    exact = _few_ratio_order(key.view(np.uint64), r[i].numpy().view(np.uint64), rank)[0]
+                    exact = _few_ratio_order(key.view(np.uint64), *work)[0]
             if exact is not None:
                 key.view(np.int64)[:] = exact
             else:
@@ -589,7 +592,8 @@ class SortedRows:
                     _ratio_order(key.reshape(1, v), index)
             torch.index_select(p[i], 0, order[i], out=ps[i])
             torch.index_select(q[i], 0, order[i], out=qs[i])
-            _odd_ratio(odd, ps[i], qs[i], r[i])
+            if exact is None:
+                _odd_ratio(odd, ps[i], qs[i], r[i])
             r_row = r[i].numpy()
             if exact is None and v > 1 and np.less(r_row[1:], r_row[:-1], out=descent).any():
                 pos, src = _near_tie_order(r_row, np.flatnonzero(descent))  # local moves: cache-friendly
