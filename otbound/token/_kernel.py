@@ -557,7 +557,9 @@ class SortedRows:
         """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
         each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
         not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
-        holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select``, the
+        holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select`` (each
+        row read once in a streaming pass just before: the sort has pushed it out of the core's
+        cache, and the random reads of the gather cost about twice as much from farther), the
         ratios divided again in sorted order, a near-tie descent repaired in place
         (:func:`_near_tie_order`), then the prefix and suffix sums. A row of few distinct ratios is
         ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair, the
@@ -590,8 +592,9 @@ class SortedRows:
                         key[:] = _ratio(p[i], q[i]).numpy()
                 if odd:
                     _ratio_order(key.reshape(1, v), index)
-            torch.index_select(p[i], 0, order[i], out=ps[i])
-            torch.index_select(q[i], 0, order[i], out=qs[i])
+            for x, xs in ((p, ps), (q, qs)):
+                np.max(x[i].numpy())  # one streaming read puts the row in cache for the random gather
+                torch.index_select(x[i], 0, order[i], out=xs[i])
             if exact is None:
                 _odd_ratio(odd, ps[i], qs[i], r[i])
             r_row = r[i].numpy()
