@@ -785,8 +785,9 @@ def test_near_tie_repair_every_path_gives_the_stable_order(v, monkeypatch):
 
 def _few_ratio_rows(rng, v):
     """Rows of few distinct ratios: rounded logits, the same truncated (0/0, x/0, 0/x, −0), exactly
-    256 and 257 distinct ratios, 40 near ties 2^-44 apart, 1,000 distinct ratios hidden from the
-    sample of the row (a tied row there), and one ratio."""
+    256 and 257 distinct ratios, 40 near ties 2^-44 apart, 1,000 distinct ratios, 0/0 and −0 hidden
+    from the sample of the row (a tied row there), one ratio, and one ratio with 0/0 and −0 hidden
+    likewise."""
     from otbound.token import _kernel
 
     z_p, z_q = np.round(rng.standard_normal((2, v)) * 2.5)
@@ -804,8 +805,13 @@ def _few_ratio_rows(rng, v):
     ratio = np.full(v, 2.0)
     hidden = np.arange(v) % max(1, v // _kernel._FEW_SAMPLE) > 0  # off the sample's grid
     ratio[hidden] = 1.0 + np.flatnonzero(hidden) % 1000 / 1000
-    rows_p.append(q * ratio), rows_q.append(q)
-    rows_p.append(q.copy()), rows_q.append(q)
+    zero_q, minus_zero = hidden & (np.arange(v) % 97 == 1), hidden & (np.arange(v) % 89 == 3)
+    for r in (ratio, 2.0):  # 0/0 and −0 off the sample's grid: found by the full sort
+        p_hidden, q_hidden = q * r, q.copy()
+        p_hidden[zero_q], q_hidden[zero_q] = 0.0, 0.0
+        p_hidden[minus_zero] = -0.0
+        rows_p.append(p_hidden), rows_q.append(q_hidden)
+    rows_p.insert(-1, q.copy()), rows_q.insert(-1, q)
     return np.array(rows_p), np.array(rows_q)
 
 
@@ -814,15 +820,17 @@ def test_few_ratio_rows_are_counted_into_the_stable_order(monkeypatch):
     argsort): the order, sorted rows and ratios equal numpy's stable argsort of p/q (q = 0 last, −0 as
     +0) exactly; the rows of more ratios than that (257 in all, or more hidden from the sample), and
     every row where no multiplier keeps the ratios apart, are left to the key sort, with the same
-    result; the counting itself equals numpy's stable argsort of the bit patterns."""
+    result; the counting itself equals numpy's stable argsort of the bit patterns, made _ratio's
+    in place where they held 0/0 or −0 (the sorted patterns with them)."""
     from otbound.token import _kernel
 
     few = _kernel._few_ratio_order
-    counted = []
+    counted, odd = [], []
 
     def spy(bits, ordered, scratch, rank):
         got = few(bits, ordered, scratch, rank)
         counted.append(got[0] is not None)
+        odd.append(got[1])
         if got[0] is not None:
             np.testing.assert_array_equal(got[0], np.argsort(bits, kind="stable"))
             np.testing.assert_array_equal(ordered, np.sort(bits))
@@ -832,21 +840,24 @@ def test_few_ratio_rows_are_counted_into_the_stable_order(monkeypatch):
     rng = np.random.default_rng(43)
     v = 20_000
     p, q = _few_ratio_rows(rng, v)  # the rows as given, not renormalised
+    grid = slice(None, None, max(1, v // _kernel._FEW_SAMPLE))
+    assert (q[1, grid] == 0).any() and (q[-3:, grid] > 0).all() and (p[-3:, grid] > 0).all()  # seen / not
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(q > 0, p / q, np.inf) + 0.0
     order = np.argsort(r, axis=1, kind="stable")
     for multipliers in (_kernel._HASH_MULTIPLIERS, (np.uint64(1),)):  # 1: the top bits, near ties collide
         monkeypatch.setattr(_kernel, "_HASH_MULTIPLIERS", multipliers)
-        counted.clear()
+        counted.clear(), odd.clear()
         srt = SortedRows(torch.from_numpy(p), torch.from_numpy(q))
         np.testing.assert_array_equal(srt.order.numpy(), order)
         assert np.array_equal(srt.ps.numpy(), np.take_along_axis(p, order, 1))
         assert np.array_equal(srt.qs.numpy(), np.take_along_axis(q, order, 1))
         assert np.array_equal(srt.r.numpy(), np.take_along_axis(r, order, 1))
-        if len(multipliers) > 1:  # the truncated row asks twice (its ratios mapped by _ratio the second time)
-            assert counted == [True, False, True, True, False, True, False, True]
+        if len(multipliers) > 1:
+            assert counted == [True, True, True, False, True, False, True, True]
         else:
-            assert counted == [False, False, False, False, False, False, False, True]  # one ratio: one slot
+            assert counted == [False, False, False, False, False, False, True, True]  # 0, 2, inf: apart
+        assert odd == [False, True, False, False, False, True, False, True]
 
 
 def test_tiny_q_rows_are_the_rows_with_a_positive_q_below_the_clock_floor():

@@ -328,6 +328,16 @@ def _ratio(p, q):
 
 
 _INF_BITS = np.float64(math.inf).view(np.uint64)  # the bit pattern of +inf: every larger pattern is NaN or negative
+_SIGN_BIT = np.uint64(1 << 63)  # −0's pattern, the least with the sign bit
+
+
+def _as_ratio_bits(bits):
+    """In place, the bit patterns (uint64) of plain divisions p/q of laws (p, q ≥ 0, either may be
+    −0) made those of :func:`_ratio`'s values: the sign cleared (−0 → +0), then every pattern above
+    +inf's (NaN from 0/0, and −inf from x/−0 once cleared) lowered to +inf's. Every other pattern
+    (a finite p/q with q > 0, +inf from x/+0 or from an overflow) is _ratio's already."""
+    np.bitwise_and(bits, ~_SIGN_BIT, out=bits)
+    np.minimum(bits, _INF_BITS, out=bits)
 
 
 def _index_bits(v: int) -> int:
@@ -485,27 +495,42 @@ def _few_ratio_order(bits, ordered, scratch, rank):
     ratios distinct slots), then numpy's stable radix argsort of the uint8 ranks: a strictly
     increasing function of the ratio, ties kept in index order. No near ties to repair.
 
-    ``bits`` (V,) uint64: the row's ratios' bit patterns (read only); ``ordered`` (V,) uint64: the
-    patterns sorted (on success: the ratios in the order returned, the same values); ``scratch``
-    (V,) uint64 and ``rank`` (V,) uint8: work arrays, overwritten.
+    ``bits`` (V,) uint64: the bit patterns of the row's plain divisions p/q (p, q ≥ 0, either may be
+    −0); ``ordered`` (V,) uint64: the patterns sorted (on success: the ratios in the order returned,
+    the same values); ``scratch`` (V,) uint64 and ``rank`` (V,) uint8: work arrays, overwritten.
 
     Returns ``(order, odd)``: ``order`` (V,) int64, or None where the row is not one of few ratios
     (a sample of about ``_FEW_SAMPLE`` ratios already holds more, or the whole row does), or where no
-    multiplier separates them; ``odd``: the row holds a pattern above +inf's (NaN from 0/0, or a sign
-    bit: −0), whose order is that of :func:`_ratio`'s values (the caller maps them and asks again)."""
+    multiplier separates them; ``odd``: the row held a pattern above +inf's (NaN from 0/0, or a sign
+    bit: −0, −inf), found in the sample or by the full sort (not where the sample refused a row
+    without them). Such a row's ``bits`` are made :func:`_ratio`'s in place
+    (:func:`_as_ratio_bits`): before the full sort where the sample holds one, else ``ordered``
+    with them: the sorted patterns above +inf's lie last, the −0 among them first; they move to
+    the front as +0 and the rest stay last as +inf."""
     v = bits.size
     sample = np.sort(bits[:: max(1, v // _FEW_SAMPLE)])  # (≈ _FEW_SAMPLE,)
+    odd = bool(sample[-1] > _INF_BITS)
+    if odd:  # the sample holds 0/0 or −0: the row made _ratio's first
+        _as_ratio_bits(bits)
+        _as_ratio_bits(sample)
+        sample.sort()
     if np.count_nonzero(sample[1:] != sample[:-1]) >= _FEW_RATIOS:
-        return None, False
+        return None, odd
     np.copyto(ordered, bits)
     ordered.sort()
-    if ordered[-1] > _INF_BITS:
-        return None, True
+    if ordered[-1] > _INF_BITS:  # 0/0 or −0 the sample missed
+        odd = True
+        plain = int(np.searchsorted(ordered, _INF_BITS, side="right"))  # patterns of non-negative floats
+        zeros = int(np.searchsorted(ordered, _SIGN_BIT, side="right")) - plain  # the −0
+        ordered[zeros : zeros + plain] = ordered[:plain]  # (numpy copies overlapping slices as if apart)
+        ordered[:zeros] = 0
+        ordered[zeros + plain :] = _INF_BITS
+        _as_ratio_bits(bits)
     new = rank.view(bool)  # (V,) the first of each distinct pattern
     new[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
     if np.count_nonzero(new) > _FEW_RATIOS:
-        return None, False
+        return None, odd
     distinct = ordered[new]  # (D,) increasing: patterns of non-negative floats order as the floats
     shift = np.uint64(64 - _HASH_BITS)
     for a in _HASH_MULTIPLIERS:
@@ -514,22 +539,13 @@ def _few_ratio_order(bits, ordered, scratch, rank):
         if not (taken[1:] == taken[:-1]).any():
             break
     else:
-        return None, False
+        return None, odd
     table = np.zeros(1 << _HASH_BITS, dtype=np.uint8)  # (2^16,) slot → rank
     table[slot] = np.arange(distinct.size)
     np.multiply(bits, a, out=scratch)
     scratch >>= shift
     np.take(table, scratch.view(np.int64), out=rank)  # (V,) each ratio's rank among the distinct ones
-    return np.argsort(rank, kind="stable"), False
-
-
-def _odd_ratio(odd: bool, p, q, out):
-    """``out[:] = p/q`` (one row): :func:`_ratio` where the row holds 0/0 or −0, else a plain
-    division (the same values on such a row)."""
-    if odd:
-        out[:] = _ratio(p, q)
-    else:
-        _torch().div(p, q, out=out)
+    return np.argsort(rank, kind="stable"), odd
 
 
 class SortedRows:
@@ -557,10 +573,11 @@ class SortedRows:
         """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
         each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
         not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
-        holding 0/0 or −0 redone by :func:`_ratio`), p and q gathered by ``index_select`` (each
-        row read once in a streaming pass just before: the sort has pushed it out of the core's
-        cache, and the random reads of the gather cost about twice as much from farther), the
-        ratios divided again in sorted order, a near-tie descent repaired in place
+        holding 0/0 or −0 made :func:`_ratio`'s by :func:`_as_ratio_bits`), p and q gathered by
+        ``index_select`` (each row read once in a streaming pass just before: the sort has pushed
+        it out of the core's cache, and the random reads of the gather cost about twice as much
+        from farther), the ratios divided again in sorted order (and made _ratio's likewise), a
+        near-tie descent repaired in place
         (:func:`_near_tie_order`), then the prefix and suffix sums. A row of few distinct ratios is
         ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair, the
         sorted ratios its sorted division). The same values as the batched path of an accelerator,
@@ -579,25 +596,22 @@ class SortedRows:
             exact, odd = None, False
             if v >= _FEW_MIN_V:  # the ratios sorted into r[i] (kept if counted); ps[i]: free until the gather
                 work = r[i].numpy().view(np.uint64), ps[i].numpy().view(np.uint64), rank
-                exact, odd = _few_ratio_order(key.view(np.uint64), *work)
-                if odd:
-                    key[:] = _ratio(p[i], q[i]).numpy()
-                    exact = _few_ratio_order(key.view(np.uint64), *work)[0]
+                exact, odd = _few_ratio_order(key.view(np.uint64), *work)  # odd: the key made _ratio's
             if exact is not None:
                 key.view(np.int64)[:] = exact
-            else:
-                if not odd:  # (odd: the key already holds _ratio's values)
-                    odd = _ratio_order(key.reshape(1, v), index)[1][0]
-                    if odd:
-                        key[:] = _ratio(p[i], q[i]).numpy()
-                if odd:
-                    _ratio_order(key.reshape(1, v), index)
+            elif _ratio_order(key.reshape(1, v), index)[1][0]:  # 0/0 or −0 (not found by the counting)
+                odd = True
+                torch.div(p[i], q[i], out=torch.from_numpy(key))
+                _as_ratio_bits(key.view(np.uint64))
+                _ratio_order(key.reshape(1, v), index)
             for x, xs in ((p, ps), (q, qs)):
                 np.max(x[i].numpy())  # one streaming read puts the row in cache for the random gather
                 torch.index_select(x[i], 0, order[i], out=xs[i])
-            if exact is None:
-                _odd_ratio(odd, ps[i], qs[i], r[i])
             r_row = r[i].numpy()
+            if exact is None:
+                torch.div(ps[i], qs[i], out=r[i])
+                if odd:
+                    _as_ratio_bits(r_row.view(np.uint64))
             if exact is None and v > 1 and np.less(r_row[1:], r_row[:-1], out=descent).any():
                 pos, src = _near_tie_order(r_row, np.flatnonzero(descent))  # local moves: cache-friendly
                 for x in (order, ps, qs, r):  # r too: the same divisions, moved
