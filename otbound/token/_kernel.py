@@ -476,6 +476,7 @@ def _near_tie_buckets(bits, starts):
     return perm
 
 
+_WARM_V = 1 << 16  # rows this long are read into cache before their gather (SortedRows._sort_cpu)
 _FEW_RATIOS = 256  # rows of at most this many distinct ratios are sorted by counting (_few_ratio_order) ...
 _FEW_MIN_V = 4096  # ... from this many columns on
 _FEW_SAMPLE = 512  # about this many evenly spaced ratios of a row decide whether to count its distinct ratios
@@ -574,10 +575,10 @@ class SortedRows:
         each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
         not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
         holding 0/0 or −0 made :func:`_ratio`'s by :func:`_as_ratio_bits`), p and q gathered by
-        ``index_select`` (each row read once in a streaming pass just before: the sort has pushed
-        it out of the core's cache, and the random reads of the gather cost about twice as much
-        from farther), the ratios divided again in sorted order (and made _ratio's likewise), a
-        near-tie descent repaired in place
+        ``index_select`` (each row of at least ``_WARM_V`` read once in a streaming pass just
+        before: the sort has pushed it out of the core's cache, and the random reads of the
+        gather cost about twice as much from farther), the ratios divided again in sorted order
+        (and made _ratio's likewise), a near-tie descent repaired in place
         (:func:`_near_tie_order`), then the prefix and suffix sums. A row of few distinct ratios is
         ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair, the
         sorted ratios its sorted division). The same values as the batched path of an accelerator,
@@ -605,7 +606,8 @@ class SortedRows:
                 _as_ratio_bits(key.view(np.uint64))
                 _ratio_order(key.reshape(1, v), index)
             for x, xs in ((p, ps), (q, qs)):
-                np.max(x[i].numpy())  # one streaming read puts the row in cache for the random gather
+                if v >= _WARM_V:
+                    np.max(x[i].numpy())  # one streaming read puts the row in cache for the random gather
                 torch.index_select(x[i], 0, order[i], out=xs[i])
             r_row = r[i].numpy()
             if exact is None:
