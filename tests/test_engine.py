@@ -821,7 +821,9 @@ def test_few_ratio_rows_are_counted_into_the_stable_order(monkeypatch):
     +0) exactly; the rows of more ratios than that (257 in all, or more hidden from the sample), and
     every row where no multiplier keeps the ratios apart, are left to the key sort, with the same
     result; the counting itself equals numpy's stable argsort of the bit patterns, made _ratio's
-    in place where they held 0/0 or −0 (the sorted patterns with them)."""
+    in place where they held 0/0 or −0 (the sorted patterns with them); every array, prefix sums
+    included, equals the accelerator's batched path bit for bit."""
+    from otbound._backend import accelerator_paths
     from otbound.token import _kernel
 
     few = _kernel._few_ratio_order
@@ -850,9 +852,12 @@ def test_few_ratio_rows_are_counted_into_the_stable_order(monkeypatch):
         counted.clear(), odd.clear()
         srt = SortedRows(torch.from_numpy(p), torch.from_numpy(q))
         np.testing.assert_array_equal(srt.order.numpy(), order)
-        assert np.array_equal(srt.ps.numpy(), np.take_along_axis(p, order, 1))
-        assert np.array_equal(srt.qs.numpy(), np.take_along_axis(q, order, 1))
-        assert np.array_equal(srt.r.numpy(), np.take_along_axis(r, order, 1))
+        for got, want in ((srt.ps, p), (srt.qs, q), (srt.r, r)):  # bit for bit: −0 is not +0
+            np.testing.assert_array_equal(got.numpy().view(np.int64), np.take_along_axis(want, order, 1).view(np.int64))
+        with accelerator_paths():  # the batched path of an accelerator: the same arrays, bit for bit
+            dev = SortedRows(torch.from_numpy(p), torch.from_numpy(q))
+        for name in ("order", "ps", "qs", "r", "pc", "qc", "_prs", "_qrs"):
+            assert torch.equal(getattr(srt, name).view(torch.int64), getattr(dev, name).view(torch.int64)), name
         if len(multipliers) > 1:
             assert counted == [True, True, True, False, True, False, True, True]
         else:

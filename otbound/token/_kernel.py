@@ -573,8 +573,10 @@ class SortedRows:
     def _sort_cpu(self, p, q):
         """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
         each at V = 151,936, stay in cache from the division to the prefix sums; the batch's do
-        not): one unsigned-integer sort (:func:`_ratio_order`) of the plain division p/q (a row
-        holding 0/0 or −0 made :func:`_ratio`'s by :func:`_as_ratio_bits`), p and q gathered by
+        not, so each output row is written from outside the cache once: the prefix sums take
+        about 2.5× their time in cache): one unsigned-integer sort (:func:`_ratio_order`) of the
+        plain division p/q (a row holding 0/0 or −0 made :func:`_ratio`'s by
+        :func:`_as_ratio_bits`), p and q gathered by
         ``index_select`` (each row of at least ``_WARM_V`` read once in a streaming pass just
         before: the sort has pushed it out of the core's cache, and the random reads of the
         gather cost about twice as much from farther), the ratios divided again in sorted order
