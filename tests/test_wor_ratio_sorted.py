@@ -78,3 +78,50 @@ def test_sorted_rows_of_one_batch_do_not_depend_on_their_neighbours():
         for k in (3, 4):
             alone = _search.without_replacement_ratio_sorted(ps[i : i + 1], qs[i : i + 1], k, alone_runs)[0]
             assert abs(together[k][i] - alone) <= 1e-12, (KINDS[i], k)
+
+
+def test_first_samples_of_an_opened_bucket():
+    """On rows sorted by ratio a long opened bucket is first sampled toward both ends only when its
+    ratios are tied (to 1e-9: one ratio broken by rounding); on rows as given every long bucket is;
+    short buckets take the plain fan-out either way."""
+    from types import SimpleNamespace
+
+    def chain(ratios):
+        return SimpleNamespace(fp=np.zeros(ratios.size + 1), r_step=np.concatenate([[0.0], ratios]),
+                               ev=SimpleNamespace(leaf=16))
+
+    m = 5_000
+    tied = 0.75 * (1.0 + np.arange(m) * np.finfo(float).eps)  # one ratio, a few thousand ulps apart
+    spread = np.linspace(0.75, 0.76, m)  # a bucket's width of distinct ratios
+    ends, plain = _search._samples_to_ends(0, m, 16), _search._samples(0, m, 16)
+    assert ends.size > plain.size + 10 and {1, 2, 4, m - 1, m - 2, m - 4} <= set(ends.tolist())
+    sorted_rows, as_given = _search._first_samples(tied_only=True), _search._first_samples(tied_only=False)
+    np.testing.assert_array_equal(sorted_rows(chain(tied)), ends)
+    np.testing.assert_array_equal(sorted_rows(chain(spread)), plain)
+    np.testing.assert_array_equal(as_given(chain(spread)), ends)
+    np.testing.assert_array_equal(sorted_rows(chain(np.zeros(m))), ends)  # ratio 0 throughout: tied
+    short = tied[:500]
+    np.testing.assert_array_equal(sorted_rows(chain(short)), _search._samples(0, 500, 16))
+
+
+def test_long_tied_runs_of_sorted_rows_are_sampled_toward_their_ends(monkeypatch):
+    """A ``ties`` row (integer logits: runs of thousands of tokens of one ratio) searched on its sorted
+    row opens such a run and samples it toward its ends; its value is the reference DP's."""
+    rng = np.random.default_rng(12)
+    v = 20_000
+    p, q = (_softmax(np.round(rng.standard_normal(v) * 1.5)) for _ in range(2))
+    seen = []
+    ends = _search._samples_to_ends
+
+    def spy(lo, hi, leaf):
+        seen.append(hi - lo - 1)
+        return ends(lo, hi, leaf)
+
+    monkeypatch.setattr(_search, "_samples_to_ends", spy)
+    batch = LawBatch(p[None], q[None])
+    _ = batch.sorted
+    for k in (3, 4):
+        got = float(batch.optimal_acceptance(k, "without_replacement")[0])
+        ref = float(np.clip(_search._without_replacement_reference(p[None], q[None], k, False)[0][0], 0, 1))
+        assert abs(got - ref) <= 1e-12, (k, got, ref)
+    assert seen and max(seen) >= _search._GEO_MIN  # a tied run of over 1,024 tokens opened
