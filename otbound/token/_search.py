@@ -277,16 +277,18 @@ def _by_ratio(sel, ps, qs):
     return sel[order], ratio[order], ps[order], qs[order]
 
 
-def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens of run r of a row sorted by ratio (:class:`RowRuns`) and their ratios p/q: its
-    positions, which a row sorted by (ratio, index) already holds in that order (checked; else
-    sorted stably by ratio)."""
+def _run_tokens(runs: RowRuns, r: int, p: np.ndarray, q: np.ndarray) -> tuple:
+    """``(toks, ratio, pt, qt)``: the tokens of run r of a row sorted by ratio (:class:`RowRuns`),
+    their ratios p/q and their p and q: its positions, which a row sorted by (ratio, index) already
+    holds in that order (checked; else sorted stably by ratio), p and q read as slices of the row
+    (views: a run of a ``ties`` row holds thousands of tokens, gathered by position twice before)."""
     sel = runs.run_tokens(r)
-    ratio = p[sel] / q[sel]
+    pt, qt = (x[sel[0] : sel[-1] + 1] for x in (p, q)) if sel.size else (p[:0], q[:0])
+    ratio = pt / qt
     if sel.size > 1 and bool((ratio[1:] < ratio[:-1]).any()):
         by_ratio = np.argsort(ratio, kind="stable")
-        sel, ratio = sel[by_ratio], ratio[by_ratio]
-    return sel, ratio
+        sel, ratio, pt, qt = sel[by_ratio], ratio[by_ratio], pt[by_ratio], qt[by_ratio]
+    return sel, ratio, pt, qt
 
 
 def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None, tiny=None):
@@ -543,8 +545,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
             sel = np.flatnonzero(b == ids[i - 1])  # one id: no table
             toks, ratio, pt, qt = _by_ratio(sel, p[sel], q[sel])  # their p and q gathered once
         else:
-            toks, ratio = _run_tokens(runs, i - 1, p, q)
-            pt, qt = p[toks], q[toks]
+            toks, ratio, pt, qt = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
             return None
         if t_cut_before is not None:  # prefixes inside keep at least the last token out
