@@ -528,8 +528,10 @@ def test_sampled_run_starts_equal_the_full_pass():
         np.testing.assert_array_equal(runs.b, b)
         for r in (0, starts.size // 2, starts.size - 1):
             with np.errstate(divide="ignore", invalid="ignore"):  # the last run may hold q = 0 (never opened)
-                toks, ratio = _run_tokens(runs, r, p, q)
+                toks, ratio, pt, qt = _run_tokens(runs, r, p, q)
                 np.testing.assert_array_equal(ratio, p[toks] / q[toks])
+                np.testing.assert_array_equal(pt, p[toks])
+                np.testing.assert_array_equal(qt, q[toks])
             np.testing.assert_array_equal(toks, np.flatnonzero(b == at[r]))
     p, q = cases[5]
     with pytest.raises(ob.InvalidInputError, match="sorted by ratio"):
