@@ -63,7 +63,7 @@ _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ 
 _BLOCK = 512  # columns per block of the prefix sums (SortedRows._prefix)
 _CHUNK = 8  # positions per mark of the sorted rows' sums on the CPU (SortedRows.points)
 _SUMS = ("pc", "qc", "_prs", "_qrs")  # the sorted rows' prefix sums and reversed suffix sums
-_FULL_SUMS = ()  # those the CPU path sums whole (the others: marks, SortedRows.points)
+_FULL_SUMS = ("pc", "qc")  # those the CPU path sums whole (the others: marks, SortedRows.points)
 
 
 def _torch():
