@@ -61,9 +61,6 @@ from otbound.token._draft_law import draft_law
 
 _OVERFLOW_Q = 1.0 / np.finfo(np.float64).max  # p/q ≤ 1/q is finite for q ≥ this
 _BLOCK = 512  # columns per block of the prefix sums (SortedRows._prefix)
-_CHUNK = 8  # positions per mark of the sorted rows' sums on the CPU (SortedRows.points)
-_SUMS = ("pc", "qc", "_prs", "_qrs")  # the sorted rows' prefix sums and reversed suffix sums
-_FULL_SUMS = ("pc", "qc")  # those the CPU path sums whole (the others: marks, SortedRows.points)
 
 
 def _torch():
@@ -555,10 +552,7 @@ def _few_ratio_order(bits, ordered, scratch, rank):
 class SortedRows:
     """Rows ``p``, ``q`` (B, V) sorted by ratio p/q (ties by index, q = 0 last) with prefix sums
     (module docstring). ``order`` (B, V): the sorted token ids; ``ps``, ``qs``, ``r``: p, q and the
-    ratio in that order; ``pc``, ``qc`` (B, V + 1): prefix sums, ``_prs``, ``_qrs`` the suffix sums
-    reversed. On an accelerator all four are summed whole; on the CPU those not in ``_FULL_SUMS``
-    are kept as marks (:func:`_marks_row`) and read by :meth:`points`, :meth:`columns` and
-    :meth:`windows` (the same values bit for bit), the full array built on first access."""
+    ratio in that order; ``pc``, ``qc`` (B, V + 1): prefix sums."""
 
     def __init__(self, p, q):
         self.v = p.shape[1]
@@ -570,20 +564,11 @@ class SortedRows:
             self.ps, self.qs = (torch.gather(x, 1, order) for x in (p, q))  # (B, V) each
             self.r = _ratio(self.ps, self.qs)  # (B, V): the same divisions, in sorted order
             self.order = order
-            self._marks = None  # the full sums, built here: every query reads them
             self.pc, self.qc = self._prefix(self.ps), self._prefix(self.qs)  # (B, V + 1) each
             # suffix sums summed from the tail (exact in relative terms where they are tiny and get
             # multiplied by a large μ or c; never 1 − prefix), stored reversed: rsuf[:, i] = the last i
             self._prs, self._qrs = self._prefix(self.ps.flip(1)), self._prefix(self.qs.flip(1))
-            self.q_tot = self.qc[:, -1:]
-            return
-        self.q_tot = self.qc_at(_torch().full((self.ps.shape[0], 1), self.v, dtype=_torch().int64))  # (B, 1)
-
-    # the full (B, V + 1) sums, built on first use where the marks serve the queries (the CPU path)
-    pc = functools.cached_property(lambda self: self._prefix(self.ps))
-    qc = functools.cached_property(lambda self: self._prefix(self.qs))
-    _prs = functools.cached_property(lambda self: self._prefix(self.ps.flip(1)))
-    _qrs = functools.cached_property(lambda self: self._prefix(self.qs.flip(1)))
+        self.q_tot = self.qc[:, -1:]
 
     def _sort_cpu(self, p, q):
         """Every array of the CPU path, one row at a time (a row's dozen work arrays, ≈ 1.2 MB
@@ -596,8 +581,7 @@ class SortedRows:
         before: the sort has pushed it out of the core's cache, and the random reads of the
         gather cost about twice as much from farther), the ratios divided again in sorted order
         (and made _ratio's likewise), a near-tie descent repaired in place
-        (:func:`_near_tie_order`), then the prefix and suffix sums (those of ``_FULL_SUMS`` whole, the
-        others' marks: :func:`_marks_row`). A row of few distinct ratios is
+        (:func:`_near_tie_order`), then the prefix and suffix sums. A row of few distinct ratios is
         ordered exactly by counting instead (:func:`_few_ratio_order`: no key sort, no repair, the
         sorted ratios its sorted division). The same values as the batched path of an accelerator,
         bit for bit."""
@@ -605,10 +589,7 @@ class SortedRows:
         b, v = p.shape
         order = torch.empty((b, v), dtype=torch.int64)  # (B, V)
         ps, qs, r = (torch.empty_like(p) for _ in range(3))  # (B, V) each
-        nck, nb = v // _CHUNK + 1, (v // _BLOCK if v // _BLOCK > 1 else 0) + 1
-        marks = [(np.empty((b, nck)), np.zeros((b, nb))) for _ in range(4)]  # (B, V/_CHUNK + 1), (B, nb) each
-        full = {name: torch.empty((b, v + 1), dtype=p.dtype) for name in _FULL_SUMS}  # (B, V + 1) each
-        within, back = torch.empty(v, dtype=p.dtype), torch.empty(v, dtype=p.dtype)  # (V,) work rows of _marks_row
+        pc, qc, prs, qrs = (torch.empty((b, v + 1), dtype=p.dtype) for _ in range(4))  # (B, V + 1) each
         descent = np.empty(max(v - 1, 0), dtype=bool)  # (V − 1,) r[j + 1] < r[j] of the row
         index = np.arange(v, dtype=np.uint64)  # (V,) the token ids of every row's sort keys
         rank = np.empty(v if v >= _FEW_MIN_V else 0, dtype=np.uint8)  # (V,) work array of _few_ratio_order
@@ -643,20 +624,12 @@ class SortedRows:
                         x_row[:] = np.take(x_row, src)
                     else:
                         x_row[pos] = x_row[src]
-            rows_i = (ps[i], qs[i], ps[i], qs[i])
-            for name, x, (ck, offs), flip in zip(_SUMS, rows_i, marks, (False, False, True, True)):
-                if name in full:  # summed whole, as the accelerator's batch
-                    self._prefix(x[None].flip(1) if flip else x[None], out=full[name][i : i + 1])
-                    continue
-                if flip:  # the suffix sums: the row reversed
-                    np.copyto(back.numpy(), x.numpy()[::-1])
-                    x = back
-                _marks_row(x, within, ck[i], offs[i])
+            self._prefix(ps[i : i + 1], out=pc[i : i + 1])
+            self._prefix(qs[i : i + 1], out=qc[i : i + 1])
+            self._prefix(ps[i : i + 1].flip(1), out=prs[i : i + 1])
+            self._prefix(qs[i : i + 1].flip(1), out=qrs[i : i + 1])
         self.order, self.ps, self.qs, self.r = order, ps, qs, r
-        self.__dict__.update(full)
-        ps_np, qs_np = ps.numpy(), qs.numpy()  # (B, V) each
-        self._marks = {name: (x, flip, *mk) for name, x, flip, mk in
-                       zip(_SUMS, (ps_np, qs_np, ps_np, qs_np), (False, False, True, True), marks) if name not in full}
+        self.pc, self.qc, self._prs, self._qrs = pc, qc, prs, qrs
 
     def row(self, i):
         """The same structure for row ``i`` alone (shape (1, V)), made once per row (views)."""
@@ -665,11 +638,7 @@ class SortedRows:
             view = copy.copy(self)
             view._rows = {}
             for name in ("r", "ps", "qs", "pc", "qc", "_prs", "_qrs", "q_tot", "order"):
-                if name in self.__dict__:  # the full sums where built (else the view builds its own)
-                    setattr(view, name, self.__dict__[name][i : i + 1])
-            if self._marks is not None:
-                view._marks = {name: tuple(a[i : i + 1] if isinstance(a, np.ndarray) else a for a in mk)
-                               for name, mk in self._marks.items()}
+                setattr(view, name, getattr(self, name)[i : i + 1])
             rows[i] = view
         return rows[i]
 
@@ -697,130 +666,24 @@ class SortedRows:
             out[:, m + 1 :] += offsets[:, -1:]
         return out
 
-    def _at(self, name, n):
-        """The sums ``name`` (``"pc"``, ``"qc"``, ``"_prs"``, ``"_qrs"``) at positions ``n`` (B, m)
-        int64 of each row, (B, m): read from the full sums where built, else from the marks
-        (:meth:`points`), the same values bit for bit."""
-        if self._marks is None or name in self.__dict__:
-            return _torch().gather(getattr(self, name), 1, n)
-        rows = np.broadcast_to(np.arange(n.shape[0])[:, None], n.shape)
-        return _torch().from_numpy(self.points(name, rows, n.numpy()))
-
-    def points(self, name, rows, n):
-        """The sums ``name`` at rows ``rows`` and positions ``n`` (numpy int arrays of one shape, n in
-        [0, V]), numpy float64 of that shape, from the marks of :func:`_marks_row` (the CPU path):
-        position n lies in the chunk j = n // ``_CHUNK``; the chunk's first value is the sum within
-        its block at the mark (+0 at a block start, as ``torch.cumsum`` starts), its next ones add the
-        row's entries one at a time (as ``torch.cumsum`` adds them within a block of
-        :meth:`_prefix`), and a block after the first adds the sum of the blocks before it: the
-        operations of :meth:`_prefix`, so the same values bit for bit (the sum through a block
-        ``fl(o + t)`` is the next block's offset ``fl(o + t)``). About ``_CHUNK`` additions per
-        position."""
-        if name in self.__dict__:
-            return self.__dict__[name].numpy()[rows, n]
-        x, flip, ck, offs = self._marks[name]  # (B, V), bool, (B, V/_CHUNK + 1), (B, nb)
-        shape, v = n.shape, self.v
-        rows, n = rows.reshape(-1), n.reshape(-1)  # (N,) each
-        j = n // _CHUNK  # (N,) the chunks
-        c = n - j * _CHUNK  # (N,) the entries to add after the mark
-        depth = int(c.max()) if n.size else 0
-        val = ck.reshape(-1).take(rows * ck.shape[1] + j)  # (N,)
-        if depth:  # (depth + 1, N): the mark, then the entries, summed down the columns in order
-            pos = np.arange(depth)[:, None] + j * _CHUNK  # (depth, N)
-            np.minimum(pos, v - 1, out=pos)  # past the row: any entry (its sums are not read)
-            if flip:
-                np.subtract(v - 1, pos, out=pos)
-            pos += rows * v
-            buf = np.empty((depth + 1, n.size))
-            buf[0] = val
-            np.take(x.reshape(-1), pos, out=buf[1:])
-            for t in range(1, depth + 1):  # one entry at a time, as torch.cumsum adds them
-                np.add(buf[t - 1], buf[t], out=buf[t])
-            val = buf.reshape(-1).take(c * n.size + np.arange(n.size))
-        if offs.shape[1] > 1:  # blocks after the first add the sum of the blocks before them
-            blk = (j * _CHUNK) // _BLOCK  # (N,)
-            val = np.where(blk > 0, val + offs.reshape(-1).take(rows * offs.shape[1] + blk), val)
-        return val.reshape(shape)
-
-    def _chunk_sums(self, name, rows, chunks):
-        """The sums ``name`` at the ``_CHUNK`` positions of each chunk ``chunks`` (N,) of rows ``rows``
-        (N,) (numpy int64; chunks outside the row clamped to its ends: any values), (N, _CHUNK):
-        :meth:`points`' operations, every position of the chunk."""
-        x, flip, ck, offs = self._marks[name]
-        v, nck = self.v, ck.shape[1]
-        chunks = np.clip(chunks, 0, nck - 1)  # (N,)
-        buf = np.empty((_CHUNK, chunks.size))  # (_CHUNK, N): the marks, then the entries, summed down
-        buf[0] = ck.reshape(-1).take(rows * nck + chunks)
-        pos = np.arange(_CHUNK - 1)[:, None] + chunks * _CHUNK  # (_CHUNK − 1, N)
-        np.minimum(pos, v - 1, out=pos)  # past the row: any entry (its sums are not read)
-        if flip:
-            np.subtract(v - 1, pos, out=pos)
-        pos += rows * v
-        np.take(x.reshape(-1), pos, out=buf[1:])
-        for t in range(1, _CHUNK):  # one entry at a time, as torch.cumsum adds them
-            np.add(buf[t - 1], buf[t], out=buf[t])
-        if offs.shape[1] > 1:  # blocks after the first add the sum of the blocks before them
-            blk = (chunks * _CHUNK) // _BLOCK  # (N,)
-            late = np.flatnonzero(blk > 0)
-            buf[:, late] += offs.reshape(-1).take(rows[late] * offs.shape[1] + blk[late])
-        return buf.T
-
-    def columns(self, name, lo: int, hi: int):
-        """The sums ``name`` at the positions lo..hi − 1 of every row, (B, hi − lo) (a fresh array):
-        a slice of the full sums where built, else summed from the marks chunk by chunk
-        (:meth:`points`' operations, bit for bit)."""
-        torch = _torch()
-        if self._marks is None or name in self.__dict__:
-            return getattr(self, name)[:, lo:hi].clone()
-        b = self.ps.shape[0]
-        if hi <= lo:
-            return torch.empty((b, 0), dtype=torch.float64)
-        j0, j1 = lo // _CHUNK, (hi - 1) // _CHUNK + 1  # the chunks holding lo..hi − 1
-        rows = np.repeat(np.arange(b), j1 - j0)
-        sums = self._chunk_sums(name, rows, np.tile(np.arange(j0, j1), b))  # (B·c, _CHUNK)
-        return torch.from_numpy(sums.reshape(b, -1)[:, lo - j0 * _CHUNK : hi - j0 * _CHUNK])
-
-    def windows(self, name, rows, lo, width: int):
-        """The sums ``name`` at the positions ``lo + 0..width − 1`` of rows ``rows`` (numpy int64 (N,)
-        each), (N, width) numpy; positions outside [0, V] give any values. From the full sums where
-        built, else from the marks (:meth:`_chunk_sums`)."""
-        if self._marks is None or name in self.__dict__:
-            pos = np.clip(lo[:, None] + np.arange(width), 0, self.v)  # (N, width)
-            pos += (rows * (self.v + 1))[:, None]
-            return getattr(self, name).cpu().numpy().reshape(-1).take(pos)
-        first = lo // _CHUNK  # (N,)
-        span = (width - 1) // _CHUNK + 2  # chunks covering any window of width positions
-        chunks = (first[:, None] + np.arange(span)).reshape(-1)  # (N·span,)
-        sums = self._chunk_sums(name, np.repeat(rows, span), chunks).reshape(lo.size, -1)  # (N, span·_CHUNK)
-        return np.take_along_axis(sums, (lo - first * _CHUNK)[:, None] + np.arange(width), 1)
-
-    def summed(self, name) -> bool:
-        """Whether the full sums ``name`` are built (else :meth:`points` reads the marks)."""
-        return self._marks is None or name in self.__dict__
-
-    def pc_at(self, n):
-        """Σ_{l < n} p of the sorted row (n: positions, (B, m))."""
-        return self._at("pc", n)
-
-    def qc_at(self, n):
-        """Σ_{l < n} q of the sorted row (n: positions, (B, m))."""
-        return self._at("qc", n)
-
     def psuf(self, n):
         """Σ_{l ≥ n} p of the sorted row (n: positions, (B, m))."""
-        return self._at("_prs", self.v - n)
+        return _torch().gather(self._prs, 1, self.v - n)
 
     def qsuf(self, n):
         """Σ_{l ≥ n} q of the sorted row (n: positions, (B, m))."""
-        return self._at("_qrs", self.v - n)
+        return _torch().gather(self._qrs, 1, self.v - n)
 
     def qsuf_range(self, lo, hi):
-        """Σ_{l ≥ j} q for the positions j = lo..hi−1, (B, hi − lo) (a fresh array)."""
-        return self.columns("_qrs", self.v - hi + 1, self.v - lo + 1).flip(1)
+        """Σ_{l ≥ j} q for the positions j = lo..hi−1 (a slice, no gather)."""
+        return self._qrs[:, self.v - hi + 1 : self.v - lo + 1].flip(1)
 
     def count_below(self, mu):
         """n(μ) = #{r < μ} per row, μ of shape (B, m)."""
         return _torch().searchsorted(self.r, mu.contiguous(), side="left")
+
+    def at(self, prefix, idx):
+        return _torch().gather(prefix, 1, idx)
 
     def h(self, mu, n=None):
         """h(μ) = Σ (p − μ q)_+ (≥ 0), μ of shape (B, m)."""
@@ -830,7 +693,7 @@ class SortedRows:
     def min_sum(self, c):
         """Σ min(p, c q) per row, c of shape (B, m) (c may be +inf: then Σ over q > 0 of p)."""
         n = self.count_below(c)
-        return self.pc_at(n) + _scaled(c, self.qsuf(n))
+        return self.at(self.pc, n) + _scaled(c, self.qsuf(n))
 
     def prefix_limit(self, bound):
         """Smallest column count covering every prefix with ratio ≤ bound (B,) in every row."""
@@ -839,32 +702,6 @@ class SortedRows:
     def unsort(self, sorted_mask):
         """A boolean (B, V) mask given in sorted order, back in token order."""
         return _torch().zeros_like(sorted_mask).scatter_(1, self.order, sorted_mask)
-
-
-def _marks_row(x, within, ck, offs):
-    """The marks of one row's blocked sums (:meth:`SortedRows._prefix`) in place: ``ck`` (V/_CHUNK
-    + 1,) the sum within its block of the entries before each ``_CHUNK``-th position (+0 at a block
-    start), ``offs`` (nb,) the sums of the blocks before each block (rows of at least two whole
-    blocks; ``offs[0]`` unused). ``x`` (V,): the row, a contiguous tensor (the suffix sums': the
-    row reversed into a work row); ``within`` (V,): a work tensor (in cache), the sums within the
-    blocks, by ``torch.cumsum`` as :meth:`SortedRows._prefix` sums them. A row's marks are
-    ``1/_CHUNK`` of its sums: written from outside the cache at that size, the full sums' cost
-    there avoided (:meth:`SortedRows.points` answers from them)."""
-    torch = _torch()
-    v = x.shape[0]
-    m = (v // _BLOCK) * _BLOCK
-    w = within.numpy()
-    if m > _BLOCK:
-        torch.cumsum(x[:m].view(1, -1, _BLOCK), 2, out=within[:m].view(1, -1, _BLOCK))
-        if m < v:
-            torch.cumsum(x[m:], 0, out=within[m:])
-        torch.cumsum(within[_BLOCK - 1 : m : _BLOCK], 0, out=torch.from_numpy(offs[1:]))  # through each whole block
-    else:
-        torch.cumsum(x, 0, out=within)
-    ck[0] = 0.0
-    ck[1:] = w[_CHUNK - 1 :: _CHUNK]
-    if m > _BLOCK:
-        ck[:: _BLOCK // _CHUNK] = 0.0  # block starts: the sum within starts afresh
 
 
 def _scaled(c, x):
@@ -1047,22 +884,23 @@ def _with_replacement(batch, k, want_sets):
         return torch.from_numpy(_with_replacement_buckets(*batch.numpy_rows(), k)), None
     srt = batch.sorted
     m = srt.prefix_limit(torch.full((batch.rows,), float(k), dtype=torch.float64, device=dev))
-    m = min(m, srt.v + 1)
+    m = min(m, srt.pc.shape[1])
+    pc, qc = srt.pc[:, :m], srt.qc[:, :m]  # (B, m) views; column 0 is the empty set: f = 0
     width = _BOUND_BLOCK
-    if dev.type != "cpu" or m <= 4 * width:  # column 0 is the empty set: f = 0
-        return _prefix_minimum(srt, torch.sub(srt.columns("pc", 0, m), power(srt.columns("qc", 0, m), k)), want_sets)
+    if dev.type != "cpu" or m <= 4 * width:
+        return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
     p_cols, q_cols, q_lasts = _block_columns(batch, width)
     nb = -(-m // width)  # the blocks of the m columns
     p_start, q_start = p_cols[:, :nb], q_cols[:, :nb]  # (B, nb) each: Pc, Qc at the blocks' first columns
     q_end = q_lasts[:, : m // width]  # (B, nb or nb − 1): Qc at the full blocks' last columns
     if q_end.shape[1] < nb:  # a last, partial block ends at column m − 1
-        q_end = torch.cat([q_end, srt.qc_at(torch.full((batch.rows, 1), m - 1))], 1)
+        q_end = torch.cat([q_end, qc[:, m - 1 :]], 1)
     upper = (p_start - power(q_start, k)).amin(1, keepdim=True)  # (B, 1): f at block starts
     open_ = (p_start - power(q_end, k)) <= upper  # (B, nb): blocks that may hold the minimum
     if 4 * int(open_.sum()) > open_.numel():
-        return _prefix_minimum(srt, torch.sub(srt.columns("pc", 0, m), power(srt.columns("qc", 0, m), k)), want_sets)
+        return _prefix_minimum(srt, torch.sub(pc, power(qc, k)), want_sets)
     cols = _open_columns(open_, width, m)  # (B, c·width)
-    f = torch.sub(_block_sums(srt, "pc", cols, width), power(_block_sums(srt, "qc", cols, width), k))  # (B, c·width)
+    f = torch.sub(pc.gather(1, cols), power(qc.gather(1, cols), k))  # (B, c·width)
     best, at = f.min(1)  # the first least f: at its first column
     return _prefix_result(srt, best, cols.gather(1, at[:, None])[:, 0], want_sets)
 
@@ -1286,35 +1124,11 @@ def _with_replacement_small(P, Q, k: int):
 
 def _block_columns(batch, width: int):
     """``(Pc[:, ::width], Qc[:, ::width], Qc[:, width − 1 :: width])`` of the batch's sorted rows as
-    contiguous (B, ·) arrays, cached per batch: the with-replacement bounds of every K slice them
-    (point queries of the sorted rows' sums: :meth:`SortedRows.pc_at`)."""
-    torch = _torch()
+    contiguous (B, ·) copies, cached per batch: the with-replacement bounds of every K slice them
+    (read in place, the strided columns of the (B, V + 1) sums cost a cache line per entry, at each K)."""
     srt = batch.sorted
-
-    def build():
-        if srt.summed("pc") and srt.summed("qc"):  # strided copies of the full sums
-            return (srt.pc[:, ::width].contiguous(), srt.qc[:, ::width].contiguous(),
-                    srt.qc[:, width - 1 :: width].contiguous())
-        starts = torch.arange(0, srt.v + 1, width).expand(batch.rows, -1)  # (B, ·)
-        lasts = torch.arange(width - 1, srt.v + 1, width).expand(batch.rows, -1)  # (B, ·)
-        return srt.pc_at(starts), srt.qc_at(starts), srt.qc_at(lasts)
-
-    return batch.memo(("block_columns", width), build)
-
-
-def _block_sums(srt, name, cols, width: int):
-    """The sorted rows' sums ``name`` at the columns ``cols`` (B, c·width) of :func:`_open_columns`
-    (runs of ``width`` columns from a multiple of ``width``, a column past the last replaced by the
-    row's first): a gather from the full sums where built, else runs of sums from the marks
-    (:meth:`SortedRows.windows`), the replaced columns given the row's first value."""
-    torch = _torch()
-    if srt.summed(name):
-        return getattr(srt, name).gather(1, cols)
-    b, c = cols.shape[0], cols.shape[1] // width
-    starts = cols[:, ::width]  # (B, c) the runs' first columns
-    sums = torch.from_numpy(srt.windows(name, np.repeat(np.arange(b), c), starts.reshape(-1).numpy(), width))
-    sums = sums.reshape(b, -1)  # (B, c·width) at starts + 0..width − 1
-    return torch.where(cols == starts.repeat_interleave(width, 1) + torch.arange(width).repeat(c), sums, sums[:, :1])
+    return batch.memo(("block_columns", width), lambda: (
+        srt.pc[:, ::width].contiguous(), srt.qc[:, ::width].contiguous(), srt.qc[:, width - 1 :: width].contiguous()))
 
 
 def _open_columns(open_, width: int, m: int):
@@ -1398,19 +1212,19 @@ def _pair_closed_form(batch, want_sets):
     torch = _torch()
     srt = batch.sorted
     top = greedy_split_rows(batch, 1)[2][:, 0]  # the largest q per row
-    m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.v + 1)
+    m = min(srt.prefix_limit(2.0 / (1.0 - top).clamp_min(1e-300)), srt.pc.shape[1])
     if m <= 1:
-        return _prefix_minimum(srt, torch.zeros_like(top[:, None]), want_sets)
+        return _prefix_minimum(srt, torch.zeros_like(srt.pc[:, :1]), want_sets)
     qs = srt.qs[:, : m - 1]  # (B, m − 1): column c is the prefix of c + 1 tokens
     width = _BOUND_BLOCK
     if on_accelerator(srt.r) or m <= 4 * width:
         suffix = srt.qsuf_range(1, m)  # Σ_{l ≥ j} q, j = 1..m−1 (a fresh array)
         rest = 1.0 - qs
         if bool((top > 0.5).any()):  # at most one token per row: 1 − q as the other tokens' mass summed directly
-            rest = torch.where(qs > 0.5, srt.columns("qc", 0, m - 1) + suffix, rest)
+            rest = torch.where(qs > 0.5, srt.qc[:, : m - 1] + suffix, rest)
         odds = torch.cumsum(torch.div(qs, rest, out=rest), 1)  # (B, m − 1): Σ_{i ≤ c} q_i/(1 − q_i)
-        mass = torch.addcmul(srt.columns("qc", 1, m), suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
-        return _prefix_minimum(srt, torch.sub(srt.columns("pc", 1, m), mass, out=mass), want_sets, first=1)
+        mass = torch.addcmul(srt.qc[:, 1:m], suffix, odds, value=-1.0, out=odds).clamp_(0.0, 1.0)
+        return _prefix_minimum(srt, torch.sub(srt.pc[:, 1:m], mass, out=mass), want_sets, first=1)
     n = m - 1
     starts = torch.arange(0, n, width)  # (nb,) first columns of the blocks
     ends = (starts + width).clamp_(max=n) - 1  # (nb,) last columns
@@ -1420,57 +1234,36 @@ def _pair_closed_form(batch, want_sets):
     big_rows = set(torch.nonzero(top > 0.5).flatten().tolist())  # rows holding a token of q > 1/2
     terms = torch.empty(n, dtype=torch.float64)  # (n,) a row's 1 − q, then q/(1 − q)
     od = torch.empty(n, dtype=torch.float64)  # (n,) a row's odds Σ_{i ≤ c} q_i/(1 − q_i)
-    every = (batch.rows, starts.numel())
-    # the sums at the blocks' first and last columns, every row's at once: (B, nb) each
-    p_start, q_start, r_start = (srt._at(name, at.expand(every)) for name, at in
-                                 (("pc", starts + 1), ("qc", starts + 1), ("_qrs", srt.v - 1 - starts)))
-    q_end, r_end = srt._at("qc", (ends + 1).expand(every)), srt._at("_qrs", (srt.v - 1 - ends).expand(every))
     for i in range(batch.rows):  # one row at a time: 1-D index_select is fast, a column gather of (B, ·) is not
-        row = srt.row(i)
+        pc, qc, qrs = srt.pc[i], srt.qc[i], srt._qrs[i]  # (V + 1,) each
         torch.neg(qs[i], out=terms).add_(1.0)  # −q + 1 = 1 − q, one rounding
         if i in big_rows:  # its one token of q > 1/2: the others' mass summed directly
             big = torch.nonzero(qs[i] > 0.5)[:, 0]
-            terms[big] = _pair_sums(row, "qc", big) + _pair_sums(row, "_qrs", srt.v - 1 - big)
+            terms[big] = qc[big] + qrs[srt.v - 1 - big]
         torch.cumsum(torch.div(qs[i], terms, out=terms), 0, out=od)
-        od_start = od[::width]  # (nb,) at the block starts
-        mass_lo = torch.addcmul(q_start[i], r_start[i], od_start, value=-1.0).clamp_(0.0, 1.0)  # (nb,)
-        upper = torch.sub(p_start[i], mass_lo).min()  # f at the block starts
-        mass_hi = torch.addcmul(q_end[i], r_end[i], od_start, value=-1.0).clamp_(0.0, 1.0)  # (nb,)
-        open_ = (p_start[i] - mass_hi) - 1e-12 <= upper  # (nb,) blocks that may hold the minimum
-        if 4 * int(open_.sum()) > open_.numel():  # every column: the sums over the whole range
+        f_at = functools.partial(_pair_f, srt.v, pc, qc, qrs, od)
+        p_start, od_start = pc[1 : n + 1 : width], od[::width]  # (nb,) strided views at the block starts
+        upper = f_at(starts).min()  # f at the block starts
+        mass_hi = torch.addcmul(qc.index_select(0, ends + 1), qrs.index_select(0, srt.v - 1 - ends),
+                                od_start, value=-1.0).clamp_(0.0, 1.0)  # (nb,)
+        open_ = (p_start - mass_hi) - 1e-12 <= upper  # (nb,) blocks that may hold the minimum
+        if 4 * int(open_.sum()) > open_.numel():
             cols = torch.arange(n)
-            mass = torch.addcmul(row.columns("qc", 1, n + 1)[0], row.columns("_qrs", srt.v - n, srt.v)[0].flip(0), od,
-                                 value=-1.0).clamp_(0.0, 1.0)
-            f = torch.sub(row.columns("pc", 1, n + 1)[0], mass)
         else:
-            blocks = torch.nonzero(open_)[:, 0].numpy()  # (o,) increasing
-            cols = (torch.from_numpy(blocks)[:, None] * width + offsets).flatten()  # increasing columns
-            keep = cols < n
-            cols = cols[keep]
-            f = _pair_f_blocks(row, od, blocks * width, width)[keep]
-        best[i], at = f.min(0)
+            cols = (torch.nonzero(open_)[:, 0, None] * width + offsets).flatten()  # increasing columns
+            cols = cols[cols < n]
+        best[i], at = f_at(cols).min(0)
         count[i] = cols[at] + 1
     return _prefix_result(srt, best, count, want_sets)
 
 
-def _pair_sums(row, name, idx):
-    """The sums ``name`` of one sorted row (:meth:`SortedRows.row`) at positions ``idx`` (n,), (n,)."""
-    return row._at(name, idx[None])[0]
-
-
-def _pair_f_blocks(row, odds, starts, width: int):
-    """f of :func:`_pair_closed_form` at the columns ``starts + 0..width − 1`` of one sorted row,
-    ``starts`` (o,) numpy, as one (o·width,) array (columns past the odds: any values), from windows
-    of its sums (:meth:`SortedRows.windows`): ``Pc[c + 1] − clamp(Qc[c + 1] − Qs[c + 1] odds_c, 0, 1)``."""
+def _pair_f(v, pc, qc, qrs, odds, cols):
+    """f of :func:`_pair_closed_form` at prefix columns ``cols`` of one row (its Pc, Qc, reversed
+    suffix sums and odds), as the full evaluation computes it."""
     torch = _torch()
-    zero = np.zeros(starts.size, dtype=np.int64)
-    qc = row.windows("qc", zero, starts + 1, width).reshape(-1)  # (o·width,) Qc[c + 1]
-    qrs = row.windows("_qrs", zero, row.v - width - starts, width)[:, ::-1].reshape(-1)  # reversed sums at V − 1 − c
-    pc = row.windows("pc", zero, starts + 1, width).reshape(-1)
-    cols = torch.from_numpy((starts[:, None] + np.arange(width)).reshape(-1)).clamp_(max=odds.shape[0] - 1)
-    mass = torch.addcmul(torch.from_numpy(qc), torch.from_numpy(qrs), odds.index_select(0, cols),
+    mass = torch.addcmul(qc.index_select(0, cols + 1), qrs.index_select(0, v - 1 - cols), odds.index_select(0, cols),
                          value=-1.0).clamp_(0.0, 1.0)
-    return torch.sub(torch.from_numpy(pc), mass)
+    return torch.sub(pc.index_select(0, cols + 1), mass)
 
 
 _SHORT_TOP = 256  # rows this short take their top q from one stable argsort (a partition beyond: V = 1,000 1.3x faster)

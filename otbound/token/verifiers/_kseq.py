@@ -183,14 +183,13 @@ def _kseq_batch(srt, ks):
     row_of = np.tile(np.arange(b), len(ks))  # (pairs,) each pair's row of the batch
     k_of = np.repeat(np.asarray(ks, dtype=np.float64), b)  # (pairs,) and its K (exact small integers)
     if dev.type == "cpu":  # the sorted rows read in place, one binary search per row
-        r = srt.r.numpy()  # (B, V)
+        r, prefix, rsuffix = srt.r.numpy(), srt.pc.numpy(), srt._qrs.numpy()  # (B, V), (B, V + 1) ×2
 
         def terms(rows, rho):
             """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (len(rows), m) numpy at the given pairs, each (len(rows), m)."""
             at = row_of[rows]
             n = np.stack([np.searchsorted(r[i], x, "left") for i, x in zip(at, rho)])
-            at = np.broadcast_to(at[:, None], n.shape)
-            return n, srt.points("pc", at, n), srt.points("_qrs", at, srt.v - n)
+            return n, prefix[at[:, None], n], rsuffix[at[:, None], srt.v - n]
     else:
         def terms(rows, rho):
             """n(ρ), Pc[n(ρ)], Qs[n(ρ)] for ρ (len(rows), m) numpy at the given pairs, each (len(rows), m)."""
@@ -234,7 +233,7 @@ def _kseq_batch(srt, ks):
         hi[open_] = _root_in_segment(f, pc_lo[open_], qs_lo[open_], k_of[open_], lo[open_], hi[open_])
     rho = torch.from_numpy(hi.reshape(len(ks), b).T.copy()).to(dev)  # (B, len(ks)): ρ* of each row and K
     n = srt.count_below(rho)
-    bt = srt.pc_at(n) / rho + srt.qsuf(n)  # β(ρ*), (B, len(ks))
+    bt = srt.at(srt.pc, n) / rho + srt.qsuf(n)  # β(ρ*), (B, len(ks))
     k_col = torch.as_tensor(ks, dtype=torch.float64, device=dev).reshape(1, -1)  # (1, len(ks))
     alpha = torch.where(bt < 1.0, -torch.expm1(k_col * torch.log1p(-bt.clamp(max=1.0))), torch.ones_like(bt))
     return list(alpha.T)  # len(ks) × (B,)

@@ -287,7 +287,7 @@ def _rejected_twice(srt, h1, mu2, h2, n_mu2, top, scalars=None):
         floor = srt.q_tot - top  # (B, 1) ≤ q_tot − q(x_1) for every x_1, as rounded (q(x_1) ≤ top)
         return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, floor, scalars)
     if w1.shape[0] > 1:  # an accelerator's batch: S_2 of every first draft summed directly
-        s2 = srt.qsuf_range(1, n1 + 1).add_(srt.columns("qc", 0, n1))  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
+        s2 = srt.qsuf_range(1, n1 + 1).add_(srt.qc[:, :n1])  # Σ_{x ≠ x_1} q, (B, n1) (a fresh array)
         return _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, scalars=scalars)
     # one row whose token of q > 1/2 (at most one) is taken out of the sums: every other S_2 > 1/2;
     # its own S_2 summed directly and its ρ_2 by the general round
@@ -298,7 +298,7 @@ def _rejected_twice(srt, h1, mu2, h2, n_mu2, top, scalars=None):
     rest = _reject_first_drafts(srt, mu2, h2, s2, qx, w1, n_mu2, scalars=scalars)
     if not big.numel():
         return rest
-    s_big = srt.qc_at(big[None])[0] + srt.qsuf(big[None] + 1)[0]  # Σ_{x ≠ big} q, summed directly
+    s_big = srt.qc[0, big] + srt._qrs[0, srt.v - 1 - big]  # Σ_{x ≠ big} q, summed directly
     rho = _reject(srt, mu2, h2, s_big[None], qx[:, big], n_mu2)[0]
     return rest + (w_big * rho).sum()
 
@@ -351,8 +351,8 @@ def _first_draft_scalars(srt, mu2, h2, n_mu2):
     live = h2 > 0  # (B, 1)
     safe_h = torch.where(live, h2, torch.ones_like(h2))
     base = srt.count_below(mu2 + h2)  # (B, 1)
-    q_hi, q_lo = srt.qc_at(base), srt.qc_at(n_mu2)
-    d = ((srt.pc_at(base) - srt.pc_at(n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h  # (B, 1)
+    q_hi, q_lo = srt.at(srt.qc, base), srt.at(srt.qc, n_mu2)
+    d = ((srt.at(srt.pc, base) - srt.at(srt.pc, n_mu2)) - mu2 * (q_hi - q_lo)) / safe_h  # (B, 1)
     # Qc[n] − q(x_1) = S_2 − Qs[n] (x_1 lies below n): no cancellation when S_2 is tiny
     tail = srt.qsuf(base)  # (B, 1)
     v = srt.r.shape[1]
@@ -461,11 +461,9 @@ def _crossing_round(srt, row, mu2, h2, n_mu2, s_far):
         hi = int(np.searchsorted(r, mu3.max(), side="left"))  # n(max μ_3)
         j0 = int(np.searchsorted(r[n_mu2:hi], mu3.min(), side="left")) + n_mu2  # n(min μ_3)
         k = np.searchsorted(r[j0:hi], mu3, side="left")  # (f,) n(μ_3) − j0
-        one = srt.row(row)
-        pc, qc = (one.columns(name, j0, hi + 1)[0].numpy() for name in ("pc", "qc"))  # (hi − j0 + 1,) each
-        q_suf = one.qsuf_range(j0, hi + 1)[0].numpy()  # (hi − j0 + 1,) Qs[n], n = j0..hi
-        pc0, qc0 = (float(one.points(name, np.zeros(1, np.int64), np.array([n_mu2]))[0]) for name in ("pc", "qc"))
-        band = (pc - pc0) - mu2 * (qc - qc0)  # (hi − j0 + 1,)
+        pc, qc = srt.pc[row].numpy()[j0 : hi + 1], srt.qc[row].numpy()[j0 : hi + 1]  # (hi − j0 + 1,) each
+        q_suf = srt.row(row).qsuf_range(j0, hi + 1)[0].numpy()  # (hi − j0 + 1,) Qs[n], n = j0..hi
+        band = (pc - float(srt.pc[row, n_mu2])) - mu2 * (qc - float(srt.qc[row, n_mu2]))  # (hi − j0 + 1,)
         band /= h2
         rho = np.subtract(1.0, q_suf.take(k) / s_far) - band.take(k)  # (f,)
         np.minimum(np.maximum(rho, 0.0, out=rho), 1.0, out=rho)  # clamped to [0, 1]
@@ -481,8 +479,8 @@ def _reject(srt, mu, h, s, q_removed, n0=None, n1=None):
     safe_s = torch.where(live, s, torch.ones_like(s))
     n0 = srt.count_below(mu) if n0 is None else n0
     n1 = srt.count_below(mu + h / safe_s) if n1 is None else n1
-    q_lo, q_hi = srt.qc_at(n0), srt.qc_at(n1)
-    band = (srt.pc_at(n1) - srt.pc_at(n0)) - mu * (q_hi - q_lo)
+    q_lo, q_hi = srt.at(srt.qc, n0), srt.at(srt.qc, n1)
+    band = (srt.at(srt.pc, n1) - srt.at(srt.pc, n0)) - mu * (q_hi - q_lo)
     # the rejected tokens R all lie below n(μ) ≤ n1, so Qc[n1] − q(R) = S − Qs[n1]: computed so, no
     # cancellation when S is tiny (S itself is summed directly by the callers)
     rho = 1.0 - srt.qsuf(n1) / safe_s - band / safe_h
@@ -500,7 +498,7 @@ def _draw_rejected(srt, mu, h, s, mu_next, removed_pos, removed_q, u, n0=None, h
     torch = _torch()
     n0 = srt.count_below(mu) if n0 is None else n0
     hi = srt.count_below(mu_next) if hi is None else hi
-    pc0, qc0 = srt.pc_at(n0), srt.qc_at(n0)
+    pc0, qc0 = srt.at(srt.pc, n0), srt.at(srt.qc, n0)
     safe_h = torch.where(h > 0, h, torch.ones_like(h))
     search = _bisect_rejected_torch if on_accelerator(hi) else _bisect_rejected
     return search(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u)
@@ -512,7 +510,7 @@ def _bisect_rejected_torch(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, re
     lo = torch.zeros_like(n0)
 
     def cum(m):
-        qm, pm = srt.qc_at(m), srt.pc_at(m)
+        qm, pm = srt.at(srt.qc, m), srt.at(srt.pc, m)
         rem = (removed_q * (removed_pos < m.unsqueeze(2))).sum(2)
         d = torch.where(m > n0, (pm - pc0) - mu * (qm - qc0), torch.zeros_like(qm))
         return (qm - rem) / s - d / safe_h
@@ -527,18 +525,18 @@ def _bisect_rejected_torch(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, re
 
 def _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_q, u):
     """The binary search of :func:`_draw_rejected` on the CPU, (B, m) int64: numpy on the paths
-    flattened to (B·m,), the sums read by :meth:`otbound.token._kernel.SortedRows.points` (a numpy
-    operation on 10³ entries costs a quarter of torch's). The same midpoints, float64 operations and
+    flattened to (B·m,), the positions read from the flattened prefix sums (a numpy operation on
+    10³ entries costs a quarter of torch's). The same midpoints, float64 operations and
     comparisons as the torch loop, so the same draws: the rejected drafts' q below a midpoint are
     summed as torch sums them (where at most two columns are set, any order gives the same sum;
     else by torch's own sum over the H columns)."""
     torch = _torch()
     b, m = hi.shape
-    width = srt.v + 1
+    width = srt.pc.shape[1]  # V + 1
     # positions as offsets into the flattened sums: row i's position n is i (V + 1) + n (midpoints,
     # comparisons and differences of positions of one row unchanged)
     base = np.repeat(np.arange(b, dtype=np.int64) * width, m)  # (B·m,) each path's row start
-    row_ids = np.repeat(np.arange(b, dtype=np.int64), m)  # (B·m,) each path's row
+    pc, qc = srt.pc.reshape(-1).numpy(), srt.qc.reshape(-1).numpy()  # (B·(V + 1),) each
     mu, s, pc0, qc0, safe_h, u = (x.reshape(-1).numpy() for x in (mu, s, pc0, qc0, safe_h, u))  # (B·m,) each
     n0 = n0.reshape(-1).numpy() + base  # (B·m,)
     lo = base.copy()  # (B·m,)
@@ -560,7 +558,7 @@ def _bisect_rejected(srt, mu, s, n0, hi, pc0, qc0, safe_h, removed_pos, removed_
 
     while (hi - lo > 1).any():
         mid = (lo + hi) // 2  # (B·m,) (2 · row start + lo + hi)//2 = row start + the row's midpoint
-        qm, pm = (srt.points(name, row_ids, mid - base) for name in ("qc", "pc"))  # (B·m,) each
+        qm, pm = qc.take(mid), pc.take(mid)  # (B·m,) each
         rem = removed_below(mid)
         d = np.where(mid > n0, (pm - pc0) - mu * (qm - qc0), 0.0)  # (B·m,)
         w = ((qm if rem is None else qm - rem) / s) - d / safe_h  # (B·m,) W(mid)
