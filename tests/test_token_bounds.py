@@ -574,9 +574,9 @@ def test_stretch_bounds_never_exceed_f_inside_the_stretch(monkeypatch, k):
         starts = np.append(_search.RowRuns(p, q).starts, v)
         seen = []
 
-        def recorded(parts_of_rows, answers, seen=seen):
-            found = bounds(parts_of_rows, answers)
-            seen.append((parts_of_rows, found))
+        def recorded(asks, answers, seen=seen):
+            found = bounds(asks, answers)
+            seen.append(([ask.parts for ask in asks], found))
             return found
 
         monkeypatch.setattr(_search, "_bounds", recorded)

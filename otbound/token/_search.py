@@ -23,7 +23,9 @@ call, and share their bucket moments across K
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
 from typing import Protocol
 
@@ -139,6 +141,10 @@ class RowRuns:
     def run_tokens(self, r: int) -> np.ndarray:
         """The positions of run r, in order."""
         return np.arange(self.starts[r], self.starts[r + 1] if r + 1 < self.starts.size else self.size)
+
+    def run_size(self, r: int) -> int:
+        """The number of positions of run r."""
+        return int(self.starts[r + 1] if r + 1 < self.starts.size else self.size) - int(self.starts[r])
 
     def clip(self, limit: float):
         """``(ids, bucket_p, bucket_q, rest_q, chain)`` for the buckets below that of ``limit`` (the
@@ -537,13 +543,16 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
             state_of = np.concatenate([[0], through])
     with np.errstate(over="ignore"):  # a bucket's ratios lie in [floor(id), floor(id + 1))
         floors = _bucket_floor(np.append(ids, ids[-1] + 1))
-    chain = _Chain(ev, fp, feats, out, inside, np.append(0.0, floors[:-1]), states, state_of,
-                   r_top=np.append(0.0, floors[1:]))
+    r_step = np.append(0.0, floors[:-1])  # (nb + 1,)
+    table = np.stack([fp, inside, out, np.append(r_step[1:], r_step[-1]), np.append(0.0, floors[1:])])  # (5, nb + 1)
+    chain = _Chain(ev, table, feats, r_step, states, state_of)
 
     def open_bucket(i):  # chain position i ends bucket i − 1
         if runs is None:
             sel = np.flatnonzero(b == ids[i - 1])  # one id: no table
             toks, ratio, pt, qt = _by_ratio(sel, p[sel], q[sel])  # their p and q gathered once
+        elif runs.run_size(i - 1) < 2:  # one token: no chain (known before its tokens are read)
+            return None
         else:
             toks, ratio, pt, qt = _run_tokens(runs, i - 1, p, q)
         if toks.size < 2:
@@ -570,23 +579,29 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
     return 1.0 + best, h
 
 
+# the rows of a chain's table (:class:`_Chain`): what the search reads at a position, gathered at once
+_FP, _INSIDE, _OUT, _R_NEXT, _R_TOP = range(5)
+
+
 class _Chain:
     """Nested prefixes along one stretch of the ratio order (index 0: the prefix before it).
 
-    Arrays over positions: cumulative p (``fp``), evaluator features, q outside and inside, the
-    smallest and largest ratio of the step into each position (``r_step``, ``r_top``: a bucket's
-    floor and the next bucket's; one token's ratio twice), Q where evaluated (nan otherwise)
-    and the index (``state_of``) of each position's exact-token state among ``states``, the states
-    after 0, 1, 2, … of the chain's exact tokens (few: positions share them, gathered only where
+    Arrays over positions: ``table`` (5, n + 1), whose rows ``_FP``, ``_INSIDE``, ``_OUT``,
+    ``_R_NEXT``, ``_R_TOP`` are cumulative p (``fp``), q inside and outside, the smallest ratio of
+    the step after each position (the last position's own step at the chain's end) and the largest
+    ratio of the step into each position (views ``fp``, ``inside``, ``out``, ``r_top``); the
+    smallest ratio of the step into each position (``r_step``: a bucket's floor, ``r_top`` the next
+    bucket's; one token's ratio twice), evaluator features, Q where evaluated (nan otherwise) and
+    the index (``state_of``) of each position's exact-token state among ``states``, the states after
+    0, 1, 2, … of the chain's exact tokens (few: positions share them, gathered only where
     evaluated). A token chain also records its bucket position and tokens.
     """
 
-    def __init__(self, ev, fp, feats, out, inside, r_step, states=None, state_of=None, bucket=None, toks=None,
-                 r_top=None):
-        self.ev, self.fp, self.feats, self.out, self.inside, self.r_step = ev, fp, feats, out, inside, r_step
-        self.r_top = r_step if r_top is None else r_top
+    def __init__(self, ev, table, feats, r_step, states=None, state_of=None, bucket=None, toks=None):
+        self.ev, self.table, self.feats, self.r_step = ev, table, feats, r_step
+        self.fp, self.inside, self.out, self.r_top = table[_FP], table[_INSIDE], table[_OUT], table[_R_TOP]
         self.states, self.state_of, self.bucket, self.toks = states, state_of, bucket, toks
-        self.q = np.full(fp.size, np.nan)
+        self.q = np.full(table.shape[1], np.nan)
 
     def exact(self, idx):
         if self.states is None:
@@ -603,10 +618,12 @@ class _Chain:
         sums = np.zeros((2, n + 1))  # (2, n + 1): p and q of the first j tokens
         np.cumsum(pt, out=sums[0, 1:])
         np.cumsum(qt, out=sums[1, 1:])
-        fp = sums[0] + self.fp[i - 1]
-        inside = sums[1] + self.inside[i - 1]
+        table = np.empty((5, n + 1))
+        np.add(sums[0], self.fp[i - 1], out=table[_FP])
+        np.add(sums[1], self.inside[i - 1], out=table[_INSIDE])
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
-        out = np.zeros(n + 1)  # q of the bucket's tokens from j on, summed from the end, + q after the bucket
+        out = table[_OUT]  # q of the bucket's tokens from j on, summed from the end, + q after the bucket
+        out[n] = 0.0
         np.cumsum(qt[::-1], out=out[n - 1 :: -1])
         out += self.out[i]
         states = state_of = None
@@ -617,15 +634,70 @@ class _Chain:
             np.cumsum(is_exact, out=state_of[1:])
             start = self.exact([i - 1])
             states = ev.run_exact(exact_q, start, np.arange(-1, exact_q.size)) if exact_q.size else start
-        r_step = np.empty(n + 1)
+        r_step = table[_R_TOP]  # a token's own ratio: the smallest and largest of its step
         r_step[0] = 0.0
         if ratio is None:
             np.divide(pt, qt, out=r_step[1:])
         else:
             r_step[1:] = ratio
-        sub = _Chain(ev, fp, feats, out, inside, r_step, states, state_of, bucket=i, toks=toks)
+        table[_R_NEXT, :n] = r_step[1:]
+        table[_R_NEXT, n] = r_step[n]
+        sub = _Chain(ev, table, feats, r_step, states, state_of, bucket=i, toks=toks)
         sub.q[0], sub.q[n] = self.q[i - 1], self.q[i]
         return sub
+
+
+class _Ask:
+    """One row's request of a round: its ``parts`` ``(chain, pts, nxt)`` (the stretches pts → nxt of
+    each chain), their positions and stretch ends concatenated (``pts``, ``nxt``, (npos,) each;
+    part j holds ``ends[j − 1]:ends[j]``), the chain tables gathered there (``at_s``, ``at_e``,
+    (5, npos) each: one gather per part and end) and which positions begin a stretch that a token
+    chain's first sampling evaluates whole (``whole``, (npos,) bool, or None if none)."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        sizes = [pts.size for _, pts, _ in parts]
+        self.ends = list(itertools.accumulate(sizes))  # part j: positions ends[j − 1]:ends[j]
+        if len(parts) == 1:
+            ch, self.pts, self.nxt = parts[0]
+            self.at_s, self.at_e = np.take(ch.table, self.pts, axis=1), np.take(ch.table, self.nxt, axis=1)
+        else:
+            self.pts = np.concatenate([pts for _, pts, _ in parts])
+            self.nxt = np.concatenate([nxt for _, _, nxt in parts])
+            self.at_s = np.concatenate([np.take(ch.table, pts, axis=1) for ch, pts, _ in parts], axis=1)
+            self.at_e = np.concatenate([np.take(ch.table, nxt, axis=1) for ch, _, nxt in parts], axis=1)
+        # a token chain sampled whole (positions 0..m − 1 all asked, distinct: each stretch one step):
+        # :func:`_bounds` gives those stretches their exact minimum
+        whole = [ch.bucket is not None and pts.size == ch.fp.size - 1 for ch, pts, _ in parts]
+        self.whole = np.repeat(whole, sizes) if any(whole) else None
+
+    def part_of(self, j: int) -> int:
+        """The part holding position j of the request."""
+        return bisect.bisect_right(self.ends, j)
+
+    def mass_arguments(self, ev, bounds=True):
+        """The arguments of ``ev.mass`` for Q and (``bounds``) the stretch-bound coefficients at the
+        request's positions: (features, out, inside, exact states, out_next or None)."""
+        parts = self.parts
+        out_next = self.at_e[_OUT] if bounds else None
+        if len(parts) == 1:  # one chain: its gathers as they are
+            ch, pts, _ = parts[0]
+            return ch.feats[pts], self.at_s[_OUT], self.at_s[_INSIDE], ch.exact(pts) if ev.has_exact else None, out_next
+        feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
+        exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
+        return feats, self.at_s[_OUT], self.at_s[_INSIDE], exact, out_next
+
+    def record(self, q_at: np.ndarray) -> np.ndarray:
+        """Q at the request's positions ``q_at`` recorded in their chains; returns Q at the stretch
+        ends (evaluated now or before), (npos,)."""
+        start = 0
+        for ch, pts, _ in self.parts:
+            ch.q[pts] = q_at[start : start + pts.size]
+            start += pts.size
+        if len(self.parts) == 1:
+            ch, _, nxt = self.parts[0]
+            return ch.q[nxt]
+        return np.concatenate([ch.q[nxt] for ch, _, nxt in self.parts])
 
 
 _FANOUT = 8  # a long stretch is sampled at about this many positions (more rounds, fewer positions than 12–24)
@@ -652,52 +724,53 @@ def _search(root, open_bucket, sample_bucket=None, leaves_plain=False):
     # the end's own entry (n → n) bounds nothing: it is kept out of the stretches below (nxt > pts)
     parts = [(root, np.append(s, n), np.append(s[1:], [n, n]))]
     best, where = 0.0, None
-    live = {}
     while parts:
         # leaves only (token chains' single steps, never kept): Q alone, without the stretch bounds
         need = not leaves_plain or any(ch is root or bool((nxt - pts > 1).any()) for ch, pts, nxt in parts)
-        f, bound = yield ev, _mass_arguments(ev, parts, need), parts
+        ask = _Ask(parts)
+        f, bound = yield ev, ask.mass_arguments(ev, need), ask
         j = int(np.argmin(f))
-        f_min = f[j]
-        if f_min < best:  # the part holding position j of the round
-            for ch, pts, _ in parts:
-                if j < pts.size:
-                    best, where = float(f_min), (ch, int(pts[j]))
-                    break
-                j -= pts.size
-        live = {}
-        start = 0
-        for ch, pts, nxt in parts:
-            sl = slice(start, start + pts.size)
-            start = sl.stop
-            keep = np.flatnonzero((bound[sl] < best) & ((nxt - pts > 1) | ((ch is root) & (nxt > pts))))
-            if keep.size:
-                live.setdefault(ch, []).extend(zip(pts[keep].tolist(), nxt[keep].tolist(), bound[sl][keep].tolist()))
-        parts = []
-        for ch, stretches in live.items():
-            pts, nxt = [], []
-            for lo, hi, lower in stretches:
-                if lower >= best:  # beaten by a value found later in the previous round
-                    continue
-                if hi - lo == 1:
-                    sub = open_bucket(hi)  # only root stretches are single steps here
-                    if sub is not None:
-                        m = sub.fp.size - 1
-                        s = _samples(0, m, ev.leaf) if sample_bucket is None else sample_bucket(sub)
-                        parts.append((sub, s, np.append(s[1:], m)))
-                    continue
-                s = _samples(lo, hi, ev.leaf)
-                pts.append(s)
-                nxt.append(np.append(s[1:], hi))
-            if pts:
-                parts.append((ch, np.concatenate(pts), np.concatenate(nxt)))
+        if f[j] < best:
+            best, where = float(f[j]), (parts[ask.part_of(j)][0], int(ask.pts[j]))
+        parts = _next_parts(root, ask, bound < best, open_bucket, sample_bucket)
     return best, where
 
 
-def _bounds(rows: list, answers: list) -> list:
+def _next_parts(root, ask: _Ask, beats: np.ndarray, open_bucket, sample_bucket) -> list:
+    """The parts of :func:`_search`'s next round: of each part of ``ask`` in order, the stretches
+    whose bound beats the best value (``beats``, (npos,) bool) and span more than one step, sampled
+    (:func:`_sample_step`), and the single steps of the root (buckets: each opened into its token
+    chain, first sampled by ``sample_bucket``, that part placed before the root's own). The kept
+    stretches are found for all parts at once; their samples are Python ranges (a part keeps a
+    few stretches: cheaper than array operations per stretch or per part)."""
+    span = ask.nxt - ask.pts  # (npos,)
+    kept = np.flatnonzero(beats & (span > 0))
+    lo_all, hi_all = ask.pts[kept].tolist(), ask.nxt[kept].tolist()
+    cuts = np.searchsorted(kept, ask.ends).tolist()  # part j's kept stretches: cuts[j − 1]:cuts[j]
+    parts = []
+    for (ch, _, _), a, b in zip(ask.parts, [0] + cuts[:-1], cuts):
+        pts, nxt = [], []
+        for lo, hi in zip(lo_all[a:b], hi_all[a:b]):
+            if hi - lo == 1:  # a step of a token chain bounds nothing more; one of the root is a bucket
+                sub = open_bucket(hi) if ch is root else None
+                if sub is not None:
+                    m = sub.fp.size - 1
+                    s = _samples(0, m, ch.ev.leaf) if sample_bucket is None else sample_bucket(sub)
+                    parts.append((sub, s, np.append(s[1:], m)))
+                continue
+            samples = range(lo, hi, _sample_step(lo, hi, ch.ev.leaf))
+            pts += samples
+            nxt += samples[1:]
+            nxt.append(hi)
+        if pts:
+            parts.append((ch, np.array(pts, dtype=np.int64), np.array(nxt, dtype=np.int64)))
+    return parts
+
+
+def _bounds(asks: list, answers: list) -> list:
     """f at the evaluated positions of every row and the lower bound of f over each stretch
-    s = pts → e = nxt (``rows``: each row's parts ``(chain, pts, nxt)``; ``answers``: each row's
-    ``(Q, D1, C2, C3)`` at its positions, which are recorded in the chains first: Q at e is then known).
+    s = pts → e = nxt (``asks``: each row's :class:`_Ask`; ``answers``: each row's ``(Q, D1, C2, C3)``
+    at its positions, which are recorded in the chains first: Q at e is then known).
 
     A prefix H of the stretch adds q-mass x ∈ [0, X] to H_s (X = q(H_e) − q(H_s)), so
     p(H) ≥ L(x) = max(p_s + r_lo x, p_e − r_hi (X − x)) (r_lo, r_hi: the smallest and largest ratio
@@ -705,70 +778,44 @@ def _bounds(rows: list, answers: list) -> list:
     x ≤ X). With x_c where the quadratic reaches Q_e and x_m where the two lines of L cross:
     beyond x_c, L − Q_e is non-decreasing; below it, L − quadratic is concave on [0, x_m] and on
     [x_m, x_c]; so f ≥ min(f_s, L(x_c) − Q_e, L(x_m) − min(Q_e, quadratic(x_m)) if 0 < x_m < x_c).
-    Returns each row's ``(f, bound)``, over its positions in order. One evaluation for all rows."""
-    plain = [not isinstance(answer, tuple) for answer in answers]  # Q alone: f, and no bound (inf)
+    A token chain evaluated whole (:attr:`_Ask.whole`: none of its stretches is kept) gets the
+    stretch's exact minimum, min(f_s, f_e), instead. A row answered with Q alone (``leaves_plain``
+    of :func:`_search`) gets f and no bound (inf). Returns each row's ``(f, bound)``, over its
+    positions in order. One evaluation for all rows (every operation elementwise: each position's
+    value is that of its row alone)."""
+    plain = [not isinstance(answer, tuple) for answer in answers]
+    q_e = [ask.record(answer if is_plain else answer[0]) for ask, answer, is_plain in zip(asks, answers, plain)]
     if any(plain):
-        out = [None] * len(rows)
+        out = [None] * len(asks)
         asked = [i for i, is_plain in enumerate(plain) if not is_plain]
-        for i, found in zip(asked, _bounds([rows[i] for i in asked], [answers[i] for i in asked]) if asked else []):
+        for i, found in zip(asked, _bounds_of([asks[i] for i in asked], [answers[i] for i in asked],
+                                              [q_e[i] for i in asked]) if asked else []):
             out[i] = found
         for i in (i for i, is_plain in enumerate(plain) if is_plain):
-            fs, start = [], 0
-            for ch, pts, _ in rows[i]:
-                ch.q[pts] = answers[i][start : start + pts.size]
-                fs.append(ch.fp[pts] - ch.q[pts])
-                start += pts.size
-            f = np.concatenate(fs)
+            f = asks[i].at_s[_FP] - answers[i]
             out[i] = (f, np.full(f.size, np.inf))
         return out
-    # a token chain evaluated whole (its positions 0..m − 1 all asked, distinct: each stretch one step,
-    # none of which _search keeps): the stretch's exact minimum, min(f_s, f_e), instead of the bound
-    # (Q at e is known: evaluated now, or the chain's end, evaluated on the bucket chain)
-    whole = [[ch.bucket is not None and pts.size == ch.fp.size - 1 for ch, pts, _ in parts] for parts in rows]
-    if not any(map(any, whole)):
-        return _bounds_all(rows, answers)
-    kept_rows, kept_answers, pieces = [], [], []
-    for parts, answer, flags in zip(rows, answers, whole):
-        starts = np.cumsum([0] + [pts.size for _, pts, _ in parts])
-        kept = [i for i, w in enumerate(flags) if not w]
-        kept_rows.append([parts[i] for i in kept])
-        kept_answers.append(tuple(np.concatenate([a[starts[i] : starts[i + 1]] for i in kept]) if kept else a[:0]
-                                  for a in answer))
-        pieces.append([(ch, pts, nxt, answer[0][starts[i] : starts[i + 1]], flags[i])
-                       for i, (ch, pts, nxt) in enumerate(parts)])
-    found = _bounds_all(kept_rows, kept_answers)
-    out = []
-    for row_pieces, (f_kept, b_kept) in zip(pieces, found):
-        fs, bs, at = [], [], 0
-        for ch, pts, nxt, q_at, is_whole in row_pieces:
-            if is_whole:
-                ch.q[pts] = q_at
-                fs.append(ch.fp[pts] - q_at)
-                bs.append(np.minimum(fs[-1], ch.fp[nxt] - ch.q[nxt]))
-            else:
-                fs.append(f_kept[at : at + pts.size])
-                bs.append(b_kept[at : at + pts.size])
-                at += pts.size
-        out.append((np.concatenate(fs), np.concatenate(bs)))
-    return out
+    return _bounds_of(asks, answers, q_e)
 
 
-def _bounds_all(rows: list, answers: list) -> list:
-    """:func:`_bounds` at every position of the parts."""
-    cols = [[] for _ in range(7)]  # p_s, p_e, inside_s, inside_e, r_lo, r_hi, Q_e: one array per part
-    for parts, answer in zip(rows, answers):
-        start = 0
-        for ch, pts, nxt in parts:
-            ch.q[pts] = answer[0][start : start + pts.size]
-            start += pts.size
-            r_lo = ch.r_step[np.minimum(pts + 1, ch.r_step.size - 1)]  # at the chain's end (x = 0): its own step
-            for col, x in zip(cols, (ch.fp[pts], ch.fp[nxt], ch.inside[pts], ch.inside[nxt], r_lo,
-                                     ch.r_top[nxt], ch.q[nxt])):
-                col.append(x)
-    if not cols[0]:
-        return [(np.zeros(0), np.zeros(0)) for _ in rows]
-    p_s, p_e, in_s, in_e, r_lo, r_hi, q_e = (np.concatenate(col) for col in cols)  # (npos,) each
-    q_s, d1, c2, c3 = (np.concatenate([a[i] for a in answers]) for i in range(4))  # (npos,) each
+def _bounds_of(asks: list, answers: list, q_ends: list) -> list:
+    """:func:`_bounds` of rows answered with the bound coefficients (``q_ends``: each row's Q at its
+    stretch ends)."""
+    if len(asks) == 1:
+        (ask,), (answer,), (q_e,) = asks, answers, q_ends
+        at_s, at_e, whole = ask.at_s, ask.at_e, ask.whole  # (5, npos), (5, npos), (npos,)
+        q_s, d1, c2, c3 = answer  # (npos,) each
+    else:
+        at_s = np.concatenate([ask.at_s for ask in asks], axis=1)  # (5, npos)
+        at_e = np.concatenate([ask.at_e for ask in asks], axis=1)  # (5, npos)
+        q_e = np.concatenate(q_ends)
+        q_s, d1, c2, c3 = (np.concatenate([a[i] for a in answers]) for i in range(4))  # (npos,) each
+        whole = None
+        if any(ask.whole is not None for ask in asks):
+            whole = np.concatenate([ask.whole if ask.whole is not None else np.zeros(ask.pts.size, dtype=bool)
+                                    for ask in asks])
+    p_s, in_s, r_lo = at_s[_FP], at_s[_INSIDE], at_s[_R_NEXT]  # r_lo at the chain's end (x = 0): its own step
+    p_e, in_e, r_hi = at_e[_FP], at_e[_INSIDE], at_e[_R_TOP]
     f = p_s - q_s
     mass = in_e - in_s
     rise = np.maximum(q_e - q_s, 0.0)
@@ -783,15 +830,23 @@ def _bounds_all(rows: list, answers: list) -> list:
     bound = np.minimum(f, np.where(np.isnan(at_c), low, at_c))
     inner = (x_m > 0.0) & (x_m < x_c) & ~np.isnan(at_m)
     bound = np.where(inner, np.minimum(bound, at_m), bound)
-    ends = np.cumsum([0] + [a[0].size for a in answers])
+    if whole is not None:
+        bound = np.where(whole, np.minimum(f, p_e - q_e), bound)
+    if len(asks) == 1:
+        return [(f, bound)]
+    ends = np.cumsum([0] + [ask.pts.size for ask in asks]).tolist()
     return [(f[a:b], bound[a:b]) for a, b in zip(ends[:-1], ends[1:])]
 
 
 def _samples(lo, hi, leaf):
     """lo and about ``_FANOUT`` positions strictly between lo and hi (all of them if ≤ ``leaf``)."""
+    return np.arange(lo, hi, _sample_step(lo, hi, leaf))
+
+
+def _sample_step(lo: int, hi: int, leaf) -> int:
+    """The step of :func:`_samples` from lo to hi."""
     inner = hi - lo - 1
-    step = 1 if inner <= leaf else -(-inner // _FANOUT)
-    return np.arange(lo, hi, step)
+    return 1 if inner <= leaf else -(-inner // _FANOUT)
 
 
 _GEO_MIN = 1024  # an opened bucket of at least this many tokens is also sampled toward its ends
@@ -836,21 +891,6 @@ def _first_samples(tied_only: bool):
         return _samples_to_ends(0, m, ch.ev.leaf)
 
     return first
-
-
-def _mass_arguments(ev, parts, bounds=True):
-    """The arguments of ``ev.mass`` for Q and (``bounds``) the stretch-bound coefficients at the
-    positions of several chains: (features, out, inside, exact states, out_next or None)."""
-    if len(parts) == 1:  # one chain: its gathers as they are
-        ch, pts, nxt = parts[0]
-        return (ch.feats[pts], ch.out[pts], ch.inside[pts], ch.exact(pts) if ev.has_exact else None,
-                ch.out[nxt] if bounds else None)
-    feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
-    out = np.concatenate([ch.out[pts] for ch, pts, _ in parts])
-    inside = np.concatenate([ch.inside[pts] for ch, pts, _ in parts])
-    out_next = np.concatenate([ch.out[nxt] for ch, _, nxt in parts]) if bounds else None
-    exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
-    return feats, out, inside, exact, out_next
 
 
 def _kth_inside(pos: np.ndarray, q_top: np.ndarray, k: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
