@@ -680,11 +680,11 @@ class _Ask:
         request's positions: (features, out, inside, exact states, out_next or None)."""
         parts = self.parts
         out_next = self.at_e[_OUT] if bounds else None
+        exact = _wor.StatesAt([(ch.states, ch.state_of[pts]) for ch, pts, _ in parts]) if ev.has_exact else None
         if len(parts) == 1:  # one chain: its gathers as they are
             ch, pts, _ = parts[0]
-            return ch.feats[pts], self.at_s[_OUT], self.at_s[_INSIDE], ch.exact(pts) if ev.has_exact else None, out_next
+            return ch.feats[pts], self.at_s[_OUT], self.at_s[_INSIDE], exact, out_next
         feats = np.concatenate([ch.feats[pts] for ch, pts, _ in parts])
-        exact = ev.concat_states([ch.exact(pts) for ch, pts, _ in parts]) if ev.has_exact else None
         return feats, self.at_s[_OUT], self.at_s[_INSIDE], exact, out_next
 
     def record(self, q_at: np.ndarray) -> np.ndarray:

@@ -845,10 +845,6 @@ class ClockMass:
         mant, expo = np.frexp(q_exact / self.theta)
         return expo - (mant == 0.5)  # y = q/θ in (2^{c−1}, 2^c]
 
-    @staticmethod
-    def concat_states(states):
-        return tuple(np.concatenate([s[i] for s in states], axis=1 if i == 1 else 0) for i in range(3))
-
     def run_exact(self, q_exact: np.ndarray, start, keep: np.ndarray):
         """States after the exact tokens ``keep`` (indices into q_exact, −1: the start), in order."""
         keep = np.asarray(keep, dtype=np.int64)
@@ -885,6 +881,8 @@ class ClockMass:
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """Q at positions (cumulative small-token moments, q outside, exact-token states); with
         ``out_next`` (q outside the stretch end) also the stretch bound coefficients (D1, C2, C3)."""
+        if isinstance(exact, StatesAt):
+            exact = exact.gathered()
         psum, lam = self._power_sums(features, exact)
         return _integrals(psum, lam, exact, out, out_next, self.t[None, :], self.wt[None, :], self.t_end, self.t_lo)
 
@@ -910,6 +908,40 @@ class ClockMass:
         return psum, lam
 
 
+class StatesAt:
+    """Exact-token states of :meth:`ClockMass.run_exact` at a request's positions, by reference:
+    ``pieces``, ``(states, index)`` pairs (``states``: ``(sums, e, sx)``; ``index`` (n,): the state of
+    each position), the pieces' positions in order. Read where used (:meth:`gathered`, or straight
+    into the stacked arrays of :func:`_mass_stacked`: one copy of e and sx per piece instead of a
+    gather and a concatenation per piece and per row)."""
+
+    def __init__(self, pieces: list):
+        self.pieces = pieces
+        self.width = pieces[0][0][0].shape[1]  # class sums per state (0: no class small anywhere)
+
+    def gathered(self) -> tuple:
+        """``(sums, e, sx)`` at the positions: (npos, W, N), (J, npos, T), (npos, T)."""
+        found = [(sums[si], e[:, si], sx[si]) for (sums, e, sx), si in self.pieces]
+        if len(found) == 1:
+            return found[0]
+        return tuple(np.concatenate([f[i] for f in found], axis=1 if i == 1 else 0) for i in range(3))
+
+    def into(self, e_out: np.ndarray, sx_out: np.ndarray) -> None:
+        """e and sx at the positions written into ``e_out`` (J, npos, T) and ``sx_out`` (npos, T)."""
+        at = 0
+        for (_, e, sx), si in self.pieces:
+            n = si.size
+            # indices valid: mode "clip" writes into the slices directly (no buffer for the bounds check)
+            np.take(e, si, axis=1, out=e_out[:, at : at + n], mode="clip")
+            np.take(sx, si, axis=0, out=sx_out[at : at + n], mode="clip")
+            at += n
+
+
+def _state_width(exact) -> int:
+    """The class sums per state of ``exact`` (a :class:`StatesAt` or the states ``(sums, e, sx)``)."""
+    return exact.width if isinstance(exact, StatesAt) else exact[0].shape[1]
+
+
 def evaluate_many(asks: list) -> list:
     """Answers to several evaluators' requests ``(ev, (features, out, inside, exact, out_next))``, each
     ``ev.mass(...)`` of its request, in order. The requests of :class:`ClockMass` evaluators of one K
@@ -920,7 +952,7 @@ def evaluate_many(asks: list) -> list:
     groups: dict = {}
     for i, (ev, args) in enumerate(asks):
         exact = args[3]
-        if isinstance(ev, ClockMass) and args[4] is not None and (exact is None or not exact[0].shape[1]):
+        if isinstance(ev, ClockMass) and args[4] is not None and (exact is None or not _state_width(exact)):
             groups.setdefault((ev.j_max, ev.t.size), []).append(i)
         else:
             answers[i] = ev.mass(*args)
@@ -948,11 +980,16 @@ def _mass_stacked(asks: list) -> list:
     wt = np.repeat(np.stack([ev.wt for ev, _ in asks]), reps, axis=0)  # (npos, T)
     t_end = np.repeat([ev.t_end for ev, _ in asks], reps)  # (npos,)
     exact = None
-    if any(args[3] is not None for _, args in asks):  # rows without exact tokens: P[N_exact = 0] = 1
-        e_ex = np.concatenate([args[3][1] if args[3] is not None else np.zeros((jm, n, nt))
-                               for (_, args), n in zip(asks, sizes)], axis=1)  # (J, npos, T)
-        sx = np.concatenate([args[3][2] if args[3] is not None else np.zeros((n, nt))
-                             for (_, args), n in zip(asks, sizes)])  # (npos, T)
+    if any(args[3] is not None for _, args in asks):
+        e_ex, sx = np.empty((jm, bounds[-1], nt)), np.empty((bounds[-1], nt))  # (J, npos, T), (npos, T)
+        for (_, args), a, b in zip(asks, bounds[:-1], bounds[1:]):
+            states = args[3]
+            if states is None:  # a row without exact tokens: P[N_exact = 0] = 1
+                e_ex[:, a:b], sx[a:b] = 0.0, 0.0
+            elif isinstance(states, StatesAt):
+                states.into(e_ex[:, a:b], sx[a:b])
+            else:
+                e_ex[:, a:b], sx[a:b] = states[1], states[2]
         exact = (None, e_ex, sx)
     out = np.concatenate([args[1] for _, args in asks])
     out_next = np.concatenate([args[4] for _, args in asks])
