@@ -351,17 +351,24 @@ def _work(v: int) -> dict:
 def _lockstep(searches: list) -> list:
     """Run row searches (generators from :func:`_without_replacement_row`) in lockstep: each round
     every live search asks Q and its stretch bounds at positions of its chains (``(evaluator,
-    arguments of mass, parts)``, parts: ``(chain, positions, stretch ends)``), all of them are
+    arguments of mass, request)``, the request an :class:`_Ask`), all of them are
     answered by one :func:`otbound.token._wor.evaluate_many` call and their f and stretch bounds
-    found by one :func:`_bounds` call, and each search resumes with its (f, bounds). Returns every
-    search's (α*, H* or None), in order."""
+    found by one :func:`_bounds` call, and each search resumes with its (f, bounds). Every search is
+    first run to the end of its setup on small arrays (``_SET_UP``), then each to its first request
+    (its pass over the row's tokens): the setups run one after another with warm caches instead of
+    each after a pass over a row (about 2.5 times the cost then). Returns every search's (α*, H* or
+    None), in order."""
     results = [None] * len(searches)
     asks = {}
-    for i, search in enumerate(searches):
-        try:
-            asks[i] = next(search)
-        except StopIteration as done:
-            results[i] = done.value
+    for step in range(2):
+        for i, search in enumerate(searches):
+            if step and asks.get(i) is not _SET_UP:
+                continue
+            try:
+                asks[i] = next(search)
+            except StopIteration as done:
+                results[i] = done.value
+                asks.pop(i, None)
     while asks:
         answers = _wor.evaluate_many([(ev, args) for ev, args, _ in asks.values()])
         found = _bounds([parts for _, _, parts in asks.values()], answers)
@@ -459,7 +466,7 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     moments = None if runs is None else runs.moments
     row = (p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments, peak)
     if k == 2:
-        return (yield from _wor_search(row, _wor.PairMass(q, big=int(top[0])), None, want_set, work))
+        return (yield from _wor_search(row, _wor.PairMass(q, big=int(top[0])), None, want_set, work, pause=True))
     top_pos = np.searchsorted(ids, b[top]) if runs is None else np.minimum(runs.run_of(top), nb)
     t_ends, t_cut_before = _wor_horizons(q, k, top_pos, ids, top, out, inside)
     horizon = t_ends
@@ -474,11 +481,12 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
             need = float(np.minimum(_wor.TAIL / out[1:], t_cut_before).max()) * (1.0 + 1e-6)
         if need <= _UPFRONT * t_ends:
             horizon = max(horizon, need)
+    first = True
     while True:
         try:
-            return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work))
+            return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work, pause=first))
         except _LongerGrid as need:
-            horizon = need.t_end
+            horizon, first = need.t_end, False
 
 
 # moment tables by bucket id (rows first id..cut) unless they would exceed both this many times the
@@ -512,9 +520,16 @@ class _LongerGrid(Exception):
         self.t_end = t_end
 
 
-def _wor_search(row, ev, t_cut_before, want_set, work):
+# what a row's search yields (with ``pause``) between its setup on small arrays and its pass over
+# its tokens (the moment sums), so that :func:`_lockstep` sets up every row before those passes
+_SET_UP = "set up"
+
+
+def _wor_search(row, ev, t_cut_before, want_set, work, pause=False):
     """The branch and bound of :func:`_without_replacement_row` with evaluator ``ev`` (a generator:
-    it yields ``(ev, arguments of ev.mass, parts)`` and resumes with f and the stretch bounds)."""
+    it yields ``(ev, arguments of ev.mass, ask)`` and resumes with f and the stretch bounds; with
+    ``pause``, it first yields ``_SET_UP`` once its exact-token states are built, before the moment
+    sums)."""
     p, q, k, b, ids, chain_sums, fp, out, inside, runs, largest, moments, peak = row
     nb = ids.size
     exact = None
@@ -524,9 +539,7 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         else:
             exact = _above(q, ev.theta, peak)
     sums, num_keys, key_at = chain_sums  # key_at: the key of each chain bucket (None: its position)
-    feats = np.zeros((nb + 1, ev.num_features))
-    bucket_feats = ev.bucket_features(q, sums, num_keys, work, exact, moments)  # (num_keys, features)
-    np.cumsum(bucket_feats if key_at is None else bucket_feats[key_at], axis=0, out=feats[1:])
+    exact_all = exact  # every token with q > θ, by index (the moment sums leave them out)
     states = state_of = None
     if ev.has_exact:
         exact_keys = sums.key_of(exact)
@@ -541,6 +554,11 @@ def _wor_search(row, ev, t_cut_before, want_set, work):
         if ev.has_exact:  # the states after 0..n of the exact tokens; chain position i has through[i − 1]
             states = ev.run_exact(q[exact], start, np.arange(-1, exact.size))
             state_of = np.concatenate([[0], through])
+    if pause:
+        yield _SET_UP
+    feats = np.zeros((nb + 1, ev.num_features))
+    bucket_feats = ev.bucket_features(q, sums, num_keys, work, exact_all, moments)  # (num_keys, features)
+    np.cumsum(bucket_feats if key_at is None else bucket_feats[key_at], axis=0, out=feats[1:])
     with np.errstate(over="ignore"):  # a bucket's ratios lie in [floor(id), floor(id + 1))
         floors = _bucket_floor(np.append(ids, ids[-1] + 1))
     r_step = np.append(0.0, floors[:-1])  # (nb + 1,)
