@@ -633,12 +633,11 @@ class _Chain:
         p and q ``pt``, ``qt`` (``ratio``: their p/q, if known)."""
         ev = self.ev
         n = toks.size
-        sums = np.zeros((2, n + 1))  # (2, n + 1): p and q of the first j tokens
-        np.cumsum(pt, out=sums[0, 1:])
-        np.cumsum(qt, out=sums[1, 1:])
         table = np.empty((5, n + 1))
-        np.add(sums[0], self.fp[i - 1], out=table[_FP])
-        np.add(sums[1], self.inside[i - 1], out=table[_INSIDE])
+        for row, x, before in ((_FP, pt, self.fp[i - 1]), (_INSIDE, qt, self.inside[i - 1])):
+            table[row, 0] = 0.0  # the sum of the first j tokens, then plus the prefix before the bucket
+            np.cumsum(x, out=table[row, 1:])
+            table[row] += before
         feats = ev.chain_features(self.feats[i - 1], qt, toks)
         out = table[_OUT]  # q of the bucket's tokens from j on, summed from the end, + q after the bucket
         out[n] = 0.0
@@ -649,7 +648,8 @@ class _Chain:
             is_exact = ev.is_exact(qt)
             exact_q = qt[is_exact]
             state_of = np.zeros(n + 1, dtype=np.int64)  # exact tokens among the first j
-            np.cumsum(is_exact, out=state_of[1:])
+            if exact_q.size:  # (none: every position has the start state, no pass over the tokens)
+                np.cumsum(is_exact, out=state_of[1:])
             start = self.exact([i - 1])
             states = ev.run_exact(exact_q, start, np.arange(-1, exact_q.size)) if exact_q.size else start
         r_step = table[_R_TOP]  # a token's own ratio: the smallest and largest of its step
