@@ -675,24 +675,46 @@ class PairMass:
         return q_mass, 1.0 + features[:, 0] - out, np.full(out.size, 2.0), np.zeros(out.size)
 
 
+def _powers(y: np.ndarray, c: int, last: bool = False) -> np.ndarray:
+    """(c, *y.shape) (``last``: (*y.shape, c)): y^1..y^c, each power the previous one times y."""
+    out = np.empty(y.shape + (c,) if last else (c,) + y.shape)
+    at = (lambda m: out[..., m]) if last else (lambda m: out[m])
+    at(0)[...] = y
+    for m in range(1, c):
+        np.multiply(at(m - 1), y, out=at(m))
+    return out
+
+
 class BlockSums:
-    """Running sums Σ_{l<j} w_l of rows w (c, n), read at asked positions j = 0..n: kept whole for
-    n ≤ ``SHORT``; longer rows are summed by blocks of ``BLOCK`` entries (one pass, no running sum
-    over the row: a search reads a few dozen of a chain's positions), a position adding its block's
-    entries before it when asked (sums of the same terms, grouped by block)."""
+    """Running sums Σ_{l<j} y_l^m (m = 1..c) of a row y (n,), read at asked positions j = 0..n: kept
+    whole for n ≤ ``SHORT``; longer rows are summed by blocks of ``BLOCK`` entries (one pass, no
+    running sum over the row: a search reads a few dozen of a chain's positions), a position adding
+    its block's entries before it when asked (sums of the same terms, grouped by block). The powers
+    of a long row are made by chunks of ``CHUNK`` tokens that stay in cache (each block summed from
+    the same terms: the same sums) and, at lookup, again for the blocks asked (by the same products:
+    the same values), never held for the whole row."""
 
     SHORT = 2048
     BLOCK = 32
+    CHUNK = 4096  # a multiple of BLOCK
 
-    def __init__(self, w: np.ndarray):
-        self.w = w  # (c, n)
-        n = w.shape[1]
+    def __init__(self, y: np.ndarray, c: int):
+        self.y, self.c = y, c  # (n,)
+        n = y.size
         self.size = n + 1  # positions
         self.block = block = 1 if n <= self.SHORT else self.BLOCK
-        self.head = np.zeros((w.shape[0], -(-n // block) + 1))  # (c, blocks + 1): the sums of the blocks before
-        if n:
-            np.cumsum(w if block == 1 else np.add.reduceat(w, np.arange(0, n, block), axis=1), axis=1,
-                      out=self.head[:, 1:])
+        self.head = np.zeros((c, -(-n // block) + 1))  # (c, blocks + 1): the sums of the blocks before
+        if not n:
+            return
+        if block == 1:
+            np.cumsum(_powers(y, c), axis=1, out=self.head[:, 1:])
+            return
+        for lo in range(0, n, self.CHUNK):  # the block sums, chunk by chunk
+            part = y[lo : lo + self.CHUNK]
+            first = 1 + lo // block
+            np.add.reduceat(_powers(part, c), np.arange(0, part.size, block), axis=1,
+                            out=self.head[:, first : first + -(-part.size // block)])
+        np.cumsum(self.head[:, 1:], axis=1, out=self.head[:, 1:])
 
     def at(self, idx: np.ndarray) -> np.ndarray:
         """(c, len(idx)): the sums before the positions ``idx``."""
@@ -701,7 +723,9 @@ class BlockSums:
             return self.head[:, idx]
         block = idx // self.block
         window = block[:, None] * self.block + np.arange(self.block)[None, :]  # (len(idx), block)
-        before = self.w[:, np.minimum(window, self.w.shape[1] - 1)]  # (c, len(idx), block)
+        # (c, len(idx), block), laid out as (len(idx), block, c) (as a gather of the powers by window
+        # lays it out: the sum below then adds in the same order)
+        before = np.moveaxis(_powers(self.y[np.minimum(window, self.y.size - 1)], self.c, last=True), -1, 0)
         before *= window < idx[:, None]  # the block's entries before each position
         return self.head[:, block] + before.sum(axis=2)
 
@@ -719,11 +743,7 @@ class _ChainSums:
     def __init__(self, base, y, order, limit):
         low = min(self.LOW, order)
         self.base, self.low = base, low
-        powers = np.empty((low, y.size))  # (low, n): y^1..y^low, order-major
-        powers[0] = y
-        for n in range(1, low):
-            np.multiply(powers[n - 1], y, out=powers[n])
-        self.low_sums = BlockSums(powers)
+        self.low_sums = BlockSums(y, low)
         self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
         yh = y[self.high]
         powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
