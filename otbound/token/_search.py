@@ -911,6 +911,17 @@ def _first_samples(tied_only: bool):
     return first
 
 
+_NEVER = np.iinfo(np.int64).max
+
+
+@functools.lru_cache(maxsize=None)
+def _lower_triangle(n: int) -> np.ndarray:
+    """``np.tri(n, dtype=bool)`` (read-only: shared by every call)."""
+    tri = np.tri(n, dtype=bool)
+    tri.flags.writeable = False
+    return tri
+
+
 def _kth_inside(pos: np.ndarray, q_top: np.ndarray, k: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
     """For m = 0..nb − 1, whether H_m (after bucket m) holds k of the top tokens (``q_top``, by
     decreasing q; ``pos``: the bucket position of each) and the k-th largest q among them.
@@ -918,11 +929,15 @@ def _kth_inside(pos: np.ndarray, q_top: np.ndarray, k: int, nb: int) -> tuple[np
     That q is the one of the first J whose pos_0..pos_J hold k values ≤ m, i.e. whose k-th
     smallest c_J ≤ m; c_J does not increase with J, so J = #{J : c_J > m} (a binary search)."""
     n_top = pos.size
-    never = np.iinfo(np.int64).max
-    prefix = np.where(np.tri(n_top, dtype=bool), pos[None, :], never)  # (T, T): row J holds pos_0..pos_J
+    never = _NEVER
+    prefix = np.where(_lower_triangle(n_top), pos[None, :], never)  # (T, T): row J holds pos_0..pos_J
     c = np.partition(prefix, k - 1, axis=1)[:, k - 1] if n_top >= k else np.full(n_top, never)  # (T,)
     first = np.searchsorted(-c, -np.arange(nb), side="left")  # (nb,)
     return first < n_top, q_top[np.minimum(first, n_top - 1)]
+
+
+_CHERNOFF_TIMES = 2.0 ** (np.arange(-4, 100) / 2.0)  # the times tried for the Chernoff cut-off (read-only)
+_CHERNOFF_TIMES.flags.writeable = False
 
 
 def _wor_horizons(q, k, pos, ids, top, out, inside):
@@ -948,7 +963,7 @@ def _wor_horizons(q, k, pos, ids, top, out, inside):
     has_k, kth = _kth_inside(pos, q[top], k, nb)
     s_rest = np.maximum(inside[1:] - q[top] @ through, 0.0)  # mass of H_m outside top
     q_cap = float(q[top[-1]]) if top.size < q.size else 0.0
-    t = 2.0 ** (np.arange(-4, 100) / 2.0)
+    t = _CHERNOFF_TIMES
     if q_cap > 0:
         t = t[t <= 1.0 / q_cap]
     # the first t of the grid with μ = s' g(t) ≥ μ*, g(t) = t (1 − q_cap t/2) increasing on it, μ* the
