@@ -451,8 +451,8 @@ def test_rows_searched_in_lockstep_equal_rows_searched_alone(monkeypatch, k):
     t_ends, stacked = [], []
     make, stack = _wor.ClockMass.__init__, _wor._mass_stacked
 
-    def counted(self, num_drafts, t_end):
-        make(self, num_drafts, t_end)
+    def counted(self, num_drafts, t_end, grids=None):
+        make(self, num_drafts, t_end, grids)
         t_ends.append(self.t_end)
 
     def counted_stack(asks):

@@ -318,6 +318,7 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None, tiny=
     values = np.ones(n)
     sets = np.zeros((n, v), dtype=bool) if want_sets else None
     work = _work(v)
+    grids = {}  # the quadrature grids built, by K and t_end (rows' horizons often coincide)
     searches = []
     for i in range(n):
         row_q = Q[i]
@@ -327,7 +328,7 @@ def without_replacement(P, Q, k, want_sets, ratio_sorted=False, runs=None, tiny=
         row_runs = None
         if ratio_sorted and q is row_q:
             row_runs = runs[i] if runs is not None else RowRuns(P[i], q)
-        searches.append(_without_replacement_row(P[i], q, k, want_sets, work, row_runs))
+        searches.append(_without_replacement_row(P[i], q, k, want_sets, work, row_runs, grids))
         if not ratio_sorted:  # one row at a time
             values[i], h = _lockstep(searches)[0]
             searches = []
@@ -392,11 +393,12 @@ def without_replacement_ratio_sorted(P: np.ndarray, Q: np.ndarray, k: int, runs=
     return np.clip(without_replacement(P, Q, k, False, ratio_sorted=True, runs=runs)[0], 0.0, 1.0)
 
 
-def _without_replacement_row(p, q, k, want_set, work, runs=None):
+def _without_replacement_row(p, q, k, want_set, work, runs=None, grids=None):
     """One row of :func:`without_replacement`, a generator (it yields its requests for Q, as
     :func:`_lockstep` answers them) returning (α*, H* or None). ``work``: scratch arrays;
     ``runs``: the row's :class:`RowRuns` when it is sorted by ratio (bucket sums and features by
-    runs, buckets as slices).
+    runs, buckets as slices); ``grids``: the quadrature grids of the call's rows, shared
+    (:class:`otbound.token._wor.ClockMass`).
 
     f(H) = p(H) − Q(H) over prefixes of the ratio order, by branch and bound over chains of
     positions: the bucket ends (cumulative sums of the bucket sums), and inside an opened bucket its
@@ -484,7 +486,8 @@ def _without_replacement_row(p, q, k, want_set, work, runs=None):
     first = True
     while True:
         try:
-            return (yield from _wor_search(row, _wor.ClockMass(k, horizon), t_cut_before, want_set, work, pause=first))
+            ev = _wor.ClockMass(k, horizon, grids)
+            return (yield from _wor_search(row, ev, t_cut_before, want_set, work, pause=first))
         except _LongerGrid as need:
             horizon, first = need.t_end, False
 

@@ -759,6 +759,24 @@ class _ChainSums:
         return out
 
 
+def _clock_grid(k: int, t_end: float) -> tuple:
+    """What :class:`ClockMass` (K = k, grid to t_end) holds of its grid, arrays read-only: nodes t,
+    weights, the grid's end and start, the series' order, coefficients and truncation limits, θ,
+    t·θ, the moment-to-power-sum map, each node's class, the number of classes and 2^{−n}."""
+    j_max = k - 1
+    t, wt, t_hi = _fast_grid(k, t_end)
+    # progressive truncation: after order n only tokens with q/θ > limit[n] need more terms
+    x0, order, coef, limit = _series_setup(j_max)
+    theta = x0 / t_hi
+    tt = t * theta  # ≤ x0
+    power_map = ClockMass._map(coef, tt)
+    node_class = np.floor(np.log2(t_hi / t)).astype(np.int64)  # non-increasing along t
+    halving = 0.5 ** np.arange(1, order + 1)
+    for a in (t, wt, tt, power_map, node_class, halving):
+        a.flags.writeable = False
+    return t, wt, t_hi, _t_lo(k), order, coef, limit, theta, tt, power_map, node_class, int(node_class[0]) + 1, halving
+
+
 class ClockMass:
     """Q(H) for K ≥ 3 at many positions of one ratio order by the clock integral (fast path above).
 
@@ -776,21 +794,21 @@ class ClockMass:
     leaf = 16  # stretches up to this many positions are evaluated whole
     has_exact = True
 
-    def __init__(self, num_drafts: int, t_end: float):
+    def __init__(self, num_drafts: int, t_end: float, grids: dict | None = None):
+        """``grids``: the grids already built (read-only arrays, by K and t_end), shared by the
+        evaluators of one search call (its rows' horizons often coincide: the Chernoff cut-offs are
+        times of a fixed grid); None: built here."""
         k = int(num_drafts)
-        self.j_max = j_max = k - 1
-        self.t, self.wt, self.t_end = _fast_grid(k, t_end)
-        self.t_lo = _t_lo(k)
-        # progressive truncation: after order n only tokens with q/θ > limit[n] need more terms
-        x0, self.order, coef, self.limit = _series_setup(j_max)
+        key = (k, float(t_end))
+        grid = None if grids is None else grids.get(key)
+        if grid is None:
+            grid = _clock_grid(k, t_end)
+            if grids is not None:
+                grids[key] = grid
+        self.j_max = k - 1
+        (self.t, self.wt, self.t_end, self.t_lo, self.order, self.coef, self.limit, self.theta, self.tt,
+         self.power_map, self.node_class, self.n_class, self.halving) = grid
         self.num_features = self.order
-        self.theta = x0 / self.t_end
-        self.tt = self.t * self.theta  # ≤ x0
-        self.coef = coef
-        self.power_map = self._map(coef, self.tt)
-        self.node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
-        self.n_class = int(self.node_class[0]) + 1
-        self.halving = 0.5 ** np.arange(1, self.order + 1)
 
     @functools.cached_property
     def groups(self) -> list:
