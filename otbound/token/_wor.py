@@ -40,7 +40,8 @@ Fast path (:class:`PairMass`, :class:`ClockMass`; used by the branch and bound o
   (:class:`RunMoments`: Σ (q/θ_c)^n per run at θ_c below every θ asked, rescaled by (θ_c/θ)^n, the
   tokens between θ_c and θ added; positive terms only). Several rows' requests are answered by one
   evaluation (:func:`evaluate_many`: positions of grids with as many nodes stacked, each with its
-  own nodes, weights and t_end); the moment-to-power-sum map is a BLAS product in row blocks small
+  own nodes, weights and t_end; the evaluators of one search call whose t_end coincide share their
+  grid's arrays, :func:`_clock_grid`); the moment-to-power-sum map is a BLAS product in row blocks small
   enough for OpenBLAS to keep on the calling thread (:func:`_product`).
 
 Measured error of the fast path (experiments/bench_token_bounds.py): α* against brute force over
