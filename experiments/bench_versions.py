@@ -12,10 +12,10 @@ Both packages are imported under the name ``otbound``: each version's modules ar
 put back in ``sys.modules`` before each of its calls (functions resolve their globals in their own
 modules).
 
-``--call wor_sorted`` times α\\* without replacement at K = 3, 4 alone instead, on the rows as the
-batch sorts them by ratio (sorted once per version, untimed): the rows' runs (``sorted_runs``) and
-the search (``without_replacement_ratio_sorted``), the path ``measure_laws`` takes for those K
-(its largest share), values compared the same way.
+``--call wor_sorted`` times α\\* without replacement at K = 3, 4 alone instead (``measure_laws``'
+largest share), as ``bench_engine.py --profile`` does: each call on a fresh
+:class:`otbound.token.LawBatch` whose rows are already sorted by ratio (untimed), so that the rows'
+runs and the search are timed, values compared the same way.
 
     python experiments/bench_versions.py --against ../otbound-before     # ~3 min
     python experiments/bench_versions.py --against ../otbound-before --call wor_sorted
@@ -113,29 +113,19 @@ def _compare(versions, args, torch):
         _, report, modules = versions[name]
         sys.modules.update(modules)
         if args.call == "wor_sorted":
-            search = modules["otbound.token._search"]
-            ps, qs = sorted_rows[name]
+            batch = modules["otbound.token"].LawBatch(p, q)
+            _ = batch.sorted  # the shared sort, not timed
             t0 = time.process_time()
-            runs = search.sorted_runs(ps, qs)
-            res = np.concatenate([search.without_replacement_ratio_sorted(ps, qs, k, runs) for k in (3, 4)])
+            res = np.concatenate([batch.optimal_acceptance(k, "without_replacement").numpy() for k in (3, 4)])
             return time.process_time() - t0, res
         fn = report.measure_laws
         t0 = time.process_time()
         res = fn(p, q, KS)
         return time.process_time() - t0, res
 
-    def sort(name, p, q):
-        """The rows as the batch of version ``name`` sorts them by ratio: (P, Q) numpy arrays."""
-        modules = versions[name][2]
-        sys.modules.update(modules)
-        srt = modules["otbound.token"].LawBatch(p, q).sorted
-        return srt.ps.cpu().numpy(), srt.qs.cpu().numpy()
-
     out, worst = {}, 0.0
     for fam in args.families:
         p, q = (torch.from_numpy(x) for x in rows(fam, n, vocab))
-        if args.call == "wor_sorted":
-            sorted_rows = {name: sort(name, p, q) for name in versions}
         (_, a), (_, b) = call("this", p, q), call("other", p, q)  # warm-up, and the values
         values = (lambda res: res) if args.call == "wor_sorted" else _values  # α*, or every value reported
         diff = _largest_difference(values(a), values(b))
