@@ -581,9 +581,9 @@ def test_without_replacement_sorted_rows_need_no_second_grid_at_full_vocabulary(
     grids = []
     make = _wor.ClockMass.__init__
 
-    def counted(self, k, t_end):
+    def counted(self, k, t_end, shared=None):
         grids.append(k)
-        make(self, k, t_end)
+        make(self, k, t_end, shared)
 
     monkeypatch.setattr(_wor.ClockMass, "__init__", counted)
     redone = 0
