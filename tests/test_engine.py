@@ -392,6 +392,8 @@ def test_device_script_and_benchmark_run_on_the_cpu(tmp_path):
     root = Path(__file__).resolve().parents[1]
     both = versions.main(["--quick", "--against", str(root), "--families", "ties"])
     assert both["max_diff"] == 0.0 and both["ties"]["ratio"] > 0 and both["ties"]["other_ms"] > 0
+    alone = versions.main(["--quick", "--against", str(root), "--families", "ties", "--call", "wor_sorted"])
+    assert alone["max_diff"] == 0.0 and 0 < alone["ties"]["this_ms"] < both["ties"]["this_ms"]
     assert sys.modules["otbound.report"] is otbound.report  # the caller's modules put back
     nan, inf = float("nan"), float("inf")
     a = np.array([0.5, inf, nan, 0.25])
@@ -579,9 +581,9 @@ def test_without_replacement_sorted_rows_need_no_second_grid_at_full_vocabulary(
     grids = []
     make = _wor.ClockMass.__init__
 
-    def counted(self, k, t_end):
+    def counted(self, k, t_end, shared=None):
         grids.append(k)
-        make(self, k, t_end)
+        make(self, k, t_end, shared)
 
     monkeypatch.setattr(_wor.ClockMass, "__init__", counted)
     redone = 0

@@ -451,8 +451,8 @@ def test_rows_searched_in_lockstep_equal_rows_searched_alone(monkeypatch, k):
     t_ends, stacked = [], []
     make, stack = _wor.ClockMass.__init__, _wor._mass_stacked
 
-    def counted(self, num_drafts, t_end):
-        make(self, num_drafts, t_end)
+    def counted(self, num_drafts, t_end, grids=None):
+        make(self, num_drafts, t_end, grids)
         t_ends.append(self.t_end)
 
     def counted_stack(asks):
@@ -574,9 +574,9 @@ def test_stretch_bounds_never_exceed_f_inside_the_stretch(monkeypatch, k):
         starts = np.append(_search.RowRuns(p, q).starts, v)
         seen = []
 
-        def recorded(parts_of_rows, answers, seen=seen):
-            found = bounds(parts_of_rows, answers)
-            seen.append((parts_of_rows, found))
+        def recorded(asks, answers, seen=seen):
+            found = bounds(asks, answers)
+            seen.append(([ask.parts for ask in asks], found))
             return found
 
         monkeypatch.setattr(_search, "_bounds", recorded)

@@ -125,3 +125,30 @@ def test_long_tied_runs_of_sorted_rows_are_sampled_toward_their_ends(monkeypatch
         ref = float(np.clip(_search._without_replacement_reference(p[None], q[None], k, False)[0][0], 0, 1))
         assert abs(got - ref) <= 1e-12, (k, got, ref)
     assert seen and max(seen) >= _search._GEO_MIN  # a tied run of over 1,024 tokens opened
+
+
+def test_rows_with_one_horizon_share_one_grid(monkeypatch):
+    """Rows of one call whose quadrature horizons coincide (here: the same row three times, beside
+    another) share one grid's arrays (read-only), and each such row's α* equals, bit for bit, its
+    value searched alone on a grid of its own."""
+    from otbound.token import _wor
+
+    rng = np.random.default_rng(8)
+    rows = [_row("lm", rng) for _ in range(2)]
+    P, Q = np.stack([rows[0][0]] * 3 + [rows[1][0]]), np.stack([rows[0][1]] * 3 + [rows[1][1]])
+    order = np.argsort(P / Q, axis=1, kind="stable")
+    ps, qs = np.take_along_axis(P, order, 1), np.take_along_axis(Q, order, 1)
+    grids = []
+    make = _wor.ClockMass.__init__
+
+    def spy(self, k, t_end, shared=None):
+        make(self, k, t_end, shared)
+        grids.append(self.t)
+
+    monkeypatch.setattr(_wor.ClockMass, "__init__", spy)
+    together = _search.without_replacement_ratio_sorted(ps, qs, 4)
+    assert len(grids) == 4 and grids[0] is grids[1] is grids[2] and grids[3] is not grids[0]
+    assert not grids[0].flags.writeable
+    alone = _search.without_replacement_ratio_sorted(ps[:1], qs[:1], 4)[0]
+    assert grids[4] is not grids[0]
+    assert together[0] == together[1] == together[2] == alone

@@ -78,9 +78,9 @@ def test_long_rows_take_the_long_row_paths(monkeypatch):
         seen["scatter"] += self.starts is None and self.size >= _wor._SCATTER_MIN
         return into(self, weights, out)
 
-    def grid(self, k, t_end):
+    def grid(self, k, t_end, grids=None):
         seen["grids"] += 1
-        make(self, k, t_end)
+        make(self, k, t_end, grids)
 
     monkeypatch.setattr(_search, "_samples_to_ends", ends)
     monkeypatch.setattr(_wor.KeySums, "spread", spy_spread)

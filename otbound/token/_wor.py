@@ -40,7 +40,8 @@ Fast path (:class:`PairMass`, :class:`ClockMass`; used by the branch and bound o
   (:class:`RunMoments`: Σ (q/θ_c)^n per run at θ_c below every θ asked, rescaled by (θ_c/θ)^n, the
   tokens between θ_c and θ added; positive terms only). Several rows' requests are answered by one
   evaluation (:func:`evaluate_many`: positions of grids with as many nodes stacked, each with its
-  own nodes, weights and t_end); the moment-to-power-sum map is a BLAS product in row blocks small
+  own nodes, weights and t_end; the evaluators of one search call whose t_end coincide share their
+  grid's arrays, :func:`_clock_grid`); the moment-to-power-sum map is a BLAS product in row blocks small
   enough for OpenBLAS to keep on the calling thread (:func:`_product`).
 
 Measured error of the fast path (experiments/bench_token_bounds.py): α* against brute force over
@@ -675,24 +676,46 @@ class PairMass:
         return q_mass, 1.0 + features[:, 0] - out, np.full(out.size, 2.0), np.zeros(out.size)
 
 
+def _powers(y: np.ndarray, c: int, last: bool = False) -> np.ndarray:
+    """(c, *y.shape) (``last``: (*y.shape, c)): y^1..y^c, each power the previous one times y."""
+    out = np.empty(y.shape + (c,) if last else (c,) + y.shape)
+    at = (lambda m: out[..., m]) if last else (lambda m: out[m])
+    at(0)[...] = y
+    for m in range(1, c):
+        np.multiply(at(m - 1), y, out=at(m))
+    return out
+
+
 class BlockSums:
-    """Running sums Σ_{l<j} w_l of rows w (c, n), read at asked positions j = 0..n: kept whole for
-    n ≤ ``SHORT``; longer rows are summed by blocks of ``BLOCK`` entries (one pass, no running sum
-    over the row: a search reads a few dozen of a chain's positions), a position adding its block's
-    entries before it when asked (sums of the same terms, grouped by block)."""
+    """Running sums Σ_{l<j} y_l^m (m = 1..c) of a row y (n,), read at asked positions j = 0..n: kept
+    whole for n ≤ ``SHORT``; longer rows are summed by blocks of ``BLOCK`` entries (one pass, no
+    running sum over the row: a search reads a few dozen of a chain's positions), a position adding
+    its block's entries before it when asked (sums of the same terms, grouped by block). The powers
+    of a long row are made by chunks of ``CHUNK`` tokens that stay in cache (each block summed from
+    the same terms: the same sums) and, at lookup, again for the blocks asked (by the same products:
+    the same values), never held for the whole row."""
 
     SHORT = 2048
     BLOCK = 32
+    CHUNK = 4096  # a multiple of BLOCK
 
-    def __init__(self, w: np.ndarray):
-        self.w = w  # (c, n)
-        n = w.shape[1]
+    def __init__(self, y: np.ndarray, c: int):
+        self.y, self.c = y, c  # (n,)
+        n = y.size
         self.size = n + 1  # positions
         self.block = block = 1 if n <= self.SHORT else self.BLOCK
-        self.head = np.zeros((w.shape[0], -(-n // block) + 1))  # (c, blocks + 1): the sums of the blocks before
-        if n:
-            np.cumsum(w if block == 1 else np.add.reduceat(w, np.arange(0, n, block), axis=1), axis=1,
-                      out=self.head[:, 1:])
+        self.head = np.zeros((c, -(-n // block) + 1))  # (c, blocks + 1): the sums of the blocks before
+        if not n:
+            return
+        if block == 1:
+            np.cumsum(_powers(y, c), axis=1, out=self.head[:, 1:])
+            return
+        for lo in range(0, n, self.CHUNK):  # the block sums, chunk by chunk
+            part = y[lo : lo + self.CHUNK]
+            first = 1 + lo // block
+            np.add.reduceat(_powers(part, c), np.arange(0, part.size, block), axis=1,
+                            out=self.head[:, first : first + -(-part.size // block)])
+        np.cumsum(self.head[:, 1:], axis=1, out=self.head[:, 1:])
 
     def at(self, idx: np.ndarray) -> np.ndarray:
         """(c, len(idx)): the sums before the positions ``idx``."""
@@ -701,7 +724,9 @@ class BlockSums:
             return self.head[:, idx]
         block = idx // self.block
         window = block[:, None] * self.block + np.arange(self.block)[None, :]  # (len(idx), block)
-        before = self.w[:, np.minimum(window, self.w.shape[1] - 1)]  # (c, len(idx), block)
+        # (c, len(idx), block), laid out as (len(idx), block, c) (as a gather of the powers by window
+        # lays it out: the sum below then adds in the same order)
+        before = np.moveaxis(_powers(self.y[np.minimum(window, self.y.size - 1)], self.c, last=True), -1, 0)
         before *= window < idx[:, None]  # the block's entries before each position
         return self.head[:, block] + before.sum(axis=2)
 
@@ -719,11 +744,7 @@ class _ChainSums:
     def __init__(self, base, y, order, limit):
         low = min(self.LOW, order)
         self.base, self.low = base, low
-        powers = np.empty((low, y.size))  # (low, n): y^1..y^low, order-major
-        powers[0] = y
-        for n in range(1, low):
-            np.multiply(powers[n - 1], y, out=powers[n])
-        self.low_sums = BlockSums(powers)
+        self.low_sums = BlockSums(y, low)
         self.high = np.flatnonzero(y > limit[low]) if low < order else np.zeros(0, dtype=np.int64)
         yh = y[self.high]
         powers = np.cumprod(np.repeat(yh[:, None], order - low, axis=1), axis=1) * (yh**low)[:, None]
@@ -737,6 +758,24 @@ class _ChainSums:
         out[:, : self.low] += self.low_sums.at(idx).T
         out[:, self.low :] += self.high_sums[np.searchsorted(self.high, idx, side="left")]
         return out
+
+
+def _clock_grid(k: int, t_end: float) -> tuple:
+    """What :class:`ClockMass` (K = k, grid to t_end) holds of its grid, arrays read-only: nodes t,
+    weights, the grid's end and start, the series' order, coefficients and truncation limits, θ,
+    t·θ, the moment-to-power-sum map, each node's class, the number of classes and 2^{−n}."""
+    j_max = k - 1
+    t, wt, t_hi = _fast_grid(k, t_end)
+    # progressive truncation: after order n only tokens with q/θ > limit[n] need more terms
+    x0, order, coef, limit = _series_setup(j_max)
+    theta = x0 / t_hi
+    tt = t * theta  # ≤ x0
+    power_map = ClockMass._map(coef, tt)
+    node_class = np.floor(np.log2(t_hi / t)).astype(np.int64)  # non-increasing along t
+    halving = 0.5 ** np.arange(1, order + 1)
+    for a in (t, wt, tt, power_map, node_class, halving):
+        a.flags.writeable = False
+    return t, wt, t_hi, _t_lo(k), order, coef, limit, theta, tt, power_map, node_class, int(node_class[0]) + 1, halving
 
 
 class ClockMass:
@@ -756,21 +795,21 @@ class ClockMass:
     leaf = 16  # stretches up to this many positions are evaluated whole
     has_exact = True
 
-    def __init__(self, num_drafts: int, t_end: float):
+    def __init__(self, num_drafts: int, t_end: float, grids: dict | None = None):
+        """``grids``: the grids already built (read-only arrays, by K and t_end), shared by the
+        evaluators of one search call (its rows' horizons often coincide: the Chernoff cut-offs are
+        times of a fixed grid); None: built here."""
         k = int(num_drafts)
-        self.j_max = j_max = k - 1
-        self.t, self.wt, self.t_end = _fast_grid(k, t_end)
-        self.t_lo = _t_lo(k)
-        # progressive truncation: after order n only tokens with q/θ > limit[n] need more terms
-        x0, self.order, coef, self.limit = _series_setup(j_max)
+        key = (k, float(t_end))
+        grid = None if grids is None else grids.get(key)
+        if grid is None:
+            grid = _clock_grid(k, t_end)
+            if grids is not None:
+                grids[key] = grid
+        self.j_max = k - 1
+        (self.t, self.wt, self.t_end, self.t_lo, self.order, self.coef, self.limit, self.theta, self.tt,
+         self.power_map, self.node_class, self.n_class, self.halving) = grid
         self.num_features = self.order
-        self.theta = x0 / self.t_end
-        self.tt = self.t * self.theta  # ≤ x0
-        self.coef = coef
-        self.power_map = self._map(coef, self.tt)
-        self.node_class = np.floor(np.log2(self.t_end / self.t)).astype(np.int64)  # non-increasing along t
-        self.n_class = int(self.node_class[0]) + 1
-        self.halving = 0.5 ** np.arange(1, self.order + 1)
 
     @functools.cached_property
     def groups(self) -> list:
@@ -845,10 +884,6 @@ class ClockMass:
         mant, expo = np.frexp(q_exact / self.theta)
         return expo - (mant == 0.5)  # y = q/θ in (2^{c−1}, 2^c]
 
-    @staticmethod
-    def concat_states(states):
-        return tuple(np.concatenate([s[i] for s in states], axis=1 if i == 1 else 0) for i in range(3))
-
     def run_exact(self, q_exact: np.ndarray, start, keep: np.ndarray):
         """States after the exact tokens ``keep`` (indices into q_exact, −1: the start), in order."""
         keep = np.asarray(keep, dtype=np.int64)
@@ -885,6 +920,8 @@ class ClockMass:
     def mass(self, features, out, inside=None, exact=None, out_next=None):
         """Q at positions (cumulative small-token moments, q outside, exact-token states); with
         ``out_next`` (q outside the stretch end) also the stretch bound coefficients (D1, C2, C3)."""
+        if isinstance(exact, StatesAt):
+            exact = exact.gathered()
         psum, lam = self._power_sums(features, exact)
         return _integrals(psum, lam, exact, out, out_next, self.t[None, :], self.wt[None, :], self.t_end, self.t_lo)
 
@@ -910,6 +947,40 @@ class ClockMass:
         return psum, lam
 
 
+class StatesAt:
+    """Exact-token states of :meth:`ClockMass.run_exact` at a request's positions, by reference:
+    ``pieces``, ``(states, index)`` pairs (``states``: ``(sums, e, sx)``; ``index`` (n,): the state of
+    each position), the pieces' positions in order. Read where used (:meth:`gathered`, or straight
+    into the stacked arrays of :func:`_mass_stacked`: one copy of e and sx per piece instead of a
+    gather and a concatenation per piece and per row)."""
+
+    def __init__(self, pieces: list):
+        self.pieces = pieces
+        self.width = pieces[0][0][0].shape[1]  # class sums per state (0: no class small anywhere)
+
+    def gathered(self) -> tuple:
+        """``(sums, e, sx)`` at the positions: (npos, W, N), (J, npos, T), (npos, T)."""
+        found = [(sums[si], e[:, si], sx[si]) for (sums, e, sx), si in self.pieces]
+        if len(found) == 1:
+            return found[0]
+        return tuple(np.concatenate([f[i] for f in found], axis=1 if i == 1 else 0) for i in range(3))
+
+    def into(self, e_out: np.ndarray, sx_out: np.ndarray) -> None:
+        """e and sx at the positions written into ``e_out`` (J, npos, T) and ``sx_out`` (npos, T)."""
+        at = 0
+        for (_, e, sx), si in self.pieces:
+            n = si.size
+            # indices valid: mode "clip" writes into the slices directly (no buffer for the bounds check)
+            np.take(e, si, axis=1, out=e_out[:, at : at + n], mode="clip")
+            np.take(sx, si, axis=0, out=sx_out[at : at + n], mode="clip")
+            at += n
+
+
+def _state_width(exact) -> int:
+    """The class sums per state of ``exact`` (a :class:`StatesAt` or the states ``(sums, e, sx)``)."""
+    return exact.width if isinstance(exact, StatesAt) else exact[0].shape[1]
+
+
 def evaluate_many(asks: list) -> list:
     """Answers to several evaluators' requests ``(ev, (features, out, inside, exact, out_next))``, each
     ``ev.mass(...)`` of its request, in order. The requests of :class:`ClockMass` evaluators of one K
@@ -920,7 +991,7 @@ def evaluate_many(asks: list) -> list:
     groups: dict = {}
     for i, (ev, args) in enumerate(asks):
         exact = args[3]
-        if isinstance(ev, ClockMass) and args[4] is not None and (exact is None or not exact[0].shape[1]):
+        if isinstance(ev, ClockMass) and args[4] is not None and (exact is None or not _state_width(exact)):
             groups.setdefault((ev.j_max, ev.t.size), []).append(i)
         else:
             answers[i] = ev.mass(*args)
@@ -948,11 +1019,16 @@ def _mass_stacked(asks: list) -> list:
     wt = np.repeat(np.stack([ev.wt for ev, _ in asks]), reps, axis=0)  # (npos, T)
     t_end = np.repeat([ev.t_end for ev, _ in asks], reps)  # (npos,)
     exact = None
-    if any(args[3] is not None for _, args in asks):  # rows without exact tokens: P[N_exact = 0] = 1
-        e_ex = np.concatenate([args[3][1] if args[3] is not None else np.zeros((jm, n, nt))
-                               for (_, args), n in zip(asks, sizes)], axis=1)  # (J, npos, T)
-        sx = np.concatenate([args[3][2] if args[3] is not None else np.zeros((n, nt))
-                             for (_, args), n in zip(asks, sizes)])  # (npos, T)
+    if any(args[3] is not None for _, args in asks):
+        e_ex, sx = np.empty((jm, bounds[-1], nt)), np.empty((bounds[-1], nt))  # (J, npos, T), (npos, T)
+        for (_, args), a, b in zip(asks, bounds[:-1], bounds[1:]):
+            states = args[3]
+            if states is None:  # a row without exact tokens: P[N_exact = 0] = 1
+                e_ex[:, a:b], sx[a:b] = 0.0, 0.0
+            elif isinstance(states, StatesAt):
+                states.into(e_ex[:, a:b], sx[a:b])
+            else:
+                e_ex[:, a:b], sx[a:b] = states[1], states[2]
         exact = (None, e_ex, sx)
     out = np.concatenate([args[1] for _, args in asks])
     out_next = np.concatenate([args[4] for _, args in asks])
