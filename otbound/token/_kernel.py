@@ -1024,9 +1024,12 @@ def _with_replacement_row(p, q, k: int, scratch, as_given: bool):
 
 
 def _bucket_masses(b, p, q):
-    """The p and q masses of the bucket ids ``b`` (V,) int64, ≥ 0: ``np.bincount``'s sums bit for
-    bit, by :class:`otbound.token._wor.KeySums` (torch's scatter on long rows, its table sized by one
-    vectorised maximum instead of bincount's scalar pass for the range)."""
+    """The p and q masses of the bucket ids ``b`` (V,) int64, ≥ 0, ``np.bincount``'s sums bit for
+    bit: on rows of ``_wor._SCATTER_MIN`` tokens or more by :class:`otbound.token._wor.KeySums`
+    (torch's scatter into a table sized by one vectorised maximum, instead of bincount's scalar pass
+    for the ids' range); below, by ``np.bincount`` itself (no table to size, fill and copy)."""
+    if b.size < _wor._SCATTER_MIN:
+        return np.bincount(b, weights=p), np.bincount(b, weights=q)
     sums = _wor.KeySums(b, int(b.max()))
     return sums(p), sums(q)
 
