@@ -932,9 +932,8 @@ def _kth_inside(pos: np.ndarray, q_top: np.ndarray, k: int, nb: int) -> tuple[np
     That q is the one of the first J whose pos_0..pos_J hold k values ≤ m, i.e. whose k-th
     smallest c_J ≤ m; c_J does not increase with J, so J = #{J : c_J > m} (a binary search)."""
     n_top = pos.size
-    never = _NEVER
-    prefix = np.where(_lower_triangle(n_top), pos[None, :], never)  # (T, T): row J holds pos_0..pos_J
-    c = np.partition(prefix, k - 1, axis=1)[:, k - 1] if n_top >= k else np.full(n_top, never)  # (T,)
+    prefix = np.where(_lower_triangle(n_top), pos[None, :], _NEVER)  # (T, T): row J holds pos_0..pos_J
+    c = np.partition(prefix, k - 1, axis=1)[:, k - 1] if n_top >= k else np.full(n_top, _NEVER)  # (T,)
     first = np.searchsorted(-c, -np.arange(nb), side="left")  # (nb,)
     return first < n_top, q_top[np.minimum(first, n_top - 1)]
 
