@@ -138,7 +138,8 @@ def _compare(versions, args, torch):
         r = out[fam] = {"this_ms": 1e3 * statistics.median(times["this"]) / n,
                         "other_ms": 1e3 * statistics.median(times["other"]) / n,
                         "ratio": statistics.median(ratio), "ratio_q1": float(np.quantile(ratio, 0.25)),
-                        "ratio_q3": float(np.quantile(ratio, 0.75)), "max_diff": diff}
+                        "ratio_q3": float(np.quantile(ratio, 0.75)), "max_diff": diff,
+                        "values": values(a).tolist()}  # this version's values (wor_sorted: K = 3 rows, then K = 4)
         print(f"{fam:10s} V={vocab}: this {r['this_ms']:.1f} ms/position, other {r['other_ms']:.1f} | this/other "
               f"{r['ratio']:.3f} (quartiles {r['ratio_q1']:.3f}-{r['ratio_q3']:.3f}) | largest value difference "
               f"{diff:.1e}", flush=True)
